@@ -1,0 +1,23 @@
+"""rlloss: reinforcement-learning loss modules for PyTorch and TensorDict.
+
+Drop-in replacements for the losses of ``torchrl.objectives`` (same class names, keywords, keys
+and outputs), built on a small functional core (:mod:`rlloss.functional`).
+"""
+
+from rlloss import functional
+from rlloss.common import LossModule
+from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
+from rlloss.ppo import ClipPPOLoss, PPOLoss
+
+__all__ = [
+    "GAE",
+    "ClipPPOLoss",
+    "LossModule",
+    "PPOLoss",
+    "TD0Estimator",
+    "TDLambdaEstimator",
+    "ValueEstimator",
+    "functional",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,227 @@
+"""``rlloss.LossModule``: the base every rlloss loss derives from.
+
+It subclasses :class:`torchrl.objectives.LossModule`, so TorchRL's ``SoftUpdate``,
+``HardUpdate``, trainers and ``isinstance`` checks accept rlloss losses unchanged. What it adds:
+
+- key handling: each loss declares its keys in an ``_AcceptedKeys`` dataclass; ``set_keys``
+  rejects unknown names with the list of valid ones; :meth:`_get` raises a ``KeyError`` that
+  names the loss, the missing key, the keys present and the ``set_keys`` call that remaps it;
+- reduction through :func:`rlloss.functional.reduce` (masks and importance weights in one place);
+- online networks held as ordinary submodules and called directly (no functional parameter
+  swapping in the hot path), target networks as ``target_<name>_params`` buffers, found by
+  TorchRL's updaters;
+- value estimators: :meth:`make_value_estimator` takes TorchRL's ``ValueEstimators`` members
+  and builds rlloss's own estimators.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from torch import nn
+from torchrl.objectives import LossModule as TorchRLLossModule
+from torchrl.objectives.common import _updater_check_forward_prehook
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss.functional.reduce import REDUCTIONS
+
+DEFAULT_VALUE_HYPERPARAMS = {
+    ValueEstimators.TD0: {"gamma": 0.99},
+    ValueEstimators.TD1: {"gamma": 0.99},
+    ValueEstimators.TDLambda: {"gamma": 0.99, "lmbda": 0.95},
+    ValueEstimators.GAE: {"gamma": 0.99, "lmbda": 0.95},
+}
+
+
+class _LossMeta(type(TorchRLLossModule)):
+    """TorchRL's metaclass wraps ``forward`` (and every public ``*loss`` method) in two context
+    managers on each call. rlloss losses never sample through ``actor(td)`` in a forward, so
+    they keep only the class-level bookkeeping (schedulable buffers) and skip the wrapping.
+    """
+
+    def __init__(cls, name, bases, attr_dict):
+        abc.ABCMeta.__init__(cls, name, bases, attr_dict)
+        merged = set()
+        for base in cls.__mro__:
+            merged |= getattr(base, "_schedulable_buffers", frozenset())
+        cls._all_schedulable_buffers = frozenset(merged)
+
+
+def check_in_range(name: str, value, low=None, high=None, *, low_open=False, high_open=False):
+    """Raise ``ValueError`` naming ``name`` and the accepted range if ``value`` is outside it."""
+    value = float(value)
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if below or above:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        low_text = "-inf" if low is None else low
+        high_text = "inf" if high is None else high
+        raise ValueError(f"{name} must be in {left}{low_text}, {high_text}{right}, got {value}.")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """Raise ``ValueError`` naming ``name`` and the accepted values if ``value`` is not one."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
+
+
+class LossModule(TorchRLLossModule, metaclass=_LossMeta):
+    """Base class of rlloss losses (see the module docstring).
+
+    Subclasses declare ``_AcceptedKeys`` (a dataclass: one field per key, with its default and a
+    line of doc), ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
+    attribute holding the network a value estimator should call).
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        pass
+
+    default_keys = _AcceptedKeys
+    _value_network_name: str | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        # TorchRL registers a pre-hook warning about target networks without an updater; it is
+        # re-registered by `_register_target_network`, the only case where it can fire.
+        self._forward_pre_hooks.clear()
+        self._source_names: list[str] = []
+
+    # ----------------------------------------------------------------------------- keys
+    def set_keys(self, **kwargs) -> None:
+        """Remap input/output keys: ``loss.set_keys(advantage=("my", "adv"))``.
+
+        ``None`` restores a key's default. Unknown names raise ``ValueError`` listing the valid
+        ones.
+        """
+        valid = [field.name for field in dataclasses.fields(self._AcceptedKeys)]
+        unknown = [name for name in kwargs if name not in valid]
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.set_keys got unknown key name(s) {unknown}; "
+                f"valid names are {valid}."
+            )
+        defaults = self._AcceptedKeys()
+        for name, key in kwargs.items():
+            setattr(self.tensor_keys, name, getattr(defaults, name) if key is None else key)
+        self._forward_value_estimator_keys(**kwargs)
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        estimator = self._value_estimator
+        if estimator is None:
+            return
+        shared = {
+            field.name: getattr(self.tensor_keys, field.name)
+            for field in dataclasses.fields(estimator._AcceptedKeys)
+            if hasattr(self.tensor_keys, field.name)
+        }
+        estimator.set_keys(**shared)
+
+    def _get(self, tensordict: TensorDictBase, name: str) -> torch.Tensor:
+        """The entry ``tensor_keys.<name>`` of ``tensordict``; a clear ``KeyError`` if absent."""
+        key = getattr(self.tensor_keys, name)
+        value = tensordict.get(key, None)
+        if value is None:
+            raise KeyError(missing_key_message(type(self).__name__, name, key, tensordict))
+        return value
+
+    # ----------------------------------------------------------------------------- targets
+    def _register_target_network(self, name: str) -> None:
+        """Give the submodule ``name`` a target copy held in ``target_<name>_params`` (buffers).
+
+        ``<name>_params`` exposes the online parameters to TorchRL's ``SoftUpdate`` and
+        ``HardUpdate``, which then update the target in place; target tensors never require
+        grad and never appear in ``loss.parameters()``.
+        """
+        self._source_names.append(name)
+        self._refresh_source_params()
+        target = getattr(self, f"{name}_params").detach().clone()
+        setattr(self, f"target_{name}_params", TensorDictParams(target, no_convert=True))
+        self._has_update_associated[name] = False
+        if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
+            self.register_forward_pre_hook(_updater_check_forward_prehook)
+
+    def _refresh_source_params(self) -> None:
+        for name in self._source_names:
+            self.__dict__[f"{name}_params"] = TensorDict.from_module(getattr(self, name))
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self._refresh_source_params()
+        return out
+
+    def _call_target(self, name: str, tensordict: TensorDictBase) -> TensorDictBase:
+        """Run the submodule ``name`` with its target parameters, without gradient."""
+        with torch.no_grad(), getattr(self, f"target_{name}_params").to_module(getattr(self, name)):
+            return getattr(self, name)(tensordict)
+
+    # ----------------------------------------------------------------------------- estimators
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """Build the value estimator the loss uses when the batch has no advantage.
+
+        Args:
+            value_type: a TorchRL ``ValueEstimators`` member (``TD0``, ``TD1``, ``TDLambda``,
+                ``GAE``), or an estimator instance to use as is. Defaults to the loss's
+                ``default_value_estimator``.
+            **hyperparams: estimator keywords (``gamma``, ``lmbda``...), over TorchRL's defaults
+                (``gamma=0.99``, ``lmbda=0.95``).
+        """
+        from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator
+
+        if isinstance(value_type, nn.Module):
+            self._value_estimator = value_type
+            self.value_type = type(value_type)
+            self._forward_value_estimator_keys()
+            return self
+        value_type = self.default_value_estimator if value_type is None else value_type
+        if value_type not in DEFAULT_VALUE_HYPERPARAMS:
+            raise ValueError(
+                f"{type(self).__name__}.make_value_estimator: unsupported value_type "
+                f"{value_type!r}; expected one of {list(DEFAULT_VALUE_HYPERPARAMS)} or an "
+                "estimator instance."
+            )
+        hyperparams = {**DEFAULT_VALUE_HYPERPARAMS[value_type], **hyperparams}
+        value_network = getattr(self, self._value_network_name) if self._value_network_name else None
+        if value_type == ValueEstimators.TD1:
+            hyperparams["lmbda"] = 1.0
+        cls = {
+            ValueEstimators.TD0: TD0Estimator,
+            ValueEstimators.TD1: TDLambdaEstimator,
+            ValueEstimators.TDLambda: TDLambdaEstimator,
+            ValueEstimators.GAE: GAE,
+        }[value_type]
+        self._value_estimator = cls(value_network=value_network, **hyperparams)
+        self.value_type = value_type
+        self._forward_value_estimator_keys()
+        return self
+
+    @property
+    def value_estimator(self):
+        if self._value_estimator is None:
+            self.make_value_estimator()
+        return self._value_estimator
+
+    @value_estimator.setter
+    def value_estimator(self, value) -> None:
+        self._value_estimator = value
+
+    # ----------------------------------------------------------------------------- checks
+    @staticmethod
+    def _check_reduction(reduction: str | None) -> str:
+        reduction = "mean" if reduction is None else reduction
+        check_choice("reduction", reduction, REDUCTIONS)
+        return reduction
+
+
+def missing_key_message(owner: str, name: str, key, tensordict: TensorDictBase) -> str:
+    """The text of the ``KeyError`` raised for a missing input entry."""
+    present = sorted(str(k) for k in tensordict.keys(include_nested=True, leaves_only=True))
+    return (
+        f"{owner}: the input TensorDict has no entry {key!r} (tensor_keys.{name}). "
+        f"Entries present: {present}. If the data is stored under another key, remap it with "
+        f"loss.set_keys({name}=<your key>)."
+    )

@@ -1,0 +1,176 @@
+"""Value estimators: ``GAE``, ``TD0Estimator``, ``TDLambdaEstimator``.
+
+TensorDict modules over :mod:`rlloss.functional.returns` with TorchRL's constructor keywords.
+Each reads a ``[*B, T]`` batch (time the last batch dim unless ``time_dim`` says otherwise),
+calls ``value_network`` on the batch and on ``batch["next"]`` when one is given (writing
+``state_value`` and ``("next", "state_value")`` as TorchRL does), and writes ``advantage`` and
+``value_target``. ``("next", "terminated")`` stops bootstrapping and ``("next", "done")`` cuts
+traces; a missing ``terminated`` is an error, never silently taken to be ``done``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import functional as F
+from rlloss.common import check_in_range, missing_key_message
+
+
+class ValueEstimator(TensorDictModuleBase):
+    """Base of the value estimators: key handling, value-network calls, writing the outputs.
+
+    Subclasses implement :meth:`estimate` (tensors in, ``(advantage, value_target)`` out).
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read and written by the estimator (``reward``, ``done``, ``terminated`` are read
+        under ``"next"``)."""
+
+        advantage: NestedKey = "advantage"  # written: the advantage
+        value_target: NestedKey = "value_target"  # written: the critic's regression target
+        value: NestedKey = "state_value"  # read (or written by value_network): V(s)
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next": cuts traces
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n-step discount gamma**n
+
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        value_network: nn.Module | None = None,
+        differentiable: bool = False,
+        time_dim: int | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        super().__init__()
+        check_in_range("gamma", gamma, 0.0, 1.0)
+        self.gamma = float(gamma)
+        self.value_network = value_network
+        self.differentiable = differentiable
+        self.time_dim = time_dim
+        self.tensor_keys = self._AcceptedKeys()
+        self.in_keys = []
+        self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    def set_keys(self, **kwargs) -> None:
+        """Remap keys, as :meth:`rlloss.LossModule.set_keys`."""
+        valid = [field.name for field in dataclasses.fields(self._AcceptedKeys)]
+        unknown = [name for name in kwargs if name not in valid]
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.set_keys got unknown key name(s) {unknown}; "
+                f"valid names are {valid}."
+            )
+        defaults = self._AcceptedKeys()
+        for name, key in kwargs.items():
+            setattr(self.tensor_keys, name, getattr(defaults, name) if key is None else key)
+        self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    def _read(self, tensordict: TensorDictBase, name: str, nested: bool = False) -> torch.Tensor:
+        key = getattr(self.tensor_keys, name)
+        full_key = ("next", *((key,) if isinstance(key, str) else key)) if nested else key
+        value = tensordict.get(full_key, None)
+        if value is None:
+            raise KeyError(missing_key_message(type(self).__name__, name, full_key, tensordict))
+        return value
+
+    def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.value_network is not None:
+            self.value_network(tensordict)
+            self.value_network(tensordict.get("next"))
+        return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
+
+    def forward(self, tensordict: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
+        """Write ``advantage`` and ``value_target`` into ``tensordict`` (returned)."""
+        if tensordict.batch_dims < 1:
+            raise ValueError(
+                f"{type(self).__name__} expects a batch with a time dimension ([*B, T]); got "
+                f"batch_size={tuple(tensordict.batch_size)}."
+            )
+        time_dim = self.time_dim if time_dim is None else time_dim
+        time_dim = tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
+        with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
+            value, next_value = self._values(tensordict)
+            steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+            reward = self._read(tensordict, "reward", nested=True)
+            gamma = F.bootstrap_discount(self.gamma, None if steps is None else steps.view_as(reward))
+            advantage, value_target = self.estimate(
+                reward=reward,
+                value=value,
+                next_value=next_value,
+                done=self._read(tensordict, "done", nested=True),
+                terminated=self._read(tensordict, "terminated", nested=True),
+                gamma=gamma,
+                time_dim=time_dim,
+            )
+        tensordict.set(self.tensor_keys.advantage, advantage)
+        tensordict.set(self.tensor_keys.value_target, value_target)
+        return tensordict
+
+
+class TD0Estimator(ValueEstimator):
+    """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``, ``advantage =
+    value_target - V(s)``.
+
+    Example:
+        >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
+        >>> batch = estimator(batch)  # batch["advantage"], batch["value_target"]
+    """
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+        value_target = F.td0_return(reward, next_value, terminated, gamma)
+        return value_target - value, value_target
+
+
+class TDLambdaEstimator(ValueEstimator):
+    """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
+
+    Example:
+        >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
+    """
+
+    def __init__(self, *, gamma: float, lmbda: float, **kwargs) -> None:
+        super().__init__(gamma=gamma, **kwargs)
+        check_in_range("lmbda", lmbda, 0.0, 1.0)
+        self.lmbda = float(lmbda)
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+        value_target = F.td_lambda_return(
+            reward, next_value, done, terminated, gamma, self.lmbda, time_dim
+        )
+        return value_target - value, value_target
+
+
+class GAE(ValueEstimator):
+    """Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
+
+    ``advantage`` is :func:`rlloss.functional.gae_advantage`, ``value_target = advantage +
+    V(s)``; ``average_gae=True`` standardises the advantage over the batch.
+
+    Example:
+        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> rollout = gae(rollout)  # rollout: [num_envs, T]
+    """
+
+    def __init__(self, *, gamma: float, lmbda: float, average_gae: bool = False, **kwargs) -> None:
+        super().__init__(gamma=gamma, **kwargs)
+        check_in_range("lmbda", lmbda, 0.0, 1.0)
+        self.lmbda = float(lmbda)
+        self.average_gae = average_gae
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+        advantage = F.gae_advantage(
+            reward, value, next_value, done, terminated, gamma, self.lmbda, time_dim
+        )
+        value_target = advantage + value
+        if self.average_gae:
+            advantage = F.standardize(advantage)
+        return advantage, value_target

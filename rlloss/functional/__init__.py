@@ -1,0 +1,52 @@
+"""The functional core: one pure tensor function per paper quantity.
+
+Tensors in, per-element tensors out (reductions live in :mod:`rlloss.functional.reduce`); no
+``nn.Module``, no TensorDict, no in-place writes to inputs.
+"""
+
+from rlloss.functional.critic import clipped_value_loss, distance
+from rlloss.functional.policy import (
+    clip_bounds,
+    clipped,
+    clipped_surrogate,
+    distribution_entropy,
+    has_analytic_entropy,
+    kl_k3,
+    log_ratio,
+)
+from rlloss.functional.reduce import (
+    explained_variance,
+    normalized_effective_sample_size,
+    reduce,
+    standardize,
+)
+from rlloss.functional.returns import (
+    bootstrap_discount,
+    gae_advantage,
+    reverse_discounted_sum,
+    td0_error,
+    td0_return,
+    td_lambda_return,
+)
+
+__all__ = [
+    "bootstrap_discount",
+    "clip_bounds",
+    "clipped",
+    "clipped_surrogate",
+    "clipped_value_loss",
+    "distance",
+    "distribution_entropy",
+    "explained_variance",
+    "gae_advantage",
+    "has_analytic_entropy",
+    "kl_k3",
+    "log_ratio",
+    "normalized_effective_sample_size",
+    "reduce",
+    "reverse_discounted_sum",
+    "standardize",
+    "td0_error",
+    "td0_return",
+    "td_lambda_return",
+]

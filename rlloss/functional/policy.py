@@ -1,0 +1,97 @@
+"""Policy-gradient quantities: importance ratios, (dual-)clipped surrogates, KL estimators,
+entropies.
+
+Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347; Ye et al.,
+"Mastering Complex Control in MOBA Games with Deep Reinforcement Learning", arXiv:1912.09729
+(dual clip). All functions are elementwise: ``log_ratio`` and ``advantage`` share one shape.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import distributions as D
+
+from rlloss.functional._checks import check_same_shape
+
+Scalar = float | torch.Tensor
+
+
+def log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
+    """``log r = log pi_new(a|s) - log pi_old(a|s)``; the old log-prob carries no gradient."""
+    check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
+    return log_prob - old_log_prob.detach()
+
+
+def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scalar]:
+    """Log-space clip bounds ``(log(1 - eps_low), log(1 + eps_high))`` of the ratio."""
+    if isinstance(epsilon_low, torch.Tensor):
+        return torch.log1p(-epsilon_low), torch.log1p(epsilon_high)
+    return float(torch.log1p(torch.tensor(-epsilon_low))), float(
+        torch.log1p(torch.tensor(epsilon_high))
+    )
+
+
+def clipped_surrogate(
+    log_ratio: torch.Tensor,
+    advantage: torch.Tensor,
+    log_low: Scalar,
+    log_high: Scalar,
+    dual_clip: Scalar | None = None,
+) -> torch.Tensor:
+    """PPO's clipped surrogate objective (to maximise), elementwise.
+
+    ``L = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, the ratio clipped in log space
+    (``log_low = log(1 - eps_low)``, ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`).
+    With ``dual_clip = c > 1`` the objective of negative advantages is bounded below:
+    ``max(L, c A)`` where ``A < 0`` (Ye et al. 2020).
+
+    Args:
+        log_ratio: ``log r``, any shape.
+        advantage: same shape as ``log_ratio``.
+        log_low, log_high: log-space clip bounds.
+        dual_clip: the dual-clip constant ``c``, or ``None``.
+
+    Returns:
+        The per-element surrogate, same shape as the inputs.
+    """
+    check_same_shape(log_ratio=log_ratio, advantage=advantage)
+    unclipped = log_ratio.exp() * advantage
+    clipped = log_ratio.clamp(log_low, log_high).exp() * advantage
+    surrogate = torch.minimum(unclipped, clipped)
+    if dual_clip is None:
+        return surrogate
+    return torch.where(advantage < 0, torch.maximum(surrogate, dual_clip * advantage), surrogate)
+
+
+def clipped(log_ratio: torch.Tensor, log_low: Scalar, log_high: Scalar) -> torch.Tensor:
+    """Indicator (as the ratio's dtype) of the ratios that fall outside the clip range."""
+    return ((log_ratio < log_low) | (log_ratio > log_high)).to(log_ratio.dtype)
+
+
+def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Non-negative estimator of KL(old || new) from samples of the old policy:
+    ``(r - 1) - log r`` (Schulman, "Approximating KL divergence", 2020, the "k3" estimator).
+    """
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def distribution_entropy(distribution: D.Distribution, samples: int = 1) -> torch.Tensor:
+    """Entropy of ``distribution``: analytic when it has one, else the Monte-Carlo estimate
+    ``-mean_k log pi(a_k)`` over ``samples`` draws (reparameterised when possible).
+
+    Returns:
+        The entropy with the distribution's batch shape.
+    """
+    if has_analytic_entropy(distribution):
+        return distribution.entropy()
+    draw = distribution.rsample if distribution.has_rsample else distribution.sample
+    return -distribution.log_prob(draw((samples,))).mean(0)
+
+
+def has_analytic_entropy(distribution: D.Distribution) -> bool:
+    """Whether the distribution's class has a closed-form entropy (``Independent`` resolved
+    through its base). A class-level check: no data-dependent branch, nothing to synchronise.
+    """
+    while isinstance(distribution, D.Independent):
+        distribution = distribution.base_dist
+    return type(distribution).entropy is not D.Distribution.entropy

@@ -1,0 +1,107 @@
+"""Reductions: mean / sum / none, with optional padding masks and importance weights.
+
+Every loss reduces through :func:`reduce`, so masks (padded sequence batches) and prioritized
+replay weights enter in one place. Masked elements are selected out with ``torch.where`` (never
+multiplied), so a NaN or inf in padding cannot leak into the loss or its gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+REDUCTIONS = ("mean", "sum", "none")
+_DIAGNOSTIC_REDUCTIONS = ("max",)
+
+
+def _expand_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    while mask.ndim > like.ndim and mask.shape[-1] == 1:
+        mask = mask.squeeze(-1)
+    if mask.ndim < like.ndim:
+        mask = mask.reshape(mask.shape + (1,) * (like.ndim - mask.ndim))
+    return mask.expand_as(like)
+
+
+def reduce(
+    loss: torch.Tensor,
+    reduction: str,
+    mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    normalize_weights: bool = False,
+) -> torch.Tensor:
+    """Reduce an elementwise loss.
+
+    Args:
+        loss: the elementwise loss.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (the elementwise loss, masked elements
+            set to 0); ``"max"`` for diagnostics (masked elements ignored, no weights).
+        mask: boolean, broadcastable to ``loss`` (a ``[*B, 1]`` mask applies to a ``[*B]`` loss);
+            ``False`` marks padding.
+        weights: importance weights (prioritized replay), broadcastable like ``mask``.
+        normalize_weights: with weights and ``"mean"``, ``sum(w l) / sum(w)`` (TorchRL) instead
+            of ``mean(w l)`` (Schaul et al., arXiv:1511.05952).
+
+    Returns:
+        A scalar, or a tensor of the loss's shape for ``"none"``.
+    """
+    if reduction == "max":
+        if mask is None:
+            return loss.max()
+        return torch.where(_expand_mask(mask, loss), loss, loss.new_full((), -torch.inf)).max()
+    if weights is not None:
+        loss = loss * _expand_mask(weights, loss)
+    if mask is not None:
+        mask = _expand_mask(mask, loss)
+        loss = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if weights is not None and normalize_weights:
+        denominator = _expand_mask(weights, loss)
+        if mask is not None:
+            denominator = torch.where(mask, denominator, torch.zeros_like(denominator))
+        return loss.sum() / denominator.sum()
+    if mask is not None:
+        return loss.sum() / mask.sum().clamp_min(1)
+    return loss.mean()
+
+
+def standardize(
+    x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """``(x - mean) / max(std, eps)`` over all (valid) elements, std with Bessel's correction.
+
+    This is TorchRL's advantage normalisation (``normalize_advantage=True``), so the two agree.
+    """
+    if mask is None:
+        return (x - x.mean()) / x.std().clamp_min(eps)
+    mask = _expand_mask(mask, x)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    count = mask.sum()
+    mean = torch.where(mask, x, zero).sum() / count.clamp_min(1)
+    variance = torch.where(mask, (x - mean) ** 2, zero).sum() / (count - 1).clamp_min(1)
+    return (x - mean) / variance.sqrt().clamp_min(eps)
+
+
+def normalized_effective_sample_size(
+    log_weight: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``ESS / N = (sum w)^2 / (N sum w^2)`` of importance weights ``w = exp(log_weight)``,
+    computed in log space; 1 when all weights are equal.
+    """
+    if mask is not None:
+        mask = _expand_mask(mask, log_weight)
+        log_weight = torch.where(mask, log_weight, torch.full_like(log_weight, -torch.inf))
+        count = mask.sum()
+    else:
+        count = log_weight.numel()
+    log_weight = log_weight.flatten()
+    return (2 * log_weight.logsumexp(0) - (2 * log_weight).logsumexp(0)).exp() / count
+
+
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1 - Var[target - prediction] / Var[target]`` (population variances), without gradient."""
+    prediction, target = prediction.detach(), target.detach()
+    eps = torch.finfo(target.dtype).eps
+    residual = torch.var(target - prediction, correction=0)
+    return 1.0 - residual / (torch.var(target, correction=0) + eps)

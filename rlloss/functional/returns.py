@@ -1,0 +1,151 @@
+"""Returns and advantages: GAE, TD(0), TD(lambda), n-step discounting.
+
+Conventions (DESIGN.md): sequence tensors are ``[*B, T, 1]`` with time at ``time_dim`` (``-2`` by
+default); ``terminated`` stops bootstrapping, ``done`` (terminated or truncated) cuts traces. The
+functions are differentiable; the estimator modules call them under ``torch.no_grad()`` unless
+asked for differentiable targets.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rlloss.functional._checks import check_same_shape
+
+Scalar = float | torch.Tensor
+
+
+def _not(flag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return 1.0 - flag.to(dtype)
+
+
+def reverse_discounted_sum(
+    x: torch.Tensor, discount: Scalar | torch.Tensor, time_dim: int = -2
+) -> torch.Tensor:
+    """``y_t = x_t + discount_t * y_{t+1}`` along ``time_dim``, with ``y_T = 0``.
+
+    Solved as a parallel (Hillis-Steele) scan over affine maps in ``ceil(log2 T)`` vectorised
+    steps: no Python loop over time, static shapes, compiles with ``fullgraph=True``. After the
+    step with offset ``s``, ``y_t`` holds ``sum_{k=t}^{t+2s-1} (prod_{j=t}^{k-1} discount_j) x_k``.
+
+    Args:
+        x: ``[*B, T, *F]`` terms to accumulate.
+        discount: per-step discount, a scalar or a tensor broadcastable to ``x``.
+        time_dim: the time dimension of ``x``.
+
+    Returns:
+        ``y`` with the shape of ``x``.
+    """
+    discount = torch.as_tensor(discount, dtype=x.dtype, device=x.device)
+    y = x.transpose(time_dim, -1)
+    a = torch.broadcast_to(discount, x.shape).transpose(time_dim, -1)
+    steps = y.shape[-1]
+    shift = 1
+    while shift < steps:
+        y = y + a * F.pad(y[..., shift:], (0, shift))
+        if 2 * shift < steps:
+            a = a * F.pad(a[..., shift:], (0, shift), value=1.0)
+        shift *= 2
+    return y.transpose(time_dim, -1)
+
+
+def td0_return(
+    reward: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor, gamma: Scalar
+) -> torch.Tensor:
+    """One-step TD target ``r_t + gamma * (1 - terminated_t) * V(s_{t+1})``.
+
+    Args:
+        reward, next_value, terminated: ``[*B, 1]`` tensors of one shape.
+        gamma: discount, a scalar or a tensor broadcastable to ``reward`` (``gamma ** n`` for
+            n-step transitions, see :func:`bootstrap_discount`).
+    """
+    check_same_shape(reward=reward, next_value=next_value, terminated=terminated)
+    return reward + gamma * _not(terminated, next_value.dtype) * next_value
+
+
+def td0_error(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: Scalar,
+) -> torch.Tensor:
+    """TD error ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``."""
+    check_same_shape(reward=reward, value=value)
+    return td0_return(reward, next_value, terminated, gamma) - value
+
+
+def gae_advantage(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar,
+    time_dim: int = -2,
+) -> torch.Tensor:
+    """Generalized advantage estimate ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``.
+
+    Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
+    Estimation", arXiv:1506.02438. ``delta_t`` is :func:`td0_error`: ``terminated`` removes the
+    bootstrap value, ``done`` (terminated or truncated) stops the trace; ``A_T = 0`` after the
+    last step. The value target is ``A_t + V(s_t)``.
+
+    Args:
+        reward, value, next_value, done, terminated: ``[*B, T, 1]`` tensors of one shape, time
+            at ``time_dim``.
+        gamma, lmbda: scalars or tensors broadcastable to ``reward``.
+
+    Returns:
+        The advantage, ``[*B, T, 1]``.
+    """
+    check_same_shape(reward=reward, done=done)
+    delta = td0_error(reward, value, next_value, terminated, gamma)
+    return reverse_discounted_sum(delta, gamma * lmbda * _not(done, value.dtype), time_dim)
+
+
+def td_lambda_return(
+    reward: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: Scalar,
+    lmbda: Scalar,
+    time_dim: int = -2,
+) -> torch.Tensor:
+    """TD(lambda) return ``G_t = r_t + gamma (1 - term_t) [(1 - lmbda) V_{t+1} + lmbda G_{t+1}]``.
+
+    Sutton & Barto, "Reinforcement Learning: An Introduction", section 12.1. Where the trace is
+    cut (``done_t``, and always at the last step) ``G_{t+1}`` is replaced by the bootstrap value
+    ``V_{t+1}``, so the recursion is linear: ``G_t = b_t + c_t G_{t+1}`` with
+    ``b_t = r_t + gamma (1 - term_t) V_{t+1} ((1 - lmbda) + lmbda cut_t)`` and
+    ``c_t = gamma lmbda (1 - term_t) (1 - cut_t)``. ``lmbda = 1`` gives the Monte-Carlo (TD(1))
+    return bootstrapped at cuts, ``lmbda = 0`` the TD(0) target.
+
+    Args:
+        reward, next_value, done, terminated: ``[*B, T, 1]`` tensors of one shape.
+        gamma, lmbda: scalars or tensors broadcastable to ``reward``.
+
+    Returns:
+        The return ``G``, ``[*B, T, 1]``.
+    """
+    check_same_shape(reward=reward, next_value=next_value, done=done, terminated=terminated)
+    dtype = next_value.dtype
+    cut = done.to(dtype).clone()
+    cut.narrow(time_dim, cut.shape[time_dim] - 1, 1).fill_(1.0)
+    bootstrap = gamma * _not(terminated, dtype) * next_value
+    base = reward + bootstrap * ((1.0 - lmbda) + lmbda * cut)
+    decay = gamma * lmbda * _not(terminated, dtype) * (1.0 - cut)
+    return reverse_discounted_sum(base, decay, time_dim)
+
+
+def bootstrap_discount(gamma: Scalar, steps_to_next_obs: torch.Tensor | None) -> Scalar:
+    """Discount of the bootstrap value: ``gamma ** n`` for n-step transitions, else ``gamma``.
+
+    ``steps_to_next_obs`` is what TorchRL's ``MultiStep`` writes (rewards already summed).
+    """
+    if steps_to_next_obs is None:
+        return gamma
+    return gamma**steps_to_next_obs
