@@ -19,6 +19,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as F
+from rlloss._networks import NetworkCall
 from rlloss.common import check_in_range, missing_key_message
 
 
@@ -54,6 +55,7 @@ class ValueEstimator(TensorDictModuleBase):
         check_in_range("gamma", gamma, 0.0, 1.0)
         self.gamma = float(gamma)
         self.value_network = value_network
+        self._value_call = None if value_network is None else NetworkCall(value_network)
         self.differentiable = differentiable
         self.time_dim = time_dim
         self.tensor_keys = self._AcceptedKeys()
@@ -83,9 +85,11 @@ class ValueEstimator(TensorDictModuleBase):
         return value
 
     def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.value_network is not None:
-            self.value_network(tensordict)
-            self.value_network(tensordict.get("next"))
+        if self._value_call is not None:
+            key = self.tensor_keys.value
+            tensordict.set(key, self._value_call(tensordict)[key])
+            next_tensordict = tensordict.get("next")
+            next_tensordict.set(key, self._value_call(next_tensordict)[key])
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
 
     def forward(self, tensordict: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:

@@ -17,6 +17,7 @@ from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
+from rlloss._networks import DistributionCall, NetworkCall
 from rlloss.common import LossModule, check_choice, check_in_range
 from rlloss.functional.critic import DISTANCES
 
@@ -117,6 +118,8 @@ class PPOLoss(LossModule):
 
         self.actor_network = actor_network
         self.critic_network = critic_network
+        self._actor_call = DistributionCall(actor_network)
+        self._critic_call = None if critic_network is None else NetworkCall(critic_network)
         self.entropy_bonus = entropy_bonus
         self.samples_mc_entropy = int(samples_mc_entropy)
         self.log_explained_variance = log_explained_variance
@@ -163,22 +166,25 @@ class PPOLoss(LossModule):
         return out
 
     # ----------------------------------------------------------------------------- pieces
-    def _advantage(self, batch: TensorDictBase, mask: torch.Tensor | None) -> torch.Tensor:
-        """The batch's advantage (estimated with the value estimator when absent)."""
+    def _advantage(
+        self, batch: TensorDictBase, mask: torch.Tensor | None
+    ) -> tuple[TensorDictBase, torch.Tensor]:
+        """The batch's advantage; when absent, the value estimator writes it (and the value
+        target) into a shallow copy of the batch, returned with it."""
         if batch.get(self.tensor_keys.advantage, None) is None:
             if self.critic_network is None:
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
-            self.value_estimator(batch)
+            batch = self.value_estimator(batch.copy())
         advantage = self._get(batch, "advantage")
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = F.standardize(advantage, mask)
-        return advantage
+        return batch, advantage
 
     def _policy(self, batch: TensorDictBase) -> tuple[D.Distribution, torch.Tensor]:
         """The current policy and the log-ratio ``log pi(a|s) - log pi_old(a|s)``, ``[*B, 1]``."""
         old_log_prob = self._get(batch, "sample_log_prob")
         action = self._get(batch, "action")
-        distribution = self.actor_network.get_dist(batch)
+        distribution = self._actor_call(batch)
         return distribution, F.log_ratio(distribution.log_prob(action), old_log_prob).unsqueeze(-1)
 
     def _surrogate(
@@ -200,9 +206,9 @@ class PPOLoss(LossModule):
         if self.separate_losses:
             batch = batch.detach()
         if params is None:
-            return self.critic_network(batch).get(self.tensor_keys.value)
+            return self._critic_call(batch)[self.tensor_keys.value]
         with params.to_module(self.critic_network):
-            return self.critic_network(batch).get(self.tensor_keys.value)
+            return self._critic_call(batch)[self.tensor_keys.value]
 
     def loss_critic(
         self, batch: TensorDictBase, mask: torch.Tensor | None = None
@@ -227,9 +233,8 @@ class PPOLoss(LossModule):
     # ----------------------------------------------------------------------------- forward
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
-        batch = tensordict.copy()
-        mask = batch.get(self.tensor_keys.mask, None)
-        advantage = self._advantage(batch, mask)
+        mask = tensordict.get(self.tensor_keys.mask, None)
+        batch, advantage = self._advantage(tensordict, mask)
         distribution, log_ratio = self._policy(batch)
         surrogate, out = self._surrogate(log_ratio, advantage, mask)
         out["loss_objective"] = _as_scalar_output(
@@ -244,7 +249,7 @@ class PPOLoss(LossModule):
             loss, info = self.loss_critic(batch, mask)
             out["loss_critic"] = _as_scalar_output(loss, self.reduction)
             out.update(info)
-        return TensorDict(out, batch_size=[])
+        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
 
 
 class ClipPPOLoss(PPOLoss):

@@ -86,17 +86,18 @@ def standardize(
 def normalized_effective_sample_size(
     log_weight: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``ESS / N = (sum w)^2 / (N sum w^2)`` of importance weights ``w = exp(log_weight)``,
-    computed in log space; 1 when all weights are equal.
+    """``ESS / N = (sum w)^2 / (N sum w^2)`` of importance weights ``w = exp(log_weight)``; 1 when
+    all weights are equal. The weights are rescaled by their maximum first, so log-weights of
+    any size stay finite.
     """
     if mask is not None:
         mask = _expand_mask(mask, log_weight)
-        log_weight = torch.where(mask, log_weight, torch.full_like(log_weight, -torch.inf))
+        log_weight = torch.where(mask, log_weight, log_weight.new_full((), -torch.inf))
         count = mask.sum()
     else:
         count = log_weight.numel()
-    log_weight = log_weight.flatten()
-    return (2 * log_weight.logsumexp(0) - (2 * log_weight).logsumexp(0)).exp() / count
+    weight = (log_weight - log_weight.max()).exp()
+    return weight.sum().square() / (weight.square().sum() * count)
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

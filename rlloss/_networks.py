@@ -1,0 +1,109 @@
+"""Calling the user's TensorDict networks on a batch without writing TensorDicts.
+
+A loss only needs a network's output tensors. ``TensorDictModule.forward`` writes each output
+into a TensorDict through ``TensorDict.from_any``, which in tensordict 0.14 runs an
+``importlib.util.find_spec("pandas")`` file-system lookup on every call when pandas is not
+installed: tens of microseconds per network call, more than a small MLP costs. For the common
+structures (``TensorDictModule`` with positional ``in_keys``, ``TensorDictSequential`` of those,
+``ProbabilisticTensorDictSequential`` ending in a ``ProbabilisticTensorDictModule``, which covers
+TorchRL's ``ValueOperator``, ``QValueActor``'s backbone and ``ProbabilisticActor``),
+:class:`NetworkCall` plans once which ``nn.Module`` to call on which entries and then runs the
+inner modules directly on tensors. Anything else falls back to calling the module on a shallow
+copy of the batch, so the caller's TensorDict is never written to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from tensordict.utils import NestedKey
+from torch import distributions as D
+
+Step = tuple[Callable, list[NestedKey], list[NestedKey]]
+
+
+def _plan(module) -> list[Step] | None:
+    """The (callable, in_keys, out_keys) steps equivalent to ``module(td)``, or ``None``."""
+    if isinstance(module, ProbabilisticTensorDictModule):
+        return None
+    if isinstance(module, TensorDictSequential):
+        if (
+            type(module).forward is not TensorDictSequential.forward
+            or getattr(module, "partial_tolerant", False)
+            or getattr(module, "_selected_out_keys", None)
+        ):
+            return None
+        steps = [_plan(child) for child in module.module]
+        return None if any(step is None for step in steps) else [s for step in steps for s in step]
+    if (
+        isinstance(module, TensorDictModule)
+        and type(module).forward is TensorDictModule.forward
+        and module._kwargs is None
+        and module.method is None
+        and not module.method_kwargs
+        and not module._get_kwargs
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+    ):
+        return [(module.module, list(module.in_keys), list(module.out_keys))]
+    return None
+
+
+def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
+    for call, in_keys, out_keys in steps:
+        inputs = [values[k] if k in values else batch.get(k) for k in in_keys]
+        outputs = call(*inputs)
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+        values.update(zip(out_keys, outputs))
+    return values
+
+
+class NetworkCall:
+    """``NetworkCall(module)(batch)`` returns ``module``'s outputs on ``batch`` as a mapping."""
+
+    def __init__(self, module) -> None:
+        self.module = module
+        self.steps = _plan(module)
+
+    def __call__(self, batch: TensorDictBase) -> Mapping[NestedKey, torch.Tensor]:
+        if self.steps is None:
+            return self.module(batch.copy())
+        return _run(self.steps, batch, {})
+
+
+class DistributionCall:
+    """``DistributionCall(actor)(batch)`` returns ``actor.get_dist(batch)`` without writing the
+    distribution parameters into ``batch``."""
+
+    def __init__(self, actor) -> None:
+        self.actor = actor
+        self.steps = None
+        if (
+            isinstance(actor, ProbabilisticTensorDictSequential)
+            and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
+            and not actor.return_composite
+            and isinstance(actor.module[-1], ProbabilisticTensorDictModule)
+            and type(actor.module[-1]).get_dist is ProbabilisticTensorDictModule.get_dist
+        ):
+            steps = [_plan(child) for child in actor.module[:-1]]
+            if all(step is not None for step in steps):
+                self.steps = [s for step in steps for s in step]
+                self.head = actor.module[-1]
+
+    def __call__(self, batch: TensorDictBase) -> D.Distribution:
+        if self.steps is None:
+            return self.actor.get_dist(batch.copy())
+        values = _run(self.steps, batch, {})
+        for key in self.head.in_keys:
+            if key not in values:
+                values[key] = batch.get(key)
+        return self.head.get_dist(values)
