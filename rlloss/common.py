@@ -126,7 +126,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         key = getattr(self.tensor_keys, name)
         value = tensordict.get(key, None)
         if value is None:
-            raise KeyError(missing_key_message(type(self).__name__, name, key, tensordict))
+            raise MissingKeyError(missing_key_message(type(self).__name__, name, key, tensordict))
         return value
 
     # ----------------------------------------------------------------------------- targets
@@ -215,6 +215,13 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes its argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def missing_key_message(owner: str, name: str, key, tensordict: TensorDictBase) -> str:

@@ -20,7 +20,7 @@ from torch import nn
 
 from rlloss import functional as F
 from rlloss._networks import NetworkCall
-from rlloss.common import check_in_range, missing_key_message
+from rlloss.common import MissingKeyError, check_in_range, missing_key_message
 
 
 class ValueEstimator(TensorDictModuleBase):
@@ -81,7 +81,7 @@ class ValueEstimator(TensorDictModuleBase):
         full_key = ("next", *((key,) if isinstance(key, str) else key)) if nested else key
         value = tensordict.get(full_key, None)
         if value is None:
-            raise KeyError(missing_key_message(type(self).__name__, name, full_key, tensordict))
+            raise MissingKeyError(missing_key_message(type(self).__name__, name, full_key, tensordict))
         return value
 
     def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:

@@ -165,6 +165,29 @@ class PPOLoss(LossModule):
             self._critic_params_without_shared = self._critic_params_detached_from_actor()
         return out
 
+    _surrogate_keys: tuple[str, ...] = ()
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """The entries the loss reads (those of the value estimator excepted)."""
+        keys = [*self.actor_network.in_keys, self.tensor_keys.action]
+        keys += [self.tensor_keys.sample_log_prob, self.tensor_keys.advantage]
+        if self._has_critic:
+            keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
+            keys += [self.tensor_keys.value] if self.clip_value is not None else []
+        return list(dict.fromkeys(keys))
+
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output TensorDict."""
+        keys = ["loss_objective", "kl_approx", *self._surrogate_keys]
+        keys += ["loss_entropy", "entropy"] if self.entropy_bonus else []
+        if self._has_critic:
+            keys += ["loss_critic"]
+            keys += ["value_clip_fraction"] if self.clip_value is not None else []
+            keys += ["explained_variance"] if self.log_explained_variance else []
+        return keys
+
     # ----------------------------------------------------------------------------- pieces
     def _advantage(
         self, batch: TensorDictBase, mask: torch.Tensor | None
@@ -277,6 +300,7 @@ class ClipPPOLoss(PPOLoss):
     _schedulable_buffers = frozenset(
         {"clip_epsilon", "clip_epsilon_low", "clip_epsilon_high", "dual_clip"}
     )
+    _surrogate_keys = ("clip_fraction", "ESS", "max_ratio", "mean_ratio")
 
     def __init__(
         self,
