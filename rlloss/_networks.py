@@ -63,7 +63,7 @@ def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
         outputs = call(*inputs)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
-        values.update(zip(out_keys, outputs))
+        values.update(zip(out_keys, outputs, strict=True))
     return values
 
 

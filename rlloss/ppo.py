@@ -221,8 +221,9 @@ class PPOLoss(LossModule):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
         entropy = F.distribution_entropy(distribution, self.samples_mc_entropy).unsqueeze(-1)
-        loss = F.reduce(-self.entropy_coeff * entropy, self.reduction, mask)
-        return loss, {"entropy": F.reduce(entropy.detach(), "mean", mask)}
+        reduced = F.reduce(entropy, self.reduction, mask)
+        mean = reduced if self.reduction == "mean" else F.reduce(entropy, "mean", mask)
+        return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
         params = self._critic_params_without_shared

@@ -1,0 +1,638 @@
+"""Per-update overhead of rlloss losses vs. TorchRL and a hand-written plain-torch baseline.
+
+What is measured
+----------------
+For every *case* (one loss configuration, e.g. ``ClipPPOLoss``) and every batch size,
+four implementations of the same math are run on the same networks:
+
+* ``plain``   -- the same outputs written by hand: straight tensors, no TensorDict; the
+  losses plus the diagnostics both libraries return with them (clip fraction, ESS,
+  ratios, approximate KL, entropy, explained variance). It calls the very same
+  ``nn.Sequential`` modules and the actor's own distribution class. This is the floor:
+  what the math costs with zero framework overhead, and the baseline of the targets.
+* ``plain-min`` -- the same without the diagnostics (the losses only), for reference.
+* ``rlloss``  -- the rlloss loss module (TorchRL's keyword API and output keys).
+* ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
+
+One timed *step* is what an optimisation step costs minus the optimizer itself:
+``zero_grad`` (grads set to ``None``) + forward + ``total.backward()``, where
+``total`` is the sum of the loss terms. Each method gets its own deep copy of the
+networks (identical weights), and all methods read the same batch.
+
+Method
+------
+* CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
+  timed blocks (as :mod:`timeit` does) and run between them.
+* Equality gate, before any timing: every method must reproduce the TorchRL total
+  loss and the gradient of every network parameter to ``--rtol`` (relative; the
+  gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor). It runs
+  on the timed batch and on gate-only variants (for PPO: an off-policy batch whose
+  stored log-probs are shifted so that the clipping branch is active). A method that
+  fails is reported as FAILED, is not timed, and the script exits with status 1.
+* Warm-up: ``--warmup`` steps per method. Then ``--repeats`` rounds; in round ``r``
+  the methods run in an order rotated by ``r`` (interleaving spreads machine-load
+  drift evenly over the methods), each for ``--inner`` consecutive steps timed with
+  :func:`time.perf_counter`; one sample = block time / inner. ``--inner 0`` (the
+  default) picks, per case and batch size, the count that makes the slowest method's
+  block last about ``--block-ms``.
+* Reported: per method the median of the samples with its interquartile range
+  (p25-p75) and min; ratios are medians (and IQR) of the *paired* per-round ratios,
+  which cancel most of the load drift between rounds.
+
+Run from the repository root (the working tree's ``rlloss`` is imported)::
+
+    python benchmarks/overhead.py                      # full run
+    python benchmarks/overhead.py --smoke              # seconds; for CI
+    python benchmarks/overhead.py --batch-sizes 64 4096 --repeats 50 --out my.json
+
+Adding a loss: write a function ``build(batch_size, seed) -> CaseSetup`` that builds
+the template networks, the batch(es) and one factory per method, and decorate it
+with ``@register_case("Name")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    # benchmark the working tree, not whatever rlloss may be installed
+    sys.path.insert(0, str(REPO_ROOT))
+
+import tensordict  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torchrl  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from tensordict.nn import NormalParamExtractor, TensorDictModule  # noqa: E402
+from torch import nn  # noqa: E402
+from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E402
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator  # noqa: E402
+
+METHODS = ("plain", "plain-min", "rlloss", "torchrl")
+REFERENCE = "torchrl"
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
+
+
+# --------------------------------------------------------------------------- #
+# Case registry
+# --------------------------------------------------------------------------- #
+class MethodUnavailable(Exception):
+    """Raised by a method factory when that implementation cannot be built (e.g. not written yet)."""
+
+
+@dataclass
+class Method:
+    """One implementation, bound to its own copy of the networks and to one batch."""
+
+    step: Callable[[], torch.Tensor]  # zero_grad + forward + backward; returns the total loss
+    params: dict[str, torch.Tensor]  # named parameters whose .grad the gate compares
+
+
+@dataclass
+class CaseSetup:
+    # Batches by name. The first one is timed; all of them go through the gate.
+    batches: dict[str, Any]
+    # Method name -> (batch -> Method). Each call must build fresh copies of the networks.
+    factories: dict[str, Callable[[Any], Method]]
+    description: str = ""
+
+
+CASES: dict[str, Callable[[int, int], CaseSetup]] = {}
+
+
+def register_case(name: str):
+    def deco(fn: Callable[[int, int], CaseSetup]):
+        CASES[name] = fn
+        return fn
+
+    return deco
+
+
+def rlloss_attr(name: str):
+    """``rlloss.<name>`` from the working tree, or MethodUnavailable if it does not exist yet."""
+    try:
+        import rlloss
+    except ImportError as err:
+        raise MethodUnavailable(f"cannot import rlloss: {err}") from err
+    try:
+        return getattr(rlloss, name)
+    except AttributeError as err:
+        raise MethodUnavailable(f"rlloss has no attribute {name!r}") from err
+
+
+def _zero_grad(params: tuple[torch.Tensor, ...]) -> None:
+    for p in params:
+        p.grad = None
+
+
+def _loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) -> Method:
+    """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``."""
+    params = tuple(loss_module.parameters())
+    k0, *rest = loss_keys
+
+    def step() -> torch.Tensor:
+        _zero_grad(params)
+        out = loss_module(batch)
+        total = out[k0]
+        for k in rest:
+            total = total + out[k]
+        total.backward()
+        return total
+
+    return Method(step=step, params=named_params)
+
+
+# --------------------------------------------------------------------------- #
+# Case: ClipPPOLoss, continuous actions (IndependentNormal actor + value critic)
+# --------------------------------------------------------------------------- #
+PPO_OBS_DIM, PPO_ACT_DIM, PPO_HIDDEN = 17, 6, (64, 64)
+PPO_KWARGS = dict(
+    clip_epsilon=0.2,
+    entropy_coeff=0.01,
+    critic_coeff=1.0,
+    loss_critic_type="smooth_l1",
+    normalize_advantage=False,
+    entropy_bonus=True,
+)
+PPO_LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
+
+
+def _ppo_networks(seed: int) -> dict[str, nn.Module]:
+    torch.manual_seed(seed)
+    actor_net = nn.Sequential(
+        MLP(
+            in_features=PPO_OBS_DIM,
+            out_features=2 * PPO_ACT_DIM,
+            num_cells=list(PPO_HIDDEN),
+            activation_class=nn.Tanh,
+        ),
+        NormalParamExtractor(),
+    )
+    critic_net = MLP(
+        in_features=PPO_OBS_DIM,
+        out_features=1,
+        num_cells=list(PPO_HIDDEN),
+        activation_class=nn.Tanh,
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    critic = ValueOperator(critic_net, in_keys=["observation"])
+    return {"actor": actor, "critic": critic, "actor_net": actor_net, "critic_net": critic_net}
+
+
+@register_case("ClipPPOLoss")
+def build_clip_ppo(batch_size: int, seed: int) -> CaseSetup:
+    nets = _ppo_networks(seed)
+    actor, critic = nets["actor"], nets["critic"]
+    lp_key = actor.log_prob_keys[0]
+    action_key = actor.dist_sample_keys[0]
+
+    g = torch.Generator().manual_seed(seed + 1)
+    td = TensorDict(
+        observation=torch.randn(batch_size, PPO_OBS_DIM, generator=g), batch_size=[batch_size]
+    )
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        actor(td)
+        critic(td)
+    td["advantage"] = torch.randn(batch_size, 1, generator=g)
+    td["value_target"] = torch.randn(batch_size, 1, generator=g)
+    bench = td.select("observation", action_key, lp_key, "advantage", "value_target", "state_value")
+    # Gate-only variant: behaviour log-probs shifted so that ratios spread over ~[0.5, 2]
+    # and the clip branch is exercised (the timed batch is on-policy: all ratios are 1).
+    offpolicy = bench.clone()
+    offpolicy[lp_key] = offpolicy[lp_key] + 0.4 * torch.randn(batch_size, generator=g)
+
+    def copies() -> dict[str, nn.Module]:
+        return copy.deepcopy(nets)  # one memo: wrappers and raw nets stay linked
+
+    def named(m: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+        out = {f"actor.{n}": p for n, p in m["actor_net"].named_parameters()}
+        out.update({f"critic.{n}": p for n, p in m["critic_net"].named_parameters()})
+        return out
+
+    def make_torchrl(batch) -> Method:
+        from torchrl.objectives import ClipPPOLoss
+
+        m = copies()
+        loss = ClipPPOLoss(m["actor"], m["critic"], **PPO_KWARGS)
+        return _loss_module_method(loss, batch, named(m), PPO_LOSS_KEYS)
+
+    def make_rlloss(batch) -> Method:
+        cls = rlloss_attr("ClipPPOLoss")
+        m = copies()
+        loss = cls(m["actor"], m["critic"], **PPO_KWARGS)
+        return _loss_module_method(loss, batch, named(m), PPO_LOSS_KEYS)
+
+    def make_plain(batch, diagnostics: bool = True) -> Method:
+        m = copies()
+        actor_net, critic_net = m["actor_net"], m["critic_net"]
+        params = tuple(actor_net.parameters()) + tuple(critic_net.parameters())
+        obs = batch["observation"]
+        action = batch[action_key]
+        logp_old = batch[lp_key]
+        adv = batch["advantage"]
+        value_target = batch["value_target"]
+        eps = PPO_KWARGS["clip_epsilon"]
+        # clip bounds rounded exactly as TorchRL's float32 buffer computes them
+        lo = torch.tensor(-eps).log1p().item()
+        hi = torch.tensor(eps).log1p().item()
+        ent_coeff = PPO_KWARGS["entropy_coeff"]
+        critic_coeff = PPO_KWARGS["critic_coeff"]
+        distribution_class = m["actor"].module[-1].distribution_class
+
+        def step() -> torch.Tensor:
+            _zero_grad(params)
+            loc, scale = actor_net(obs)
+            dist = distribution_class(loc, scale)  # the actor's own distribution class
+            log_ratio = (dist.log_prob(action) - logp_old).unsqueeze(-1)
+            gain1 = log_ratio.exp() * adv
+            gain2 = log_ratio.clamp(lo, hi).exp() * adv
+            loss_objective = -torch.minimum(gain1, gain2).mean()
+            entropy = dist.entropy()
+            loss_entropy = -ent_coeff * entropy.mean()
+            value = critic_net(obs)
+            loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
+            if diagnostics:  # the diagnostics both libraries return with the losses
+                with torch.no_grad():
+                    ratio = log_ratio.exp()
+                    weight = (log_ratio - log_ratio.max()).exp()
+                    outputs = (  # noqa: F841 - computed as the libraries do, then dropped
+                        ((log_ratio < lo) | (log_ratio > hi)).float().mean(),  # clip_fraction
+                        weight.sum().square() / (weight.square().sum() * len(ratio)),  # ESS
+                        ratio.max(),
+                        ratio.mean(),
+                        (-log_ratio).mean(),  # kl_approx
+                        entropy.mean(),
+                        1 - (value_target - value).var(correction=0)
+                        / (value_target.var(correction=0) + 1e-7),  # explained_variance
+                    )
+            total = loss_objective + loss_critic + loss_entropy
+            total.backward()
+            return total
+
+        return Method(step=step, params=named(m))
+
+    return CaseSetup(
+        batches={"on-policy": bench, "off-policy": offpolicy},
+        factories={
+            "plain": make_plain,
+            "plain-min": lambda batch: make_plain(batch, diagnostics=False),
+            "rlloss": make_rlloss,
+            "torchrl": make_torchrl,
+        },
+        description=(
+            f"ClipPPOLoss({', '.join(f'{k}={v!r}' for k, v in PPO_KWARGS.items())}); "
+            f"IndependentNormal actor + value critic, MLP {PPO_OBS_DIM}->"
+            f"{'x'.join(map(str, PPO_HIDDEN))} tanh, action dim {PPO_ACT_DIM}"
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Gate
+# --------------------------------------------------------------------------- #
+def _values(method: Method) -> dict[str, torch.Tensor]:
+    total = method.step()
+    vals = {"loss": total.detach().clone()}
+    for name, p in method.params.items():
+        if p.grad is None:
+            raise AssertionError(f"no gradient reached parameter {name}")
+        vals[f"grad/{name}"] = p.grad.detach().clone()
+    return vals
+
+
+def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def gate(setup: CaseSetup, methods: dict[str, Method | None], rtol: float) -> dict[str, dict]:
+    """Compare every available method with REFERENCE on every batch. Returns per-method report."""
+    report: dict[str, dict] = {}
+    for batch_name, batch in setup.batches.items():
+        ref = _values(setup.factories[REFERENCE](batch))
+        for name in methods:
+            if methods[name] is None or name == REFERENCE:
+                continue
+            entry = report.setdefault(name, {"ok": True, "max_rel_err": 0.0, "worst": None})
+            try:
+                vals = _values(setup.factories[name](batch))
+                for key, r in ref.items():
+                    err = _rel_err(vals[key], r)
+                    if err > entry["max_rel_err"] or math.isnan(err):
+                        entry["max_rel_err"], entry["worst"] = err, f"{batch_name}:{key}"
+                    if not err <= rtol:
+                        entry["ok"] = False
+            except Exception as err:  # noqa: BLE001 - any failure of a method fails its gate
+                entry["ok"], entry["error"] = False, f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+    report[REFERENCE] = {"ok": True, "max_rel_err": 0.0, "worst": None}
+    return report
+
+
+# --------------------------------------------------------------------------- #
+# Timing
+# --------------------------------------------------------------------------- #
+def _time_block(step: Callable[[], Any], inner: int) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            step()
+        return (time.perf_counter() - t0) / inner
+    finally:
+        gc.enable()
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _summary(xs: list[float], scale: float = 1.0) -> dict[str, float]:
+    return {
+        "median": _quantile(xs, 0.5) * scale,
+        "p25": _quantile(xs, 0.25) * scale,
+        "p75": _quantile(xs, 0.75) * scale,
+        "min": min(xs) * scale,
+        "max": max(xs) * scale,
+    }
+
+
+def time_methods(
+    steps: dict[str, Callable[[], Any]], repeats: int, inner: int, warmup: int, block_ms: float
+) -> tuple[dict[str, list[float]], int]:
+    names = list(steps)
+    for name in names:
+        for _ in range(warmup):
+            steps[name]()
+    if inner <= 0:  # calibrate on the slowest method
+        slowest = max(_time_block(steps[n], 3) for n in names)
+        inner = max(1, round(block_ms / 1e3 / slowest))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(_time_block(steps[name], inner))
+    return samples, inner
+
+
+# --------------------------------------------------------------------------- #
+# Reporting
+# --------------------------------------------------------------------------- #
+def machine_info() -> dict[str, Any]:
+    cpu_model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    git = None
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        git = {"commit": rev, "dirty": bool(dirty)}
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "tensordict": tensordict.__version__,
+        "torchrl": torchrl.__version__,
+        "git": git,
+    }
+
+
+def _fmt_time(row: dict, name: str) -> str:
+    m = row["methods"].get(name, {})
+    if m.get("status") == "FAILED":
+        return "FAILED"
+    if "time_us" not in m:
+        return "skipped"
+    t = m["time_us"]
+    return f"{t['median']:.1f} [{t['p25']:.1f}-{t['p75']:.1f}]"
+
+
+def _fmt_ratio(row: dict, key: str) -> str:
+    r = row["ratios"].get(key)
+    return "-" if r is None else f"{r['median']:.2f}x [{r['p25']:.2f}-{r['p75']:.2f}]"
+
+
+def print_table(case: str, description: str, rows: list[dict]) -> None:
+    header = [
+        "batch",
+        "plain (us)",
+        "plain-min (us)",
+        "rlloss (us)",
+        "torchrl (us)",
+        "rlloss/plain",
+        "rlloss/plain-min",
+        "torchrl/rlloss",
+    ]
+    body = [
+        [
+            str(row["batch_size"]) + ("" if row["status"] == "ok" else " FAILED"),
+            _fmt_time(row, "plain"),
+            _fmt_time(row, "plain-min"),
+            _fmt_time(row, "rlloss"),
+            _fmt_time(row, "torchrl"),
+            _fmt_ratio(row, "rlloss/plain"),
+            _fmt_ratio(row, "rlloss/plain-min"),
+            _fmt_ratio(row, "torchrl/rlloss"),
+        ]
+        for row in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    print(f"\n{case}: {description}")
+    print(
+        "median per step [p25-p75], zero_grad + forward + backward; ratios: median [IQR] of paired per-round ratios"
+    )
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in body:
+        print(line(cells))
+
+
+# --------------------------------------------------------------------------- #
+# Driver
+# --------------------------------------------------------------------------- #
+@dataclass
+class Config:
+    cases: list[str]
+    batch_sizes: list[int]
+    repeats: int
+    inner: int
+    warmup: int
+    block_ms: float
+    rtol: float
+    seed: int
+    require_all: bool
+    out: Path
+    smoke: bool = False
+
+
+def run_row(case: str, batch_size: int, cfg: Config) -> dict:
+    setup = CASES[case](batch_size, cfg.seed)
+    timed_batch = next(iter(setup.batches.values()))
+    row: dict[str, Any] = {
+        "case": case,
+        "description": setup.description,
+        "batch_size": batch_size,
+        "methods": {},
+        "ratios": {},
+    }
+
+    methods: dict[str, Method | None] = {}
+    for name in METHODS:
+        try:
+            methods[name] = setup.factories[name](timed_batch)
+        except MethodUnavailable as err:
+            methods[name] = None
+            row["methods"][name] = {"status": "skipped", "reason": str(err)}
+            print(f"[{case} B={batch_size}] {name}: skipped ({err})", file=sys.stderr)
+
+    report = gate(setup, methods, cfg.rtol)
+    for name, rep in report.items():
+        row["methods"][name] = {"status": "ok" if rep["ok"] else "FAILED", "gate": rep}
+        if not rep["ok"]:
+            methods[name] = None
+            print(f"[{case} B={batch_size}] {name}: gate FAILED {rep}", file=sys.stderr)
+    skipped = [n for n, m in row["methods"].items() if m["status"] == "skipped"]
+    failed = [n for n, m in row["methods"].items() if m["status"] == "FAILED"]
+    row["status"] = "FAILED" if failed or (skipped and cfg.require_all) else "ok"
+
+    steps = {n: m.step for n, m in methods.items() if m is not None}
+    samples, inner = time_methods(steps, cfg.repeats, cfg.inner, cfg.warmup, cfg.block_ms)
+    row["inner"] = inner
+    for name, xs in samples.items():
+        row["methods"][name]["time_us"] = _summary(xs, 1e6)
+        row["methods"][name]["samples_us"] = [x * 1e6 for x in xs]
+    for num, den in (
+        ("rlloss", "plain"),
+        ("rlloss", "plain-min"),
+        ("torchrl", "rlloss"),
+        ("torchrl", "plain"),
+    ):
+        if num in samples and den in samples:
+            paired = [a / b for a, b in zip(samples[num], samples[den], strict=True)]
+            row["ratios"][f"{num}/{den}"] = _summary(paired)
+    return row
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument(
+        "--batch-sizes", nargs="+", default=["64", "4096"], help="e.g. '64 4096' or '64,4096'"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=30, help="interleaved rounds (samples per method)"
+    )
+    p.add_argument(
+        "--inner", type=int, default=0, help="steps per timed block; 0 = auto (--block-ms)"
+    )
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps per method before timing")
+    p.add_argument("--block-ms", type=float, default=50.0, help="target block length for --inner 0")
+    p.add_argument("--rtol", type=float, default=1e-5, help="equality-gate relative tolerance")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--require-all", action="store_true", help="a method that cannot be built is a failure"
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
+    )
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
+    return Config(
+        cases=a.cases,
+        batch_sizes=[int(b) for arg in a.batch_sizes for b in arg.split(",") if b],
+        repeats=a.repeats,
+        inner=a.inner,
+        warmup=a.warmup,
+        block_ms=a.block_ms,
+        rtol=a.rtol,
+        seed=a.seed,
+        require_all=a.require_all,
+        out=a.out,
+        smoke=a.smoke,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set, or parallel work already started
+
+    rows = []
+    for case in cfg.cases:
+        case_rows = [run_row(case, b, cfg) for b in cfg.batch_sizes]
+        rows.extend(case_rows)
+        print_table(case, case_rows[0]["description"], case_rows)
+
+    ok = all(r["status"] == "ok" for r in rows)
+    result = {
+        "machine": machine_info(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
+        "method": "zero_grad(set_to_none) + forward + backward per step; CPU, 1 thread; "
+        "interleaved rotated rounds; times in microseconds per step",
+        "ok": ok,
+        "results": rows,
+    }
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Naive reference implementations, written from the papers, slow on purpose.
+
+Every function works on Python floats (double precision) with explicit loops, so it shares no
+code, no vectorisation trick and no dtype with :mod:`rlloss.functional`. The sequence functions
+take one trajectory as lists indexed by time ``t = 0 .. T-1``; :func:`per_sequence` and
+:func:`elementwise` lift them to tensors.
+
+Conventions: ``terminated_t`` stops bootstrapping from ``V(s_{t+1})``; ``done_t`` (terminated or
+truncated) cuts traces; after the last step of a trajectory nothing is known, so traces stop
+there and the bootstrap value is used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+# --------------------------------------------------------------------------- tensor plumbing
+
+
+def per_sequence(fn: Callable[..., list[float]], *tensors: torch.Tensor, time_dim: int = -2):
+    """Apply a one-trajectory function ``fn(*lists) -> list`` to every trajectory of
+    ``tensors`` (time along ``time_dim``); returns a float64 tensor of the inputs' shape."""
+    moved = [t.detach().to(torch.float64).movedim(time_dim, -1) for t in tensors]
+    shape = moved[0].shape
+    rows = [m.reshape(-1, shape[-1]).tolist() for m in moved]
+    out = [fn(*trajectory) for trajectory in zip(*rows, strict=True)]
+    return torch.tensor(out, dtype=torch.float64).reshape(shape).movedim(-1, time_dim)
+
+
+def elementwise(fn: Callable[..., float], *tensors: torch.Tensor) -> torch.Tensor:
+    """Apply a scalar function ``fn(*floats) -> float`` to every element; float64 result."""
+    flat = [t.detach().to(torch.float64).reshape(-1).tolist() for t in tensors]
+    out = [fn(*values) for values in zip(*flat, strict=True)]
+    return torch.tensor(out, dtype=torch.float64).reshape(tensors[0].shape)
+
+
+# --------------------------------------------------------------------------- returns
+
+
+def td0_target(reward: float, next_value: float, terminated: float, gamma: float) -> float:
+    """One-step TD target ``r + gamma * (1 - terminated) * V(s')`` (Sutton & Barto, eq. 6.2)."""
+    if terminated:
+        return reward
+    return reward + gamma * next_value
+
+
+def gae(
+    reward: Sequence[float],
+    value: Sequence[float],
+    next_value: Sequence[float],
+    done: Sequence[float],
+    terminated: Sequence[float],
+    gamma: float,
+    lmbda: float,
+) -> list[float]:
+    """GAE (Schulman et al., arXiv:1506.02438, eq. 16), looping backwards over time:
+    ``delta_t = r_t + gamma (1 - term_t) V'_t - V_t``,
+    ``A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}``, ``A_T = 0``."""
+    advantage = [0.0] * len(reward)
+    next_advantage = 0.0
+    for t in reversed(range(len(reward))):
+        delta = td0_target(reward[t], next_value[t], terminated[t], gamma) - value[t]
+        if done[t]:
+            next_advantage = 0.0
+        advantage[t] = delta + gamma * lmbda * next_advantage
+        next_advantage = advantage[t]
+    return advantage
+
+
+def td_lambda(
+    reward: Sequence[float],
+    next_value: Sequence[float],
+    done: Sequence[float],
+    terminated: Sequence[float],
+    gamma: float,
+    lmbda: float,
+) -> list[float]:
+    """Recursive lambda-return (Sutton & Barto, section 12.1):
+    ``G_t = r_t + gamma (1 - term_t) ((1 - lambda) V'_t + lambda X_t)`` with
+    ``X_t = V'_t`` if ``done_t`` or ``t`` is the last step, else ``G_{t+1}``."""
+    steps = len(reward)
+    ret = [0.0] * steps
+    for t in reversed(range(steps)):
+        if terminated[t]:
+            ret[t] = reward[t]
+            continue
+        cut = done[t] or t == steps - 1
+        following = next_value[t] if cut else ret[t + 1]
+        ret[t] = reward[t] + gamma * ((1 - lmbda) * next_value[t] + lmbda * following)
+    return ret
+
+
+def monte_carlo_return(
+    reward: Sequence[float],
+    next_value: Sequence[float],
+    done: Sequence[float],
+    terminated: Sequence[float],
+    gamma: float,
+) -> list[float]:
+    """Discounted return within the episode, summed forwards for each start ``t``:
+    ``G_t = sum_{k=t}^{e} gamma^{k-t} r_k + gamma^{e-t+1} (1 - term_e) V'_e`` where ``e`` is the
+    first step ``>= t`` that is done (or the last step of the trajectory)."""
+    steps = len(reward)
+    ret = []
+    for t in range(steps):
+        total, discount = 0.0, 1.0
+        for k in range(t, steps):
+            total += discount * reward[k]
+            discount *= gamma
+            if terminated[k]:
+                break
+            if done[k] or k == steps - 1:
+                total += discount * next_value[k]
+                break
+        ret.append(total)
+    return ret
+
+
+def reverse_discounted_sum(x: Sequence[float], discount: Sequence[float]) -> list[float]:
+    """``y_t = x_t + c_t y_{t+1}`` with ``y_T = 0``, looping backwards over time."""
+    y = [0.0] * len(x)
+    following = 0.0
+    for t in reversed(range(len(x))):
+        y[t] = x[t] + discount[t] * following
+        following = y[t]
+    return y
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def clipped_surrogate(
+    log_ratio: float,
+    advantage: float,
+    epsilon_low: float,
+    epsilon_high: float,
+    dual_clip: float | None = None,
+) -> float:
+    """PPO's clipped surrogate (Schulman et al., arXiv:1707.06347, eq. 7), with the dual clip of
+    Ye et al. (arXiv:1912.09729, eq. 5) for negative advantages:
+    ``min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, then ``max(., c A)`` where ``A < 0``."""
+    ratio = math.exp(log_ratio)
+    clipped_ratio = min(max(ratio, 1.0 - epsilon_low), 1.0 + epsilon_high)
+    objective = min(ratio * advantage, clipped_ratio * advantage)
+    if dual_clip is not None and advantage < 0:
+        objective = max(objective, dual_clip * advantage)
+    return objective
+
+
+def is_clipped(log_ratio: float, epsilon_low: float, epsilon_high: float) -> float:
+    """1 when the ratio lies outside ``[1 - eps_low, 1 + eps_high]``, else 0."""
+    ratio = math.exp(log_ratio)
+    return float(ratio < 1.0 - epsilon_low or ratio > 1.0 + epsilon_high)
+
+
+def kl_k3(log_ratio: float) -> float:
+    """k3 estimator of KL(old || new) (Schulman, "Approximating KL divergence", 2020):
+    ``(r - 1) - log r``."""
+    return (math.exp(log_ratio) - 1.0) - log_ratio
+
+
+# --------------------------------------------------------------------------- critic
+
+
+def distance(prediction: float, target: float, kind: str) -> float:
+    """``l1 = |x|``, ``l2 = x^2``, ``smooth_l1`` = Huber with delta 1
+    (``0.5 x^2`` if ``|x| < 1`` else ``|x| - 0.5``), with ``x = prediction - target``."""
+    x = prediction - target
+    if kind == "l1":
+        return abs(x)
+    if kind == "l2":
+        return x * x
+    if kind == "smooth_l1":
+        return 0.5 * x * x if abs(x) < 1.0 else abs(x) - 0.5
+    raise ValueError(kind)
+
+
+def clipped_value_loss(value: float, old_value: float, target: float, clip: float, kind: str):
+    """PPO value clipping: ``max(L(V, y), L(V_old + clamp(V - V_old, -clip, clip), y))``."""
+    clipped_value = old_value + min(max(value - old_value, -clip), clip)
+    return max(distance(value, target, kind), distance(clipped_value, target, kind))
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def masked_mean(loss: Sequence[float], mask: Sequence[bool]) -> float:
+    """Mean over the valid elements (0 when there are none)."""
+    valid = [x for x, keep in zip(loss, mask, strict=True) if keep]
+    return sum(valid) / max(len(valid), 1)
+
+
+def weighted_mean(loss: Sequence[float], weight: Sequence[float], mask: Sequence[bool]) -> float:
+    """Prioritized replay (Schaul et al., arXiv:1511.05952): mean of ``w_i l_i`` over valid i."""
+    return masked_mean([w * x for x, w in zip(loss, weight, strict=True)], mask)
+
+
+def normalized_weighted_mean(
+    loss: Sequence[float], weight: Sequence[float], mask: Sequence[bool]
+) -> float:
+    """TorchRL's PER reduction ``sum(w_i l_i) / sum(w_i)`` over valid i."""
+    numerator = denominator = 0.0
+    for x, w, keep in zip(loss, weight, mask, strict=True):
+        if keep:
+            numerator += w * x
+            denominator += w
+    return numerator / denominator
+
+
+def standardize(x: Sequence[float], mask: Sequence[bool], eps: float = 1e-6) -> list[float]:
+    """``(x - mean) / max(std, eps)`` with mean and unbiased std over the valid elements."""
+    valid = [v for v, keep in zip(x, mask, strict=True) if keep]
+    mean = sum(valid) / len(valid)
+    variance = sum((v - mean) ** 2 for v in valid) / max(len(valid) - 1, 1)
+    std = max(math.sqrt(variance), eps)
+    return [(v - mean) / std for v in x]
+
+
+def normalized_ess(log_weight: Sequence[float], mask: Sequence[bool]) -> float:
+    """Normalised effective sample size ``(sum w)^2 / (N sum w^2)`` of ``w = exp(log_weight)``
+    over the N valid elements (Kong 1992)."""
+    weights = [math.exp(lw) for lw, keep in zip(log_weight, mask, strict=True) if keep]
+    return sum(weights) ** 2 / (len(weights) * sum(w * w for w in weights))
+
+
+def explained_variance(prediction: Sequence[float], target: Sequence[float]) -> float:
+    """``1 - Var[y - p] / Var[y]`` with population variances."""
+
+    def variance(values: list[float]) -> float:
+        mean = sum(values) / len(values)
+        return sum((v - mean) ** 2 for v in values) / len(values)
+
+    residual = [y - p for p, y in zip(prediction, target, strict=True)]
+    return 1.0 - variance(residual) / variance(list(target))
