@@ -141,6 +141,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         self._refresh_source_params()
         target = getattr(self, f"{name}_params").detach().clone()
         setattr(self, f"target_{name}_params", TensorDictParams(target, no_convert=True))
+        self._refresh_source_params()
         self._has_update_associated[name] = False
         if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
             self.register_forward_pre_hook(_updater_check_forward_prehook)
@@ -148,6 +149,9 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
     def _refresh_source_params(self) -> None:
         for name in self._source_names:
             self.__dict__[f"{name}_params"] = TensorDict.from_module(getattr(self, name))
+            target = self._modules.get(f"target_{name}_params")
+            if target is not None:
+                self.__dict__[f"_target_{name}_flat"] = dict(target.flatten_keys(".").items())
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -155,9 +159,15 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         return out
 
     def _call_target(self, name: str, tensordict: TensorDictBase) -> TensorDictBase:
-        """Run the submodule ``name`` with its target parameters, without gradient."""
-        with torch.no_grad(), getattr(self, f"target_{name}_params").to_module(getattr(self, name)):
-            return getattr(self, name)(tensordict)
+        """Run the submodule ``name`` with its target parameters, without gradient.
+
+        ``torch.func.functional_call`` leaves the target buffers as they are (swapping them in
+        with ``TensorDictParams.to_module`` would hand back ``Parameter``s that require grad).
+        """
+        with torch.no_grad():
+            return torch.func.functional_call(
+                getattr(self, name), self.__dict__[f"_target_{name}_flat"], (tensordict,)
+            )
 
     # ----------------------------------------------------------------------------- estimators
     def make_value_estimator(self, value_type=None, **hyperparams):

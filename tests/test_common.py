@@ -1,0 +1,111 @@
+"""rlloss.LossModule: TorchRL compatibility of keys, target networks and updaters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torchrl.objectives as torchrl_objectives
+from tensordict import TensorDict
+from torchrl.objectives import HardUpdate, SoftUpdate
+
+import rlloss
+from rlloss import functional as F
+from tests.nets import make_actor, make_critic, rollout
+
+
+class TargetRegressionLoss(rlloss.LossModule):
+    """A minimal loss holding a target network: regress V(s) on r + 0.9 V_target(s')."""
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        value: str = "state_value"
+
+    def __init__(self, critic):
+        super().__init__()
+        self.critic_network = critic
+        self._register_target_network("critic_network")
+        self.reduction = "mean"
+
+    def forward(self, tensordict):
+        value = self.critic_network(tensordict.copy())[self.tensor_keys.value]
+        next_value = self._call_target("critic_network", tensordict.get("next").copy())
+        target = F.td0_return(
+            tensordict["next", "reward"], next_value[self.tensor_keys.value],
+            tensordict["next", "terminated"], 0.9,
+        )
+        loss = F.reduce(F.distance(value, target, "l2"), self.reduction)
+        return TensorDict({"loss_value": loss}, [])
+
+
+def test_is_a_torchrl_loss_module():
+    assert isinstance(rlloss.ClipPPOLoss(make_actor(), make_critic()), torchrl_objectives.LossModule)
+
+
+def step_online(loss):
+    optimizer = torch.optim.SGD(loss.parameters(), lr=0.5)
+    loss(rollout(make_actor()))["loss_value"].backward()
+    optimizer.step()
+
+
+def test_soft_update_moves_target_towards_online():
+    loss = TargetRegressionLoss(make_critic())
+    updater = SoftUpdate(loss, tau=0.25)
+    online, target = loss.critic_network_params, loss.target_critic_network_params
+    before = target.clone()
+    step_online(loss)
+    updater.step()
+    for key, value in online.items(True, True):
+        expected = 0.75 * before[key] + 0.25 * value.detach()
+        torch.testing.assert_close(target[key], expected)
+        assert not target[key].requires_grad
+
+
+def test_hard_update_copies_every_interval():
+    loss = TargetRegressionLoss(make_critic())
+    updater = HardUpdate(loss, value_network_update_interval=2)
+    step_online(loss)
+    weight = ("module", "0", "weight")
+    for _ in range(2):  # TorchRL's HardUpdate copies on the step after `interval` steps
+        updater.step()
+        assert not torch.equal(
+            loss.target_critic_network_params[weight], loss.critic_network_params[weight]
+        )
+    updater.step()
+    torch.testing.assert_close(
+        loss.target_critic_network_params[weight], loss.critic_network_params[weight].detach()
+    )
+
+
+def test_target_parameters_are_buffers_outside_the_optimizer():
+    loss = TargetRegressionLoss(make_critic())
+    parameters = {id(p) for p in loss.parameters()}
+    assert parameters == {id(p) for p in loss.critic_network.parameters()}
+    target_ids = {id(t) for t in loss.target_critic_network_params.values(True, True)}
+    assert not parameters & target_ids
+    step_online(loss)
+    assert all(t.grad is None for t in loss.target_critic_network_params.values(True, True))
+
+
+def test_target_state_dict_round_trip():
+    loss = TargetRegressionLoss(make_critic())
+    updater = SoftUpdate(loss, tau=0.5)
+    step_online(loss)
+    updater.step()
+    other = TargetRegressionLoss(make_critic())
+    other.load_state_dict(loss.state_dict())
+    for key, value in loss.target_critic_network_params.items(True, True):
+        torch.testing.assert_close(other.target_critic_network_params[key], value)
+    batch = rollout(make_actor())
+    torch.testing.assert_close(loss(batch)["loss_value"], other(batch)["loss_value"])
+
+
+def test_target_without_updater_warns_like_torchrl():
+    loss = TargetRegressionLoss(make_critic())
+    with pytest.warns(UserWarning, match="target network"):
+        loss(rollout(make_actor()))
+
+
+def test_loss_without_target_has_no_forward_hook():
+    assert not rlloss.ClipPPOLoss(make_actor(), make_critic())._forward_pre_hooks

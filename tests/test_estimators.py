@@ -1,0 +1,139 @@
+"""GAE, TD0Estimator, TDLambdaEstimator modules: parity with TorchRL's estimators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.objectives import value as torchrl_value
+from torchrl.objectives.utils import ValueEstimators
+
+import rlloss
+from rlloss import functional as F
+from tests.nets import make_actor, make_critic, rollout
+
+ESTIMATORS = [
+    ("GAE", {"gamma": 0.97, "lmbda": 0.9}),
+    ("GAE", {"gamma": 0.99, "lmbda": 0.95, "average_gae": True}),
+    ("TD0Estimator", {"gamma": 0.9}),
+    ("TDLambdaEstimator", {"gamma": 0.95, "lmbda": 0.7}),
+]
+
+
+def sequence_batch(batch_size=(4, 25)):
+    batch = rollout(make_actor(), batch_size=batch_size)
+    del batch["advantage"], batch["value_target"], batch["state_value"]
+    if batch.numel() >= 100:  # both truncations (done, not terminated) and terminations
+        assert (batch["next", "done"] & ~batch["next", "terminated"]).any()
+        assert batch["next", "terminated"].any()
+    return batch
+
+
+@pytest.mark.parametrize("name, kwargs", ESTIMATORS)
+def test_estimator_with_value_network_matches_torchrl(name, kwargs):
+    critic = make_critic()
+    batch = sequence_batch()
+    ours = getattr(rlloss, name)(value_network=critic, **kwargs)(batch.clone())
+    theirs = getattr(torchrl_value, name)(value_network=critic, **kwargs)(batch.clone())
+    for key in ("advantage", "value_target", "state_value", ("next", "state_value")):
+        torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-5, msg=str(key))
+    assert not ours["advantage"].requires_grad
+
+
+def test_gae_without_value_network_reads_values_from_batch():
+    batch = sequence_batch()
+    batch["state_value"] = torch.randn(4, 25, 1)
+    batch["next", "state_value"] = torch.randn(4, 25, 1)
+    ours = rlloss.GAE(gamma=0.9, lmbda=0.8, value_network=None)(batch.clone())
+    theirs = torchrl_value.GAE(gamma=0.9, lmbda=0.8, value_network=None)(batch.clone())
+    torch.testing.assert_close(ours["advantage"], theirs["advantage"])
+    torch.testing.assert_close(ours["value_target"], theirs["value_target"])
+
+
+def test_truncation_bootstraps_and_termination_does_not():
+    batch = sequence_batch(batch_size=(1, 3))
+    batch["state_value"] = torch.zeros(1, 3, 1)
+    batch["next", "state_value"] = torch.full((1, 3, 1), 10.0)
+    batch["next", "reward"] = torch.zeros(1, 3, 1)
+    batch["next", "done"] = torch.tensor([[[True], [True], [False]]])
+    batch["next", "terminated"] = torch.tensor([[[True], [False], [False]]])
+    out = rlloss.TD0Estimator(gamma=0.5)(batch)
+    torch.testing.assert_close(out["value_target"].flatten(), torch.tensor([0.0, 5.0, 5.0]))
+
+
+def test_n_step_uses_gamma_to_the_n():
+    batch = sequence_batch(batch_size=(1, 4))
+    batch["state_value"] = torch.zeros(1, 4, 1)
+    batch["next", "state_value"] = torch.ones(1, 4, 1)
+    batch["next", "terminated"] = torch.zeros(1, 4, 1, dtype=torch.bool)
+    batch["steps_to_next_obs"] = torch.tensor([[1, 2, 3, 3]])
+    out = rlloss.TD0Estimator(gamma=0.5)(batch)
+    expected = batch["next", "reward"].flatten() + torch.tensor([0.5, 0.25, 0.125, 0.125])
+    torch.testing.assert_close(out["value_target"].flatten(), expected)
+
+
+def test_time_dim_other_than_last():
+    batch = sequence_batch(batch_size=(25, 4))
+    batch["state_value"] = torch.randn(25, 4, 1)
+    batch["next", "state_value"] = torch.randn(25, 4, 1)
+    out = rlloss.GAE(gamma=0.9, lmbda=0.8)(batch.clone(), time_dim=0)
+    transposed = batch.transpose(0, 1)
+    reference = F.gae_advantage(
+        transposed["next", "reward"], transposed["state_value"], transposed["next", "state_value"],
+        transposed["next", "done"], transposed["next", "terminated"], 0.9, 0.8,
+    )
+    torch.testing.assert_close(out["advantage"], reference.transpose(0, 1))
+
+
+def test_missing_terminated_is_an_error_not_done():
+    batch = sequence_batch()
+    del batch["next", "terminated"]
+    with pytest.raises(KeyError, match="terminated"):
+        rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=make_critic())(batch)
+
+
+@pytest.mark.parametrize("kwargs", [{"gamma": 1.5, "lmbda": 0.9}, {"gamma": 0.9, "lmbda": -0.1}])
+def test_bad_hyperparameters(kwargs):
+    with pytest.raises(ValueError, match="must be in"):
+        rlloss.GAE(value_network=None, **kwargs)
+
+
+def test_set_keys_remaps_estimator_keys():
+    batch = sequence_batch()
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=make_critic())
+    gae.set_keys(advantage="adv", value_target="target")
+    out = gae(batch)
+    assert "adv" in out.keys() and "target" in out.keys()
+    with pytest.raises(ValueError, match="valid names"):
+        gae.set_keys(advantages="x")
+
+
+@pytest.mark.parametrize(
+    "value_type, cls, lmbda",
+    [
+        (ValueEstimators.GAE, rlloss.GAE, 0.95),
+        (ValueEstimators.TD0, rlloss.TD0Estimator, None),
+        (ValueEstimators.TD1, rlloss.TDLambdaEstimator, 1.0),
+        (ValueEstimators.TDLambda, rlloss.TDLambdaEstimator, 0.95),
+    ],
+)
+def test_make_value_estimator_accepts_torchrl_members(value_type, cls, lmbda):
+    loss = rlloss.ClipPPOLoss(make_actor(), make_critic())
+    loss.make_value_estimator(value_type, gamma=0.9)
+    estimator = loss.value_estimator
+    assert type(estimator) is cls and estimator.gamma == 0.9
+    assert getattr(estimator, "lmbda", None) == lmbda
+    assert estimator.value_network is loss.critic_network
+    batch = sequence_batch()
+    out = loss(batch)  # no advantage in the batch: the estimator provides it
+    assert torch.isfinite(out["loss_objective"])
+
+
+def test_make_value_estimator_rejects_unknown_types_and_keeps_instances():
+    loss = rlloss.ClipPPOLoss(make_actor(), make_critic())
+    with pytest.raises(ValueError, match="unsupported value_type"):
+        loss.make_value_estimator(ValueEstimators.VTrace)
+    gae = rlloss.GAE(gamma=0.5, lmbda=0.5, value_network=loss.critic_network)
+    loss.make_value_estimator(gae)
+    assert loss.value_estimator is gae
+    loss.set_keys(advantage="adv")
+    assert gae.tensor_keys.advantage == "adv"
