@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 
 import rlloss
-from tests.nets import make_actor, make_critic, perturbed, rollout
+from tests.nets import ACTOR_KINDS, make_actor, make_critic, perturbed, rollout
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +69,18 @@ def test_gae_compiles_fullgraph_and_matches_eager():
             torch.testing.assert_close(out["advantage"], expected["advantage"], rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(out["value_target"], expected["value_target"], rtol=1e-5,
                                        atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ACTOR_KINDS)
+def test_every_actor_kind_traces_as_one_graph(kind):
+    """Dynamo's trace alone (backend="eager": no inductor cost) proves there is no graph break,
+    hence no data-dependent Python branch or host read, in the forward and backward."""
+    actor = make_actor(kind)
+    eager = rlloss.ClipPPOLoss(perturbed(actor), make_critic(), clip_value=0.1, entropy_bonus=False)
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, fullgraph=True, backend="eager")
+    batches = [rollout(actor) for _ in range(3)]
+    assert_same(loss_and_grads(compiled, twin, batches[0]), loss_and_grads(eager, eager, batches[0]))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in batches[1:]:
+            assert_same(loss_and_grads(compiled, twin, batch), loss_and_grads(eager, eager, batch))
