@@ -82,28 +82,67 @@ class NetworkCall:
 
 class DistributionCall:
     """``DistributionCall(actor)(batch)`` returns ``actor.get_dist(batch)`` without writing the
-    distribution parameters into ``batch``."""
+    distribution parameters into ``batch``.
+
+    ``perturb``, when given, receives the parameters (a dict keyed by batch key, see
+    :attr:`parameter_keys`) and returns the ones to build the distribution with; it needs the
+    direct path (``self.direct``). :meth:`stored` builds the distribution from parameters stored in a
+    batch at collection time (TorchRL's ``build_dist_from_params``).
+    """
 
     def __init__(self, actor) -> None:
         self.actor = actor
         self.steps = None
+        self.head = _distribution_head(actor)
         if (
-            isinstance(actor, ProbabilisticTensorDictSequential)
+            self.head is not None
             and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
             and not actor.return_composite
-            and isinstance(actor.module[-1], ProbabilisticTensorDictModule)
-            and type(actor.module[-1]).get_dist is ProbabilisticTensorDictModule.get_dist
+            and actor.module[-1] is self.head
         ):
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
-                self.head = actor.module[-1]
 
-    def __call__(self, batch: TensorDictBase) -> D.Distribution:
+    @property
+    def direct(self) -> bool:
+        return self.steps is not None
+
+    @property
+    def parameter_keys(self) -> dict[str, NestedKey]:
+        """Distribution keyword -> batch key of the distribution's parameters."""
+        return {_last(d): k for d, k in zip(self.head.dist_keys, self.head.in_keys, strict=True)}
+
+    def __call__(
+        self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None
+    ) -> D.Distribution:
         if self.steps is None:
             return self.actor.get_dist(batch.copy())
         values = _run(self.steps, batch, {})
-        for key in self.head.in_keys:
-            if key not in values:
-                values[key] = batch.get(key)
-        return self.head.get_dist(values)
+        params = {k: values[k] if k in values else batch.get(k) for k in self.head.in_keys}
+        if perturb is not None:
+            params = perturb(params)
+        return self.head.get_dist(params)
+
+    def stored(self, batch: TensorDictBase) -> D.Distribution:
+        """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
+        missing = [k for k in self.parameter_keys.values() if batch.get(k, None) is None]
+        if missing:
+            raise KeyError(
+                f"the batch does not hold the distribution parameters {missing} of the policy "
+                "that collected it; store them at collection time (a TorchRL ProbabilisticActor "
+                "writes them into the rollout TensorDict)."
+            )
+        return self.head.get_dist(batch)
+
+
+def _last(key: NestedKey) -> str:
+    return key[-1] if isinstance(key, tuple) else key
+
+
+def _distribution_head(actor) -> ProbabilisticTensorDictModule | None:
+    """The last ``ProbabilisticTensorDictModule`` of ``actor`` (whose ``get_dist`` is standard)."""
+    heads = [m for m in actor.modules() if isinstance(m, ProbabilisticTensorDictModule)]
+    if not heads or type(heads[-1]).get_dist is not ProbabilisticTensorDictModule.get_dist:
+        return None
+    return heads[-1]

@@ -180,7 +180,7 @@ class PPOLoss(LossModule):
     @property
     def out_keys(self) -> list[str]:
         """The entries of the output TensorDict."""
-        keys = ["loss_objective", "kl_approx", *self._surrogate_keys]
+        keys = ["loss_objective", "kl_approx", "kl_k3", *self._surrogate_keys]
         keys += ["loss_entropy", "entropy"] if self.entropy_bonus else []
         if self._has_critic:
             keys += ["loss_critic"]
@@ -207,13 +207,22 @@ class PPOLoss(LossModule):
         """The current policy and the log-ratio ``log pi(a|s) - log pi_old(a|s)``, ``[*B, 1]``."""
         old_log_prob = self._get(batch, "sample_log_prob")
         action = self._get(batch, "action")
-        distribution = self._actor_call(batch)
+        distribution = self._distribution(batch)
         return distribution, F.log_ratio(distribution.log_prob(action), old_log_prob).unsqueeze(-1)
 
+    def _distribution(self, batch: TensorDictBase) -> D.Distribution:
+        """The current policy at the batch's observations."""
+        return self._actor_call(batch)
+
     def _surrogate(
-        self, log_ratio: torch.Tensor, advantage: torch.Tensor, mask: torch.Tensor | None
+        self,
+        log_ratio: torch.Tensor,
+        advantage: torch.Tensor,
+        mask: torch.Tensor | None,
+        batch: TensorDictBase,
+        distribution: D.Distribution,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The per-element surrogate objective and its diagnostics."""
+        """The per-element surrogate objective (to maximise) and its diagnostics."""
         return log_ratio.exp() * advantage, {}
 
     def loss_entropy(
@@ -260,11 +269,13 @@ class PPOLoss(LossModule):
         mask = tensordict.get(self.tensor_keys.mask, None)
         batch, advantage = self._advantage(tensordict, mask)
         distribution, log_ratio = self._policy(batch)
-        surrogate, out = self._surrogate(log_ratio, advantage, mask)
+        surrogate, out = self._surrogate(log_ratio, advantage, mask, batch, distribution)
         out["loss_objective"] = _as_scalar_output(
             F.reduce(-surrogate, self.reduction, mask), self.reduction
         )
-        out["kl_approx"] = F.reduce(-log_ratio.detach(), "mean", mask)
+        log_ratio = log_ratio.detach()
+        out["kl_approx"] = F.reduce(-log_ratio, "mean", mask)
+        out["kl_k3"] = F.reduce(F.kl_k3(log_ratio), "mean", mask)
         if self.entropy_bonus:
             loss, info = self.loss_entropy(distribution, mask)
             out["loss_entropy"] = _as_scalar_output(loss, self.reduction)
@@ -347,7 +358,7 @@ class ClipPPOLoss(PPOLoss):
             return F.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
         return F.clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
-    def _surrogate(self, log_ratio, advantage, mask):
+    def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
         surrogate = F.clipped_surrogate(log_ratio, advantage, low, high, self.dual_clip)
         with torch.no_grad():
@@ -365,3 +376,168 @@ def _device_of(module: nn.Module) -> torch.device:
     for tensor in module.parameters():
         return tensor.device
     return torch.device("cpu")
+
+
+class KLPENPPOLoss(PPOLoss):
+    """PPO with an adaptive KL penalty: ``loss_objective = -mean(r A - beta KL(pi_old || pi))``.
+
+    Schulman et al., arXiv:1707.06347, section 4. ``KL(pi_old || pi)`` is analytic when the
+    distribution family has a closed form, computed from the distribution parameters the batch
+    stores (``loc``/``scale``, ``logits``), else a Monte-Carlo estimate with ``samples_mc_kl``
+    draws. After the loss is built, beta adapts (in training mode, with grad enabled, when
+    ``adaptive_beta``): ``mean KL > 1.5 dtarg -> beta *= increment``, ``mean KL < dtarg / 1.5 ->
+    beta *= decrement``, clamped to ``[beta_min, beta_max]``. Outputs add ``kl`` (mean KL) and
+    ``beta`` (the value the loss used).
+
+    Args:
+        dtarg: target KL. beta: initial beta (a buffer, in ``state_dict``).
+        increment, decrement: beta factors (``>= 1`` and ``<= 1``).
+        samples_mc_kl: draws of the Monte-Carlo KL.
+        adaptive_beta: adapt beta in each forward; with ``False`` call :meth:`update_beta`
+            yourself (e.g. once per epoch with the epoch's mean KL).
+        beta_min, beta_max: optional bounds on beta.
+        Other arguments as :class:`PPOLoss`.
+
+    Differences from TorchRL: TorchRL multiplies beta in place after building ``beta * KL``, so
+    the backward pass sees the updated beta while the reported loss used the old one; here the
+    gradient is that of the reported loss. TorchRL also adapts beta under ``torch.no_grad()`` and
+    in eval mode, and with a host sync (``if kl.mean() > ...``); rlloss's update is a
+    ``torch.where`` on the buffer. TorchRL's ``kl`` output is per sample; rlloss's is the mean.
+
+    Example:
+        >>> loss = KLPENPPOLoss(actor, critic, dtarg=0.01, beta=1.0)
+        >>> out = loss(batch)  # batch holds loc/scale (or logits) of the collecting policy
+        >>> out["beta"], out["kl"]
+    """
+
+    _schedulable_buffers = frozenset({"beta"})
+    _surrogate_keys = ("kl", "beta")
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        critic_network: nn.Module | None = None,
+        *,
+        dtarg: float = 0.01,
+        beta: float = 1.0,
+        increment: float = 2.0,
+        decrement: float = 0.5,
+        samples_mc_kl: int = 1,
+        adaptive_beta: bool = True,
+        beta_min: float | None = None,
+        beta_max: float | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(actor_network, critic_network, **kwargs)
+        check_in_range("dtarg", dtarg, 0.0, low_open=True)
+        check_in_range("beta", beta, 0.0)
+        check_in_range("increment", increment, 1.0)
+        check_in_range("decrement", decrement, 0.0, 1.0, low_open=True)
+        check_in_range("samples_mc_kl", samples_mc_kl, 1)
+        if beta_min is not None and beta_max is not None and beta_min > beta_max:
+            raise ValueError(f"beta_min ({beta_min}) must be <= beta_max ({beta_max}).")
+        if self._actor_call.head is None:
+            raise TypeError(
+                "KLPENPPOLoss needs an actor ending in a ProbabilisticTensorDictModule (a TorchRL "
+                "ProbabilisticActor) to rebuild the collecting policy from stored parameters."
+            )
+        self.dtarg, self.increment, self.decrement = float(dtarg), float(increment), float(decrement)
+        self.samples_mc_kl = int(samples_mc_kl)
+        self.adaptive_beta = adaptive_beta
+        self.beta_min, self.beta_max = beta_min, beta_max
+        self.register_buffer("beta", torch.tensor(float(beta), device=self.entropy_coeff.device))
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return list(dict.fromkeys([*super().in_keys, *self._actor_call.parameter_keys.values()]))
+
+    def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
+        surrogate, info = super()._surrogate(log_ratio, advantage, mask, batch, distribution)
+        previous = self._actor_call.stored(batch)
+        kl = F.kl_divergence(previous, distribution, self.samples_mc_kl).unsqueeze(-1)
+        beta = self.beta.clone()  # the beta of this loss, whatever the update below does
+        mean_kl = F.reduce(kl.detach(), "mean", mask)
+        if self.adaptive_beta and self.training and torch.is_grad_enabled():
+            self.update_beta(mean_kl)
+        return surrogate - beta * kl, {**info, "kl": mean_kl, "beta": beta}
+
+    @torch.no_grad()
+    def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:
+        """Adapt beta to a mean KL (a float or a one-element tensor) without a host sync."""
+        kl = torch.as_tensor(kl, dtype=self.beta.dtype, device=self.beta.device).reshape(())
+        factor = torch.where(
+            kl > 1.5 * self.dtarg,
+            self.increment,
+            torch.where(kl < self.dtarg / 1.5, self.decrement, 1.0),
+        )
+        beta = self.beta * factor
+        if self.beta_min is not None or self.beta_max is not None:
+            beta = beta.clamp(self.beta_min, self.beta_max)
+        return self.beta.copy_(beta)
+
+
+class RPOLoss(ClipPPOLoss):
+    """Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
+    noise in every forward, ``mu -> mu + z``, ``z ~ U(-rpo_alpha, rpo_alpha)`` per element.
+
+    Rahman & Xue, "Robust Policy Optimization in Deep Reinforcement Learning", arXiv:2212.07536;
+    CleanRL's ``rpo_continuous_action.py``. The ratio uses the unperturbed log-prob stored at
+    collection; the noise reaches the new log-prob and the entropy only. ``rpo_alpha=0`` is
+    ClipPPOLoss exactly.
+
+    Args:
+        rpo_alpha: noise half-width (a buffer). CleanRL's default 0.5; 0.01 is advised for some
+            MuJoCo tasks.
+        noise_in_actor: instead of perturbing the location itself, write ``rpo_alpha`` into the
+            batch (``[*B, 1]`` under ``tensor_keys.rpo_alpha``) for an actor that reads it and
+            applies the noise (skrl's style).
+        Other arguments as :class:`ClipPPOLoss`.
+
+    Example:
+        >>> loss = RPOLoss(actor, critic, rpo_alpha=0.5)
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(ClipPPOLoss._AcceptedKeys):
+        """Keys read by RPOLoss: those of the PPO losses, and ``rpo_alpha``."""
+
+        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that apply the noise themselves
+
+    default_keys = _AcceptedKeys
+    _schedulable_buffers = frozenset({"rpo_alpha"})
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        critic_network: nn.Module | None = None,
+        *,
+        rpo_alpha: float = 0.5,
+        noise_in_actor: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(actor_network, critic_network, **kwargs)
+        check_in_range("rpo_alpha", rpo_alpha, 0.0)
+        self.noise_in_actor = noise_in_actor
+        if not noise_in_actor:
+            keys = self._actor_call.parameter_keys if self._actor_call.head is not None else {}
+            if "loc" not in keys or not self._actor_call.direct:
+                raise TypeError(
+                    "RPOLoss perturbs the 'loc' parameter of a TorchRL ProbabilisticActor whose "
+                    "modules are TensorDictModules (e.g. over IndependentNormal or TanhNormal); "
+                    "for another actor pass noise_in_actor=True and apply the noise in the actor."
+                )
+            self._loc_key = keys["loc"]
+        self.register_buffer(
+            "rpo_alpha", torch.tensor(float(rpo_alpha), device=self.entropy_coeff.device)
+        )
+
+    def _distribution(self, batch: TensorDictBase) -> D.Distribution:
+        if self.noise_in_actor:
+            batch = batch.copy()
+            batch.set(self.tensor_keys.rpo_alpha, self.rpo_alpha.expand(*batch.batch_size, 1))
+            return self._actor_call(batch)
+
+        def perturb(params: dict) -> dict:
+            return {**params, self._loc_key: F.rpo_perturbation(params[self._loc_key], self.rpo_alpha)}
+
+        return self._actor_call(batch, perturb)

@@ -6,13 +6,17 @@ Tensors in, per-element tensors out (reductions live in :mod:`rlloss.functional.
 
 from rlloss.functional.critic import clipped_value_loss, distance
 from rlloss.functional.policy import (
+    categorical_kl,
     clip_bounds,
     clipped,
     clipped_surrogate,
     distribution_entropy,
+    gaussian_kl,
     has_analytic_entropy,
+    kl_divergence,
     kl_k3,
     log_ratio,
+    rpo_perturbation,
 )
 from rlloss.functional.reduce import (
     explained_variance,
@@ -31,6 +35,7 @@ from rlloss.functional.returns import (
 
 __all__ = [
     "bootstrap_discount",
+    "categorical_kl",
     "clip_bounds",
     "clipped",
     "clipped_surrogate",
@@ -39,12 +44,15 @@ __all__ = [
     "distribution_entropy",
     "explained_variance",
     "gae_advantage",
+    "gaussian_kl",
     "has_analytic_entropy",
+    "kl_divergence",
     "kl_k3",
     "log_ratio",
     "normalized_effective_sample_size",
     "reduce",
     "reverse_discounted_sum",
+    "rpo_perturbation",
     "standardize",
     "td0_error",
     "td0_return",

@@ -3,6 +3,8 @@ gradients, compile."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -19,12 +21,18 @@ from rlloss.functional import (
 )
 from tests import reference
 
-BATCHES = [(), (3,), (2, 3)]
+GRID_SHAPES = [(1, 1), (7, 1), (100, 1)]
+GRID_SHAPES += [(3, steps, 1) for steps in (1, 2, 7, 64, 100)]
+GRID_SHAPES += [(2, 3, 2, 1), (2, 3, 64, 1)]
 TIMES = [1, 2, 7, 64, 100]
 FLAGS = ["none", "terminated", "truncated", "mixed"]
 DTYPES = [torch.float32, torch.float64]
-GAMMA_LAMBDA = [(0.0, 0.95), (0.9, 0.0), (0.9, 0.5), (0.99, 0.95), (1.0, 1.0), (0.9, 1.0), (1.0, 0.7)]
-TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-4}, torch.float64: {"rtol": 1e-10, "atol": 1e-10}}
+GAMMA_LAMBDA = [(0.0, 0.95), (0.9, 0.0), (0.99, 0.95), (1.0, 1.0), (1.0, 0.7), (0.9, 1.0)]
+GAMMAS = [0.0, 0.9, 1.0]
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-4},
+    torch.float64: {"rtol": 1e-10, "atol": 1e-10},
+}
 
 
 def make_batch(shape, flags="mixed", dtype=torch.float64, consistent=False, seed=0):
@@ -57,21 +65,22 @@ def make_batch(shape, flags="mixed", dtype=torch.float64, consistent=False, seed
         raise ValueError(flags)
     if consistent:
         continuing = ~done[..., :-1, :]
-        next_value[..., :-1, :] = torch.where(continuing, value[..., 1:, :], next_value[..., :-1, :])
+        next_value[..., :-1, :] = torch.where(
+            continuing, value[..., 1:, :], next_value[..., :-1, :]
+        )
     return reward.to(dtype), value.to(dtype), next_value.to(dtype), done, terminated
-
-
-def grid_shapes():
-    return [batch + (steps, 1) for batch in BATCHES for steps in TIMES]
 
 
 def shape_id(shape):
     return "x".join(map(str, shape))
 
 
-def assert_matches(actual, expected, dtype):
+def assert_matches(actual, expected, dtype, **context):
+    """``actual`` (in ``dtype``) against a float64 ``expected``; ``context`` names the case."""
     assert actual.dtype == dtype
-    torch.testing.assert_close(actual.to(torch.float64), expected, **TOLERANCE[dtype])
+    torch.testing.assert_close(
+        actual.to(torch.float64), expected, **TOLERANCE[dtype], msg=lambda m: f"{context}: {m}"
+    )
 
 
 # --------------------------------------------------------------------------- against references
@@ -79,58 +88,86 @@ def assert_matches(actual, expected, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("flags", FLAGS)
-@pytest.mark.parametrize("gamma,lmbda", GAMMA_LAMBDA)
-@pytest.mark.parametrize("shape", grid_shapes(), ids=shape_id)
-def test_gae_matches_reference(shape, gamma, lmbda, flags, dtype):
+@pytest.mark.parametrize("shape", GRID_SHAPES, ids=shape_id)
+def test_gae_matches_reference(shape, flags, dtype):
     reward, value, next_value, done, terminated = make_batch(shape, flags, dtype)
-    actual = gae_advantage(reward, value, next_value, done, terminated, gamma, lmbda)
-    expected = reference.per_sequence(
-        lambda r, v, nv, d, term: reference.gae(r, v, nv, d, term, gamma, lmbda),
-        reward, value, next_value, done, terminated,
-    )
-    assert_matches(actual, expected, dtype)
+    for gamma, lmbda in GAMMA_LAMBDA:
+        actual = gae_advantage(reward, value, next_value, done, terminated, gamma, lmbda)
+        expected = reference.per_sequence(
+            partial(reference.gae, gamma=gamma, lmbda=lmbda),
+            reward,
+            value,
+            next_value,
+            done,
+            terminated,
+        )
+        assert_matches(actual, expected, dtype, gamma=gamma, lmbda=lmbda)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("flags", FLAGS)
-@pytest.mark.parametrize("gamma,lmbda", GAMMA_LAMBDA)
-@pytest.mark.parametrize("shape", grid_shapes(), ids=shape_id)
-def test_td_lambda_matches_reference(shape, gamma, lmbda, flags, dtype):
+@pytest.mark.parametrize("shape", GRID_SHAPES, ids=shape_id)
+def test_td_lambda_matches_reference(shape, flags, dtype):
     reward, _, next_value, done, terminated = make_batch(shape, flags, dtype)
-    actual = td_lambda_return(reward, next_value, done, terminated, gamma, lmbda)
-    expected = reference.per_sequence(
-        lambda r, nv, d, term: reference.td_lambda(r, nv, d, term, gamma, lmbda),
-        reward, next_value, done, terminated,
-    )
-    assert_matches(actual, expected, dtype)
+    for gamma, lmbda in GAMMA_LAMBDA:
+        actual = td_lambda_return(reward, next_value, done, terminated, gamma, lmbda)
+        expected = reference.per_sequence(
+            partial(reference.td_lambda, gamma=gamma, lmbda=lmbda),
+            reward,
+            next_value,
+            done,
+            terminated,
+        )
+        assert_matches(actual, expected, dtype, gamma=gamma, lmbda=lmbda)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("flags", FLAGS)
-@pytest.mark.parametrize("gamma", [0.0, 0.5, 0.99, 1.0])
 @pytest.mark.parametrize("shape", [(1,), (5, 1), (2, 3, 7, 1)], ids=shape_id)
-def test_td0_return_and_error_match_reference(shape, gamma, flags, dtype):
+def test_td0_return_and_error_match_reference(shape, flags, dtype):
     reward, value, next_value, _, terminated = make_batch(shape, flags, dtype)
-    target = reference.elementwise(
-        lambda r, nv, term: reference.td0_target(r, nv, term, gamma), reward, next_value, terminated
-    )
-    assert_matches(td0_return(reward, next_value, terminated, gamma), target, dtype)
-    assert_matches(
-        td0_error(reward, value, next_value, terminated, gamma), target - value.double(), dtype
-    )
+    for gamma in [0.0, 0.5, 0.99, 1.0]:
+        target = reference.elementwise(
+            partial(reference.td0_target, gamma=gamma),
+            reward,
+            next_value,
+            terminated,
+        )
+        actual = td0_return(reward, next_value, terminated, gamma)
+        assert_matches(actual, target, dtype, gamma=gamma)
+        actual = td0_error(reward, value, next_value, terminated, gamma)
+        assert_matches(actual, target - value.double(), dtype, gamma=gamma)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_td0_return_with_n_step_discount(dtype):
     reward, _, next_value, _, terminated = make_batch((2, 9, 1), "mixed", dtype)
-    steps = torch.randint(1, 4, (2, 9, 1))
+    steps = torch.randint(1, 4, (2, 9, 1))  # int64, as TorchRL's MultiStep writes it
     discount = bootstrap_discount(0.9, steps)
     assert bootstrap_discount(0.9, None) == 0.9
-    torch.testing.assert_close(discount, 0.9 ** steps.double(), check_dtype=False)
+    torch.testing.assert_close(discount.double(), 0.9 ** steps.double(), **TOLERANCE[torch.float32])
     expected = reference.elementwise(
         reference.td0_target, reward, next_value, terminated, 0.9 ** steps.double()
     )
-    assert_matches(td0_return(reward, next_value, terminated, discount), expected, dtype)
+    # float32 tolerance: the discount of an integer step count is float32, see below.
+    actual = td0_return(reward, next_value, terminated, discount)
+    assert actual.dtype == dtype
+    torch.testing.assert_close(actual.double(), expected, **TOLERANCE[torch.float32])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bootstrap_discount(float, int tensor) is float32 (torch's default dtype), "
+    "so float64 n-step targets lose precision (relative error ~1e-7)",
+)
+def test_bootstrap_discount_keeps_float64_precision():
+    reward, _, next_value, _, terminated = make_batch((2, 9, 1), "mixed", torch.float64)
+    steps = torch.randint(1, 4, (2, 9, 1))
+    actual = td0_return(reward, next_value, terminated, bootstrap_discount(0.9, steps))
+    expected = reference.elementwise(
+        reference.td0_target, reward, next_value, terminated, 0.9 ** steps.double()
+    )
+    assert_matches(actual, expected, torch.float64)
 
 
 # Layouts for reverse_discounted_sum: (shape with T as a placeholder, time_dim).
@@ -147,24 +184,36 @@ SUM_LAYOUTS = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("discount", [0.0, 0.5, 0.99, 1.0, "tensor", "broadcast"])
 @pytest.mark.parametrize("steps", TIMES)
 @pytest.mark.parametrize("layout,time_dim", SUM_LAYOUTS, ids=lambda v: str(v).replace(" ", ""))
-def test_reverse_discounted_sum_matches_reference(layout, time_dim, steps, discount, dtype):
+def test_reverse_discounted_sum_matches_reference(layout, time_dim, steps, dtype):
     shape = tuple(steps if size == "T" else size for size in layout)
     x = torch.randn(shape, dtype=dtype)
-    if discount == "tensor":
-        discount = torch.rand(shape, dtype=dtype)
-    elif discount == "broadcast":  # one discount per time step, broadcast over the rest
-        per_step = [steps if i == time_dim % len(shape) else 1 for i in range(len(shape))]
-        discount = torch.rand(per_step, dtype=dtype)
-    full = torch.broadcast_to(torch.as_tensor(discount, dtype=dtype), shape)
-    expected = reference.per_sequence(reference.reverse_discounted_sum, x, full, time_dim=time_dim)
-    assert_matches(reverse_discounted_sum(x, discount, time_dim=time_dim), expected, dtype)
+    # One discount per time step, broadcast over the other dims.
+    per_step = [steps if i == time_dim % len(shape) else 1 for i in range(len(shape))]
+    discounts = {
+        "0": 0.0,
+        "0.5": 0.5,
+        "0.99": 0.99,
+        "1": 1.0,
+        "tensor": torch.rand(shape, dtype=dtype),
+        "per-step": torch.rand(per_step, dtype=dtype),
+        "0-d tensor": torch.tensor(0.9, dtype=dtype),
+    }
+    for name, discount in discounts.items():
+        full = torch.broadcast_to(torch.as_tensor(discount, dtype=dtype), shape)
+        expected = reference.per_sequence(
+            reference.reverse_discounted_sum, x, full, time_dim=time_dim
+        )
+        actual = reverse_discounted_sum(x, discount, time_dim=time_dim)
+        assert_matches(actual, expected, dtype, discount=name)
 
 
 _EXAMPLES = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 _unit = st.floats(0.0, 1.0, allow_nan=False)
 
@@ -200,15 +249,22 @@ def test_gae_and_td_lambda_property(ends, gamma, lmbda, seed):
 
     advantage = gae_advantage(reward, value, next_value, done, terminated, gamma, lmbda)
     expected = reference.per_sequence(
-        lambda r, v, nv, d, t: reference.gae(r, v, nv, d, t, gamma, lmbda),
-        reward, value, next_value, done, terminated,
+        partial(reference.gae, gamma=gamma, lmbda=lmbda),
+        reward,
+        value,
+        next_value,
+        done,
+        terminated,
     )
     torch.testing.assert_close(advantage, expected, rtol=1e-10, atol=1e-10)
 
     ret = td_lambda_return(reward, next_value, done, terminated, gamma, lmbda)
     expected = reference.per_sequence(
-        lambda r, nv, d, t: reference.td_lambda(r, nv, d, t, gamma, lmbda),
-        reward, next_value, done, terminated,
+        partial(reference.td_lambda, gamma=gamma, lmbda=lmbda),
+        reward,
+        next_value,
+        done,
+        terminated,
     )
     torch.testing.assert_close(ret, expected, rtol=1e-10, atol=1e-10)
 
@@ -218,70 +274,85 @@ def test_gae_and_td_lambda_property(ends, gamma, lmbda, seed):
 IDENTITY_SHAPES = [(1, 1), (7, 1), (2, 3, 64, 1), (3, 100, 1)]
 
 
-@pytest.mark.parametrize("gamma", [0.0, 0.9, 1.0])
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize("shape", IDENTITY_SHAPES, ids=shape_id)
-def test_references_agree_with_each_other(shape, flags, gamma):
-    """The recursive lambda-return at lambda=1 equals the forward Monte-Carlo sum; two
+def test_references_agree_with_each_other(shape, flags):
+    """The recursive lambda-return at lambda=1 equals the forward Monte-Carlo sum: two
     independent formulations, so a mistake in either reference shows here."""
     reward, _, next_value, done, terminated = make_batch(shape, flags)
-    td1 = reference.per_sequence(
-        lambda r, nv, d, t: reference.td_lambda(r, nv, d, t, gamma, 1.0),
-        reward, next_value, done, terminated,
-    )
-    monte_carlo = reference.per_sequence(
-        lambda r, nv, d, t: reference.monte_carlo_return(r, nv, d, t, gamma),
-        reward, next_value, done, terminated,
-    )
-    torch.testing.assert_close(td1, monte_carlo, rtol=1e-12, atol=1e-12)
+    for gamma in GAMMAS:
+        td1 = reference.per_sequence(
+            partial(reference.td_lambda, gamma=gamma, lmbda=1.0),
+            reward,
+            next_value,
+            done,
+            terminated,
+        )
+        monte_carlo = reference.per_sequence(
+            partial(reference.monte_carlo_return, gamma=gamma),
+            reward,
+            next_value,
+            done,
+            terminated,
+        )
+        torch.testing.assert_close(td1, monte_carlo, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("gamma", [0.0, 0.9, 1.0])
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize("shape", IDENTITY_SHAPES, ids=shape_id)
-def test_gae_lambda_one_is_monte_carlo_return_minus_value(shape, flags, gamma, dtype):
+def test_lambda_one_is_monte_carlo_return(shape, flags, dtype):
+    """GAE(lambda=1) = discounted return (bootstrapped at cuts) - V, given consistent values;
+    TD(lambda=1) = that return, whatever the values."""
     reward, value, next_value, done, terminated = make_batch(shape, flags, dtype, consistent=True)
-    monte_carlo = reference.per_sequence(
-        lambda r, nv, d, t: reference.monte_carlo_return(r, nv, d, t, gamma),
-        reward, next_value, done, terminated,
-    )
-    advantage = gae_advantage(reward, value, next_value, done, terminated, gamma, 1.0)
-    assert_matches(advantage, monte_carlo - value.double(), dtype)
-    ret = td_lambda_return(reward, next_value, done, terminated, gamma, 1.0)
-    assert_matches(ret, monte_carlo, dtype)
+    for gamma in GAMMAS:
+        monte_carlo = reference.per_sequence(
+            partial(reference.monte_carlo_return, gamma=gamma),
+            reward,
+            next_value,
+            done,
+            terminated,
+        )
+        advantage = gae_advantage(reward, value, next_value, done, terminated, gamma, 1.0)
+        assert_matches(advantage, monte_carlo - value.double(), dtype, gamma=gamma)
+        ret = td_lambda_return(reward, next_value, done, terminated, gamma, 1.0)
+        assert_matches(ret, monte_carlo, dtype, gamma=gamma)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("gamma", [0.0, 0.9, 1.0])
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize("shape", IDENTITY_SHAPES, ids=shape_id)
-def test_lambda_zero_is_td0(shape, flags, gamma, dtype):
-    """GAE(lambda=0) is the TD error and TD(0)-lambda-return the TD(0) target, whatever the
-    values (no consistency needed)."""
+def test_lambda_zero_is_td0(shape, flags, dtype):
+    """GAE(lambda=0) is the TD error and TD(lambda=0) the TD(0) target, whatever the values."""
     reward, value, next_value, done, terminated = make_batch(shape, flags, dtype)
-    torch.testing.assert_close(
-        gae_advantage(reward, value, next_value, done, terminated, gamma, 0.0),
-        td0_error(reward, value, next_value, terminated, gamma),
-        **TOLERANCE[dtype],
-    )
-    torch.testing.assert_close(
-        td_lambda_return(reward, next_value, done, terminated, gamma, 0.0),
-        td0_return(reward, next_value, terminated, gamma),
-        **TOLERANCE[dtype],
-    )
+    for gamma in GAMMAS:
+        torch.testing.assert_close(
+            gae_advantage(reward, value, next_value, done, terminated, gamma, 0.0),
+            td0_error(reward, value, next_value, terminated, gamma),
+            **TOLERANCE[dtype],
+        )
+        torch.testing.assert_close(
+            td_lambda_return(reward, next_value, done, terminated, gamma, 0.0),
+            td0_return(reward, next_value, terminated, gamma),
+            **TOLERANCE[dtype],
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("gamma,lmbda", GAMMA_LAMBDA)
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize("shape", IDENTITY_SHAPES, ids=shape_id)
-def test_td_lambda_return_is_gae_plus_value(shape, flags, gamma, lmbda, dtype):
+def test_td_lambda_return_is_gae_plus_value(shape, flags, dtype):
     """With ``next_value[t] == value[t + 1]`` inside episodes, ``G^lambda = A^GAE + V``."""
     reward, value, next_value, done, terminated = make_batch(shape, flags, dtype, consistent=True)
-    advantage = gae_advantage(reward, value, next_value, done, terminated, gamma, lmbda)
-    ret = td_lambda_return(reward, next_value, done, terminated, gamma, lmbda)
-    torch.testing.assert_close(ret, advantage + value, **TOLERANCE[dtype])
+    for gamma, lmbda in GAMMA_LAMBDA:
+        advantage = gae_advantage(reward, value, next_value, done, terminated, gamma, lmbda)
+        ret = td_lambda_return(reward, next_value, done, terminated, gamma, lmbda)
+        torch.testing.assert_close(
+            ret,
+            advantage + value,
+            **TOLERANCE[dtype],
+            msg=lambda m, g=gamma, lm=lmbda: f"gamma={g}, lmbda={lm}: {m}",
+        )
 
 
 def test_identity_needs_consistent_values():
@@ -358,31 +429,35 @@ PARITY_SHAPES = [((7, 1), -2), ((3, 64, 1), -2), ((2, 3, 100, 1), -2), ((33, 4, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("gamma,lmbda", [(0.99, 0.95), (0.9, 0.0), (1.0, 1.0), (0.0, 0.5)])
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize("shape,time_dim", PARITY_SHAPES, ids=lambda v: str(v).replace(" ", ""))
-def test_parity_with_torchrl(shape, time_dim, flags, gamma, lmbda, dtype):
+def test_parity_with_torchrl(shape, time_dim, flags, dtype):
     reward, value, next_value, done, terminated = make_batch(shape, flags, dtype)
     if time_dim == 0:  # make_batch puts time at -2; make it the leading dim
         reward, value, next_value, done, terminated = (
             t.movedim(-2, 0).contiguous() for t in (reward, value, next_value, done, terminated)
         )
-    advantage = gae_advantage(
-        reward, value, next_value, done, terminated, gamma, lmbda, time_dim=time_dim
-    )
-    their_advantage, their_target = torchrl_functional.generalized_advantage_estimate(
-        gamma, lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
-    )
-    torch.testing.assert_close(advantage, their_advantage, **TOLERANCE[dtype])
-    torch.testing.assert_close(advantage + value, their_target, **TOLERANCE[dtype])
+    tolerance = TOLERANCE[dtype]
+    for gamma, lmbda in [(0.99, 0.95), (0.9, 0.0), (1.0, 1.0), (0.0, 0.5)]:
+        advantage = gae_advantage(
+            reward, value, next_value, done, terminated, gamma, lmbda, time_dim=time_dim
+        )
+        # TorchRL multiplies a Python-float gamma by an integer flag tensor, which rounds it to
+        # float32 even for float64 inputs; a 0-d tensor of the inputs' dtype keeps its precision.
+        their_gamma = torch.tensor(gamma, dtype=dtype)
+        their_advantage, their_target = torchrl_functional.generalized_advantage_estimate(
+            their_gamma, lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
+        )
+        torch.testing.assert_close(advantage, their_advantage, **tolerance)
+        torch.testing.assert_close(advantage + value, their_target, **tolerance)
 
-    ret = td_lambda_return(
-        reward, next_value, done, terminated, gamma, lmbda, time_dim=time_dim
-    )
-    theirs = torchrl_functional.td_lambda_return_estimate(
-        gamma, lmbda, next_value, reward, done, terminated, time_dim=time_dim
-    )
-    torch.testing.assert_close(ret, theirs, **TOLERANCE[dtype])
+        ret = td_lambda_return(
+            reward, next_value, done, terminated, gamma, lmbda, time_dim=time_dim
+        )
+        theirs = torchrl_functional.td_lambda_return_estimate(
+            gamma, lmbda, next_value, reward, done, terminated, time_dim=time_dim
+        )
+        torch.testing.assert_close(ret, theirs, **tolerance)
 
 
 # --------------------------------------------------------------------------- hyperparameters as tensors, purity

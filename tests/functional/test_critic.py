@@ -1,0 +1,148 @@
+"""rlloss.functional.critic against the references: distances, PPO's clipped value loss,
+gradient routing, shape errors."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlloss.functional import clipped_value_loss, distance
+from tests import reference
+
+DTYPES = [torch.float32, torch.float64]
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+    torch.float64: {"rtol": 1e-12, "atol": 1e-12},
+}
+SHAPES = [(1, 1), (5, 1), (3, 7, 1), (2, 3, 4, 1)]
+KINDS = ["l1", "l2", "smooth_l1"]
+
+
+def shape_id(shape):
+    return "x".join(map(str, shape))
+
+
+def values(shape, dtype, seed=0):
+    """value, old_value, target: differences on both sides of 1 (Huber's kink) and of the
+    clip ranges used below."""
+    generator = torch.Generator().manual_seed(seed)
+    target = torch.randn(shape, generator=generator, dtype=dtype)
+    value = target + 2 * torch.randn(shape, generator=generator, dtype=dtype)
+    old_value = value + 0.5 * torch.randn(shape, generator=generator, dtype=dtype)
+    return value, old_value, target
+
+
+def assert_matches(actual, expected, dtype, **context):
+    assert actual.dtype == dtype
+    torch.testing.assert_close(
+        actual.to(torch.float64), expected, **TOLERANCE[dtype], msg=lambda m: f"{context}: {m}"
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_distance_matches_reference(shape, dtype):
+    value, _, target = values(shape, dtype)
+    for kind in KINDS:
+        expected = reference.elementwise(partial(reference.distance, kind=kind), value, target)
+        assert_matches(distance(value, target, kind), expected, dtype, kind=kind)
+
+
+def test_distance_worked_values():
+    prediction = torch.tensor([0.0, 0.5, -3.0])
+    target = torch.zeros(3)
+    torch.testing.assert_close(distance(prediction, target, "l1"), torch.tensor([0.0, 0.5, 3.0]))
+    torch.testing.assert_close(distance(prediction, target, "l2"), torch.tensor([0.0, 0.25, 9.0]))
+    torch.testing.assert_close(
+        distance(prediction, target, "smooth_l1"), torch.tensor([0.0, 0.125, 2.5])
+    )
+
+
+def test_unknown_distance_raises():
+    with pytest.raises(ValueError, match="huber"):
+        distance(torch.zeros(2, 1), torch.zeros(2, 1), "huber")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_clipped_value_loss_matches_reference(shape, dtype):
+    value, old_value, target = values(shape, dtype)
+    for kind in KINDS:
+        for clip in (0.1, 0.5, 10.0, torch.tensor(0.2, dtype=dtype)):
+            loss, was_clipped = clipped_value_loss(value, old_value, target, clip, kind)
+            c = float(clip)
+            expected = reference.elementwise(
+                partial(reference.clipped_value_loss, clip=c, kind=kind),
+                value,
+                old_value,
+                target,
+            )
+            assert_matches(loss, expected, dtype, kind=kind, clip=c)
+            expected = ((value - old_value).abs() > c).to(dtype)
+            assert_matches(was_clipped, expected.double(), dtype, kind=kind, clip=c)
+            assert not was_clipped.requires_grad
+
+
+def test_clipped_value_loss_without_binding_clip_is_plain_distance():
+    value, old_value, target = values((50, 1), torch.float64)
+    for kind in KINDS:
+        loss, was_clipped = clipped_value_loss(value, old_value, target, 1e9, kind)
+        torch.testing.assert_close(loss, distance(value, target, kind))
+        assert was_clipped.eq(0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_clipped_value_loss_gradients(dtype):
+    """No gradient reaches ``old_value``; ``value`` gets ``dL(V)/dV`` except where the clipped
+    branch is the larger one, whose clamp has zero gradient (l2: ``2 (V - y)``)."""
+    value, old_value, target = values((200, 1), dtype, seed=3)
+    value, old_value = value.requires_grad_(), old_value.requires_grad_()
+    loss, was_clipped = clipped_value_loss(value, old_value, target, 0.3, "l2")
+    loss.sum().backward()
+    assert old_value.grad is None
+    v, old = value.detach(), old_value.detach()
+    clipped_loss = (old + (v - old).clamp(-0.3, 0.3) - target) ** 2
+    clipped_wins = was_clipped.bool() & (clipped_loss > (v - target) ** 2)
+    expected = torch.where(clipped_wins, torch.zeros_like(v), 2 * (v - target))
+    torch.testing.assert_close(value.grad, expected)
+    assert clipped_wins.any() and not clipped_wins.all()
+
+
+def test_distances_agree_with_torch():
+    value, _, target = values((64, 1), torch.float64)
+    torch.testing.assert_close(
+        distance(value, target, "l2"), F.mse_loss(value, target, reduction="none")
+    )
+    torch.testing.assert_close(
+        distance(value, target, "smooth_l1"),
+        F.huber_loss(value, target, reduction="none", delta=1.0),
+    )
+
+
+def test_extreme_values_are_finite():
+    value = torch.tensor([[1e6], [-1e6]], requires_grad=True)
+    old_value = torch.zeros(2, 1)
+    target = torch.tensor([[-1e6], [1e6]])
+    for kind in KINDS:
+        loss, _ = clipped_value_loss(value, old_value, target, 0.2, kind)
+        (grad,) = torch.autograd.grad(loss.sum(), value)
+        assert torch.isfinite(loss).all() and torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda a, b: distance(a, b, "l2"), id="distance-prediction"),
+        pytest.param(lambda a, b: distance(b, a, "l2"), id="distance-target"),
+        pytest.param(lambda a, b: clipped_value_loss(a, b, b, 0.2, "l2"), id="clip-value"),
+        pytest.param(lambda a, b: clipped_value_loss(b, a, b, 0.2, "l2"), id="clip-old_value"),
+        pytest.param(lambda a, b: clipped_value_loss(b, b, a, 0.2, "l2"), id="clip-target"),
+    ],
+)
+def test_shape_mismatch_raises_naming_both_shapes(call):
+    with pytest.raises(ValueError) as error:
+        call(torch.zeros(5), torch.zeros(5, 1))
+    assert "(5,)" in str(error.value) and "(5, 1)" in str(error.value)
