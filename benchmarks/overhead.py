@@ -78,6 +78,7 @@ import tensordict  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchrl  # noqa: E402
+import torchrl.objectives  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import NormalParamExtractor, TensorDictModule  # noqa: E402
 from torch import nn  # noqa: E402
@@ -85,7 +86,6 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E4
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator  # noqa: E402
 
 METHODS = ("plain", "plain-min", "rlloss", "torchrl")
-REFERENCE = "torchrl"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
 
 
@@ -111,6 +111,8 @@ class CaseSetup:
     # Method name -> (batch -> Method). Each call must build fresh copies of the networks.
     factories: dict[str, Callable[[Any], Method]]
     description: str = ""
+    # The method the others must reproduce (TorchRL where it has the loss).
+    reference: str = "torchrl"
 
 
 CASES: dict[str, Callable[[int, int], CaseSetup]] = {}
@@ -159,17 +161,24 @@ def _loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) 
 
 
 # --------------------------------------------------------------------------- #
-# Case: ClipPPOLoss, continuous actions (IndependentNormal actor + value critic)
+# Cases: the PPO family, continuous actions (IndependentNormal actor + value critic)
 # --------------------------------------------------------------------------- #
 PPO_OBS_DIM, PPO_ACT_DIM, PPO_HIDDEN = 17, 6, (64, 64)
-PPO_KWARGS = dict(
-    clip_epsilon=0.2,
+PPO_COMMON = dict(
     entropy_coeff=0.01,
     critic_coeff=1.0,
     loss_critic_type="smooth_l1",
     normalize_advantage=False,
     entropy_bonus=True,
 )
+PPO_FAMILY = {
+    "PPOLoss": {},
+    "ClipPPOLoss": {"clip_epsilon": 0.2},
+    # Factors of 1 keep beta fixed, so that TorchRL's gradient (which sees the post-update
+    # beta) is comparable in the gate; the update rule still runs in every implementation.
+    "KLPENPPOLoss": {"dtarg": 0.01, "beta": 1.0, "increment": 1.0, "decrement": 1.0},
+    "RPOLoss": {"clip_epsilon": 0.2, "rpo_alpha": 0.5},
+}
 PPO_LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 
 
@@ -200,112 +209,144 @@ def _ppo_networks(seed: int) -> dict[str, nn.Module]:
     return {"actor": actor, "critic": critic, "actor_net": actor_net, "critic_net": critic_net}
 
 
-@register_case("ClipPPOLoss")
-def build_clip_ppo(batch_size: int, seed: int) -> CaseSetup:
-    nets = _ppo_networks(seed)
-    actor, critic = nets["actor"], nets["critic"]
-    lp_key = actor.log_prob_keys[0]
-    action_key = actor.dist_sample_keys[0]
+def _plain_ppo_step(name: str, nets: dict, batch, keys: tuple, diagnostics: bool) -> Callable:
+    """The PPO-family loss ``name`` written by hand on tensors: what a user would write, with
+    (``diagnostics``) or without the diagnostics the libraries return alongside the losses."""
+    kwargs = {**PPO_COMMON, **PPO_FAMILY[name]}
+    actor_net, critic_net = nets["actor_net"], nets["critic_net"]
+    params = tuple(actor_net.parameters()) + tuple(critic_net.parameters())
+    distribution_class = nets["actor"].module[-1].distribution_class
+    action_key, lp_key = keys
+    obs, action, logp_old = batch["observation"], batch[action_key], batch[lp_key]
+    adv, value_target = batch["advantage"], batch["value_target"]
+    old_loc, old_scale = batch["loc"], batch["scale"]
+    eps = kwargs.get("clip_epsilon", 0.2)
+    lo, hi = torch.tensor(-eps).log1p().item(), torch.tensor(eps).log1p().item()
+    clip = name in ("ClipPPOLoss", "RPOLoss")
+    beta = torch.tensor(kwargs.get("beta", 1.0))
+    dtarg = kwargs.get("dtarg", 0.01)
+    ent_coeff, critic_coeff = kwargs["entropy_coeff"], kwargs["critic_coeff"]
 
-    g = torch.Generator().manual_seed(seed + 1)
-    td = TensorDict(
-        observation=torch.randn(batch_size, PPO_OBS_DIM, generator=g), batch_size=[batch_size]
-    )
-    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-        actor(td)
-        critic(td)
-    td["advantage"] = torch.randn(batch_size, 1, generator=g)
-    td["value_target"] = torch.randn(batch_size, 1, generator=g)
-    bench = td.select("observation", action_key, lp_key, "advantage", "value_target", "state_value")
-    # Gate-only variant: behaviour log-probs shifted so that ratios spread over ~[0.5, 2]
-    # and the clip branch is exercised (the timed batch is on-policy: all ratios are 1).
-    offpolicy = bench.clone()
-    offpolicy[lp_key] = offpolicy[lp_key] + 0.4 * torch.randn(batch_size, generator=g)
-
-    def copies() -> dict[str, nn.Module]:
-        return copy.deepcopy(nets)  # one memo: wrappers and raw nets stay linked
-
-    def named(m: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-        out = {f"actor.{n}": p for n, p in m["actor_net"].named_parameters()}
-        out.update({f"critic.{n}": p for n, p in m["critic_net"].named_parameters()})
-        return out
-
-    def make_torchrl(batch) -> Method:
-        from torchrl.objectives import ClipPPOLoss
-
-        m = copies()
-        loss = ClipPPOLoss(m["actor"], m["critic"], **PPO_KWARGS)
-        return _loss_module_method(loss, batch, named(m), PPO_LOSS_KEYS)
-
-    def make_rlloss(batch) -> Method:
-        cls = rlloss_attr("ClipPPOLoss")
-        m = copies()
-        loss = cls(m["actor"], m["critic"], **PPO_KWARGS)
-        return _loss_module_method(loss, batch, named(m), PPO_LOSS_KEYS)
-
-    def make_plain(batch, diagnostics: bool = True) -> Method:
-        m = copies()
-        actor_net, critic_net = m["actor_net"], m["critic_net"]
-        params = tuple(actor_net.parameters()) + tuple(critic_net.parameters())
-        obs = batch["observation"]
-        action = batch[action_key]
-        logp_old = batch[lp_key]
-        adv = batch["advantage"]
-        value_target = batch["value_target"]
-        eps = PPO_KWARGS["clip_epsilon"]
-        # clip bounds rounded exactly as TorchRL's float32 buffer computes them
-        lo = torch.tensor(-eps).log1p().item()
-        hi = torch.tensor(eps).log1p().item()
-        ent_coeff = PPO_KWARGS["entropy_coeff"]
-        critic_coeff = PPO_KWARGS["critic_coeff"]
-        distribution_class = m["actor"].module[-1].distribution_class
-
-        def step() -> torch.Tensor:
-            _zero_grad(params)
-            loc, scale = actor_net(obs)
-            dist = distribution_class(loc, scale)  # the actor's own distribution class
-            log_ratio = (dist.log_prob(action) - logp_old).unsqueeze(-1)
-            gain1 = log_ratio.exp() * adv
-            gain2 = log_ratio.clamp(lo, hi).exp() * adv
-            loss_objective = -torch.minimum(gain1, gain2).mean()
-            entropy = dist.entropy()
-            loss_entropy = -ent_coeff * entropy.mean()
-            value = critic_net(obs)
-            loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
-            if diagnostics:  # the diagnostics both libraries return with the losses
-                with torch.no_grad():
-                    ratio = log_ratio.exp()
-                    weight = (log_ratio - log_ratio.max()).exp()
-                    outputs = (  # noqa: F841 - computed as the libraries do, then dropped
-                        ((log_ratio < lo) | (log_ratio > hi)).float().mean(),  # clip_fraction
-                        weight.sum().square() / (weight.square().sum() * len(ratio)),  # ESS
+    def step() -> torch.Tensor:
+        _zero_grad(params)
+        loc, scale = actor_net(obs)
+        if name == "RPOLoss":
+            loc = loc + (2 * torch.rand_like(loc) - 1) * kwargs["rpo_alpha"]
+        dist = distribution_class(loc, scale)
+        log_ratio = (dist.log_prob(action) - logp_old).unsqueeze(-1)
+        ratio = log_ratio.exp()
+        gain = ratio * adv
+        if clip:
+            gain = torch.minimum(gain, log_ratio.clamp(lo, hi).exp() * adv)
+        if name == "KLPENPPOLoss":
+            old = distribution_class(old_loc, old_scale)
+            kl = torch.distributions.kl_divergence(old, dist).unsqueeze(-1)
+            beta_used = beta.clone()
+            gain = gain - beta_used * kl
+            with torch.no_grad():
+                mean_kl = kl.mean()
+                factor = torch.where(
+                    mean_kl > 1.5 * dtarg,
+                    kwargs["increment"],
+                    torch.where(mean_kl < dtarg / 1.5, kwargs["decrement"], 1.0),
+                )
+                beta.copy_(beta * factor)
+        loss_objective = -gain.mean()
+        entropy = dist.entropy()
+        loss_entropy = -ent_coeff * entropy.mean()
+        value = critic_net(obs)
+        loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
+        if diagnostics:  # computed as the libraries do, then dropped
+            with torch.no_grad():
+                lr = log_ratio.detach()
+                outputs = [
+                    (-lr).mean(),  # kl_approx
+                    (torch.expm1(lr) - lr).mean(),  # kl_k3
+                    entropy.mean(),
+                    1 - (value_target - value).var(correction=0)
+                    / (value_target.var(correction=0) + 1e-7),  # explained_variance
+                ]
+                if clip:
+                    weight = (lr - lr.max()).exp()
+                    outputs += [
+                        ((lr < lo) | (lr > hi)).float().mean(),  # clip_fraction
+                        weight.sum().square() / (weight.square().sum() * len(lr)),  # ESS
                         ratio.max(),
                         ratio.mean(),
-                        (-log_ratio).mean(),  # kl_approx
-                        entropy.mean(),
-                        1 - (value_target - value).var(correction=0)
-                        / (value_target.var(correction=0) + 1e-7),  # explained_variance
-                    )
-            total = loss_objective + loss_critic + loss_entropy
-            total.backward()
-            return total
+                    ]
+                del outputs
+        total = loss_objective + loss_critic + loss_entropy
+        total.backward()
+        return total
 
-        return Method(step=step, params=named(m))
+    return step
 
-    return CaseSetup(
-        batches={"on-policy": bench, "off-policy": offpolicy},
-        factories={
-            "plain": make_plain,
-            "plain-min": lambda batch: make_plain(batch, diagnostics=False),
-            "rlloss": make_rlloss,
-            "torchrl": make_torchrl,
-        },
-        description=(
-            f"ClipPPOLoss({', '.join(f'{k}={v!r}' for k, v in PPO_KWARGS.items())}); "
-            f"IndependentNormal actor + value critic, MLP {PPO_OBS_DIM}->"
-            f"{'x'.join(map(str, PPO_HIDDEN))} tanh, action dim {PPO_ACT_DIM}"
-        ),
-    )
+
+def _register_ppo_case(name: str) -> None:
+    @register_case(name)
+    def build(batch_size: int, seed: int) -> CaseSetup:
+        nets = _ppo_networks(seed)
+        actor, critic = nets["actor"], nets["critic"]
+        keys = (actor.dist_sample_keys[0], actor.log_prob_keys[0])
+        g = torch.Generator().manual_seed(seed + 1)
+        td = TensorDict(
+            observation=torch.randn(batch_size, PPO_OBS_DIM, generator=g), batch_size=[batch_size]
+        )
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            actor(td)
+            critic(td)
+        td["advantage"] = torch.randn(batch_size, 1, generator=g)
+        td["value_target"] = torch.randn(batch_size, 1, generator=g)
+        bench = td.select("observation", "loc", "scale", *keys, "advantage", "value_target",
+                          "state_value")
+        # Gate-only variant: behaviour log-probs shifted so that ratios spread over ~[0.5, 2]
+        # and the clip branch is exercised (the timed batch is on-policy: all ratios are 1).
+        offpolicy = bench.clone()
+        offpolicy[keys[1]] = offpolicy[keys[1]] + 0.4 * torch.randn(batch_size, generator=g)
+        kwargs = {**PPO_COMMON, **PPO_FAMILY[name]}
+
+        def named(m: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+            out = {f"actor.{n}": p for n, p in m["actor_net"].named_parameters()}
+            out.update({f"critic.{n}": p for n, p in m["critic_net"].named_parameters()})
+            return out
+
+        def module_factory(cls_getter: Callable[[], type]) -> Callable[[Any], Method]:
+            def make(batch) -> Method:
+                m = copy.deepcopy(nets)  # one memo: wrappers and raw nets stay linked
+                loss = cls_getter()(m["actor"], m["critic"], **kwargs)
+                return _loss_module_method(loss, batch, named(m), PPO_LOSS_KEYS)
+
+            return make
+
+        def plain_factory(diagnostics: bool) -> Callable[[Any], Method]:
+            def make(batch) -> Method:
+                m = copy.deepcopy(nets)
+                step = _plain_ppo_step(name, m, batch, keys, diagnostics)
+                return Method(step=step, params=named(m))
+
+            return make
+
+        factories = {
+            "plain": plain_factory(True),
+            "plain-min": plain_factory(False),
+            "rlloss": module_factory(lambda: rlloss_attr(name)),
+        }
+        if hasattr(torchrl.objectives, name):
+            factories["torchrl"] = module_factory(lambda: getattr(torchrl.objectives, name))
+        return CaseSetup(
+            batches={"on-policy": bench, "off-policy": offpolicy},
+            factories=factories,
+            reference="torchrl" if "torchrl" in factories else "plain",
+            description=(
+                f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}); "
+                f"IndependentNormal actor + value critic, MLP {PPO_OBS_DIM}->"
+                f"{'x'.join(map(str, PPO_HIDDEN))} tanh, action dim {PPO_ACT_DIM}"
+            ),
+        )
+
+
+for _name in PPO_FAMILY:
+    _register_ppo_case(_name)
 
 
 # --------------------------------------------------------------------------- #
@@ -327,15 +368,18 @@ def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def gate(setup: CaseSetup, methods: dict[str, Method | None], rtol: float) -> dict[str, dict]:
-    """Compare every available method with REFERENCE on every batch. Returns per-method report."""
+    """Compare every available method with the case's reference on every batch (the RNG reseeded
+    before each step, so methods that draw noise draw the same). Returns per-method report."""
     report: dict[str, dict] = {}
     for batch_name, batch in setup.batches.items():
-        ref = _values(setup.factories[REFERENCE](batch))
+        torch.manual_seed(0)
+        ref = _values(setup.factories[setup.reference](batch))
         for name in methods:
-            if methods[name] is None or name == REFERENCE:
+            if methods.get(name) is None or name == setup.reference:
                 continue
             entry = report.setdefault(name, {"ok": True, "max_rel_err": 0.0, "worst": None})
             try:
+                torch.manual_seed(0)
                 vals = _values(setup.factories[name](batch))
                 for key, r in ref.items():
                     err = _rel_err(vals[key], r)
@@ -346,7 +390,7 @@ def gate(setup: CaseSetup, methods: dict[str, Method | None], rtol: float) -> di
             except Exception as err:  # noqa: BLE001 - any failure of a method fails its gate
                 entry["ok"], entry["error"] = False, f"{type(err).__name__}: {err}"
                 traceback.print_exc()
-    report[REFERENCE] = {"ok": True, "max_rel_err": 0.0, "worst": None}
+    report[setup.reference] = {"ok": True, "max_rel_err": 0.0, "worst": None}
     return report
 
 
@@ -529,6 +573,9 @@ def run_row(case: str, batch_size: int, cfg: Config) -> dict:
 
     methods: dict[str, Method | None] = {}
     for name in METHODS:
+        if name not in setup.factories:
+            row["methods"][name] = {"status": "n/a", "reason": "no such loss in that library"}
+            continue
         try:
             methods[name] = setup.factories[name](timed_batch)
         except MethodUnavailable as err:
