@@ -105,7 +105,8 @@ class ValueEstimator(TensorDictModuleBase):
             value, next_value = self._values(tensordict)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
-            gamma = F.bootstrap_discount(self.gamma, None if steps is None else steps.view_as(reward))
+            steps = None if steps is None else steps.view_as(reward)
+            gamma = F.bootstrap_discount(self.gamma, steps, reward.dtype)
             advantage, value_target = self.estimate(
                 reward=reward,
                 value=value,

@@ -162,6 +162,30 @@ def kl_k3(log_ratio: float) -> float:
     return (math.exp(log_ratio) - 1.0) - log_ratio
 
 
+def gaussian_kl(loc_p: float, scale_p: float, loc_q: float, scale_q: float) -> float:
+    """KL between univariate Gaussians:
+    ``log(s_q / s_p) + (s_p^2 + (m_p - m_q)^2) / (2 s_q^2) - 1/2``."""
+    return (
+        math.log(scale_q / scale_p) + (scale_p**2 + (loc_p - loc_q) ** 2) / (2 * scale_q**2) - 0.5
+    )
+
+
+def categorical_kl(logits_p: Sequence[float], logits_q: Sequence[float]) -> float:
+    """``KL(p || q) = sum_a p(a) log(p(a) / q(a))`` with ``p, q = softmax(logits)``; actions
+    with ``p(a) = 0`` contribute 0."""
+
+    def softmax(logits: Sequence[float]) -> list[float]:
+        top = max(logits)
+        exps = [math.exp(x - top) for x in logits]
+        return [e / sum(exps) for e in exps]
+
+    total = 0.0
+    for p_a, q_a in zip(softmax(logits_p), softmax(logits_q), strict=True):
+        if p_a > 0:
+            total += p_a * math.log(p_a / q_a)
+    return total
+
+
 # --------------------------------------------------------------------------- critic
 
 

@@ -8,6 +8,8 @@ Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347; Ye
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import distributions as D
 
@@ -27,9 +29,7 @@ def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scal
     """Log-space clip bounds ``(log(1 - eps_low), log(1 + eps_high))`` of the ratio."""
     if isinstance(epsilon_low, torch.Tensor):
         return torch.log1p(-epsilon_low), torch.log1p(epsilon_high)
-    return float(torch.log1p(torch.tensor(-epsilon_low))), float(
-        torch.log1p(torch.tensor(epsilon_high))
-    )
+    return math.log1p(-epsilon_low), math.log1p(epsilon_high)
 
 
 def clipped_surrogate(
@@ -103,8 +103,11 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
     """``KL(Cat(p) || Cat(q)) = sum_a p(a) (log p(a) - log q(a))`` over the last dim; actions
     with ``p(a) = 0`` contribute 0."""
     log_p, log_q = logits_p.log_softmax(-1), logits_q.log_softmax(-1)
-    terms = log_p.exp() * (log_p - log_q)
-    return torch.where(log_p > -torch.inf, terms, torch.zeros_like(terms)).sum(-1)
+    possible = log_p > -torch.inf
+    zero = torch.zeros((), dtype=log_p.dtype, device=log_p.device)
+    # Select before the arithmetic so that impossible actions reach neither value nor gradient.
+    log_p, log_q = torch.where(possible, log_p, zero), torch.where(possible, log_q, zero)
+    return torch.where(possible, log_p.exp() * (log_p - log_q), zero).sum(-1)
 
 
 def kl_divergence(p: D.Distribution, q: D.Distribution, samples: int = 1) -> torch.Tensor:

@@ -47,20 +47,21 @@ def reduce(
         if mask is None:
             return loss.max()
         return torch.where(_expand_mask(mask, loss), loss, loss.new_full((), -torch.inf)).max()
-    if weights is not None:
-        loss = loss * _expand_mask(weights, loss)
+    zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
     if mask is not None:
         mask = _expand_mask(mask, loss)
-        loss = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+        loss = torch.where(mask, loss, zero)
+    if weights is not None:
+        weights = _expand_mask(weights, loss)
+        if mask is not None:
+            weights = torch.where(mask, weights, zero)
+        loss = loss * weights
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
     if weights is not None and normalize_weights:
-        denominator = _expand_mask(weights, loss)
-        if mask is not None:
-            denominator = torch.where(mask, denominator, torch.zeros_like(denominator))
-        return loss.sum() / denominator.sum()
+        return loss.sum() / weights.sum()
     if mask is not None:
         return loss.sum() / mask.sum().clamp_min(1)
     return loss.mean()
@@ -78,9 +79,10 @@ def standardize(
     mask = _expand_mask(mask, x)
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     count = mask.sum()
-    mean = torch.where(mask, x, zero).sum() / count.clamp_min(1)
-    variance = torch.where(mask, (x - mean) ** 2, zero).sum() / (count - 1).clamp_min(1)
-    return (x - mean) / variance.sqrt().clamp_min(eps)
+    valid = torch.where(mask, x, zero)  # padding never enters the arithmetic
+    mean = valid.sum() / count.clamp_min(1)
+    variance = torch.where(mask, (valid - mean) ** 2, zero).sum() / (count - 1).clamp_min(1)
+    return (valid - mean) / variance.sqrt().clamp_min(eps)
 
 
 def normalized_effective_sample_size(

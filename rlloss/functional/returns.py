@@ -141,11 +141,15 @@ def td_lambda_return(
     return reverse_discounted_sum(base, decay, time_dim)
 
 
-def bootstrap_discount(gamma: Scalar, steps_to_next_obs: torch.Tensor | None) -> Scalar:
+def bootstrap_discount(
+    gamma: Scalar, steps_to_next_obs: torch.Tensor | None, dtype: torch.dtype | None = None
+) -> Scalar:
     """Discount of the bootstrap value: ``gamma ** n`` for n-step transitions, else ``gamma``.
 
-    ``steps_to_next_obs`` is what TorchRL's ``MultiStep`` writes (rewards already summed).
+    ``steps_to_next_obs`` is what TorchRL's ``MultiStep`` writes (an integer count; rewards
+    already summed); the discount is computed in ``dtype`` (that of the rewards; default:
+    torch's default dtype).
     """
     if steps_to_next_obs is None:
         return gamma
-    return gamma**steps_to_next_obs
+    return gamma ** steps_to_next_obs.to(dtype or torch.get_default_dtype())

@@ -11,12 +11,13 @@ import torch
 from torch import distributions as D
 
 from rlloss.functional import (
+    categorical_kl,
     clip_bounds,
     clipped,
     clipped_surrogate,
     distribution_entropy,
+    gaussian_kl,
     has_analytic_entropy,
-    has_analytic_kl,
     kl_divergence,
     kl_k3,
     log_ratio,
@@ -53,7 +54,7 @@ def ratios_and_advantages(shape, dtype, seed=0):
 
 
 def exact_bounds(low, high):
-    """Log-space clip bounds in double precision (see the xfail test on clip_bounds)."""
+    """Log-space clip bounds in double precision."""
     return math.log1p(-low), math.log1p(high)
 
 
@@ -83,11 +84,6 @@ def test_clip_bounds_are_log_space_bounds(low, high):
     assert tensor_high.item() == pytest.approx(math.log(1 + high), rel=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="clip_bounds(float, float) computes log1p in float32 (torch.tensor(float)), so "
-    "float64 losses clip at 1 + eps with a relative error of ~1e-8",
-)
 def test_clip_bounds_are_double_precision():
     assert clip_bounds(0.2, 0.2) == (math.log1p(-0.2), math.log1p(0.2))
 
@@ -244,39 +240,92 @@ def test_kl_k3_is_an_unbiased_kl_estimate():
     torch.testing.assert_close(estimate, D.kl_divergence(old, new), rtol=0.02, atol=0.0)
 
 
-def normal(loc, scale, ndims=0):
-    dist = D.Normal(loc, scale)
-    return D.Independent(dist, ndims) if ndims else dist
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gaussian_kl_matches_reference(dtype):
+    generator = torch.Generator().manual_seed(0)
+    loc_p, loc_q = torch.randn(2, 3, 4, generator=generator, dtype=dtype).unbind(0)
+    scale_p, scale_q = (torch.rand(2, 3, 4, generator=generator, dtype=dtype) + 0.1).unbind(0)
+    expected = reference.elementwise(reference.gaussian_kl, loc_p, scale_p, loc_q, scale_q)
+    assert_matches(gaussian_kl(loc_p, scale_p, loc_q, scale_q), expected, dtype)
+    assert gaussian_kl(loc_p, scale_p, loc_p, scale_p).abs().max() < 1e-6
 
 
-def test_has_analytic_kl():
-    p, q = normal(torch.zeros(3, 2), torch.ones(3, 2)), normal(torch.ones(3, 2), torch.ones(3, 2))
-    assert has_analytic_kl(p, q)
-    assert has_analytic_kl(D.Independent(p, 1), D.Independent(q, 1))
-    assert not has_analytic_kl(D.Independent(p, 1), D.Independent(q, 2))
-    assert has_analytic_kl(
-        D.Categorical(logits=torch.randn(4)), D.Categorical(logits=torch.randn(4))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_categorical_kl_matches_reference(dtype):
+    logits_p, logits_q = (2 * torch.randn(2, 5, 6, dtype=dtype)).unbind(0)
+    logits_p[0, 2] = -torch.inf  # an impossible action under p contributes 0
+    expected = torch.tensor(
+        [
+            reference.categorical_kl(p, q)
+            for p, q in zip(logits_p.tolist(), logits_q.tolist(), strict=True)
+        ],
+        dtype=torch.float64,
     )
-    shift = [D.AffineTransform(1.0, 2.0)]
-    assert not has_analytic_kl(
-        D.TransformedDistribution(p, shift), D.TransformedDistribution(q, shift)
-    )
+    actual = categorical_kl(logits_p, logits_q)
+    assert actual.shape == (5,)
+    assert_matches(actual, expected, dtype)
+    assert categorical_kl(logits_q, logits_q + 3.0).abs().max() < 1e-6  # logits up to a shift
 
 
-def test_kl_divergence_analytic_and_monte_carlo():
+def test_categorical_kl_gradient_with_masked_actions_reaches_q_finite():
+    """Action masking: the same action impossible under both policies (KLPEN's KL(old || new)
+    differentiates through q only)."""
+    logits_p = torch.tensor([[0.0, 1.0, -torch.inf]])
+    logits_q = torch.tensor([[0.5, -1.0, -torch.inf]], requires_grad=True)
+    kl = categorical_kl(logits_p, logits_q)
+    kl.sum().backward()
+    assert torch.isfinite(kl).all() and torch.isfinite(logits_q.grad).all()
+    assert logits_q.grad[0, 2] == 0
+
+
+def test_categorical_kl_gradient_wrt_p_with_masked_action_is_finite():
+    logits_p = torch.tensor([[0.0, 1.0, -torch.inf]], requires_grad=True)
+    categorical_kl(logits_p, torch.tensor([[0.5, -1.0, 2.0]])).sum().backward()
+    assert torch.isfinite(logits_p.grad).all()
+
+
+def _kl_pairs():
+    loc_p, loc_q = torch.randn(2, 3, 2).unbind(0)
+    scale_p, scale_q = (torch.rand(2, 3, 2) + 0.5).unbind(0)
+    logits_p, logits_q = torch.randn(2, 3, 4).unbind(0)
+    return {
+        "normal": (D.Normal(loc_p, scale_p), D.Normal(loc_q, scale_q)),
+        "independent": (
+            D.Independent(D.Normal(loc_p, scale_p), 1),
+            D.Independent(D.Normal(loc_q, scale_q), 1),
+        ),
+        "independent-2": (
+            D.Independent(D.Normal(loc_p, scale_p), 2),
+            D.Independent(D.Normal(loc_q, scale_q), 2),
+        ),
+        "categorical": (D.Categorical(logits=logits_p), D.Categorical(logits=logits_q)),
+        "one-hot": (
+            D.OneHotCategorical(logits=logits_p),
+            D.OneHotCategorical(logits=logits_q),
+        ),
+    }
+
+
+@pytest.mark.parametrize("family", list(_kl_pairs()))
+def test_kl_divergence_closed_forms_equal_torch(family):
+    p, q = _kl_pairs()[family]
+    expected = D.kl_divergence(p, q)
+    actual = kl_divergence(p, q)
+    assert actual.shape == p.batch_shape
+    torch.testing.assert_close(actual, expected)
+
+
+def test_kl_divergence_monte_carlo_without_closed_form():
     loc = torch.randn(3)
     scale = (torch.rand(3) + 0.5).requires_grad_()
-    p = normal(torch.zeros(3), torch.ones(3), 0)
-    q = normal(loc, scale)
-    exact = D.kl_divergence(p, q)
-    torch.testing.assert_close(kl_divergence(p, q), exact)
+    p, q = D.Normal(torch.zeros(3), torch.ones(3)), D.Normal(loc, scale)
     # The same bijection applied to both leaves KL unchanged: the MC path must find the base KL.
     shift = [D.AffineTransform(1.0, 2.0)]
     mc = kl_divergence(
         D.TransformedDistribution(p, shift), D.TransformedDistribution(q, shift), samples=50_000
     )
     assert mc.shape == (3,)
-    torch.testing.assert_close(mc, exact, rtol=0.0, atol=0.03)
+    torch.testing.assert_close(mc, D.kl_divergence(p, q), rtol=0.0, atol=0.03)
     mc.sum().backward()  # gradient through the log-probs, not through the draws
     assert scale.grad is not None and torch.isfinite(scale.grad).all()
 

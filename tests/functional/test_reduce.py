@@ -204,11 +204,6 @@ def test_explained_variance_matches_reference(dtype):
     assert explained_variance(target, target).item() == pytest.approx(1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reduce multiplies by the weights before masking, so a NaN/inf weight in padding "
-    "reaches the padded element's gradient (0 * NaN)",
-)
 def test_padding_cannot_leak_nan_weights_into_the_gradient():
     loss, mask, weights = loss_mask_weights((4, 6), torch.float64)
     weights = torch.where(mask, weights, float("nan"))

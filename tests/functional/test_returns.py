@@ -155,15 +155,11 @@ def test_td0_return_with_n_step_discount(dtype):
     torch.testing.assert_close(actual.double(), expected, **TOLERANCE[torch.float32])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bootstrap_discount(float, int tensor) is float32 (torch's default dtype), "
-    "so float64 n-step targets lose precision (relative error ~1e-7)",
-)
 def test_bootstrap_discount_keeps_float64_precision():
     reward, _, next_value, _, terminated = make_batch((2, 9, 1), "mixed", torch.float64)
     steps = torch.randint(1, 4, (2, 9, 1))
-    actual = td0_return(reward, next_value, terminated, bootstrap_discount(0.9, steps))
+    discount = bootstrap_discount(0.9, steps, torch.float64)
+    actual = td0_return(reward, next_value, terminated, discount)
     expected = reference.elementwise(
         reference.td0_target, reward, next_value, terminated, 0.9 ** steps.double()
     )
