@@ -7,19 +7,26 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 from rlloss import functional
 from rlloss.common import LossModule
 from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
+from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
+from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 
 __all__ = [
     "GAE",
     "ClipPPOLoss",
+    "KLAdaptiveLR",
+    "KLEarlyStopping",
     "KLPENPPOLoss",
     "LossModule",
     "PPOLoss",
+    "PiecewiseSchedule",
     "RPOLoss",
+    "RewardNormalizer",
     "TD0Estimator",
     "TDLambdaEstimator",
     "ValueEstimator",
     "functional",
+    "kl_exceeds",
 ]
 
 __version__ = "0.1.0"

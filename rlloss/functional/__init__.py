@@ -26,6 +26,7 @@ from rlloss.functional.reduce import (
 )
 from rlloss.functional.returns import (
     bootstrap_discount,
+    discounted_returns,
     gae_advantage,
     reverse_discounted_sum,
     td0_error,
@@ -40,6 +41,7 @@ __all__ = [
     "clipped",
     "clipped_surrogate",
     "clipped_value_loss",
+    "discounted_returns",
     "distance",
     "distribution_entropy",
     "explained_variance",

@@ -141,6 +141,33 @@ def td_lambda_return(
     return reverse_discounted_sum(base, decay, time_dim)
 
 
+def discounted_returns(
+    reward: torch.Tensor, done: torch.Tensor, initial: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Forward discounted returns along time, restarted after each episode end::
+
+        R_t = r_t + gamma * (1 - done_{t-1}) * R_{t-1},    R_{-1} = initial
+
+    Vectorised over time: the forward recursion is :func:`rlloss.functional.reverse_discounted_sum`
+    on the time-reversed sequence, with the carried return entering through ``r_0``.
+
+    Args:
+        reward: ``[*B, T, 1]`` rewards.
+        done: ``[*B, T, 1]`` episode-end flags, ``done_t`` set when the episode ended at step ``t``.
+        initial: ``[*B, 1, 1]`` return carried from before the first step (0 after an episode end).
+        gamma: discount factor.
+
+    Returns:
+        ``[*B, T, 1]`` returns ``R_t``, in ``initial``'s dtype.
+    """
+    dtype = initial.dtype
+    steps = reward.shape[-2]
+    carried = F.pad(gamma * initial, (0, 0, 0, steps - 1))  # gamma * R_{-1} at t = 0, 0 after
+    discount = gamma * F.pad(1.0 - done[..., :-1, :].to(dtype), (0, 0, 1, 0))  # of R_{t-1} in R_t
+    terms = reward.to(dtype) + carried
+    return reverse_discounted_sum(terms.flip(-2), discount.flip(-2)).flip(-2)
+
+
 def bootstrap_discount(
     gamma: Scalar, steps_to_next_obs: torch.Tensor | None, dtype: torch.dtype | None = None
 ) -> Scalar:

@@ -1,0 +1,141 @@
+"""Reward normalisation by the scale of discounted returns (PPO's "reward scaling").
+
+Engstrom et al., "Implementation Matters in Deep Policy Gradients: A Case Study on PPO and TRPO"
+(arXiv:2005.12729), as done by rl8 and gymnasium's ``NormalizeReward``: keep, per environment,
+the discounted return ``R_t = gamma * R_{t-1} + r_t`` (reset after an episode ends) and divide the
+rewards by the standard deviation of those returns. The rewards are scaled, never mean-centred.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlloss.common import check_in_range
+from rlloss.functional import discounted_returns
+from rlloss.functional._checks import check_same_shape
+
+
+def merged_moments(
+    count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Running ``(count, mean, M2)`` merged with a batch of ``values`` (Chan, Golub & LeVeque,
+    "Updating formulae and a pairwise algorithm for computing sample variances", 1979)::
+
+        delta = mean_b - mean,  n = count + n_b
+        mean' = mean + delta * n_b / n
+        M2'   = M2 + M2_b + delta^2 * count * n_b / n
+
+    ``M2`` is the sum of squared deviations, so the population variance is ``M2 / count``. The
+    batch moments come from ``torch.var_mean`` (Welford), so equal values give ``M2 = 0`` exactly.
+
+    Returns:
+        The merged ``(count, mean, M2)``, 0-dim tensors.
+    """
+    batch_count = values.numel()
+    batch_var, batch_mean = torch.var_mean(values, correction=0)
+    total = count + batch_count
+    delta = batch_mean - mean
+    merged_mean = mean + delta * (batch_count / total)
+    merged_m2 = m2 + batch_var * batch_count + delta.square() * (count * batch_count / total)
+    return total, merged_mean, merged_m2
+
+
+class RewardNormalizer(nn.Module):
+    """Divide rewards by the running standard deviation of per-environment discounted returns.
+
+    For each environment ``R_t = gamma * R_{t-1} + r_t``, restarted from 0 after the step where
+    ``done`` is set. Every ``R_t`` seen enters running statistics (count, mean and ``M2``, merged
+    with :func:`merged_moments`, as gymnasium's ``NormalizeReward``), and the rewards come out as
+    ``r_t / (std(R) + eps)``, with the population std over all returns seen so far, this call's
+    included. Rewards are divided only, never mean-centred (a shift would change the task).
+
+    Two usages, told apart by the shape of ``reward``:
+
+    - in a collector, one step at a time: ``reward`` and ``done`` of shape ``[num_envs]`` or
+      ``[num_envs, 1]``;
+    - on a collected batch: ``[num_envs, T, 1]`` (time second to last, ``done`` the flag after
+      each step). Every ``R_t`` of the batch updates the statistics, then all rewards of the batch
+      are divided by the resulting std. The returns carried from the previous call start the
+      sequence, so consecutive batches continue each other's episodes.
+
+    Step by step and batch mode leave the same state after the same data; their outputs differ
+    only in that each step is scaled by the std known at that step.
+
+    State (buffers, so in ``state_dict()``): ``returns`` (``[num_envs]``, the return each
+    environment continues from, 0 after an episode end), ``count``, ``mean`` and ``m2``; all
+    float64. In eval mode (``normalizer.eval()``) nothing is updated: rewards are divided by the
+    current scale. No host sync: every step is tensor operations.
+
+    Differences from rl8 and gymnasium: rl8 takes the std over the current buffer only (here: a
+    running std over all returns, as gymnasium); gymnasium starts the statistics from a prior
+    (count 1e-4, variance 1) and divides by ``sqrt(var + eps)``. Here the statistics start empty,
+    and while every return seen is equal (std 0, e.g. the first step of identical environments)
+    the rewards pass through unscaled instead of being multiplied by ``1 / eps``.
+
+    Args:
+        num_envs: number of environments (the leading dim of ``reward``), >= 1.
+        gamma: discount factor of the returns, in [0, 1].
+        eps: added to the std, >= 0.
+
+    Example:
+        >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
+        >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
+    """
+
+    def __init__(self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8) -> None:
+        super().__init__()
+        check_in_range("num_envs", num_envs, 1)
+        check_in_range("gamma", gamma, 0.0, 1.0)
+        check_in_range("eps", eps, 0.0)
+        self.num_envs = int(num_envs)
+        self.gamma = float(gamma)
+        self.eps = float(eps)
+        self.register_buffer("returns", torch.zeros(self.num_envs, dtype=torch.float64))
+        for name in ("count", "mean", "m2"):
+            self.register_buffer(name, torch.zeros((), dtype=torch.float64))
+
+    @property
+    def var(self) -> torch.Tensor:
+        """Population variance of the returns seen (0 before any)."""
+        return self.m2 / self.count.clamp(min=1.0)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The divisor of the rewards: ``std(R) + eps``, or 1 while ``std(R) == 0``."""
+        var = self.var
+        return torch.where(var > 0, var.sqrt() + self.eps, torch.ones_like(var))
+
+    def forward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """Update the state with this step or batch (in training mode) and return the rewards
+        divided by :attr:`scale`, with the shape and dtype of ``reward``."""
+        check_same_shape(reward=reward, done=done)
+        if self.training:
+            self._update(self._as_sequence(reward), self._as_sequence(done))
+        return reward / self.scale
+
+    @torch.no_grad()
+    def _update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        returns = discounted_returns(reward, done, self.returns[:, None, None], self.gamma)
+        for buffer, value in zip(
+            (self.count, self.mean, self.m2),
+            merged_moments(self.count, self.mean, self.m2, returns),
+            strict=True,
+        ):
+            buffer.copy_(value)
+        self.returns.copy_(returns[:, -1, 0] * (1.0 - done[:, -1, 0].to(returns.dtype)))
+
+    def _as_sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as ``[num_envs, T, 1]`` (a single step has ``T = 1``)."""
+        n = self.num_envs
+        if x.shape in ((n,), (n, 1)):
+            return x.reshape(n, 1, 1)
+        if x.ndim == 3 and x.shape[0] == n and x.shape[-1] == 1:
+            return x
+        raise ValueError(
+            f"RewardNormalizer: reward has shape {tuple(x.shape)}; expected [num_envs] or "
+            f"[num_envs, 1] for one step, or [num_envs, T, 1] for a batch, with num_envs={n}."
+        )
+
+    def extra_repr(self) -> str:
+        return f"num_envs={self.num_envs}, gamma={self.gamma}, eps={self.eps}"

@@ -1,0 +1,334 @@
+"""Schedules for learning rates and loss coefficients, and KL early stopping.
+
+- :class:`KLAdaptiveLR`: skrl's KL-adaptive learning rate, a PyTorch ``LRScheduler`` that updates
+  tensor learning rates in place without host synchronisation;
+- :class:`PiecewiseSchedule`: rl8's ``"step"`` / ``"interp"`` schedules over ``(step, value)``
+  breakpoints, applied to an optimizer's lr or to a loss coefficient buffer in place;
+- :class:`KLEarlyStopping` and :func:`kl_exceeds`: rl8's rule that stops a PPO update once a
+  minibatch's approximate KL exceeds ``1.5 * target_kl``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+
+from rlloss.common import check_choice, check_in_range
+
+SCHEDULE_KINDS = ("step", "interp")
+
+
+def _one_element(owner: str, kl: float | torch.Tensor) -> float | torch.Tensor:
+    """``kl`` as a Python number or a detached 0-dim tensor; a clear error for more elements."""
+    if not isinstance(kl, torch.Tensor):
+        return float(kl)
+    if kl.numel() != 1:
+        raise ValueError(
+            f"{owner}: kl must be a float or a one-element tensor, got a tensor of shape "
+            f"{tuple(kl.shape)}; pass its mean (kl.mean())."
+        )
+    return kl.detach().reshape(())
+
+
+def _set_group_lr(group: dict, lr: float | torch.Tensor) -> None:
+    """Set a param group's lr; in place (``fill_``) when it is a tensor, so optimizers and compiled
+    steps that hold the tensor see the new value."""
+    if isinstance(group["lr"], torch.Tensor):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = float(lr)
+
+
+def _current_lrs(optimizer: torch.optim.Optimizer) -> list[float | torch.Tensor]:
+    """Every param group's lr; tensors are cloned so the list never aliases the optimizer."""
+    return [
+        group["lr"].clone() if isinstance(group["lr"], torch.Tensor) else group["lr"]
+        for group in optimizer.param_groups
+    ]
+
+
+def kl_adaptive_lr(
+    lr: torch.Tensor,
+    kl: torch.Tensor,
+    kl_threshold: float,
+    min_lr: float,
+    max_lr: float,
+    kl_factor: float,
+    lr_factor: float,
+) -> torch.Tensor:
+    """skrl's KL-adaptive learning rate (rl_games' rule), on tensors, with no host sync::
+
+        lr' = max(lr / lr_factor, min_lr)   if kl > kl_factor * kl_threshold
+        lr' = min(lr * lr_factor, max_lr)   if kl < kl_threshold / kl_factor
+        lr' = lr                            otherwise (strict inequalities)
+
+    Source: skrl ``skrl.resources.schedulers.torch.KLAdaptiveLR``. The comparisons happen in
+    ``kl``'s dtype, the arithmetic in ``lr``'s.
+
+    Args:
+        lr: ``[]`` current learning rate.
+        kl: ``[]`` KL estimate (e.g. the mean k3 estimate of a learning epoch).
+
+    Returns:
+        ``[]`` the new learning rate.
+    """
+    decreased = torch.clamp(lr / lr_factor, min=min_lr)
+    increased = torch.clamp(lr * lr_factor, max=max_lr)
+    unchanged_or_increased = torch.where(kl < kl_threshold / kl_factor, increased, lr)
+    return torch.where(kl > kl_factor * kl_threshold, decreased, unchanged_or_increased)
+
+
+class KLAdaptiveLR(LRScheduler):
+    """Learning rate that follows the policy's KL divergence (skrl's ``KLAdaptiveLR``).
+
+    Each :meth:`step` applies :func:`kl_adaptive_lr` to every param group: divide the lr by
+    ``lr_factor`` (not below ``min_lr``) when ``kl > kl_factor * kl_threshold``, multiply it by
+    ``lr_factor`` (not above ``max_lr``) when ``kl < kl_threshold / kl_factor``. skrl steps it once
+    per learning epoch with the mean of the per-minibatch k3 KL estimates
+    (:func:`rlloss.functional.kl_k3`).
+
+    Host synchronisation: when a group's lr is a tensor (``Adam(params, lr=torch.tensor(3e-4))``,
+    capturable or compiled optimizers) and ``kl`` is a tensor on the same device, the lr tensor is
+    updated in place with ``torch.where`` and nothing waits for the device. A Python float lr needs
+    the KL on the host: one device-to-host copy of ``kl`` per such group.
+
+    ``last_epoch`` counts the calls to :meth:`step`. :meth:`state_dict` holds the hyperparameters
+    and the last learning rates; :meth:`load_state_dict` writes those learning rates back into the
+    optimizer.
+
+    Args:
+        optimizer: the wrapped optimizer.
+        kl_threshold: target KL, > 0.
+        min_lr: lower bound of the lr, >= 0.
+        max_lr: upper bound of the lr, >= ``min_lr``.
+        kl_factor: width of the KL band around ``kl_threshold``, > 1.
+        lr_factor: multiplicative lr change, > 1.
+        last_epoch: as in every PyTorch scheduler.
+
+    Example:
+        >>> scheduler = KLAdaptiveLR(optimizer, kl_threshold=0.01)
+        >>> for epoch in range(epochs):
+        ...     kls = [train_minibatch(batch) for batch in minibatches]
+        ...     scheduler.step(torch.stack(kls).mean())
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        kl_threshold: float = 0.008,
+        min_lr: float = 1e-6,
+        max_lr: float = 1e-2,
+        kl_factor: float = 2.0,
+        lr_factor: float = 1.5,
+        last_epoch: int = -1,
+    ) -> None:
+        check_in_range("kl_threshold", kl_threshold, 0.0, low_open=True)
+        check_in_range("min_lr", min_lr, 0.0)
+        check_in_range("max_lr", max_lr, min_lr)
+        check_in_range("kl_factor", kl_factor, 1.0, low_open=True)
+        check_in_range("lr_factor", lr_factor, 1.0, low_open=True)
+        self.kl_threshold = float(kl_threshold)
+        self.min_lr = float(min_lr)
+        self.max_lr = float(max_lr)
+        self.kl_factor = float(kl_factor)
+        self.lr_factor = float(lr_factor)
+        super().__init__(optimizer, last_epoch)
+
+    def step(self, kl: float | torch.Tensor | None = None) -> None:
+        """Adapt every param group's lr to ``kl`` (a float or a one-element tensor).
+
+        ``None`` leaves the learning rates unchanged (as skrl does). A tensor with more than one
+        element raises ``ValueError``: pass its mean.
+        """
+        self.last_epoch += 1
+        if kl is not None:
+            kl = _one_element(type(self).__name__, kl)
+            if not isinstance(kl, torch.Tensor):
+                kl = torch.tensor(kl, dtype=torch.float64)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._adapted(group["lr"], kl)
+        self._last_lr = _current_lrs(self.optimizer)
+
+    def _adapted(self, lr: float | torch.Tensor, kl: torch.Tensor) -> float | torch.Tensor:
+        rule = (self.kl_threshold, self.min_lr, self.max_lr, self.kl_factor, self.lr_factor)
+        if isinstance(lr, torch.Tensor):
+            return lr.copy_(kl_adaptive_lr(lr, kl.to(lr.device), *rule))
+        # A Python float lr: the one device-to-host copy (kl.cpu()) of this path.
+        return kl_adaptive_lr(torch.tensor(lr, dtype=torch.float64), kl.cpu(), *rule).item()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load the scheduler state and set the optimizer's learning rates to the saved ones."""
+        super().load_state_dict(state_dict)
+        for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
+            _set_group_lr(group, lr)
+        self._last_lr = _current_lrs(self.optimizer)
+
+
+class PiecewiseSchedule:
+    """A value that follows ``(step, value)`` breakpoints (rl8's ``"step"`` and ``"interp"``).
+
+    - ``kind="step"``: the value of the last breakpoint reached (``step >= breakpoint step``);
+      before the first breakpoint, the first value.
+    - ``kind="interp"``: linear interpolation between neighbouring breakpoints, clamped to the
+      first and last values outside them (``numpy.interp``).
+
+    rl8 requires the first breakpoint at step 0; here any strictly increasing steps are accepted.
+    The schedule is stateless: call it with the current step (environment steps, updates...).
+
+    Args:
+        breakpoints: ``[(step, value), ...]`` with strictly increasing steps.
+        kind: ``"step"`` or ``"interp"``.
+
+    Example:
+        >>> lr = PiecewiseSchedule([(0, 3e-4), (1_000_000, 0.0)])
+        >>> entropy = PiecewiseSchedule([(0, 0.01), (200_000, 0.001)], kind="step")
+        >>> lr.apply(frames, optimizer)
+        >>> entropy.apply(frames, (loss, "entropy_coeff"))
+    """
+
+    def __init__(self, breakpoints: Sequence[tuple[float, float]], kind: str = "interp") -> None:
+        check_choice("kind", kind, SCHEDULE_KINDS)
+        if len(breakpoints) == 0:
+            raise ValueError("breakpoints must hold at least one (step, value) pair, got none.")
+        for index, pair in enumerate(breakpoints):
+            if len(pair) != 2:
+                raise ValueError(
+                    f"breakpoints[{index}] must be a (step, value) pair, got {pair!r}."
+                )
+        steps = [pair[0] for pair in breakpoints]
+        for index in range(1, len(steps)):
+            if steps[index] <= steps[index - 1]:
+                raise ValueError(
+                    "breakpoint steps must be strictly increasing, got breakpoints"
+                    f"[{index}] at step {steps[index]} after step {steps[index - 1]}."
+                )
+        self.steps = tuple(steps)
+        self.values = tuple(float(pair[1]) for pair in breakpoints)
+        self.kind = kind
+
+    def __call__(self, step: float) -> float:
+        """The scheduled value at ``step``."""
+        last = bisect.bisect_right(self.steps, step) - 1  # last breakpoint reached, -1 if none
+        if last < 0:
+            return self.values[0]
+        if self.kind == "step" or last == len(self.steps) - 1:
+            return self.values[last]
+        step0, step1 = self.steps[last], self.steps[last + 1]
+        value0, value1 = self.values[last], self.values[last + 1]
+        return value0 + (value1 - value0) * (step - step0) / (step1 - step0)
+
+    def apply(
+        self,
+        step: float,
+        target: torch.optim.Optimizer | torch.Tensor | tuple[nn.Module, str],
+    ) -> float:
+        """Write the value at ``step`` into ``target`` and return it.
+
+        Args:
+            step: the current step.
+            target: an optimizer (every param group's lr is set; in place with ``fill_`` when the
+                lr is a tensor), a tensor (filled in place), or a ``(module, "name")`` pair naming
+                a tensor attribute such as a loss's ``entropy_coeff`` buffer (filled in place, so
+                a compiled loss that reads it does not recompile).
+
+        Returns:
+            The value written.
+        """
+        value = self(step)
+        if isinstance(target, torch.optim.Optimizer):
+            for group in target.param_groups:
+                _set_group_lr(group, value)
+            return value
+        if isinstance(target, tuple):
+            module, name = target
+            target = getattr(module, name)
+            if not isinstance(target, torch.Tensor):
+                raise TypeError(
+                    f"PiecewiseSchedule.apply: {type(module).__name__}.{name} is a "
+                    f"{type(target).__name__}, not a tensor; store it as a buffer "
+                    f"(register_buffer({name!r}, torch.tensor(...))) so it can be updated in place."
+                )
+        if not isinstance(target, torch.Tensor):
+            raise TypeError(
+                "PiecewiseSchedule.apply: target must be an optimizer, a tensor or a "
+                f"(module, attribute_name) pair, got {type(target).__name__}."
+            )
+        with torch.no_grad():
+            target.fill_(value)
+        return value
+
+    def __repr__(self) -> str:
+        pairs = list(zip(self.steps, self.values, strict=True))
+        return f"{type(self).__name__}({pairs}, kind={self.kind!r})"
+
+
+def kl_exceeds(
+    kl: float | torch.Tensor, target_kl: float, factor: float = 1.5
+) -> bool | torch.Tensor:
+    """``kl > factor * target_kl`` (rl8's early-stopping test), elementwise and on ``kl``'s device:
+    no host sync for a tensor ``kl``, a ``bool`` for a Python float."""
+    return kl > factor * target_kl
+
+
+class KLEarlyStopping:
+    """rl8's KL early stopping: stop the whole PPO update (every remaining epoch and minibatch)
+    as soon as a minibatch's approximate KL exceeds ``factor * target_kl`` (``factor = 1.5``).
+
+    Compute the KL under ``torch.no_grad()`` before the minibatch's backward, with the k3
+    estimator ``mean((r - 1) - log r)`` (Schulman, "Approximating KL divergence", 2020): e.g. the
+    ``kl_k3`` output of an rlloss PPO loss, or ``rlloss.functional.kl_k3(log_ratio).mean()``.
+
+    :meth:`should_stop` costs one host sync per call (the KL is read as a Python float); once
+    stopped it answers ``True`` without reading the KL until :meth:`reset`. For a sync-free test
+    on the device, use :func:`kl_exceeds`.
+
+    Args:
+        target_kl: target KL, > 0.
+        factor: the stop threshold is ``factor * target_kl``, > 0.
+
+    Attributes:
+        stopped: whether the current update has been stopped.
+        stop_kl: the KL (a float) that triggered the stop, ``None`` until then.
+
+    Example:
+        >>> early_stopping = KLEarlyStopping(target_kl=0.01)
+        >>> for epoch in range(epochs):
+        ...     for batch in minibatches:
+        ...         losses = loss(batch)
+        ...         if early_stopping.should_stop(losses["kl_k3"]):
+        ...             break
+        ...         optimize(losses)
+        ...     if early_stopping.stopped:
+        ...         break
+        >>> early_stopping.reset()  # before the next update
+    """
+
+    def __init__(self, target_kl: float, factor: float = 1.5) -> None:
+        check_in_range("target_kl", target_kl, 0.0, low_open=True)
+        check_in_range("factor", factor, 0.0, low_open=True)
+        self.target_kl = float(target_kl)
+        self.factor = float(factor)
+        self.reset()
+
+    def should_stop(self, kl: float | torch.Tensor) -> bool:
+        """Whether to stop the update: ``kl > factor * target_kl`` now or earlier in this update.
+
+        ``kl`` is a float or a one-element tensor.
+        """
+        if not self.stopped:
+            value = float(_one_element(type(self).__name__, kl))  # the one host sync
+            if kl_exceeds(value, self.target_kl, self.factor):
+                self.stopped, self.stop_kl = True, value
+        return self.stopped
+
+    def reset(self) -> None:
+        """Forget the stop, for the next update."""
+        self.stopped = False
+        self.stop_kl: float | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(target_kl={self.target_kl}, factor={self.factor})"
