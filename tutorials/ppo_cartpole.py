@@ -57,6 +57,8 @@ MAX_GRAD_NORM = 0.5
 
 torch.manual_seed(args.seed)  # seeds network init and action sampling
 device = torch.device(args.device)
+if device.type == "cpu":
+    torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
 start_time = time.perf_counter()
 
 # Environment. SAME_STEP autoreset: when an episode ends, step() returns the first observation of

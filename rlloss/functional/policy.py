@@ -104,10 +104,9 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
     with ``p(a) = 0`` contribute 0."""
     log_p, log_q = logits_p.log_softmax(-1), logits_q.log_softmax(-1)
     possible = log_p > -torch.inf
-    zero = torch.zeros((), dtype=log_p.dtype, device=log_p.device)
     # Select before the arithmetic so that impossible actions reach neither value nor gradient.
-    log_p, log_q = torch.where(possible, log_p, zero), torch.where(possible, log_q, zero)
-    return torch.where(possible, log_p.exp() * (log_p - log_q), zero).sum(-1)
+    log_p, log_q = torch.where(possible, log_p, 0.0), torch.where(possible, log_q, 0.0)
+    return torch.where(possible, log_p.exp() * (log_p - log_q), 0.0).sum(-1)
 
 
 def kl_divergence(p: D.Distribution, q: D.Distribution, samples: int = 1) -> torch.Tensor:

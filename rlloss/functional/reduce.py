@@ -46,15 +46,14 @@ def reduce(
     if reduction == "max":
         if mask is None:
             return loss.max()
-        return torch.where(_expand_mask(mask, loss), loss, loss.new_full((), -torch.inf)).max()
-    zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        return torch.where(_expand_mask(mask, loss), loss, -torch.inf).max()
     if mask is not None:
         mask = _expand_mask(mask, loss)
-        loss = torch.where(mask, loss, zero)
+        loss = torch.where(mask, loss, 0.0)
     if weights is not None:
         weights = _expand_mask(weights, loss)
         if mask is not None:
-            weights = torch.where(mask, weights, zero)
+            weights = torch.where(mask, weights, 0.0)
         loss = loss * weights
     if reduction == "none":
         return loss
@@ -77,11 +76,10 @@ def standardize(
     if mask is None:
         return (x - x.mean()) / x.std().clamp_min(eps)
     mask = _expand_mask(mask, x)
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
     count = mask.sum()
-    valid = torch.where(mask, x, zero)  # padding never enters the arithmetic
+    valid = torch.where(mask, x, 0.0)  # padding never enters the arithmetic
     mean = valid.sum() / count.clamp_min(1)
-    variance = torch.where(mask, (valid - mean) ** 2, zero).sum() / (count - 1).clamp_min(1)
+    variance = torch.where(mask, (valid - mean) ** 2, 0.0).sum() / (count - 1).clamp_min(1)
     return (valid - mean) / variance.sqrt().clamp_min(eps)
 
 
@@ -94,7 +92,7 @@ def normalized_effective_sample_size(
     """
     if mask is not None:
         mask = _expand_mask(mask, log_weight)
-        log_weight = torch.where(mask, log_weight, log_weight.new_full((), -torch.inf))
+        log_weight = torch.where(mask, log_weight, -torch.inf)
         count = mask.sum()
     else:
         count = log_weight.numel()
