@@ -1,0 +1,139 @@
+"""The contract every rlloss loss keeps (DESIGN.md, "Tests"): one table of losses run through
+the same checks. A new loss joins by adding a row to LOSSES."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch._dynamo
+from tensordict import TensorDict
+
+import rlloss
+from tests.nets import make_actor, make_critic, perturbed, rollout
+
+
+@dataclass
+class Row:
+    build: Callable[[], rlloss.LossModule]
+    batch: Callable[[], TensorDict]
+    # loss key -> the networks its gradient may reach (the others must get none)
+    routes: dict[str, tuple[str, ...]]
+
+
+ACTOR = make_actor()
+
+
+def ppo_row(name: str, **kwargs) -> Row:
+    return Row(
+        build=lambda: getattr(rlloss, name)(perturbed(ACTOR), make_critic(), **kwargs),
+        batch=lambda: rollout(ACTOR),
+        routes={
+            "loss_objective": ("actor_network",),
+            "loss_entropy": ("actor_network",),
+            "loss_critic": ("critic_network",),
+        },
+    )
+
+
+LOSSES = {
+    "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
+    "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
+    "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),
+    "RPOLoss": ppo_row("RPOLoss", rpo_alpha=0.3),
+}
+
+
+def seeded(loss, batch, seed=0):
+    torch.manual_seed(seed)
+    return loss(batch)
+
+
+def assert_same_outputs(first: TensorDict, second: TensorDict) -> None:
+    assert set(first.keys()) == set(second.keys())
+    for key in first.keys():
+        torch.testing.assert_close(first[key], second[key], msg=key)
+
+
+@pytest.fixture(params=list(LOSSES))
+def row(request) -> Row:
+    return LOSSES[request.param]
+
+
+def test_declared_out_keys_are_produced(row):
+    loss = row.build()
+    assert sorted(loss(row.batch()).keys()) == sorted(loss.out_keys)
+    assert all(not v.requires_grad for k, v in loss(row.batch()).items() if not k.startswith("loss_"))
+
+
+def test_two_forwards_agree_and_leave_the_batch_alone(row):
+    loss, batch = row.build(), row.batch()
+    before = batch.clone()
+    if hasattr(loss, "adaptive_beta"):
+        loss.adaptive_beta = False
+    assert_same_outputs(seeded(loss, batch), seeded(loss, batch))
+    assert set(batch.keys(True, True)) == set(before.keys(True, True)) and (batch == before).all()
+
+
+def test_set_keys_round_trip(row):
+    loss, batch = row.build(), row.batch()
+    if hasattr(loss, "adaptive_beta"):
+        loss.adaptive_beta = False
+    expected = seeded(loss, batch)
+    renamed = batch.clone()
+    remap = {}
+    for name in ("advantage", "value_target", "sample_log_prob"):
+        key = getattr(loss.tensor_keys, name)
+        renamed.rename_key_(key, ("renamed", name))
+        remap[name] = ("renamed", name)
+    loss.set_keys(**remap)
+    assert_same_outputs(seeded(loss, renamed), expected)
+    loss.set_keys(**{name: None for name in remap})
+    assert_same_outputs(seeded(loss, batch), expected)
+
+
+def test_gradients_reach_only_their_networks(row):
+    loss, batch = row.build(), row.batch()
+    out = loss(batch)
+    for key, allowed in row.routes.items():
+        loss.zero_grad(set_to_none=True)
+        out[key].backward(retain_graph=True)
+        for name, module in loss.named_children():
+            if name.startswith("target_") or not list(module.parameters()):
+                continue
+            reached = any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+            assert reached == (name in allowed), f"{key} -> {name}"
+
+
+def test_state_dict_round_trip(row):
+    loss = row.build()
+    batch = row.batch()
+    loss(batch)  # changes adaptive state (beta) where there is some
+    other = row.build()
+    other.load_state_dict(loss.state_dict())
+    for name in ("adaptive_beta",):
+        if hasattr(loss, name):
+            loss.adaptive_beta = other.adaptive_beta = False
+    assert_same_outputs(seeded(other, batch), seeded(loss, batch))
+
+
+def test_compiles_as_one_graph_without_recompiling(row):
+    torch._dynamo.reset()
+    loss = row.build()
+    twin = copy.deepcopy(loss)
+    compiled = torch.compile(twin, fullgraph=True, backend="eager")
+    with torch._dynamo.config.patch(error_on_recompile=False):
+        compiled(row.batch())
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for step in range(3):
+            for module in (loss, twin):
+                module.entropy_coeff = 0.01 * (step + 1)  # in-place buffer change
+            batch = row.batch()
+            out = seeded(compiled, batch)
+            sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+            if not hasattr(loss, "adaptive_beta"):
+                assert_same_outputs(out, seeded(loss, batch))
+    torch._dynamo.reset()
