@@ -1,0 +1,97 @@
+"""Action-value targets: Q-learning, double Q-learning, clipped double-Q with target policy
+smoothing (TD3), soft values (SAC, discrete SAC), expected SARSA.
+
+Values are ``[*B, 1]`` (TorchRL's convention) and action values ``[*B, A]``; ensembles of Q
+networks stack along a leading dim ``[E, *B, 1]``. Targets are built from target networks'
+outputs: callers compute them under ``torch.no_grad()`` (the functions do not detach).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlloss.functional._checks import check_same_shape
+
+Scalar = float | torch.Tensor
+
+
+def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``Q(s, a)`` of the taken action, ``[*B, 1]``.
+
+    Args:
+        action_value: ``[*B, A]`` Q-values of every action.
+        action: the action as an index (``[*B]`` or ``[*B, 1]``, integer) or one-hot (``[*B, A]``).
+    """
+    if action.dtype.is_floating_point or action.dtype == torch.bool:
+        check_same_shape(action_value=action_value, one_hot_action=action)
+        return (action_value * action.to(action_value.dtype)).sum(-1, keepdim=True)
+    if action.shape == action_value.shape[:-1]:
+        action = action.unsqueeze(-1)
+    return action_value.gather(-1, action)
+
+
+def greedy_value(action_value: torch.Tensor) -> torch.Tensor:
+    """``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989)."""
+    return action_value.max(-1, keepdim=True).values
+
+
+def double_q_value(
+    online_action_value: torch.Tensor, target_action_value: torch.Tensor
+) -> torch.Tensor:
+    """``Q_target(s', argmax_a Q_online(s', a))``, ``[*B, 1]``: the online network picks the
+    action, the target network evaluates it (van Hasselt et al., "Deep Reinforcement Learning with
+    Double Q-learning", arXiv:1509.06461)."""
+    check_same_shape(
+        online_action_value=online_action_value, target_action_value=target_action_value
+    )
+    return target_action_value.gather(-1, online_action_value.argmax(-1, keepdim=True))
+
+
+def clipped_double_q_value(ensemble_value: torch.Tensor) -> torch.Tensor:
+    """``min_i Q_i(s', a')`` over the leading ensemble dim of ``[E, *B, 1]`` (Fujimoto et al.,
+    "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+    return ensemble_value.min(0).values
+
+
+def smoothed_target_action(
+    action: torch.Tensor, noise_scale: Scalar, noise_clip: Scalar, low: Scalar, high: Scalar
+) -> torch.Tensor:
+    """TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
+    noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14)."""
+    noise = (torch.randn_like(action) * noise_scale).clamp(-noise_clip, noise_clip)
+    return torch.clamp(action + noise, low, high)
+
+
+def soft_value(value: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar) -> torch.Tensor:
+    """SAC's soft state value ``V(s') = Q(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi``
+    (Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, eq. 3).
+
+    Args:
+        value: ``[*B, 1]`` Q-values of the sampled actions (already min over the ensemble).
+        log_prob: ``[*B]`` or ``[*B, 1]`` log-probabilities of those actions.
+    """
+    if log_prob.shape == value.shape[:-1]:
+        log_prob = log_prob.unsqueeze(-1)
+    check_same_shape(value=value, log_prob=log_prob)
+    return value - alpha * log_prob
+
+
+def discrete_soft_value(
+    action_value: torch.Tensor, log_probs: torch.Tensor, alpha: Scalar
+) -> torch.Tensor:
+    """Discrete SAC's exact soft value ``V(s') = sum_a pi(a|s') (Q(s', a) - alpha log pi(a|s'))``,
+    ``[*B, 1]`` (Christodoulou, "Soft Actor-Critic for Discrete Action Settings",
+    arXiv:1910.07207, eq. 9). Actions of probability 0 contribute 0."""
+    check_same_shape(action_value=action_value, log_probs=log_probs)
+    possible = log_probs > -torch.inf
+    log_probs = torch.where(possible, log_probs, 0.0)
+    terms = torch.where(possible, log_probs.exp() * (action_value - alpha * log_probs), 0.0)
+    return terms.sum(-1, keepdim=True)
+
+
+def temperature_loss(
+    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
+) -> torch.Tensor:
+    """SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
+    ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha)."""
+    return -log_alpha * (log_prob + target_entropy).detach()
