@@ -6,6 +6,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 
 from rlloss import functional
 from rlloss.common import LossModule
+from rlloss.dqn import DDQNLoss, DQNLoss
 from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
@@ -14,6 +15,8 @@ from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, 
 __all__ = [
     "GAE",
     "ClipPPOLoss",
+    "DDQNLoss",
+    "DQNLoss",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",

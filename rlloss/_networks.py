@@ -30,19 +30,30 @@ from torch import distributions as D
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
 
-def _plan(module) -> list[Step] | None:
-    """The (callable, in_keys, out_keys) steps equivalent to ``module(td)``, or ``None``."""
+def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
+    """The (callable, in_keys, out_keys) steps equivalent to ``module(td)``, or ``None``.
+
+    With ``until``, a sequence is planned only up to the first child that writes that key (e.g.
+    a ``QValueActor`` up to its ``action_value``, before the greedy-action module).
+    """
     if isinstance(module, ProbabilisticTensorDictModule):
         return None
     if isinstance(module, TensorDictSequential):
         if (
-            type(module).forward is not TensorDictSequential.forward
-            or getattr(module, "partial_tolerant", False)
-            or getattr(module, "_selected_out_keys", None)
-        ):
+            until is None and type(module).forward is not TensorDictSequential.forward
+        ) or getattr(module, "partial_tolerant", False):
             return None
-        steps = [_plan(child) for child in module.module]
-        return None if any(step is None for step in steps) else [s for step in steps for s in step]
+        steps = []
+        for child in module.module:
+            child_steps = _plan(child)
+            if child_steps is None:
+                return None
+            steps += child_steps
+            if until is not None and until in child.out_keys:
+                return steps
+        if until is not None or getattr(module, "_selected_out_keys", None):
+            return None
+        return steps
     if (
         isinstance(module, TensorDictModule)
         and type(module).forward is TensorDictModule.forward
@@ -68,11 +79,14 @@ def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
 
 
 class NetworkCall:
-    """``NetworkCall(module)(batch)`` returns ``module``'s outputs on ``batch`` as a mapping."""
+    """``NetworkCall(module)(batch)`` returns ``module``'s outputs on ``batch`` as a mapping.
 
-    def __init__(self, module) -> None:
+    With ``until``, only the part of a sequence that produces that key runs.
+    """
+
+    def __init__(self, module, until: NestedKey | None = None) -> None:
         self.module = module
-        self.steps = _plan(module)
+        self.steps = _plan(module, until)
 
     def __call__(self, batch: TensorDictBase) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:

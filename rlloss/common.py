@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Mapping
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
 from torchrl.objectives.utils import ValueEstimators
 
+from rlloss._networks import NetworkCall
 from rlloss.functional.reduce import REDUCTIONS
 
 DEFAULT_VALUE_HYPERPARAMS = {
@@ -121,23 +124,28 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         }
         estimator.set_keys(**shared)
 
-    def _get(self, tensordict: TensorDictBase, name: str) -> torch.Tensor:
-        """The entry ``tensor_keys.<name>`` of ``tensordict``; a clear ``KeyError`` if absent."""
+    def _get(self, tensordict: TensorDictBase, name: str, *, nested: bool = False) -> torch.Tensor:
+        """The entry ``tensor_keys.<name>`` of ``tensordict`` (of ``tensordict["next"]`` when
+        ``nested``); a clear ``KeyError`` if absent."""
         key = getattr(self.tensor_keys, name)
+        if nested:
+            key = ("next", *((key,) if isinstance(key, str) else key))
         value = tensordict.get(key, None)
         if value is None:
             raise MissingKeyError(missing_key_message(type(self).__name__, name, key, tensordict))
         return value
 
     # ----------------------------------------------------------------------------- targets
-    def _register_target_network(self, name: str) -> None:
+    def _register_target_network(self, name: str, until: NestedKey | None = None) -> None:
         """Give the submodule ``name`` a target copy held in ``target_<name>_params`` (buffers).
 
         ``<name>_params`` exposes the online parameters to TorchRL's ``SoftUpdate`` and
         ``HardUpdate``, which then update the target in place; target tensors never require
-        grad and never appear in ``loss.parameters()``.
+        grad and never appear in ``loss.parameters()``. ``until``: the output key the loss needs
+        (see :class:`rlloss._networks.NetworkCall`).
         """
         self._source_names.append(name)
+        self.__dict__[f"_{name}_direct"] = _Direct(NetworkCall(getattr(self, name), until))
         self._refresh_source_params()
         target = getattr(self, f"{name}_params").detach().clone()
         setattr(self, f"target_{name}_params", TensorDictParams(target, no_convert=True))
@@ -151,22 +159,24 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
             self.__dict__[f"{name}_params"] = TensorDict.from_module(getattr(self, name))
             target = self._modules.get(f"target_{name}_params")
             if target is not None:
-                self.__dict__[f"_target_{name}_flat"] = dict(target.flatten_keys(".").items())
+                flat = target.flatten_keys(".").items()
+                self.__dict__[f"_target_{name}_flat"] = {f"network.{k}": v for k, v in flat}
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self._refresh_source_params()
         return out
 
-    def _call_target(self, name: str, tensordict: TensorDictBase) -> TensorDictBase:
-        """Run the submodule ``name`` with its target parameters, without gradient.
+    def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
+        """The outputs of the submodule ``name`` run with its target parameters, no gradient.
 
         ``torch.func.functional_call`` leaves the target buffers as they are (swapping them in
         with ``TensorDictParams.to_module`` would hand back ``Parameter``s that require grad).
         """
         with torch.no_grad():
             return torch.func.functional_call(
-                getattr(self, name), self.__dict__[f"_target_{name}_flat"], (tensordict,)
+                self.__dict__[f"_{name}_direct"], self.__dict__[f"_target_{name}_flat"],
+                (tensordict,),
             )
 
     # ----------------------------------------------------------------------------- estimators
@@ -225,6 +235,19 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
+
+
+class _Direct(nn.Module):
+    """A module whose forward is a :class:`NetworkCall`, so ``functional_call`` can run it with
+    other parameters (the network is its ``network`` submodule)."""
+
+    def __init__(self, call: NetworkCall) -> None:
+        super().__init__()
+        self.network = call.module
+        self.call = call
+
+    def forward(self, tensordict: TensorDictBase) -> Mapping:
+        return self.call(tensordict)
 
 
 class MissingKeyError(KeyError):

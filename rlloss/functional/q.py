@@ -20,13 +20,18 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
 
     Args:
         action_value: ``[*B, A]`` Q-values of every action.
-        action: the action as an index (``[*B]`` or ``[*B, 1]``, integer) or one-hot (``[*B, A]``).
+        action: one-hot (``[*B, A]``, any dtype) or an integer index (``[*B]`` or ``[*B, 1]``).
     """
-    if action.dtype.is_floating_point or action.dtype == torch.bool:
-        check_same_shape(action_value=action_value, one_hot_action=action)
+    if action.shape == action_value.shape:
         return (action_value * action.to(action_value.dtype)).sum(-1, keepdim=True)
     if action.shape == action_value.shape[:-1]:
         action = action.unsqueeze(-1)
+    if action.shape != (*action_value.shape[:-1], 1) or action.dtype.is_floating_point:
+        raise ValueError(
+            f"action of shape {tuple(action.shape)} and dtype {action.dtype} matches neither a "
+            f"one-hot action {tuple(action_value.shape)} nor an integer index "
+            f"{tuple(action_value.shape[:-1])} for action values of shape {tuple(action_value.shape)}."
+        )
     return action_value.gather(-1, action)
 
 
