@@ -30,7 +30,7 @@ class TargetRegressionLoss(rlloss.LossModule):
 
     def forward(self, tensordict):
         value = self.critic_network(tensordict.copy())[self.tensor_keys.value]
-        next_value = self._call_target("critic_network", tensordict.get("next").copy())
+        next_value = self._target_outputs("critic_network", tensordict.get("next"))
         target = F.td0_return(
             tensordict["next", "reward"], next_value[self.tensor_keys.value],
             tensordict["next", "terminated"], 0.9,

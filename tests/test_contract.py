@@ -13,6 +13,7 @@ import torch._dynamo
 from tensordict import TensorDict
 
 import rlloss
+from tests import test_dqn
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -22,6 +23,12 @@ class Row:
     batch: Callable[[], TensorDict]
     # loss key -> the networks its gradient may reach (the others must get none)
     routes: dict[str, tuple[str, ...]]
+    # tensor_keys names remapped by the set_keys round trip
+    renamable: tuple[str, ...] = ("advantage", "value_target", "sample_log_prob")
+    # entries the loss writes into the caller's batch (prioritized replay's td_error)
+    writes: tuple[str, ...] = ()
+    # a coefficient buffer changed in place between compiled calls
+    coefficient: str | None = "entropy_coeff"
 
 
 ACTOR = make_actor()
@@ -39,12 +46,30 @@ def ppo_row(name: str, **kwargs) -> Row:
     )
 
 
+def dqn_row(**kwargs) -> Row:
+    return Row(
+        build=lambda: rlloss.DQNLoss(test_dqn.q_actor(), **kwargs),
+        batch=lambda: test_dqn.transitions(),
+        routes={"loss": ("value_network",)},
+        renamable=("action",),
+        writes=("td_error",),
+        coefficient=None,
+    )
+
+
 LOSSES = {
+    "DQNLoss": dqn_row(),
+    "DDQNLoss": dqn_row(double_dqn=True, loss_function="smooth_l1"),
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
     "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),
     "RPOLoss": ppo_row("RPOLoss", rpo_alpha=0.3),
 }
+
+
+def is_loss(key: str) -> bool:
+    """A loss entry: TorchRL's ``loss_*`` names, and DQN's single ``loss``."""
+    return key == "loss" or key.startswith("loss_")
 
 
 def seeded(loss, batch, seed=0):
@@ -66,7 +91,7 @@ def row(request) -> Row:
 def test_declared_out_keys_are_produced(row):
     loss = row.build()
     assert sorted(loss(row.batch()).keys()) == sorted(loss.out_keys)
-    assert all(not v.requires_grad for k, v in loss(row.batch()).items() if not k.startswith("loss_"))
+    assert all(not v.requires_grad for k, v in loss(row.batch()).items() if not is_loss(k))
 
 
 def test_two_forwards_agree_and_leave_the_batch_alone(row):
@@ -75,6 +100,9 @@ def test_two_forwards_agree_and_leave_the_batch_alone(row):
     if hasattr(loss, "adaptive_beta"):
         loss.adaptive_beta = False
     assert_same_outputs(seeded(loss, batch), seeded(loss, batch))
+    for key in row.writes:
+        assert key in batch.keys()
+        del batch[key]
     assert set(batch.keys(True, True)) == set(before.keys(True, True)) and (batch == before).all()
 
 
@@ -85,7 +113,7 @@ def test_set_keys_round_trip(row):
     expected = seeded(loss, batch)
     renamed = batch.clone()
     remap = {}
-    for name in ("advantage", "value_target", "sample_log_prob"):
+    for name in row.renamable:
         key = getattr(loss.tensor_keys, name)
         renamed.rename_key_(key, ("renamed", name))
         remap[name] = ("renamed", name)
@@ -130,10 +158,11 @@ def test_compiles_as_one_graph_without_recompiling(row):
     with torch._dynamo.config.patch(error_on_recompile=True):
         for step in range(3):
             for module in (loss, twin):
-                module.entropy_coeff = 0.01 * (step + 1)  # in-place buffer change
+                if row.coefficient:  # an in-place buffer change
+                    setattr(module, row.coefficient, 0.01 * (step + 1))
             batch = row.batch()
             out = seeded(compiled, batch)
-            sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+            sum(v for k, v in out.items() if is_loss(k)).backward()
             if not hasattr(loss, "adaptive_beta"):
                 assert_same_outputs(out, seeded(loss, batch))
     torch._dynamo.reset()
