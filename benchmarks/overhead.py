@@ -83,7 +83,13 @@ from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import NormalParamExtractor, TensorDictModule  # noqa: E402
 from torch import nn  # noqa: E402
 from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E402
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator  # noqa: E402
+from torchrl.modules import (  # noqa: E402
+    MLP,
+    IndependentNormal,
+    ProbabilisticActor,
+    QValueActor,
+    ValueOperator,
+)
 
 METHODS = ("plain", "plain-min", "rlloss", "torchrl")
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
@@ -347,6 +353,104 @@ def _register_ppo_case(name: str) -> None:
 
 for _name in PPO_FAMILY:
     _register_ppo_case(_name)
+
+
+# --------------------------------------------------------------------------- #
+# Cases: DQN and double DQN (QValueActor over an MLP, one-hot actions, target network)
+# --------------------------------------------------------------------------- #
+DQN_OBS_DIM, DQN_ACTIONS, DQN_HIDDEN, DQN_GAMMA = 8, 4, (64, 64), 0.99
+DQN_FAMILY = {"DQNLoss": {"double_dqn": False}, "DDQNLoss": {"double_dqn": True}}
+
+
+def _plain_dqn_step(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
+    """Double / plain DQN written by hand: what a user would write with a target-net copy."""
+    params = tuple(net.parameters())
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+
+    def step() -> torch.Tensor:
+        _zero_grad(params)
+        chosen = (net(obs) * action).sum(-1, keepdim=True)
+        with torch.no_grad():
+            next_q = target_net(next_obs)
+            if double_dqn:
+                next_value = next_q.gather(-1, net(next_obs).argmax(-1, keepdim=True))
+            else:
+                next_value = next_q.max(-1, keepdim=True).values
+            target = reward + DQN_GAMMA * (~terminated) * next_value
+        td_error = (chosen - target).detach().square()  # noqa: F841 - the priority, as written
+        loss = F.mse_loss(chosen, target)
+        loss.backward()
+        return loss
+
+    return step
+
+
+def _register_dqn_case(name: str) -> None:
+    @register_case(name)
+    def build(batch_size: int, seed: int) -> CaseSetup:
+        torch.manual_seed(seed)
+        net = MLP(
+            in_features=DQN_OBS_DIM, out_features=DQN_ACTIONS, num_cells=list(DQN_HIDDEN),
+            activation_class=nn.ReLU,
+        )
+        g = torch.Generator().manual_seed(seed + 1)
+        action = torch.randint(0, DQN_ACTIONS, (batch_size,), generator=g)
+        batch = TensorDict(
+            {
+                "observation": torch.randn(batch_size, DQN_OBS_DIM, generator=g),
+                "action": nn.functional.one_hot(action, DQN_ACTIONS),
+                "next": {
+                    "observation": torch.randn(batch_size, DQN_OBS_DIM, generator=g),
+                    "reward": torch.randn(batch_size, 1, generator=g),
+                    "terminated": torch.rand(batch_size, 1, generator=g) < 0.1,
+                    "done": torch.rand(batch_size, 1, generator=g) < 0.2,
+                },
+            },
+            [batch_size],
+        )
+        kwargs = DQN_FAMILY[name]
+
+        def named(module: nn.Module) -> dict[str, torch.Tensor]:
+            return {f"q.{n}": p for n, p in module.named_parameters()}
+
+        def module_factory(make_loss: Callable[[nn.Module], nn.Module]) -> Callable:
+            def make(batch) -> Method:
+                module = copy.deepcopy(net)
+                actor = QValueActor(module, in_keys=["observation"], action_space="one-hot")
+                return _loss_module_method(make_loss(actor), batch, named(module), ("loss",))
+
+            return make
+
+        def torchrl_loss(actor):
+            loss = torchrl.objectives.DQNLoss(actor, action_space="one-hot", **kwargs)
+            loss.make_value_estimator(gamma=DQN_GAMMA)
+            return loss
+
+        def plain(batch) -> Method:
+            module = copy.deepcopy(net)
+            target = copy.deepcopy(module).requires_grad_(False)
+            return Method(step=_plain_dqn_step(module, target, batch, **kwargs), params=named(module))
+
+        return CaseSetup(
+            batches={"replay": batch},
+            factories={
+                "plain": plain,
+                "rlloss": module_factory(
+                    lambda actor: rlloss_attr("DQNLoss")(actor, gamma=DQN_GAMMA, **kwargs)
+                ),
+                "torchrl": module_factory(torchrl_loss),
+            },
+            description=(
+                f"DQNLoss(double_dqn={kwargs['double_dqn']}, loss_function='l2', gamma={DQN_GAMMA})"
+                f"; QValueActor over MLP {DQN_OBS_DIM}->{'x'.join(map(str, DQN_HIDDEN))} relu->"
+                f"{DQN_ACTIONS}, one-hot actions, target network"
+            ),
+        )
+
+
+for _name in DQN_FAMILY:
+    _register_dqn_case(_name)
 
 
 # --------------------------------------------------------------------------- #

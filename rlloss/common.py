@@ -17,6 +17,7 @@ It subclasses :class:`torchrl.objectives.LossModule`, so TorchRL's ``SoftUpdate`
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 from collections.abc import Mapping
 
@@ -137,30 +138,38 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
 
     # ----------------------------------------------------------------------------- targets
     def _register_target_network(self, name: str, until: NestedKey | None = None) -> None:
-        """Give the submodule ``name`` a target copy held in ``target_<name>_params`` (buffers).
+        """Give the submodule ``name`` a target copy whose tensors are ``target_<name>_params``.
 
+        The copy is the network with its parameters turned into buffers, held outside the
+        module tree (so its tensors appear once in ``state_dict``, under
+        ``target_<name>_params``, and never in ``loss.parameters()``) and called directly.
         ``<name>_params`` exposes the online parameters to TorchRL's ``SoftUpdate`` and
-        ``HardUpdate``, which then update the target in place; target tensors never require
-        grad and never appear in ``loss.parameters()``. ``until``: the output key the loss needs
-        (see :class:`rlloss._networks.NetworkCall`).
+        ``HardUpdate``, which update the target tensors in place. ``until``: the output key the
+        loss needs (see :class:`rlloss._networks.NetworkCall`).
         """
-        self._source_names.append(name)
-        self.__dict__[f"_{name}_direct"] = _Direct(NetworkCall(getattr(self, name), until))
-        self._refresh_source_params()
-        target = getattr(self, f"{name}_params").detach().clone()
-        setattr(self, f"target_{name}_params", TensorDictParams(target, no_convert=True))
-        self._refresh_source_params()
         self._has_update_associated[name] = False
+        target = _frozen_copy(getattr(self, name))
+        self.__dict__[f"_{name}_target"] = target
+        self.__dict__[f"_{name}_target_call"] = NetworkCall(target, until)
+        setattr(
+            self,
+            f"target_{name}_params",
+            TensorDictParams(TensorDict.from_module(target), no_convert=True),
+        )
+        self._source_names.append(name)
+        self._refresh_source_params()
         if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
             self.register_forward_pre_hook(_updater_check_forward_prehook)
 
     def _refresh_source_params(self) -> None:
+        """Point ``<name>_params`` at the online tensors and the target copies at the tensors of
+        ``target_<name>_params`` (after ``.to()`` or ``.double()`` replaced them)."""
         for name in self._source_names:
             self.__dict__[f"{name}_params"] = TensorDict.from_module(getattr(self, name))
-            target = self._modules.get(f"target_{name}_params")
-            if target is not None:
-                flat = target.flatten_keys(".").items()
-                self.__dict__[f"_target_{name}_flat"] = {f"network.{k}": v for k, v in flat}
+            target = self.__dict__[f"_{name}_target"]
+            for key, tensor in self._modules[f"target_{name}_params"].flatten_keys(".").items():
+                owner, _, attribute = key.rpartition(".")
+                target.get_submodule(owner)._buffers[attribute] = tensor
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -168,16 +177,9 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         return out
 
     def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
-        """The outputs of the submodule ``name`` run with its target parameters, no gradient.
-
-        ``torch.func.functional_call`` leaves the target buffers as they are (swapping them in
-        with ``TensorDictParams.to_module`` would hand back ``Parameter``s that require grad).
-        """
+        """The outputs of the submodule ``name`` run with its target tensors, no gradient."""
         with torch.no_grad():
-            return torch.func.functional_call(
-                self.__dict__[f"_{name}_direct"], self.__dict__[f"_target_{name}_flat"],
-                (tensordict,),
-            )
+            return self.__dict__[f"_{name}_target_call"](tensordict)
 
     # ----------------------------------------------------------------------------- estimators
     def make_value_estimator(self, value_type=None, **hyperparams):
@@ -237,17 +239,15 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         return reduction
 
 
-class _Direct(nn.Module):
-    """A module whose forward is a :class:`NetworkCall`, so ``functional_call`` can run it with
-    other parameters (the network is its ``network`` submodule)."""
-
-    def __init__(self, call: NetworkCall) -> None:
-        super().__init__()
-        self.network = call.module
-        self.call = call
-
-    def forward(self, tensordict: TensorDictBase) -> Mapping:
-        return self.call(tensordict)
+def _frozen_copy(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` whose parameters are buffers (detached, never trained)."""
+    module = copy.deepcopy(module)
+    for submodule in module.modules():
+        for name, parameter in list(submodule._parameters.items()):
+            del submodule._parameters[name]
+            if parameter is not None:
+                submodule.register_buffer(name, parameter.detach())
+    return module
 
 
 class MissingKeyError(KeyError):

@@ -109,3 +109,17 @@ def test_target_without_updater_warns_like_torchrl():
 
 def test_loss_without_target_has_no_forward_hook():
     assert not rlloss.ClipPPOLoss(make_actor(), make_critic())._forward_pre_hooks
+
+
+def test_target_copy_follows_dtype_changes_and_updates():
+    loss = TargetRegressionLoss(make_critic()).double()
+    updater = HardUpdate(loss, value_network_update_interval=0)
+    batch = rollout(make_actor()).double()
+    with torch.no_grad():
+        for parameter in loss.critic_network.parameters():
+            parameter.add_(1.0)
+    updater.step()
+    outputs = loss._target_outputs("critic_network", batch.get("next"))["state_value"]
+    assert outputs.dtype == torch.float64
+    expected = loss.critic_network(batch.get("next").clone())["state_value"]
+    torch.testing.assert_close(outputs, expected.detach())
