@@ -594,8 +594,8 @@ def machine_info() -> dict[str, Any]:
 
 def _fmt_time(row: dict, name: str) -> str:
     m = row["methods"].get(name, {})
-    if m.get("status") == "FAILED":
-        return "FAILED"
+    if m.get("status") in ("FAILED", "n/a"):
+        return m["status"]
     if "time_us" not in m:
         return "skipped"
     t = m["time_us"]
