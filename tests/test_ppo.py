@@ -290,3 +290,16 @@ def test_declared_out_keys_are_the_produced_keys(kwargs):
     assert sorted(loss(rollout(make_actor())).keys()) == sorted(loss.out_keys)
     assert "observation" in loss.in_keys and "advantage" in loss.in_keys
     assert "ClipPPOLoss" in repr(loss)
+
+
+@pytest.mark.parametrize("name", ["ClipPPOLoss", "KLPENPPOLoss", "RPOLoss"])
+def test_bf16_autocast_and_tanh_actions_at_the_bounds_stay_finite(name):
+    actor = make_actor("tanh_normal")
+    batch = rollout(actor)
+    batch["action"][:4] = torch.tensor([1.0, -1.0, 1.0])  # exactly on the bounds
+    loss = getattr(rlloss, name)(perturbed(actor), make_critic(), entropy_bonus=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = loss(batch)
+    total(out).backward()
+    assert all(torch.isfinite(value).all() for value in out.values())
+    assert all(torch.isfinite(p.grad).all() for p in loss.parameters() if p.grad is not None)
