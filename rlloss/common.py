@@ -94,6 +94,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         # re-registered by `_register_target_network`, the only case where it can fire.
         self._forward_pre_hooks.clear()
         self._source_names: list[str] = []
+        self._ensemble_names: list[str] = []
 
     # ----------------------------------------------------------------------------- keys
     def set_keys(self, **kwargs) -> None:
@@ -174,12 +175,83 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self._refresh_source_params()
+        self._refresh_ensembles()
         return out
 
     def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
         """The outputs of the submodule ``name`` run with its target tensors, no gradient."""
         with torch.no_grad():
             return self.__dict__[f"_{name}_target_call"](tensordict)
+
+    # ----------------------------------------------------------------------------- ensembles
+    def _register_ensemble(
+        self, name: str, networks, size: int, *, target: bool, until: NestedKey | None = None
+    ) -> None:
+        """Hold ``size`` copies of a network as stacked tensors, evaluated in one ``vmap`` call.
+
+        ``networks`` is one module (its copies are re-initialised with ``reset_parameters``, so
+        they differ) or a list of ``size`` modules (their weights are kept). The stacked
+        parameters, ``<name>_params`` (``[size, ...]``), are the loss's trainable parameters; with
+        ``target``, ``target_<name>_params`` holds stacked target buffers for TorchRL's updaters.
+        The given modules themselves are not trained: read the trained weights from the loss.
+        """
+        modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+        if len(modules) == 1:
+            modules += [_reinitialised(modules[0]) for _ in range(size - 1)]
+        if len(modules) != size:
+            raise ValueError(
+                f"{type(self).__name__}: got {len(modules)} {name} modules for "
+                f"num_qvalue_nets={size}; pass one module or a list of num_qvalue_nets modules."
+            )
+        parameter_names = {n for n, _ in modules[0].named_parameters()}
+        stacked = TensorDict.from_modules(*modules).flatten_keys(".")
+        stacked = TensorDict(
+            {
+                k: nn.Parameter(v.detach().clone()) if k in parameter_names else v.detach().clone()
+                for k, v in stacked.items()
+            },
+            batch_size=[size],
+        ).unflatten_keys(".")
+        self.__dict__[name] = _frozen_copy(modules[0])
+        self.__dict__[f"_{name}_direct"] = _Direct(NetworkCall(self.__dict__[name], until))
+        setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
+        self._ensemble_names.append(name)
+        if target:
+            self._has_update_associated[name] = False
+            setattr(
+                self,
+                f"target_{name}_params",
+                TensorDictParams(stacked.detach().clone(), no_convert=True),
+            )
+            if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
+                self.register_forward_pre_hook(_updater_check_forward_prehook)
+        self._refresh_ensembles()
+
+    def _refresh_ensembles(self) -> None:
+        for name in self._ensemble_names:
+            for prefix in ("", "target_"):
+                params = self._modules.get(f"{prefix}{name}_params")
+                if params is not None:
+                    flat = params.flatten_keys(".").items()
+                    self.__dict__[f"_{prefix}{name}_flat"] = {f"network.{k}": v for k, v in flat}
+
+    def _ensemble_outputs(
+        self, name: str, inputs: Mapping, *, target: bool = False, detach: bool = False
+    ) -> Mapping:
+        """Every member's outputs on ``inputs`` (a mapping of input tensors, shared by all
+        members), stacked along a leading ``[size]`` dim. ``target``: the target tensors (no
+        gradient); ``detach``: the online tensors without gradient (an actor's loss must not
+        train the critics)."""
+        params = self.__dict__[f"_{'target_' if target else ''}{name}_flat"]
+        if detach:
+            params = {k: v.detach() for k, v in params.items()}
+        direct = self.__dict__[f"_{name}_direct"]
+
+        def member(member_params):
+            return torch.func.functional_call(direct, member_params, (inputs,))
+
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not target):
+            return torch.vmap(member, randomness="different")(params)
 
     # ----------------------------------------------------------------------------- estimators
     def make_value_estimator(self, value_type=None, **hyperparams):
@@ -237,6 +309,28 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
+
+
+class _Direct(nn.Module):
+    """A module whose forward is a :class:`NetworkCall`, so ``torch.func.functional_call`` can
+    run it with other tensors (its network is the ``network`` submodule)."""
+
+    def __init__(self, call: NetworkCall) -> None:
+        super().__init__()
+        self.network = call.module
+        self.call = call
+
+    def forward(self, inputs: Mapping) -> Mapping:
+        return self.call(inputs)
+
+
+def _reinitialised(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` with every ``reset_parameters`` submodule re-initialised."""
+    module = copy.deepcopy(module)
+    for submodule in module.modules():
+        if hasattr(submodule, "reset_parameters"):
+            submodule.reset_parameters()
+    return module
 
 
 def _frozen_copy(module: nn.Module) -> nn.Module:
