@@ -11,6 +11,7 @@ from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimat
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
+from rlloss.td3 import TD3Loss
 
 __all__ = [
     "GAE",
@@ -25,6 +26,7 @@ __all__ = [
     "PiecewiseSchedule",
     "RPOLoss",
     "RewardNormalizer",
+    "TD3Loss",
     "TD0Estimator",
     "TDLambdaEstimator",
     "ValueEstimator",

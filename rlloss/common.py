@@ -293,6 +293,25 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         self._forward_value_estimator_keys()
         return self
 
+    def make_gamma_estimator(self, value_type=None, **hyperparams):
+        """Set the discount of a loss that builds one-step targets itself (n-step through
+        ``steps_to_next_obs``): ``make_value_estimator(ValueEstimators.TD0, gamma=0.99)``."""
+        if value_type not in (None, ValueEstimators.TD0):
+            raise ValueError(
+                f"{type(self).__name__} builds one-step targets (n-step through "
+                f"steps_to_next_obs); value_type must be ValueEstimators.TD0, got {value_type!r}."
+            )
+        unknown = set(hyperparams) - {"gamma", "differentiable", "device"}
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.make_value_estimator got unexpected keywords "
+                f"{sorted(unknown)}"
+            )
+        gamma = hyperparams.get("gamma", 0.99)
+        check_in_range("gamma", gamma, 0.0, 1.0)
+        self.gamma = gamma
+        return self
+
     @property
     def value_estimator(self):
         if self._value_estimator is None:

@@ -121,22 +121,7 @@ class DQNLoss(LossModule):
         keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
         return list(dict.fromkeys(keys))
 
-    def make_value_estimator(self, value_type=None, **hyperparams):
-        """Set the discount: ``make_value_estimator(ValueEstimators.TD0, gamma=0.99)``."""
-        if value_type not in (None, ValueEstimators.TD0):
-            raise ValueError(
-                f"DQNLoss builds one-step targets (n-step through steps_to_next_obs); "
-                f"value_type must be ValueEstimators.TD0, got {value_type!r}."
-            )
-        unknown = set(hyperparams) - {"gamma", "differentiable", "device"}
-        if unknown:
-            raise TypeError(
-                f"DQNLoss.make_value_estimator got unexpected keywords {sorted(unknown)}"
-            )
-        gamma = hyperparams.get("gamma", 0.99)
-        check_in_range("gamma", gamma, 0.0, 1.0)
-        self.gamma = gamma
-        return self
+    make_value_estimator = LossModule.make_gamma_estimator
 
     def _action_values(self, batch: TensorDictBase) -> torch.Tensor:
         return self._value_call(batch)[self.tensor_keys.action_value]

@@ -13,7 +13,7 @@ import torch._dynamo
 from tensordict import TensorDict
 
 import rlloss
-from tests import test_dqn
+from tests import test_dqn, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -24,7 +24,7 @@ class Row:
     # loss key -> the networks its gradient may reach (the others must get none)
     routes: dict[str, tuple[str, ...]]
     # tensor_keys names remapped by the set_keys round trip
-    renamable: tuple[str, ...] = ("advantage", "value_target", "sample_log_prob")
+    renamable: tuple = ("advantage", "value_target", "sample_log_prob")
     # entries the loss writes into the caller's batch (prioritized replay's td_error)
     writes: tuple[str, ...] = ()
     # a coefficient buffer changed in place between compiled calls
@@ -57,7 +57,22 @@ def dqn_row(**kwargs) -> Row:
     )
 
 
+def td3_row(**kwargs) -> Row:
+    return Row(
+        build=lambda: rlloss.TD3Loss(
+            test_td3.actor(), test_td3.qvalue(), bounds=(-1.0, 1.0), **kwargs
+        ),
+        batch=lambda: test_td3.transitions(),
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=(("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="policy_noise",
+    )
+
+
 LOSSES = {
+    "TD3Loss": td3_row(),
+    "TD3Loss-3-nets": td3_row(num_qvalue_nets=3, loss_function="l2"),
     "DQNLoss": dqn_row(),
     "DDQNLoss": dqn_row(double_dqn=True, loss_function="smooth_l1"),
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
@@ -113,10 +128,15 @@ def test_set_keys_round_trip(row):
     expected = seeded(loss, batch)
     renamed = batch.clone()
     remap = {}
-    for name in row.renamable:
+    for entry in row.renamable:  # a tensor_keys name, or ("next", name) for keys read there
+        nested = isinstance(entry, tuple)
+        name = entry[-1] if nested else entry
         key = getattr(loss.tensor_keys, name)
-        renamed.rename_key_(key, ("renamed", name))
-        remap[name] = ("renamed", name)
+        renamed.rename_key_(
+            ("next", key) if nested else key,
+            ("next", f"new_{name}") if nested else ("renamed", name),
+        )
+        remap[name] = f"new_{name}" if nested else ("renamed", name)
     loss.set_keys(**remap)
     assert_same_outputs(seeded(loss, renamed), expected)
     loss.set_keys(**{name: None for name in remap})
@@ -132,7 +152,9 @@ def test_gradients_reach_only_their_networks(row):
         for name, module in loss.named_children():
             if name.startswith("target_") or not list(module.parameters()):
                 continue
-            reached = any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+            reached = any(
+                p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters()
+            )
             assert reached == (name in allowed), f"{key} -> {name}"
 
 

@@ -1,0 +1,247 @@
+"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al., "Addressing Function
+Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import Bounded, Composite
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss import functional as F
+from rlloss._networks import NetworkCall
+from rlloss.common import LossModule, check_choice, check_in_range
+from rlloss.dqn import PRIORITY_WEIGHTINGS
+from rlloss.functional.critic import DISTANCES
+
+
+def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(low, high)`` from a TorchRL ``Bounded`` spec (or a ``Composite`` holding one under
+    ``"action"``) or from ``bounds=(low, high)``; exactly one of the two must be given."""
+    if (action_spec is None) == (bounds is None):
+        raise ValueError(
+            "pass exactly one of action_spec (a TorchRL Bounded spec) and bounds=(low, high); "
+            f"got action_spec={action_spec!r}, bounds={bounds!r}."
+        )
+    if action_spec is not None:
+        if isinstance(action_spec, Composite):
+            action_spec = action_spec["action"]
+        if not isinstance(action_spec, Bounded):
+            raise ValueError(
+                f"action_spec must be a Bounded spec, got {type(action_spec).__name__}."
+            )
+        low, high = action_spec.space.low, action_spec.space.high
+    else:
+        low, high = (torch.as_tensor(b, dtype=torch.get_default_dtype()) for b in bounds)
+    if (low > high).any():
+        raise ValueError(f"action bounds have low > high: low={low}, high={high}.")
+    return low, high
+
+
+class TD3Loss(LossModule):
+    """TD3's actor and critic losses.
+
+    Critic: ``sum_i L(Q_i(s, a), y)`` with ``y = r + gamma^n (1 - terminated) min_i Q_i,target(s',
+    a')`` and ``a' = clip(mu_target(s') + clip(eps, -noise_clip, noise_clip), low, high)``,
+    ``eps ~ N(0, policy_noise^2)`` (target policy smoothing, clipped double Q). Actor: ``-Q_1(s,
+    mu(s))`` (the critics get no gradient from it). The Q networks are an ensemble of
+    ``num_qvalue_nets`` evaluated in one ``vmap`` call. :meth:`loss_actor` and
+    :meth:`loss_qvalue` can be called separately (delayed actor updates); ``forward`` returns
+    both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)
+    into the batch for prioritized replay.
+
+    Args:
+        actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (their weights
+            kept; copies of a single module are re-initialised).
+        action_spec / bounds: the action bounds for the smoothed target action (exactly one).
+        num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
+        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
+        gamma: discount (default 0.99; also set by ``make_value_estimator(ValueEstimators.TD0,
+            gamma=...)``).
+        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`.
+
+    Differences from TorchRL: copies of a single Q module are re-initialised with each layer's
+    ``reset_parameters`` (TorchRL draws them uniformly between the original weights' min and
+    max); ``priority_weighting`` defaults to the PER paper's mean; ``separate_losses`` is not
+    supported.
+
+    Example:
+        >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
+        >>> critic_loss, _ = loss.loss_qvalue(batch)
+        >>> if step % 2 == 0:
+        ...     actor_loss, _ = loss.loss_actor(batch)
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read (and ``priority`` written) by TD3Loss."""
+
+        action: NestedKey = "action"  # the action taken, and the actor's output
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        priority: NestedKey = "td_error"  # written: max_i squared TD error, [*B]
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+    default_value_estimator = ValueEstimators.TD0
+    _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        action_spec=None,
+        bounds: tuple | None = None,
+        num_qvalue_nets: int = 2,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        loss_function: str = "smooth_l1",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        super().__init__()
+        check_choice("loss_function", loss_function, DISTANCES)
+        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
+        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
+        check_in_range("policy_noise", policy_noise, 0.0)
+        check_in_range("noise_clip", noise_clip, 0.0)
+        self.gamma = 0.99 if gamma is None else gamma
+        check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self.reduction = self._check_reduction(reduction)
+        self.loss_function = loss_function
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        self.use_prioritized_weights = use_prioritized_weights
+        self.priority_weighting = priority_weighting
+        self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
+        low, high = action_bounds(action_spec, bounds)
+        device = next(actor_network.parameters()).device
+        self.register_buffer("min_action", low.to(device).clone())
+        self.register_buffer("max_action", high.to(device).clone())
+        self.register_buffer("policy_noise", torch.tensor(float(policy_noise), device=device))
+        self.register_buffer("noise_clip", torch.tensor(float(noise_clip), device=device))
+
+        self.actor_network = actor_network
+        self._actor_call = NetworkCall(actor_network, until=self.tensor_keys.action)
+        if delay_actor:
+            self._register_target_network("actor_network", until=self.tensor_keys.action)
+        self._register_ensemble(
+            "qvalue_network",
+            qvalue_network,
+            self.num_qvalue_nets,
+            target=delay_qvalue,
+            until=self.tensor_keys.state_action_value,
+        )
+        modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
+        self._qvalue_in_keys = list(modules[0].in_keys)
+
+    make_value_estimator = LossModule.make_gamma_estimator
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys]
+        keys += [("next", k) for k in self.actor_network.in_keys]
+        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
+        return list(dict.fromkeys(keys))
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [
+            "loss_actor",
+            "loss_qvalue",
+            "state_action_value_actor",
+            "next_state_value",
+            "pred_value",
+            "target_value",
+        ]
+
+    def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
+        inputs = {k: batch.get(k) for k in self._qvalue_in_keys if k != self.tensor_keys.action}
+        inputs[self.tensor_keys.action] = action
+        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
+            self.tensor_keys.state_action_value
+        ]
+
+    def _reduce(self, loss: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        weights = None
+        if self.use_prioritized_weights is not False:
+            weights = batch.get(self.tensor_keys.priority_weight, None)
+            if weights is None and self.use_prioritized_weights is True:
+                self._get(batch, "priority_weight")  # raises: asked for weights, none present
+        loss = F.reduce(
+            loss,
+            self.reduction,
+            weights=weights,
+            normalize_weights=self.priority_weighting == "normalized",
+        )
+        return loss.squeeze(-1) if self.reduction == "none" else loss
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``-Q_1(s, mu(s))`` reduced, and the values of every Q network (detached)."""
+        action = self._actor_call(tensordict)[self.tensor_keys.action]
+        values = self._q_values(tensordict, action, detach=True)
+        loss = self._reduce(-values[0], tensordict)
+        return loss, {"state_action_value_actor": values.squeeze(-1).detach()}
+
+    def _target_action(self, next_batch: TensorDictBase, noise: torch.Tensor) -> torch.Tensor:
+        if self.delay_actor:
+            action = self._target_outputs("actor_network", next_batch)[self.tensor_keys.action]
+        else:
+            action = self._actor_call(next_batch)[self.tensor_keys.action]
+        return (action + noise).clamp(self.min_action, self.max_action)
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, the TD errors and the values (detached)."""
+        action = self._get(tensordict, "action")
+        reward = self._get(tensordict, "reward", nested=True)
+        with torch.no_grad():
+            # Target policy smoothing; the noise is drawn first (its shape is the action's).
+            noise = (torch.randn_like(action) * self.policy_noise).clamp(
+                -self.noise_clip, self.noise_clip
+            )
+            next_batch = tensordict.get("next")
+            next_action = self._target_action(next_batch, noise)
+            next_values = self._q_values(
+                next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            next_value = F.clipped_double_q_value(next_values)
+            steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+            discount = F.bootstrap_discount(
+                self.gamma, None if steps is None else steps.view_as(reward), reward.dtype
+            )
+            target = F.td0_return(
+                reward, next_value, self._get(tensordict, "terminated", nested=True), discount
+            )
+        values = self._q_values(tensordict, action)
+        expanded = target.expand_as(values)
+        loss = F.distance(values, expanded, self.loss_function).sum(0)
+        info = {
+            "td_error": (values - expanded).detach().square().squeeze(-1),
+            "next_state_value": next_value.squeeze(-1),
+            "pred_value": values.squeeze(-1).detach(),
+            "target_value": target.squeeze(-1),
+        }
+        return self._reduce(loss, tensordict), info
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Both losses; writes ``td_error`` into ``tensordict``."""
+        loss_actor, info_actor = self.loss_actor(tensordict)
+        loss_qvalue, info = self.loss_qvalue(tensordict)
+        tensordict.set(self.tensor_keys.priority, info.pop("td_error").max(0).values)
+        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
+        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))

@@ -1,0 +1,235 @@
+"""TD3Loss: TorchRL parity, clipped double-Q target with smoothing against a naive loop,
+separate actor / critic losses, ensembles, n-step, prioritized replay, updaters, compile."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torchrl.objectives as torchrl_objectives
+from tensordict import TensorDict
+from torchrl.data import Bounded
+from torchrl.modules import MLP, Actor, ValueOperator
+from torchrl.objectives import SoftUpdate
+
+import rlloss
+
+OBS, ACT, B = 5, 2, 16
+
+
+def actor():
+    net = torch.nn.Sequential(
+        MLP(in_features=OBS, out_features=ACT, num_cells=[16]), torch.nn.Tanh()
+    )
+    return Actor(net, in_keys=["observation"])
+
+
+def qvalue():
+    return ValueOperator(
+        MLP(in_features=OBS + ACT, out_features=1, num_cells=[16]),
+        in_keys=["observation", "action"],
+    )
+
+
+def transitions(batch=B):
+    terminated = torch.rand(batch, 1) < 0.3
+    return TensorDict(
+        {
+            "observation": torch.randn(batch, OBS),
+            "action": torch.rand(batch, ACT) * 2 - 1,
+            "next": {
+                "observation": torch.randn(batch, OBS),
+                "reward": torch.randn(batch, 1),
+                "terminated": terminated,
+                "done": terminated | (torch.rand(batch, 1) < 0.2),
+            },
+        },
+        [batch],
+    )
+
+
+def shift_targets(loss, seed=3):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name in ("target_actor_network_params", "target_qvalue_network_params"):
+            params = getattr(loss, name).flatten_keys(".")
+            for key in sorted(params.keys()):
+                params[key].add_(0.1 * torch.randn_like(params[key]))
+
+
+def pair(**kwargs):
+    policy, critics = actor(), [qvalue() for _ in range(kwargs.pop("num", 2))]
+    kwargs = {"bounds": (-1.0, 1.0), **kwargs}
+    ours = rlloss.TD3Loss(
+        copy.deepcopy(policy),
+        copy.deepcopy(critics),
+        priority_weighting="normalized",
+        num_qvalue_nets=len(critics),
+        **kwargs,
+    )
+    theirs = torchrl_objectives.TD3Loss(
+        copy.deepcopy(policy), copy.deepcopy(critics), num_qvalue_nets=len(critics), **kwargs
+    )
+    theirs.make_value_estimator(gamma=0.99)
+    shift_targets(ours), shift_targets(theirs)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"policy_noise": 0.0},
+        {"policy_noise": 0.3, "noise_clip": 0.2, "num": 3},
+        {"loss_function": "l2", "policy_noise": 0.0},
+    ],
+)
+def test_matches_torchrl(kwargs):
+    ours, theirs = pair(**kwargs)
+    batch = transitions()
+    batch["priority_weight"] = torch.rand(B)
+    mine, reference = batch.clone(), batch.clone()
+    torch.manual_seed(0)
+    out_ours = ours(mine)
+    torch.manual_seed(0)
+    out_theirs = theirs(reference)
+    for key in out_theirs.keys():
+        torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
+    torch.testing.assert_close(mine["td_error"], reference["td_error"])
+    (out_ours["loss_actor"] + out_ours["loss_qvalue"]).backward()
+    (out_theirs["loss_actor"] + out_theirs["loss_qvalue"]).backward()
+    theirs_q = theirs.qvalue_network_params.flatten_keys(".")
+    for key, parameter in ours.qvalue_network_params.flatten_keys(".").items():
+        torch.testing.assert_close(parameter.grad, theirs_q[key].grad, msg=key)
+    theirs_actor = theirs.actor_network_params.flatten_keys(".")
+    for key, parameter in ours.actor_network.named_parameters():
+        torch.testing.assert_close(parameter.grad, theirs_actor[key].grad, msg=key)
+
+
+def test_target_against_naive_loop_with_smoothing_and_n_step():
+    loss = rlloss.TD3Loss(
+        actor(),
+        [qvalue() for _ in range(3)],
+        num_qvalue_nets=3,
+        bounds=(-0.5, 0.5),
+        policy_noise=0.4,
+        noise_clip=0.3,
+        gamma=0.9,
+        reduction="none",
+    )
+    shift_targets(loss)
+    batch = transitions()
+    batch["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
+    torch.manual_seed(7)
+    out = loss(batch.clone())
+    torch.manual_seed(7)
+    noise = (torch.randn(B, ACT) * 0.4).clamp(-0.3, 0.3)
+    target_actor = copy.deepcopy(loss.actor_network)
+    for name, parameter in target_actor.named_parameters():
+        parameter.data.copy_(loss.target_actor_network_params.flatten_keys(".")[name])
+    critics = []
+    for i in range(3):
+        critic = qvalue()
+        for name, parameter in critic.named_parameters():
+            parameter.data.copy_(loss.target_qvalue_network_params.flatten_keys(".")[name][i])
+        critics.append(critic)
+    for b in range(B):
+        with torch.no_grad():
+            step = batch[b : b + 1].clone()
+            next_action = (target_actor(step["next"].clone())["action"] + noise[b]).clamp(-0.5, 0.5)
+            next_step = step["next"].clone().set("action", next_action)
+            bootstrap = min(float(c(next_step.clone())["state_action_value"]) for c in critics)
+            n = int(step["steps_to_next_obs"])
+            alive = 0.0 if bool(step["next", "terminated"]) else 1.0
+            expected = float(step["next", "reward"]) + 0.9**n * alive * bootstrap
+        assert float(out["target_value"][b]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_actor_and_critic_losses_are_separate():
+    loss = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0))
+    batch = transitions()
+    actor_loss, _ = loss.loss_actor(batch)
+    actor_loss.backward()
+    assert all(p.grad is None for p in loss.qvalue_network_params.values(True, True))
+    assert all(p.grad is not None for p in loss.actor_network.parameters())
+    loss.zero_grad(set_to_none=True)
+    critic_loss, info = loss.loss_qvalue(batch)
+    critic_loss.backward()
+    assert all(p.grad is None for p in loss.actor_network.parameters())
+    assert info["pred_value"].shape == (2, B)
+
+
+def test_single_module_ensemble_members_differ_and_lists_keep_weights():
+    critic = qvalue()
+    loss = rlloss.TD3Loss(actor(), critic, num_qvalue_nets=2, bounds=(-1.0, 1.0))
+    weights = loss.qvalue_network_params.flatten_keys(".")["module.0.weight"]
+    torch.testing.assert_close(weights[0], critic.module[0].weight.detach())
+    assert not torch.equal(weights[0], weights[1])
+    critics = [qvalue(), qvalue(), qvalue()]
+    loss = rlloss.TD3Loss(actor(), critics, num_qvalue_nets=3, bounds=(-1.0, 1.0))
+    stacked = loss.qvalue_network_params.flatten_keys(".")["module.0.weight"]
+    for i, c in enumerate(critics):
+        torch.testing.assert_close(stacked[i], c.module[0].weight.detach())
+    with pytest.raises(ValueError, match="num_qvalue_nets=2"):
+        rlloss.TD3Loss(actor(), critics, num_qvalue_nets=2, bounds=(-1.0, 1.0))
+
+
+def test_bounds_from_action_spec_and_errors():
+    spec = Bounded(-2.0, 2.0, shape=(ACT,))
+    loss = rlloss.TD3Loss(actor(), qvalue(), action_spec=spec)
+    assert float(loss.max_action.max()) == 2.0
+    with pytest.raises(ValueError, match="exactly one of action_spec"):
+        rlloss.TD3Loss(actor(), qvalue())
+    with pytest.raises(ValueError, match="low > high"):
+        rlloss.TD3Loss(actor(), qvalue(), bounds=(1.0, -1.0))
+    with pytest.raises(TypeError, match="separate_losses"):
+        rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0), separate_losses=True)
+
+
+def test_updaters_targets_and_state_dict():
+    loss = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0))
+    updater = SoftUpdate(loss, tau=0.5)
+    parameters = list(loss.parameters())
+    targets = list(loss.target_qvalue_network_params.values(True, True))
+    targets += list(loss.target_actor_network_params.values(True, True))
+    assert not {id(t) for t in targets} & {id(p) for p in parameters}
+    optimizer = torch.optim.SGD(parameters, lr=0.5)
+    out = loss(transitions())
+    (out["loss_actor"] + out["loss_qvalue"]).backward()
+    optimizer.step()
+    before = loss.target_qvalue_network_params.clone()
+    updater.step()
+    online = loss.qvalue_network_params
+    for key, value in loss.target_qvalue_network_params.items(True, True):
+        torch.testing.assert_close(value, 0.5 * before[key] + 0.5 * online[key].detach())
+    other = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0))
+    other.load_state_dict(loss.state_dict())
+    batch = transitions()
+    torch.manual_seed(0)
+    expected = loss(batch.clone())
+    torch.manual_seed(0)
+    torch.testing.assert_close(other(batch.clone())["loss_qvalue"], expected["loss_qvalue"])
+
+
+def test_compiles_as_one_graph_without_recompiling():
+    torch._dynamo.reset()
+    loss = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0), policy_noise=0.0)
+    SoftUpdate(loss, tau=0.1)
+    twin = copy.deepcopy(loss)
+    compiled = torch.compile(twin, fullgraph=True, backend="eager")
+
+    def batch_with_per():
+        batch = transitions()
+        batch["priority_weight"] = torch.rand(B)
+        return batch
+
+    compiled(batch_with_per())
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            batch = batch_with_per()
+            mine, reference = batch.clone(), batch.clone()
+            out, expected = compiled(mine), loss(reference)
+            for key in ("loss_actor", "loss_qvalue"):
+                torch.testing.assert_close(out[key], expected[key])
+            torch.testing.assert_close(mine["td_error"], reference["td_error"])
+    torch._dynamo.reset()
