@@ -6,6 +6,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 
 from rlloss import functional
 from rlloss.common import LossModule
+from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
 from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
 from rlloss.normalizers import RewardNormalizer
@@ -16,6 +17,7 @@ from rlloss.td3 import TD3Loss
 __all__ = [
     "GAE",
     "ClipPPOLoss",
+    "DDPGLoss",
     "DDQNLoss",
     "DQNLoss",
     "KLAdaptiveLR",

@@ -39,9 +39,9 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
     if isinstance(module, ProbabilisticTensorDictModule):
         return None
     if isinstance(module, TensorDictSequential):
-        if (
-            until is None and type(module).forward is not TensorDictSequential.forward
-        ) or getattr(module, "partial_tolerant", False):
+        if (until is None and type(module).forward is not TensorDictSequential.forward) or getattr(
+            module, "partial_tolerant", False
+        ):
             return None
         steps = []
         for child in module.module:

@@ -29,6 +29,7 @@ from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
 from torchrl.objectives.utils import ValueEstimators
 
+from rlloss import functional as F
 from rlloss._networks import NetworkCall
 from rlloss.functional.reduce import REDUCTIONS
 
@@ -95,6 +96,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         self._forward_pre_hooks.clear()
         self._source_names: list[str] = []
         self._ensemble_names: list[str] = []
+        self._detached_names: list[str] = []
 
     # ----------------------------------------------------------------------------- keys
     def set_keys(self, **kwargs) -> None:
@@ -137,6 +139,30 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
             raise MissingKeyError(missing_key_message(type(self).__name__, name, key, tensordict))
         return value
 
+    # ----------------------------------------------------------------------------- replay
+    def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        """Reduce a per-transition loss ``[*B, 1]``, weighted by ``priority_weight`` when the
+        batch has it (``use_prioritized_weights``), as ``priority_weighting`` says; ``"none"``
+        gives ``[*B]`` as TorchRL does."""
+        weights = None
+        if self.use_prioritized_weights is not False:
+            weights = tensordict.get(self.tensor_keys.priority_weight, None)
+            if weights is None and self.use_prioritized_weights is True:
+                self._get(tensordict, "priority_weight")  # raises: weights asked for, none given
+        loss = F.reduce(
+            loss,
+            self.reduction,
+            weights=weights,
+            normalize_weights=self.priority_weighting == "normalized",
+        )
+        return loss.squeeze(-1) if self.reduction == "none" else loss
+
+    def _bootstrap_discount(self, tensordict: TensorDictBase, reward: torch.Tensor):
+        """``gamma ** steps_to_next_obs`` when the batch has it (n-step), else ``gamma``."""
+        steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+        steps = None if steps is None else steps.view_as(reward)
+        return F.bootstrap_discount(self.gamma, steps, reward.dtype)
+
     # ----------------------------------------------------------------------------- targets
     def _register_target_network(self, name: str, until: NestedKey | None = None) -> None:
         """Give the submodule ``name`` a target copy whose tensors are ``target_<name>_params``.
@@ -172,10 +198,33 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
                 owner, _, attribute = key.rpartition(".")
                 target.get_submodule(owner)._buffers[attribute] = tensor
 
+    def _register_detached_view(self, name: str, until: NestedKey | None = None) -> None:
+        """A copy of the submodule ``name`` whose tensors are detached views of its parameters:
+        always current, never trained, free to call (e.g. the critic inside an actor loss)."""
+        self.__dict__[f"_{name}_detached"] = _frozen_copy(getattr(self, name))
+        self.__dict__[f"_{name}_detached_call"] = NetworkCall(
+            self.__dict__[f"_{name}_detached"], until
+        )
+        self._detached_names.append(name)
+        self._refresh_detached_views()
+
+    def _refresh_detached_views(self) -> None:
+        for name in self._detached_names:
+            view = self.__dict__[f"_{name}_detached"]
+            for key, parameter in getattr(self, name).named_parameters():
+                owner, _, attribute = key.rpartition(".")
+                view.get_submodule(owner)._buffers[attribute] = parameter.detach()
+
+    def _detached_outputs(self, name: str, inputs) -> Mapping:
+        """The outputs of the submodule ``name`` with its parameters detached (gradients still
+        flow to the inputs)."""
+        return self.__dict__[f"_{name}_detached_call"](inputs)
+
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self._refresh_source_params()
         self._refresh_ensembles()
+        self._refresh_detached_views()
         return out
 
     def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
@@ -279,7 +328,9 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
                 "estimator instance."
             )
         hyperparams = {**DEFAULT_VALUE_HYPERPARAMS[value_type], **hyperparams}
-        value_network = getattr(self, self._value_network_name) if self._value_network_name else None
+        value_network = (
+            getattr(self, self._value_network_name) if self._value_network_name else None
+        )
         if value_type == ValueEstimators.TD1:
             hyperparams["lmbda"] = 1.0
         cls = {

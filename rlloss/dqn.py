@@ -137,39 +137,20 @@ class DQNLoss(LossModule):
                 return F.greedy_value(target)
             return F.double_q_value(self._action_values(next_batch), target)
 
-    def _weights(self, batch: TensorDictBase) -> torch.Tensor | None:
-        if self.use_prioritized_weights is False:
-            return None
-        weights = batch.get(self.tensor_keys.priority_weight, None)
-        if weights is None and self.use_prioritized_weights is True:
-            self._get(batch, "priority_weight")  # raises: asked for weights, none present
-        return weights
-
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         value = F.chosen_action_value(
             self._action_values(tensordict), self._get(tensordict, "action")
         )
         reward = self._get(tensordict, "reward", nested=True)
-        steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
-        discount = F.bootstrap_discount(
-            self.gamma, None if steps is None else steps.view_as(reward), reward.dtype
-        )
         target = F.td0_return(
             reward,
             self._next_value(tensordict.get("next")),
             self._get(tensordict, "terminated", nested=True),
-            discount,
+            self._bootstrap_discount(tensordict, reward),
         )
         tensordict.set(self.tensor_keys.priority, (value - target).detach().square())
-        loss = F.reduce(
-            F.distance(value, target, self.loss_function),
-            self.reduction,
-            weights=self._weights(tensordict),
-            normalize_weights=self.priority_weighting == "normalized",
-        )
-        if self.reduction == "none":
-            loss = loss.squeeze(-1)
+        loss = self._reduce_replayed(F.distance(value, target, self.loss_function), tensordict)
         return TensorDict._new_unsafe({"loss": loss}, batch_size=torch.Size([]))
 
 

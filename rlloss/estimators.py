@@ -81,7 +81,9 @@ class ValueEstimator(TensorDictModuleBase):
         full_key = ("next", *((key,) if isinstance(key, str) else key)) if nested else key
         value = tensordict.get(full_key, None)
         if value is None:
-            raise MissingKeyError(missing_key_message(type(self).__name__, name, full_key, tensordict))
+            raise MissingKeyError(
+                missing_key_message(type(self).__name__, name, full_key, tensordict)
+            )
         return value
 
     def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +102,9 @@ class ValueEstimator(TensorDictModuleBase):
                 f"batch_size={tuple(tensordict.batch_size)}."
             )
         time_dim = self.time_dim if time_dim is None else time_dim
-        time_dim = tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
+        time_dim = (
+            tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
+        )
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             value, next_value = self._values(tensordict)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)

@@ -339,13 +339,16 @@ class ClipPPOLoss(PPOLoss):
                 raise ValueError(
                     f"clip_epsilon must be a float or a (low, high) pair, got {clip_epsilon}."
                 )
-            check_in_range("clip_epsilon[0]", clip_epsilon[0], 0.0, 1.0, low_open=True,
-                           high_open=True)
+            check_in_range(
+                "clip_epsilon[0]", clip_epsilon[0], 0.0, 1.0, low_open=True, high_open=True
+            )
             check_in_range("clip_epsilon[1]", clip_epsilon[1], 0.0, low_open=True)
-            self.register_buffer("clip_epsilon_low", torch.tensor(float(clip_epsilon[0]),
-                                                                  device=device))
-            self.register_buffer("clip_epsilon_high", torch.tensor(float(clip_epsilon[1]),
-                                                                   device=device))
+            self.register_buffer(
+                "clip_epsilon_low", torch.tensor(float(clip_epsilon[0]), device=device)
+            )
+            self.register_buffer(
+                "clip_epsilon_high", torch.tensor(float(clip_epsilon[1]), device=device)
+            )
         else:
             check_in_range("clip_epsilon", clip_epsilon, 0.0, 1.0, low_open=True, high_open=True)
             self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))
@@ -441,7 +444,11 @@ class KLPENPPOLoss(PPOLoss):
                 "KLPENPPOLoss needs an actor ending in a ProbabilisticTensorDictModule (a TorchRL "
                 "ProbabilisticActor) to rebuild the collecting policy from stored parameters."
             )
-        self.dtarg, self.increment, self.decrement = float(dtarg), float(increment), float(decrement)
+        self.dtarg, self.increment, self.decrement = (
+            float(dtarg),
+            float(increment),
+            float(decrement),
+        )
         self.samples_mc_kl = int(samples_mc_kl)
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
@@ -538,6 +545,9 @@ class RPOLoss(ClipPPOLoss):
             return self._actor_call(batch)
 
         def perturb(params: dict) -> dict:
-            return {**params, self._loc_key: F.rpo_perturbation(params[self._loc_key], self.rpo_alpha)}
+            return {
+                **params,
+                self._loc_key: F.rpo_perturbation(params[self._loc_key], self.rpo_alpha),
+            }
 
         return self._actor_call(batch, perturb)

@@ -177,25 +177,11 @@ class TD3Loss(LossModule):
             self.tensor_keys.state_action_value
         ]
 
-    def _reduce(self, loss: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
-        weights = None
-        if self.use_prioritized_weights is not False:
-            weights = batch.get(self.tensor_keys.priority_weight, None)
-            if weights is None and self.use_prioritized_weights is True:
-                self._get(batch, "priority_weight")  # raises: asked for weights, none present
-        loss = F.reduce(
-            loss,
-            self.reduction,
-            weights=weights,
-            normalize_weights=self.priority_weighting == "normalized",
-        )
-        return loss.squeeze(-1) if self.reduction == "none" else loss
-
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, mu(s))`` reduced, and the values of every Q network (detached)."""
         action = self._actor_call(tensordict)[self.tensor_keys.action]
         values = self._q_values(tensordict, action, detach=True)
-        loss = self._reduce(-values[0], tensordict)
+        loss = self._reduce_replayed(-values[0], tensordict)
         return loss, {"state_action_value_actor": values.squeeze(-1).detach()}
 
     def _target_action(self, next_batch: TensorDictBase, noise: torch.Tensor) -> torch.Tensor:
@@ -220,13 +206,9 @@ class TD3Loss(LossModule):
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
             next_value = F.clipped_double_q_value(next_values)
-            steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
-            discount = F.bootstrap_discount(
-                self.gamma, None if steps is None else steps.view_as(reward), reward.dtype
-            )
-            target = F.td0_return(
-                reward, next_value, self._get(tensordict, "terminated", nested=True), discount
-            )
+            terminated = self._get(tensordict, "terminated", nested=True)
+            discount = self._bootstrap_discount(tensordict, reward)
+            target = F.td0_return(reward, next_value, terminated, discount)
         values = self._q_values(tensordict, action)
         expanded = target.expand_as(values)
         loss = F.distance(values, expanded, self.loss_function).sum(0)
@@ -236,7 +218,7 @@ class TD3Loss(LossModule):
             "pred_value": values.squeeze(-1).detach(),
             "target_value": target.squeeze(-1),
         }
-        return self._reduce(loss, tensordict), info
+        return self._reduce_replayed(loss, tensordict), info
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""

@@ -35,13 +35,18 @@ def make_actor(kind: str = "normal") -> ProbabilisticActor:
         if kind == "tanh_normal":
             distribution, kwargs = TanhNormal, {"low": -1.0, "high": 1.0}
         return ProbabilisticActor(
-            params, in_keys=["loc", "scale"], distribution_class=distribution,
-            distribution_kwargs=kwargs, return_log_prob=True,
+            params,
+            in_keys=["loc", "scale"],
+            distribution_class=distribution,
+            distribution_kwargs=kwargs,
+            return_log_prob=True,
         )
     distribution = torch.distributions.Categorical if kind == "categorical" else OneHotCategorical
     return ProbabilisticActor(
-        TensorDictModule(mlp(ACT), ["observation"], ["logits"]), in_keys=["logits"],
-        distribution_class=distribution, return_log_prob=True,
+        TensorDictModule(mlp(ACT), ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=distribution,
+        return_log_prob=True,
     )
 
 

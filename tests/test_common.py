@@ -32,15 +32,19 @@ class TargetRegressionLoss(rlloss.LossModule):
         value = self.critic_network(tensordict.copy())[self.tensor_keys.value]
         next_value = self._target_outputs("critic_network", tensordict.get("next"))
         target = F.td0_return(
-            tensordict["next", "reward"], next_value[self.tensor_keys.value],
-            tensordict["next", "terminated"], 0.9,
+            tensordict["next", "reward"],
+            next_value[self.tensor_keys.value],
+            tensordict["next", "terminated"],
+            0.9,
         )
         loss = F.reduce(F.distance(value, target, "l2"), self.reduction)
         return TensorDict({"loss_value": loss}, [])
 
 
 def test_is_a_torchrl_loss_module():
-    assert isinstance(rlloss.ClipPPOLoss(make_actor(), make_critic()), torchrl_objectives.LossModule)
+    assert isinstance(
+        rlloss.ClipPPOLoss(make_actor(), make_critic()), torchrl_objectives.LossModule
+    )
 
 
 def step_online(loss):

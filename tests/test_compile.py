@@ -45,7 +45,9 @@ def test_clip_ppo_compiles_fullgraph_and_matches_eager():
     twin = copy.deepcopy(eager)
     compiled = torch.compile(twin, fullgraph=True)
     batches = [rollout(actor) for _ in range(3)]
-    assert_same(loss_and_grads(compiled, twin, batches[0]), loss_and_grads(eager, eager, batches[0]))
+    assert_same(
+        loss_and_grads(compiled, twin, batches[0]), loss_and_grads(eager, eager, batches[0])
+    )
     with torch._dynamo.config.patch(error_on_recompile=True):
         for step, batch in enumerate(batches[1:]):
             if step == 1:  # coefficients are buffers changed in place: no recompilation
@@ -66,9 +68,12 @@ def test_gae_compiles_fullgraph_and_matches_eager():
         for batch in batches[1:]:
             out = compiled(batch.clone())
             expected = gae(batch.clone())
-            torch.testing.assert_close(out["advantage"], expected["advantage"], rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(out["value_target"], expected["value_target"], rtol=1e-5,
-                                       atol=1e-5)
+            torch.testing.assert_close(
+                out["advantage"], expected["advantage"], rtol=1e-5, atol=1e-5
+            )
+            torch.testing.assert_close(
+                out["value_target"], expected["value_target"], rtol=1e-5, atol=1e-5
+            )
 
 
 @pytest.mark.parametrize("kind", ACTOR_KINDS)
@@ -80,7 +85,9 @@ def test_every_actor_kind_traces_as_one_graph(kind):
     twin = copy.deepcopy(eager)
     compiled = torch.compile(twin, fullgraph=True, backend="eager")
     batches = [rollout(actor) for _ in range(3)]
-    assert_same(loss_and_grads(compiled, twin, batches[0]), loss_and_grads(eager, eager, batches[0]))
+    assert_same(
+        loss_and_grads(compiled, twin, batches[0]), loss_and_grads(eager, eager, batches[0])
+    )
     with torch._dynamo.config.patch(error_on_recompile=True):
         for batch in batches[1:]:
             assert_same(loss_and_grads(compiled, twin, batch), loss_and_grads(eager, eager, batch))

@@ -70,7 +70,20 @@ def td3_row(**kwargs) -> Row:
     )
 
 
+def ddpg_row(**kwargs) -> Row:
+    return Row(
+        build=lambda: rlloss.DDPGLoss(test_td3.actor(), test_td3.qvalue(), **kwargs),
+        batch=lambda: test_td3.transitions(),
+        routes={"loss_actor": ("actor_network",), "loss_value": ("value_network",)},
+        renamable=(("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient=None,
+    )
+
+
 LOSSES = {
+    "DDPGLoss": ddpg_row(),
+    "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),
     "TD3Loss-3-nets": td3_row(num_qvalue_nets=3, loss_function="l2"),
     "DQNLoss": dqn_row(),

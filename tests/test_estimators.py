@@ -78,8 +78,13 @@ def test_time_dim_other_than_last():
     out = rlloss.GAE(gamma=0.9, lmbda=0.8)(batch.clone(), time_dim=0)
     transposed = batch.transpose(0, 1)
     reference = F.gae_advantage(
-        transposed["next", "reward"], transposed["state_value"], transposed["next", "state_value"],
-        transposed["next", "done"], transposed["next", "terminated"], 0.9, 0.8,
+        transposed["next", "reward"],
+        transposed["state_value"],
+        transposed["next", "state_value"],
+        transposed["next", "done"],
+        transposed["next", "terminated"],
+        0.9,
+        0.8,
     )
     torch.testing.assert_close(out["advantage"], reference.transpose(0, 1))
 

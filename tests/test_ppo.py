@@ -45,7 +45,10 @@ def assert_parity(ours, theirs, batch, seed_each=False):
         if key in out_theirs.keys() and out_ours[key].numel() == out_theirs[key].numel():
             torch.testing.assert_close(
                 out_ours[key].detach().reshape(out_theirs[key].shape),
-                out_theirs[key].detach(), rtol=1e-5, atol=1e-6, msg=lambda m, key=key: f"{key}: {m}"
+                out_theirs[key].detach(),
+                rtol=1e-5,
+                atol=1e-6,
+                msg=lambda m, key=key: f"{key}: {m}",
             )
             compared += 1
     assert set(out_theirs.keys()) - set(out_ours.keys()) <= {"composite_entropy"}
@@ -134,7 +137,14 @@ def test_mask_reduces_over_valid_steps_only():
     flat = batch[mask.squeeze(-1)]
     del flat["collector"]
     reference = loss(flat)
-    for key in ("loss_objective", "loss_critic", "loss_entropy", "clip_fraction", "ESS", "kl_approx"):
+    for key in (
+        "loss_objective",
+        "loss_critic",
+        "loss_entropy",
+        "clip_fraction",
+        "ESS",
+        "kl_approx",
+    ):
         torch.testing.assert_close(masked[key], reference[key], msg=key)
     # NaN in padding cannot leak through the selection
     batch["advantage"][~mask] = torch.nan
@@ -274,7 +284,9 @@ def test_clipped_surrogate_is_what_the_loss_reports():
     dist = new_actor.get_dist(batch.clone())
     log_ratio = (dist.log_prob(batch["action"]) - batch["action_log_prob"]).unsqueeze(-1)
     ratio = log_ratio.exp()
-    expected = -torch.minimum(ratio * batch["advantage"], ratio.clamp(0.8, 1.2) * batch["advantage"])
+    expected = -torch.minimum(
+        ratio * batch["advantage"], ratio.clamp(0.8, 1.2) * batch["advantage"]
+    )
     torch.testing.assert_close(loss(batch)["loss_objective"], expected.mean())
     clipped = ((ratio < 0.8) | (ratio > 1.2)).float().mean()
     torch.testing.assert_close(loss(batch)["clip_fraction"], clipped)

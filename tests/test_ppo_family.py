@@ -31,7 +31,9 @@ def test_klpen_matches_torchrl_values_and_beta(kind, scale):
     batch = rollout(actor)
     new_actor = perturbed(actor, scale)
     ours = rlloss.KLPENPPOLoss(copy.deepcopy(new_actor), copy.deepcopy(critic), beta=0.7)
-    theirs = torchrl_objectives.KLPENPPOLoss(copy.deepcopy(new_actor), copy.deepcopy(critic), beta=0.7)
+    theirs = torchrl_objectives.KLPENPPOLoss(
+        copy.deepcopy(new_actor), copy.deepcopy(critic), beta=0.7
+    )
     out_ours, out_theirs = ours(batch.clone()), theirs(batch.clone())
     for key in ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx"):
         torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
@@ -49,7 +51,9 @@ def test_klpen_gradient_is_the_gradient_of_the_reported_loss():
     frozen = rlloss.KLPENPPOLoss(
         copy.deepcopy(new_actor), copy.deepcopy(critic), beta=1.0, adaptive_beta=False
     )
-    theirs = torchrl_objectives.KLPENPPOLoss(copy.deepcopy(new_actor), copy.deepcopy(critic), beta=1.0)
+    theirs = torchrl_objectives.KLPENPPOLoss(
+        copy.deepcopy(new_actor), copy.deepcopy(critic), beta=1.0
+    )
     out_adaptive, out_frozen, out_theirs = adaptive(batch), frozen(batch), theirs(batch)
     assert float(adaptive.beta) == 2.0 and float(frozen.beta) == 1.0
     torch.testing.assert_close(out_adaptive["loss_objective"], out_frozen["loss_objective"])
@@ -60,7 +64,9 @@ def test_klpen_gradient_is_the_gradient_of_the_reported_loss():
         theirs.actor_network_params.flatten_keys(".").values(),
         strict=True,
     ):
-        torch.testing.assert_close(ours.grad, dict(frozen.actor_network.named_parameters())[name].grad)
+        torch.testing.assert_close(
+            ours.grad, dict(frozen.actor_network.named_parameters())[name].grad
+        )
         # TorchRL's backward sees the doubled beta: its gradient is not that of its loss value
         assert not torch.allclose(ours.grad, theirs_grad.grad, rtol=1e-3, atol=1e-6)
 
