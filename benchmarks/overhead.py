@@ -85,6 +85,7 @@ from torch import nn  # noqa: E402
 from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E402
 from torchrl.modules import (  # noqa: E402
     MLP,
+    Actor,
     IndependentNormal,
     ProbabilisticActor,
     QValueActor,
@@ -130,6 +131,15 @@ def register_case(name: str):
         return fn
 
     return deco
+
+
+def rlloss_module():
+    """The ``rlloss`` package of the working tree, or MethodUnavailable."""
+    try:
+        import rlloss
+    except ImportError as err:
+        raise MethodUnavailable(f"cannot import rlloss: {err}") from err
+    return rlloss
 
 
 def rlloss_attr(name: str):
@@ -269,7 +279,8 @@ def _plain_ppo_step(name: str, nets: dict, batch, keys: tuple, diagnostics: bool
                     (-lr).mean(),  # kl_approx
                     (torch.expm1(lr) - lr).mean(),  # kl_k3
                     entropy.mean(),
-                    1 - (value_target - value).var(correction=0)
+                    1
+                    - (value_target - value).var(correction=0)
                     / (value_target.var(correction=0) + 1e-7),  # explained_variance
                 ]
                 if clip:
@@ -303,8 +314,9 @@ def _register_ppo_case(name: str) -> None:
             critic(td)
         td["advantage"] = torch.randn(batch_size, 1, generator=g)
         td["value_target"] = torch.randn(batch_size, 1, generator=g)
-        bench = td.select("observation", "loc", "scale", *keys, "advantage", "value_target",
-                          "state_value")
+        bench = td.select(
+            "observation", "loc", "scale", *keys, "advantage", "value_target", "state_value"
+        )
         # Gate-only variant: behaviour log-probs shifted so that ratios spread over ~[0.5, 2]
         # and the clip branch is exercised (the timed batch is on-policy: all ratios are 1).
         offpolicy = bench.clone()
@@ -391,7 +403,9 @@ def _register_dqn_case(name: str) -> None:
     def build(batch_size: int, seed: int) -> CaseSetup:
         torch.manual_seed(seed)
         net = MLP(
-            in_features=DQN_OBS_DIM, out_features=DQN_ACTIONS, num_cells=list(DQN_HIDDEN),
+            in_features=DQN_OBS_DIM,
+            out_features=DQN_ACTIONS,
+            num_cells=list(DQN_HIDDEN),
             activation_class=nn.ReLU,
         )
         g = torch.Generator().manual_seed(seed + 1)
@@ -430,7 +444,9 @@ def _register_dqn_case(name: str) -> None:
         def plain(batch) -> Method:
             module = copy.deepcopy(net)
             target = copy.deepcopy(module).requires_grad_(False)
-            return Method(step=_plain_dqn_step(module, target, batch, **kwargs), params=named(module))
+            return Method(
+                step=_plain_dqn_step(module, target, batch, **kwargs), params=named(module)
+            )
 
         return CaseSetup(
             batches={"replay": batch},
@@ -451,6 +467,138 @@ def _register_dqn_case(name: str) -> None:
 
 for _name in DQN_FAMILY:
     _register_dqn_case(_name)
+
+
+# --------------------------------------------------------------------------- #
+# Cases: DDPG and TD3 (deterministic actor, Q critics over [observation, action])
+# --------------------------------------------------------------------------- #
+AC_OBS_DIM, AC_ACT_DIM, AC_HIDDEN, AC_GAMMA = 17, 6, (256, 256), 0.99
+AC_FAMILY = {"DDPGLoss": 1, "TD3Loss": 2}
+
+
+def _plain_actor_critic_step(nets: dict, batch, name: str) -> Callable:
+    """DDPG / TD3 (policy_noise=0) written by hand as CleanRL does: one module per critic, target
+    copies, ``-Q_1(s, mu(s))`` for the actor."""
+    actor, critics = nets["actor"], nets["critics"]
+    target_actor = copy.deepcopy(actor).requires_grad_(False)
+    target_critics = [copy.deepcopy(c).requires_grad_(False) for c in critics]
+    params = tuple(actor.parameters()) + tuple(p for c in critics for p in c.parameters())
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+    distance = F.mse_loss if name == "DDPGLoss" else F.smooth_l1_loss
+
+    def step() -> torch.Tensor:
+        _zero_grad(params)
+        with torch.no_grad():
+            next_action = target_actor(next_obs)
+            if name == "TD3Loss":
+                next_action = next_action.clamp(-1.0, 1.0)
+            next_inputs = torch.cat([next_obs, next_action], -1)
+            next_value = torch.stack([c(next_inputs) for c in target_critics]).min(0).values
+            target = reward + AC_GAMMA * (~terminated) * next_value
+        inputs = torch.cat([obs, action], -1)
+        values = [c(inputs) for c in critics]
+        critic_loss = sum(distance(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().square() for v in values]).max(0)  # noqa: F841
+        new_inputs = torch.cat([obs, actor(obs)], -1)
+        actor_loss = -torch.func.functional_call(
+            critics[0], {k: p.detach() for k, p in critics[0].named_parameters()}, (new_inputs,)
+        ).mean()
+        total = actor_loss + critic_loss
+        total.backward()
+        return total
+
+    return step
+
+
+def _register_actor_critic_case(name: str) -> None:
+    @register_case(name)
+    def build(batch_size: int, seed: int) -> CaseSetup:
+        torch.manual_seed(seed)
+        actor_net = nn.Sequential(
+            MLP(in_features=AC_OBS_DIM, out_features=AC_ACT_DIM, num_cells=list(AC_HIDDEN)),
+            nn.Tanh(),
+        )
+        critics = [
+            MLP(in_features=AC_OBS_DIM + AC_ACT_DIM, out_features=1, num_cells=list(AC_HIDDEN))
+            for _ in range(AC_FAMILY[name])
+        ]
+        g = torch.Generator().manual_seed(seed + 1)
+        batch = TensorDict(
+            {
+                "observation": torch.randn(batch_size, AC_OBS_DIM, generator=g),
+                "action": torch.rand(batch_size, AC_ACT_DIM, generator=g) * 2 - 1,
+                "next": {
+                    "observation": torch.randn(batch_size, AC_OBS_DIM, generator=g),
+                    "reward": torch.randn(batch_size, 1, generator=g),
+                    "terminated": torch.rand(batch_size, 1, generator=g) < 0.1,
+                    "done": torch.rand(batch_size, 1, generator=g) < 0.2,
+                },
+            },
+            [batch_size],
+        )
+
+        def named(nets: dict) -> dict[str, torch.Tensor]:
+            out = {f"actor.{n}": p for n, p in nets["actor"].named_parameters()}
+            for i, critic in enumerate(nets["critics"]):
+                out.update({f"critic{i}.{n}": p for n, p in critic.named_parameters()})
+            return out
+
+        def wrapped(nets: dict):
+            actor = Actor(nets["actor"], in_keys=["observation"])
+            critics = [ValueOperator(c, in_keys=["observation", "action"]) for c in nets["critics"]]
+            return actor, critics
+
+        def loss_method(library) -> Callable:
+            def make(batch) -> Method:
+                nets = copy.deepcopy({"actor": actor_net, "critics": critics})
+                actor, qs = wrapped(nets)
+                if name == "DDPGLoss":
+                    loss = library.DDPGLoss(
+                        actor,
+                        qs[0],
+                        **({"gamma": AC_GAMMA} if library is not torchrl.objectives else {}),
+                    )
+                    keys = ("loss_actor", "loss_value")
+                else:
+                    kwargs = {"bounds": (-1.0, 1.0), "policy_noise": 0.0, "num_qvalue_nets": 2}
+                    loss = library.TD3Loss(actor, qs, **kwargs)
+                    keys = ("loss_actor", "loss_qvalue")
+                loss.make_value_estimator(gamma=AC_GAMMA)
+                return _loss_module_method(loss, batch, gated(nets), keys)
+
+            return make
+
+        def gated(nets: dict) -> dict[str, torch.Tensor]:
+            # TD3's libraries train stacked copies of the critics (an ensemble): the gate then
+            # compares the total loss and the actor's gradients only.
+            params = named(nets)
+            if name == "TD3Loss":
+                params = {k: v for k, v in params.items() if k.startswith("actor.")}
+            return params
+
+        def plain(batch) -> Method:
+            nets = copy.deepcopy({"actor": actor_net, "critics": critics})
+            return Method(step=_plain_actor_critic_step(nets, batch, name), params=gated(nets))
+
+        return CaseSetup(
+            batches={"replay": batch},
+            factories={
+                "plain": plain,
+                "rlloss": loss_method(rlloss_module()),
+                "torchrl": loss_method(torchrl.objectives),
+            },
+            reference="torchrl",
+            description=(
+                f"{name}; MLP actor and {AC_FAMILY[name]} critic(s) "
+                f"{'x'.join(map(str, AC_HIDDEN))} relu, obs {AC_OBS_DIM}, action {AC_ACT_DIM}, "
+                "target networks" + (", policy_noise=0" if name == "TD3Loss" else "")
+            ),
+        )
+
+
+for _name in AC_FAMILY:
+    _register_actor_critic_case(_name)
 
 
 # --------------------------------------------------------------------------- #
