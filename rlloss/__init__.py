@@ -11,6 +11,7 @@ from rlloss.dqn import DDQNLoss, DQNLoss
 from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
+from rlloss.sac import DiscreteSACLoss, SACLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.td3 import TD3Loss
 
@@ -20,6 +21,7 @@ __all__ = [
     "DDPGLoss",
     "DDQNLoss",
     "DQNLoss",
+    "DiscreteSACLoss",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",
@@ -28,6 +30,7 @@ __all__ = [
     "PiecewiseSchedule",
     "RPOLoss",
     "RewardNormalizer",
+    "SACLoss",
     "TD3Loss",
     "TD0Estimator",
     "TDLambdaEstimator",

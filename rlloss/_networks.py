@@ -127,13 +127,18 @@ class DistributionCall:
         """Distribution keyword -> batch key of the distribution's parameters."""
         return {_last(d): k for d, k in zip(self.head.dist_keys, self.head.in_keys, strict=True)}
 
+    def distribution_parameters(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        """The distribution's parameters on ``batch``, keyed by batch key (direct path only):
+        for losses that use them without building the distribution."""
+        values = _run(self.steps, batch, {})
+        return {k: values[k] if k in values else batch.get(k) for k in self.head.in_keys}
+
     def __call__(
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None
     ) -> D.Distribution:
         if self.steps is None:
             return self.actor.get_dist(batch.copy())
-        values = _run(self.steps, batch, {})
-        params = {k: values[k] if k in values else batch.get(k) for k in self.head.in_keys}
+        params = self.distribution_parameters(batch)
         if perturb is not None:
             params = perturb(params)
         return self.head.get_dist(params)

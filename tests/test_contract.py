@@ -13,7 +13,7 @@ import torch._dynamo
 from tensordict import TensorDict
 
 import rlloss
-from tests import test_dqn, test_td3
+from tests import test_dqn, test_sac, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -81,7 +81,39 @@ def ddpg_row(**kwargs) -> Row:
     )
 
 
+def sac_row(discrete=False, **kwargs) -> Row:
+    if discrete:
+
+        def build():
+            return rlloss.DiscreteSACLoss(
+                test_sac.discrete_actor(False),
+                test_sac.discrete_qvalue(),
+                num_actions=test_sac.NUM_ACTIONS,
+                **kwargs,
+            )
+
+        def batch():
+            return test_sac.discrete_transitions(False)
+    else:
+
+        def build():
+            return rlloss.SACLoss(test_sac.actor(), test_sac.qvalue(), **kwargs)
+
+        batch = test_sac.transitions
+    return Row(
+        build=build,
+        batch=batch,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    )
+
+
 LOSSES = {
+    "SACLoss": sac_row(),
+    "SACLoss-3-nets-bounded-alpha": sac_row(num_qvalue_nets=3, min_alpha=0.1, max_alpha=2.0),
+    "DiscreteSACLoss": sac_row(discrete=True),
     "DDPGLoss": ddpg_row(),
     "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),

@@ -5,6 +5,12 @@ Tensors in, per-element tensors out (reductions live in :mod:`rlloss.functional.
 """
 
 from rlloss.functional.critic import clipped_value_loss, distance
+from rlloss.functional.distributions import (
+    squash,
+    squash_log_abs_det_jacobian,
+    tanh_normal_log_prob,
+    tanh_normal_sample_and_log_prob,
+)
 from rlloss.functional.policy import (
     categorical_kl,
     clip_bounds,
@@ -72,7 +78,11 @@ __all__ = [
     "rpo_perturbation",
     "smoothed_target_action",
     "soft_value",
+    "squash",
+    "squash_log_abs_det_jacobian",
     "standardize",
+    "tanh_normal_log_prob",
+    "tanh_normal_sample_and_log_prob",
     "td0_error",
     "td0_return",
     "td_lambda_return",

@@ -1,0 +1,527 @@
+"""Soft actor-critic: ``SACLoss`` (continuous actions, SAC v2 without a value network) and
+``DiscreteSACLoss``.
+
+Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905;
+Christodoulou, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import Composite
+from torchrl.modules import TanhNormal
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss import functional as F
+from rlloss._networks import DistributionCall
+from rlloss.common import LossModule, check_choice, check_in_range
+from rlloss.dqn import ACTION_SPACES, PRIORITY_WEIGHTINGS
+from rlloss.functional.critic import DISTANCES
+from rlloss.functional.distributions import tanh_normal_sample_and_log_prob
+
+
+class _SoftActorCritic(LossModule):
+    """What both SAC losses share: the Q ensemble, the temperature ``alpha = exp(log_alpha)``
+    (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
+    before each use, as TorchRL does), its loss, the critic regression and the outputs."""
+
+    default_value_estimator = ValueEstimators.TD0
+    out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+    # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
+    _schedulable_buffers = frozenset(
+        {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
+    )
+    make_value_estimator = LossModule.make_gamma_estimator
+
+    def _init_common(
+        self,
+        actor_network,
+        qvalue_network,
+        *,
+        value_key: NestedKey,
+        num_qvalue_nets,
+        loss_function,
+        alpha_init,
+        min_alpha,
+        max_alpha,
+        fixed_alpha,
+        delay_qvalue,
+        gamma,
+        reduction,
+        use_prioritized_weights,
+        priority_weighting,
+    ) -> None:
+        check_choice("loss_function", loss_function, DISTANCES)
+        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
+        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
+        check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
+        for name, value in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if value is not None:
+                check_in_range(name, value, 0.0, low_open=True)
+        if min_alpha is not None and max_alpha is not None:
+            check_in_range("max_alpha", max_alpha, min_alpha)
+        self.gamma = 0.99 if gamma is None else gamma
+        check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self.reduction = self._check_reduction(reduction)
+        self.loss_function = loss_function
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        self.use_prioritized_weights = use_prioritized_weights
+        self.priority_weighting = priority_weighting
+        self.delay_qvalue = delay_qvalue
+        self.fixed_alpha = fixed_alpha
+        device = next(actor_network.parameters()).device
+
+        def log_of(value):
+            return None if value is None else torch.tensor(math.log(value), device=device)
+
+        log_alpha = log_of(alpha_init)
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+        self.register_buffer("min_log_alpha", log_of(min_alpha))
+        self.register_buffer("max_log_alpha", log_of(max_alpha))
+
+        self.actor_network = actor_network
+        self._actor_call = DistributionCall(actor_network)
+        self._register_ensemble(
+            "qvalue_network",
+            qvalue_network,
+            self.num_qvalue_nets,
+            target=delay_qvalue,
+            until=value_key,
+        )
+        modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
+        self._qvalue_in_keys = list(modules[0].in_keys)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
+        keys += [("next", k) for k in self.actor_network.in_keys]
+        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
+        return list(dict.fromkeys(keys))
+
+    def _alpha(self) -> torch.Tensor:
+        """``exp(log_alpha)`` (no gradient), after projecting ``log_alpha`` in place onto
+        ``[log min_alpha, log max_alpha]`` (TorchRL's behaviour; no host sync)."""
+        if self.min_log_alpha is not None or self.max_log_alpha is not None:
+            with torch.no_grad():
+                self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
+        return self.log_alpha.detach().exp()
+
+    def _target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
+        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]``."""
+        reward = self._get(tensordict, "reward", nested=True)
+        terminated = self._get(tensordict, "terminated", nested=True)
+        discount = self._bootstrap_discount(tensordict, reward)
+        return F.td0_return(reward, next_value, terminated, discount)
+
+    def _critic_loss(
+        self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i, y)`` reduced; ``td_error = max_i |Q_i - y|`` ``[*B]``, the targets
+        ``[*B]`` and the values ``[num_qvalue_nets, *B]`` (detached)."""
+        expanded = target.expand_as(values)
+        loss = F.distance(values, expanded, self.loss_function).sum(0)
+        info = {
+            "td_error": (values - expanded).detach().abs().max(0).values.squeeze(-1),
+            "target_value": target.squeeze(-1),
+            "pred_value": values.detach().squeeze(-1),
+        }
+        return self._reduce_replayed(loss, tensordict), info
+
+    def _temperature_loss(self, log_prob: torch.Tensor, tensordict: TensorDictBase):
+        """``-log_alpha (log pi + target_entropy)`` reduced (only ``log_alpha`` gets gradient)."""
+        loss = F.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        return self._reduce_replayed(loss.unsqueeze(-1), tensordict)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
+        ``td_error`` into ``tensordict``."""
+        loss_qvalue, info = self.loss_qvalue(tensordict)
+        loss_actor, info_actor = self.loss_actor(tensordict)
+        log_prob = info_actor["log_prob"]
+        tensordict.set(self.tensor_keys.priority, info["td_error"])
+        out = {
+            "loss_actor": loss_actor,
+            "loss_qvalue": loss_qvalue,
+            "loss_alpha": self._temperature_loss(log_prob, tensordict),
+            "alpha": self.log_alpha.detach().exp(),
+            "entropy": -log_prob.mean(),
+        }
+        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+
+
+class SACLoss(_SoftActorCritic):
+    """SAC's actor, critic and temperature losses (SAC v2: no state-value network).
+
+    Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s',
+    a') - alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')`` from the current policy, no gradient.
+    Actor: ``alpha log pi(a~|s) - min_i Q_i(s, a~)`` with ``a~`` reparameterised (the critics
+    get no gradient from it). Temperature: ``-log alpha (log pi(a~|s) + target_entropy)``
+    (arXiv:1812.05905, eqs. 5, 7 and 18). The Q networks are an ensemble of ``num_qvalue_nets``
+    evaluated in one ``vmap`` call. ``forward`` writes ``td_error`` (``max_i |Q_i - y|``,
+    ``[*B]``) into the batch.
+
+    For a TorchRL ``ProbabilisticActor`` over ``TanhNormal`` the action and its log-probability
+    come from :func:`rlloss.functional.tanh_normal_sample_and_log_prob` on the actor's
+    ``loc``/``scale`` (no ``torch.distributions`` transform path, no host sync); any other
+    actor is sampled with its distribution's ``rsample`` and ``log_prob``.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (weights kept;
+            copies of a single module are re-initialised).
+        num_qvalue_nets, loss_function: as in TorchRL.
+        alpha_init: initial temperature; ``fixed_alpha``: keep it (``log_alpha`` is a buffer).
+        min_alpha, max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        action_spec: the action spec, for ``target_entropy="auto"`` (``-dim(A)``); without it
+            the actor's ``spec``, else the batch's action shape at the first call.
+        target_entropy: ``"auto"`` or a number.
+        delay_actor: not supported (SAC v2 samples target actions from the current policy).
+        delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
+        gamma: discount (default 0.99; ``make_value_estimator(ValueEstimators.TD0, gamma=...)``).
+        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`.
+
+    Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
+    ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
+    ``reduction="none"`` too; ``value_network`` (SAC v1), ``delay_actor=True``,
+    ``skip_done_states=True`` and ``separate_losses=True`` are not supported; the tanh is not
+    clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
+    pre-tanh value, finite at the bounds.
+
+    Example:
+        >>> loss = SACLoss(actor, [qvalue_1, qvalue_2], action_spec=env.action_spec)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read (and ``priority`` written) by SACLoss."""
+
+        action: NestedKey = "action"  # the action taken, and the actor's sample key
+        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
+        priority: NestedKey = "td_error"  # written: max_i |TD error|, [*B]
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        value_network: nn.Module | None = None,
+        *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec=None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        priority_key: str | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        skip_done_states: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        if value_network is not None:
+            raise TypeError(
+                "SACLoss: value_network is the SAC v1 variant (a separate state-value network), "
+                "which rlloss does not support; drop it to train SAC v2 (soft Q targets from "
+                "the Q ensemble)."
+            )
+        unsupported = {
+            "delay_actor=True": delay_actor,
+            "skip_done_states=True": skip_done_states,
+            "separate_losses=True": separate_losses,
+            "priority_key": priority_key is not None,
+        }
+        for name, given in unsupported.items():
+            if given:
+                raise TypeError(
+                    f"SACLoss: {name} is not supported by rlloss (see the class docstring); "
+                    "use loss.set_keys(priority=...) to rename td_error."
+                )
+        super().__init__()
+        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
+        if len(sample_keys) == 1:
+            self.set_keys(action=sample_keys[0])
+        self._init_common(
+            actor_network,
+            qvalue_network,
+            value_key=self.tensor_keys.state_action_value,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            fixed_alpha=fixed_alpha,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
+        self.delay_actor = False
+        self._qvalue_action_key = self.tensor_keys.action
+        self._tanh_normal = self._tanh_normal_bounds(actor_network)
+        if target_entropy == "auto":
+            action_spec = (
+                action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+            )
+            target_entropy = self._action_entropy_target(action_spec)
+        self._target_entropy_from_batch = target_entropy is None
+        self.register_buffer(
+            "target_entropy",
+            torch.tensor(
+                math.nan if target_entropy is None else float(target_entropy),
+                device=self.log_alpha.device,
+            ),
+        )
+
+    def _tanh_normal_bounds(self, actor_network) -> bool:
+        """Register ``action_low``/``action_high`` and return ``True`` when the actor is a
+        TanhNormal ``ProbabilisticActor`` that rlloss can sample directly from its parameters."""
+        head = self._actor_call.head
+        if not self._actor_call.direct or head.distribution_class is not TanhNormal:
+            return False
+        kwargs = dict(head.distribution_kwargs)
+        if kwargs.get("tanh_loc", False) or kwargs.get("event_dims", 1) != 1:
+            return False
+        if set(self._actor_call.parameter_keys) != {"loc", "scale"}:
+            return False
+        device = self.log_alpha.device
+        dtype = torch.get_default_dtype()
+        for name, bound in (("low", -1.0), ("high", 1.0)):
+            value = torch.as_tensor(kwargs.get(name, bound), dtype=dtype, device=device)
+            self.register_buffer(f"action_{name}", value.clone())
+        return True
+
+    def _action_entropy_target(self, action_spec) -> float | None:
+        """``-dim(A)`` from a spec (TorchRL's rule), or ``None`` to read it from the batch."""
+        if action_spec is None:
+            return None
+        container_shape = torch.Size([])
+        if isinstance(action_spec, Composite):
+            container_shape = action_spec.shape
+            action_spec = action_spec.get(self.tensor_keys.action, None)
+        if action_spec is None:  # e.g. a ProbabilisticActor built without a spec
+            return None
+        return -float(action_spec.shape[len(container_shape) :].numel())
+
+    def _policy_sample(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``[*B, D]`` from the current policy and its log-prob
+        ``[*B]``."""
+        if self._tanh_normal:
+            params = self._actor_call.distribution_parameters(batch)
+            keys = self._actor_call.parameter_keys
+            return tanh_normal_sample_and_log_prob(
+                params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
+            )
+        distribution = self._actor_call(batch)
+        action = distribution.rsample()
+        return action, distribution.log_prob(action)
+
+    def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
+        key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
+        inputs = {k: batch.get(k) for k in self._qvalue_in_keys if k != key}
+        inputs[key] = action
+        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
+            self.tensor_keys.state_action_value
+        ]
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
+        alpha = self._alpha()
+        action, log_prob = self._policy_sample(tensordict)
+        value = F.clipped_double_q_value(self._q_values(tensordict, action, detach=True))
+        loss = -F.soft_value(value, log_prob, alpha)
+        self._fill_target_entropy(tensordict, action)
+        return self._reduce_replayed(loss, tensordict), {"log_prob": log_prob.detach()}
+
+    def _fill_target_entropy(self, tensordict: TensorDictBase, action: torch.Tensor) -> None:
+        """``target_entropy="auto"`` without a spec: ``-dim(A)`` from the batch's action shape,
+        written while the buffer is still unset (NaN); in place, no Python state changes, so a
+        compiled loss does not recompile."""
+        if self._target_entropy_from_batch:
+            dim = float(action.shape[tensordict.ndim :].numel())
+            unset = self.target_entropy.isnan()
+            self.target_entropy.copy_(torch.where(unset, -dim, self.target_entropy))
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
+        (see :meth:`_critic_loss`)."""
+        alpha = self._alpha()
+        with torch.no_grad():
+            next_batch = tensordict.get("next")
+            next_action, next_log_prob = self._policy_sample(next_batch)
+            next_values = self._q_values(
+                next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            next_value = F.soft_value(F.clipped_double_q_value(next_values), next_log_prob, alpha)
+            target = self._target(tensordict, next_value)
+        values = self._q_values(tensordict, self._get(tensordict, "action"))
+        return self._critic_loss(values, target, tensordict)
+
+
+class DiscreteSACLoss(_SoftActorCritic):
+    """Discrete SAC: the losses of :class:`SACLoss` with exact expectations over the actions.
+
+    Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) sum_a' pi(a'|s')
+    (min_i Q_i,target(s', a') - alpha log pi(a'|s'))``. Actor: ``sum_a pi(a|s) (alpha log
+    pi(a|s) - min_i Q_i(s, a))`` (critics detached). Temperature: ``-log alpha (sum_a pi log pi
+    + target_entropy)`` (arXiv:1910.07207, eqs. 9, 10 and 11). ``forward`` writes ``td_error``
+    (``max_i |Q_i(s, a) - y|``, ``[*B]``) into the batch.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` over a categorical (``logits``), one-hot or index.
+        qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``), or a list of
+            ``num_qvalue_nets`` such modules.
+        num_actions: the number of actions (for ``target_entropy="auto"``).
+        target_entropy: ``"auto"``, ``-log(1 / num_actions) * target_entropy_weight``, or a number.
+        action_space: ``"one-hot"`` or ``"categorical"`` (or a spec); the action's dtype decides
+            (integer: index, else one-hot).
+        Other arguments: as :class:`SACLoss`.
+
+    Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
+    ``alpha`` and ``entropy`` are returned with ``reduction="none"`` too; actions of
+    probability 0 contribute exactly 0 to the soft value (TorchRL puts ``log 1e-8`` there).
+
+    Example:
+        >>> loss = DiscreteSACLoss(actor, [q1, q2], num_actions=4, action_space="categorical")
+        >>> out = loss(batch)
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read (and ``priority`` written) by DiscreteSACLoss."""
+
+        action: NestedKey = "action"  # the action taken: index or one-hot
+        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
+        priority: NestedKey = "td_error"  # written: max_i |TD error|, [*B]
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        action_space=None,
+        num_actions: int | None = None,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
+        target_entropy_weight: float = 0.98,
+        target_entropy: str | float = "auto",
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        super().__init__()
+        if isinstance(action_space, str):
+            check_choice("action_space", action_space, ACTION_SPACES)
+        if target_entropy == "auto":
+            if num_actions is None:
+                raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
+            check_in_range("num_actions", num_actions, 1)
+            target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
+        self._init_common(
+            actor_network,
+            qvalue_network,
+            value_key=self.tensor_keys.action_value,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            fixed_alpha=fixed_alpha,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
+        self.num_actions = num_actions
+        self.register_buffer(
+            "target_entropy", torch.tensor(float(target_entropy), device=self.log_alpha.device)
+        )
+        keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
+        self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
+
+    def _log_probs(self, batch: TensorDictBase) -> torch.Tensor:
+        """``log pi(.|s)``, ``[*B, num_actions]``."""
+        if self._logits_key is not None:
+            params = self._actor_call.distribution_parameters(batch)
+            return params[self._logits_key].log_softmax(-1)
+        return self._actor_call(batch).logits
+
+    def _action_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, num_actions]`` action values at the batch's observations."""
+        inputs = {k: batch.get(k) for k in self._qvalue_in_keys}
+        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
+            self.tensor_keys.action_value
+        ]
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_a pi (alpha log pi - min_i Q_i)`` reduced, and ``sum_a pi log pi`` (detached)."""
+        alpha = self._alpha()
+        log_probs = self._log_probs(tensordict)
+        value = F.clipped_double_q_value(self._action_values(tensordict, detach=True))
+        loss = -F.discrete_soft_value(value, log_probs, alpha)
+        expected_log_prob = (log_probs.exp() * log_probs).sum(-1)
+        return self._reduce_replayed(loss, tensordict), {"log_prob": expected_log_prob.detach()}
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
+        (see :meth:`_critic_loss`)."""
+        alpha = self._alpha()
+        with torch.no_grad():
+            next_batch = tensordict.get("next")
+            next_values = self._action_values(
+                next_batch, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            next_value = F.discrete_soft_value(
+                F.clipped_double_q_value(next_values), self._log_probs(next_batch), alpha
+            )
+            target = self._target(tensordict, next_value)
+        action = self._get(tensordict, "action")
+        values = F.chosen_action_value(
+            self._action_values(tensordict), action.expand(self.num_qvalue_nets, *action.shape)
+        )
+        return self._critic_loss(values, target, tensordict)

@@ -1,0 +1,473 @@
+"""SACLoss / DiscreteSACLoss: exact TorchRL parity (values, gradients, td_error), the soft target
+against a naive loop, termination vs truncation, n-step, prioritized replay, temperature
+handling, updaters and compile."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torchrl.objectives as torchrl_objectives
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torch import distributions as D
+from torch import nn
+from torchrl.data import Bounded, Composite
+from torchrl.modules import (
+    MLP,
+    IndependentNormal,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
+from torchrl.objectives import SoftUpdate
+
+from rlloss import DiscreteSACLoss, SACLoss
+
+OBS, ACT, NUM_ACTIONS, B = 5, 2, 4, 16
+
+
+def actor(distribution=TanhNormal, low=-1.0, high=1.0):
+    params = TensorDictModule(
+        nn.Sequential(
+            MLP(in_features=OBS, out_features=2 * ACT, num_cells=[16]), NormalParamExtractor()
+        ),
+        ["observation"],
+        ["loc", "scale"],
+    )
+    kwargs = {"low": low, "high": high} if distribution is TanhNormal else {}
+    return ProbabilisticActor(
+        params,
+        in_keys=["loc", "scale"],
+        distribution_class=distribution,
+        distribution_kwargs=kwargs,
+    )
+
+
+def qvalue():
+    return ValueOperator(
+        MLP(in_features=OBS + ACT, out_features=1, num_cells=[16]),
+        in_keys=["observation", "action"],
+    )
+
+
+def discrete_actor(one_hot):
+    return ProbabilisticActor(
+        TensorDictModule(
+            MLP(in_features=OBS, out_features=NUM_ACTIONS, num_cells=[16]),
+            ["observation"],
+            ["logits"],
+        ),
+        in_keys=["logits"],
+        distribution_class=OneHotCategorical if one_hot else D.Categorical,
+    )
+
+
+def discrete_qvalue():
+    return TensorDictModule(
+        MLP(in_features=OBS, out_features=NUM_ACTIONS, num_cells=[16]),
+        ["observation"],
+        ["action_value"],
+    )
+
+
+def transitions(batch=B, action=None):
+    terminated = torch.rand(batch, 1) < 0.3
+    truncated = torch.rand(batch, 1) < 0.3
+    return TensorDict(
+        {
+            "observation": torch.randn(batch, OBS),
+            "action": torch.rand(batch, ACT) * 2 - 1 if action is None else action,
+            "next": {
+                "observation": torch.randn(batch, OBS),
+                "reward": torch.randn(batch, 1),
+                "terminated": terminated,
+                "done": terminated | truncated,
+            },
+        },
+        [batch],
+    )
+
+
+def discrete_transitions(one_hot, batch=B):
+    index = torch.randint(NUM_ACTIONS, (batch,))
+    action = nn.functional.one_hot(index, NUM_ACTIONS) if one_hot else index
+    return transitions(batch, action)
+
+
+def shift_targets(loss, seed=3):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        params = loss.target_qvalue_network_params.flatten_keys(".")
+        for key in sorted(params.keys()):
+            params[key].add_(0.1 * torch.randn_like(params[key]))
+
+
+def run_both(ours, theirs, batch):
+    mine, reference = batch.clone(), batch.clone()
+    torch.manual_seed(0)
+    out_ours = ours(mine)
+    torch.manual_seed(0)
+    out_theirs = theirs(reference)
+    return out_ours, out_theirs, mine, reference
+
+
+def assert_same_outputs_and_gradients(ours, theirs, batch):
+    out_ours, out_theirs, mine, reference = run_both(ours, theirs, batch)
+    for key in out_theirs.keys():
+        torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
+    torch.testing.assert_close(mine["td_error"], reference["td_error"])
+    assert mine["td_error"].shape == reference["td_error"].shape == (B,)
+    sum(v for k, v in out_ours.items() if k.startswith("loss_")).backward()
+    sum(v for k, v in out_theirs.items() if k.startswith("loss_")).backward()
+    theirs_q = theirs.qvalue_network_params.flatten_keys(".")
+    for key, parameter in ours.qvalue_network_params.flatten_keys(".").items():
+        torch.testing.assert_close(parameter.grad, theirs_q[key].grad, msg=key)
+    theirs_actor = theirs.actor_network_params.flatten_keys(".")
+    for key, parameter in ours.actor_network.named_parameters():
+        torch.testing.assert_close(parameter.grad, theirs_actor[key].grad, msg=key)
+    if isinstance(theirs.log_alpha, nn.Parameter):
+        torch.testing.assert_close(ours.log_alpha.grad, theirs.log_alpha.grad)
+    torch.testing.assert_close(ours.log_alpha.detach(), theirs.log_alpha.detach())
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"alpha_init": 0.5},
+        {"alpha_init": 0.3, "loss_function": "l2", "num": 3, "bounds": (-2.0, 0.5)},
+        {"alpha_init": 5.0, "max_alpha": 2.0, "min_alpha": 0.1, "distribution": IndependentNormal},
+        {"alpha_init": 0.01, "min_alpha": 0.1, "fixed_alpha": True, "delay_qvalue": False},
+    ],
+)
+def test_sac_matches_torchrl_exactly(kwargs):
+    low, high = kwargs.pop("bounds", (-1.0, 1.0))
+    policy = actor(kwargs.pop("distribution", TanhNormal), low, high)
+    critics = [qvalue() for _ in range(kwargs.pop("num", 2))]
+    spec = Bounded(low, high, shape=(ACT,))
+    common = {"num_qvalue_nets": len(critics), "action_spec": spec, **kwargs}
+    ours = SACLoss(
+        copy.deepcopy(policy), copy.deepcopy(critics), priority_weighting="normalized", **common
+    )
+    theirs = torchrl_objectives.SACLoss(copy.deepcopy(policy), copy.deepcopy(critics), **common)
+    theirs.make_value_estimator(gamma=0.99)
+    if common.get("delay_qvalue", True):
+        shift_targets(ours), shift_targets(theirs)
+    batch = transitions()
+    batch["priority_weight"] = torch.rand(B)
+    assert_same_outputs_and_gradients(ours, theirs, batch)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"one_hot": True, "alpha_init": 0.5},
+        {"one_hot": False, "alpha_init": 0.2, "loss_function": "l2", "num": 3},
+        {"one_hot": True, "alpha_init": 3.0, "max_alpha": 1.5, "target_entropy": 0.7},
+        {
+            "one_hot": False,
+            "fixed_alpha": True,
+            "delay_qvalue": False,
+            "target_entropy_weight": 0.5,
+        },
+    ],
+)
+def test_discrete_sac_matches_torchrl_exactly(kwargs):
+    one_hot = kwargs.pop("one_hot")
+    policy = discrete_actor(one_hot)
+    critics = [discrete_qvalue() for _ in range(kwargs.pop("num", 2))]
+    common = {
+        "num_qvalue_nets": len(critics),
+        "num_actions": NUM_ACTIONS,
+        "action_space": "one-hot" if one_hot else "categorical",
+        **kwargs,
+    }
+    ours = DiscreteSACLoss(
+        copy.deepcopy(policy), copy.deepcopy(critics), priority_weighting="normalized", **common
+    )
+    theirs = torchrl_objectives.DiscreteSACLoss(
+        copy.deepcopy(policy), copy.deepcopy(critics), **common
+    )
+    theirs.make_value_estimator(gamma=0.99)
+    if common.get("delay_qvalue", True):
+        shift_targets(ours), shift_targets(theirs)
+    batch = discrete_transitions(one_hot)
+    batch["priority_weight"] = torch.rand(B)
+    assert_same_outputs_and_gradients(ours, theirs, batch)
+
+
+def target_network(loss, index):
+    critic = qvalue()
+    for name, parameter in critic.named_parameters():
+        parameter.data.copy_(loss.target_qvalue_network_params.flatten_keys(".")[name][index])
+    return critic
+
+
+def test_soft_target_against_naive_loop_with_n_step_and_truncation():
+    policy = actor(TanhNormal, -2.0, 1.0)
+    loss = SACLoss(
+        policy, [qvalue() for _ in range(3)], num_qvalue_nets=3, alpha_init=0.4, gamma=0.9
+    )
+    shift_targets(loss)
+    batch = transitions()
+    batch["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
+    torch.manual_seed(7)
+    _, info = loss.loss_qvalue(batch)
+    torch.manual_seed(7)
+    noise = torch.randn(B, ACT)
+    critics = [target_network(loss, i) for i in range(3)]
+    for b in range(B):
+        with torch.no_grad():
+            step = batch[b : b + 1]
+            params = policy.module[0](step["next"].clone())
+            preimage = params["loc"] + params["scale"] * noise[b]
+            squashed = D.TransformedDistribution(
+                D.Normal(params["loc"], params["scale"]),
+                [D.TanhTransform(), D.AffineTransform(-0.5, 1.5)],
+            )
+            action = -0.5 + 1.5 * torch.tanh(preimage)
+            log_prob = squashed.log_prob(action).sum()
+            next_step = step["next"].clone().set("action", action)
+            q = min(float(c(next_step.clone())["state_action_value"]) for c in critics)
+            alive = 0.0 if bool(step["next", "terminated"]) else 1.0  # truncation bootstraps
+            n = int(step["steps_to_next_obs"])
+            expected = float(step["next", "reward"]) + 0.9**n * alive * (q - 0.4 * float(log_prob))
+        assert float(info["target_value"][b]) == pytest.approx(expected, rel=1e-4, abs=1e-4)
+
+
+def test_truncation_bootstraps_and_termination_does_not():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0)
+    batch = transitions()
+    batch["next", "terminated"] = torch.zeros(B, 1, dtype=torch.bool)
+    batch["next", "done"] = torch.ones(B, 1, dtype=torch.bool)
+    torch.manual_seed(1)
+    _, truncated = loss.loss_qvalue(batch)
+    batch["next", "terminated"] = torch.ones(B, 1, dtype=torch.bool)
+    torch.manual_seed(1)
+    _, terminated = loss.loss_qvalue(batch)
+    torch.testing.assert_close(terminated["target_value"], batch["next", "reward"].squeeze(-1))
+    assert not torch.allclose(truncated["target_value"], terminated["target_value"])
+
+
+def test_discrete_target_is_exact_expectation():
+    policy = discrete_actor(one_hot=False)
+    loss = DiscreteSACLoss(
+        policy, discrete_qvalue(), num_actions=NUM_ACTIONS, alpha_init=0.3, gamma=0.8
+    )
+    shift_targets(loss)
+    batch = discrete_transitions(one_hot=False)
+    batch["steps_to_next_obs"] = torch.randint(1, 4, (B, 1))
+    _, info = loss.loss_qvalue(batch)
+    with torch.no_grad():
+        probs = policy.module[0](batch["next"].clone())["logits"].softmax(-1)
+        values = torch.stack(
+            [
+                torch.stack([target_q(loss, i)(batch[b]["next"]) for i in range(2)]).min(0).values
+                for b in range(B)
+            ]
+        )
+        soft = (probs * (values - 0.3 * probs.log())).sum(-1)
+        alive = (~batch["next", "terminated"]).squeeze(-1).float()
+        steps = batch["steps_to_next_obs"].squeeze(-1)
+        expected = batch["next", "reward"].squeeze(-1) + 0.8**steps * alive * soft
+    torch.testing.assert_close(info["target_value"], expected, rtol=1e-5, atol=1e-5)
+
+
+def target_q(loss, index):
+    net = discrete_qvalue().module
+    for name, parameter in net.named_parameters():
+        parameter.data.copy_(
+            loss.target_qvalue_network_params.flatten_keys(".")[f"module.{name}"][index]
+        )
+    return lambda step: net(step["observation"])
+
+
+def test_prioritized_weights_and_td_error_shape():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0, reduction="none")
+    batch = transitions()
+    torch.manual_seed(0)
+    plain = loss(batch)
+    assert batch["td_error"].shape == (B,)
+    assert (
+        plain["loss_qvalue"].shape == plain["loss_actor"].shape == plain["loss_alpha"].shape == (B,)
+    )
+    weights = torch.rand(B)
+    batch["priority_weight"] = weights
+    for weighting, expected in (
+        ("mean", lambda x: (weights * x).mean()),
+        ("normalized", lambda x: (weights * x).sum() / weights.sum()),
+    ):
+        weighted = SACLoss(actor(), qvalue(), target_entropy=-2.0, priority_weighting=weighting)
+        weighted.load_state_dict(loss.state_dict())
+        weighted.actor_network.load_state_dict(loss.actor_network.state_dict())
+        torch.manual_seed(0)
+        out = weighted(batch.clone())
+        for key in ("loss_qvalue", "loss_actor", "loss_alpha"):
+            torch.testing.assert_close(out[key], expected(plain[key]), msg=key)
+    ignoring = SACLoss(actor(), qvalue(), target_entropy=-2.0, use_prioritized_weights=False)
+    ignoring.load_state_dict(loss.state_dict())
+    ignoring.actor_network.load_state_dict(loss.actor_network.state_dict())
+    torch.manual_seed(0)
+    torch.testing.assert_close(ignoring(batch.clone())["loss_qvalue"], plain["loss_qvalue"].mean())
+
+
+def test_alpha_state_fixed_alpha_and_clamping():
+    loss = SACLoss(actor(), qvalue(), alpha_init=0.5, target_entropy=-2.0)
+    state = loss.state_dict()
+    assert "log_alpha" in state and "target_entropy" in state
+    assert any(p is loss.log_alpha for p in loss.parameters())
+    loss.log_alpha.data.fill_(math.log(0.25))
+    other = SACLoss(actor(), qvalue(), target_entropy=-1.0)
+    other.load_state_dict(loss.state_dict())
+    assert float(other.log_alpha.detach()) == pytest.approx(math.log(0.25))
+    assert float(other.target_entropy) == -2.0
+
+    fixed = SACLoss(actor(), qvalue(), alpha_init=0.5, fixed_alpha=True, target_entropy=-2.0)
+    assert "log_alpha" in fixed.state_dict()
+    assert not any(p is fixed.log_alpha for p in fixed.parameters())
+    out = fixed(transitions())
+    sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+    assert fixed.log_alpha.grad is None and not out["loss_alpha"].requires_grad
+
+    clamped = SACLoss(
+        actor(), qvalue(), alpha_init=10.0, min_alpha=0.1, max_alpha=2.0, target_entropy=-2.0
+    )
+    out = clamped(transitions())
+    assert float(out["alpha"]) == pytest.approx(2.0)
+    assert float(clamped.log_alpha.detach()) == pytest.approx(math.log(2.0))
+    clamped.log_alpha.data.fill_(math.log(0.01))
+    assert float(clamped(transitions())["alpha"]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="max_alpha"):
+        SACLoss(actor(), qvalue(), min_alpha=2.0, max_alpha=1.0)
+
+
+def test_target_entropy_auto():
+    spec = Bounded(-1.0, 1.0, shape=(ACT,))
+    assert float(SACLoss(actor(), qvalue(), action_spec=spec).target_entropy) == -ACT
+    policy = actor()
+    policy.spec = Composite(action=Bounded(-1.0, 1.0, shape=(3,)))
+    assert float(SACLoss(policy, qvalue()).target_entropy) == -3.0
+    from_batch = SACLoss(actor(), qvalue())
+    assert math.isnan(float(from_batch.target_entropy))
+    from_batch(transitions())
+    assert float(from_batch.target_entropy) == -ACT
+    discrete = DiscreteSACLoss(discrete_actor(True), discrete_qvalue(), num_actions=NUM_ACTIONS)
+    assert float(discrete.target_entropy) == pytest.approx(math.log(NUM_ACTIONS) * 0.98)
+    with pytest.raises(ValueError, match="num_actions"):
+        DiscreteSACLoss(discrete_actor(True), discrete_qvalue())
+
+
+def test_unsupported_keywords_raise_type_error():
+    with pytest.raises(TypeError, match="SAC v1"):
+        SACLoss(
+            actor(),
+            qvalue(),
+            value_network=ValueOperator(
+                MLP(in_features=OBS, out_features=1), in_keys=["observation"]
+            ),
+        )
+    for keyword in ("skip_done_states", "delay_actor", "separate_losses"):
+        with pytest.raises(TypeError, match=keyword):
+            SACLoss(actor(), qvalue(), **{keyword: True})
+    with pytest.raises(TypeError, match="priority_key"):
+        SACLoss(actor(), qvalue(), priority_key="p")
+
+
+def test_gamma_from_make_value_estimator():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0)
+    loss.make_value_estimator(torchrl_objectives.ValueEstimators.TD0, gamma=0.5)
+    assert loss.gamma == 0.5
+    batch = transitions()
+    batch["next", "terminated"].fill_(False)
+    torch.manual_seed(0)
+    _, half = loss.loss_qvalue(batch)
+    loss.make_value_estimator(gamma=0.25)
+    torch.manual_seed(0)
+    _, quarter = loss.loss_qvalue(batch)
+    reward = batch["next", "reward"].squeeze(-1)
+    torch.testing.assert_close(
+        (half["target_value"] - reward) / 2, quarter["target_value"] - reward
+    )
+
+
+def test_updaters_targets_and_gradients():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0)
+    updater = SoftUpdate(loss, tau=0.5)
+    parameters = list(loss.parameters())
+    targets = list(loss.target_qvalue_network_params.values(True, True))
+    assert not {id(t) for t in targets} & {id(p) for p in parameters}
+    optimizer = torch.optim.SGD(parameters, lr=0.5)
+    out = loss(transitions())
+    sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+    assert all(t.grad is None and not t.requires_grad for t in targets)
+    optimizer.step()
+    before = loss.target_qvalue_network_params.clone()
+    updater.step()
+    online = loss.qvalue_network_params
+    for key, value in loss.target_qvalue_network_params.items(True, True):
+        torch.testing.assert_close(value, 0.5 * before[key] + 0.5 * online[key].detach())
+
+
+def test_actor_loss_does_not_train_the_critics():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0)
+    actor_loss, _ = loss.loss_actor(transitions())
+    actor_loss.backward()
+    assert all(p.grad is None for p in loss.qvalue_network_params.values(True, True))
+    assert all(p.grad is not None for p in loss.actor_network.parameters())
+    loss.zero_grad(set_to_none=True)
+    critic_loss, _ = loss.loss_qvalue(transitions())
+    critic_loss.backward()
+    assert all(p.grad is None for p in loss.actor_network.parameters())
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_compiles_as_one_graph_without_recompiling(discrete):
+    torch._dynamo.reset()
+    if discrete:
+        loss = DiscreteSACLoss(
+            discrete_actor(False), discrete_qvalue(), num_actions=NUM_ACTIONS, max_alpha=2.0
+        )
+
+        def batch_with_per():
+            return discrete_transitions(False).set("priority_weight", torch.rand(B))
+    else:
+        loss = SACLoss(
+            actor(TanhNormal, -2.0, 1.0),
+            qvalue(),
+            action_spec=Bounded(-2.0, 1.0, shape=(ACT,)),
+            max_alpha=2.0,
+        )
+
+        def batch_with_per():
+            return transitions().set("priority_weight", torch.rand(B))
+
+    SoftUpdate(loss, tau=0.1)
+    twin = copy.deepcopy(loss)
+    compiled = torch.compile(twin, fullgraph=True, backend="eager")
+    compiled(batch_with_per())
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            batch = batch_with_per()
+            mine, reference = batch.clone(), batch.clone()
+            torch.manual_seed(5)
+            out = compiled(mine)
+            torch.manual_seed(5)
+            expected = loss(reference)
+            for key in expected.keys():
+                torch.testing.assert_close(out[key], expected[key], msg=key)
+            torch.testing.assert_close(mine["td_error"], reference["td_error"])
+    torch._dynamo.reset()
+
+
+def test_finite_with_actions_at_the_bounds():
+    loss = SACLoss(actor(), qvalue(), target_entropy=-2.0)
+    with torch.no_grad():
+        loss.actor_network.module[0].module[0][-1].bias.fill_(40.0)  # tanh saturates at +1
+    out = loss(transitions())
+    total = sum(v for k, v in out.items() if k.startswith("loss_"))
+    assert torch.isfinite(total)
+    total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in loss.actor_network.parameters())
