@@ -229,7 +229,7 @@ class PPOLoss(LossModule):
         self, distribution: D.Distribution, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
-        entropy = F.distribution_entropy(distribution, self.samples_mc_entropy).unsqueeze(-1)
+        entropy = F.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
         reduced = F.reduce(entropy, self.reduction, mask)
         mean = reduced if self.reduction == "mean" else F.reduce(entropy, "mean", mask)
         return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
@@ -278,7 +278,7 @@ class PPOLoss(LossModule):
         out["kl_k3"] = F.reduce(F.kl_k3(log_ratio), "mean", mask)
         if self.entropy_bonus:
             loss, info = self.loss_entropy(distribution, mask)
-            out["loss_entropy"] = _as_scalar_output(loss, self.reduction)
+            out["loss_entropy"] = loss  # already [*B] with reduction="none"
             out.update(info)
         if self._has_critic:
             loss, info = self.loss_critic(batch, mask)
@@ -357,9 +357,21 @@ class ClipPPOLoss(PPOLoss):
         self._register_optional_buffer("dual_clip", dual_clip)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if hasattr(self, "clip_epsilon_low"):
-            return F.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
-        return F.clip_bounds(self.clip_epsilon, self.clip_epsilon)
+        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers. Eager calls reuse the
+        last bounds until a buffer changes (its version counter moves on an in-place update, a
+        new tensor after ``.to()``); compiled graphs compute them (fused, free)."""
+        epsilons = (
+            (self.clip_epsilon_low, self.clip_epsilon_high)
+            if "clip_epsilon_low" in self._buffers
+            else (self.clip_epsilon, self.clip_epsilon)
+        )
+        if torch.compiler.is_compiling():
+            return F.clip_bounds(*epsilons)
+        key = tuple((id(eps), eps._version) for eps in epsilons)
+        cached = self.__dict__.get("_clip_bounds_cache")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_clip_bounds_cache"] = (key, F.clip_bounds(*epsilons))
+        return cached[1]
 
     def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()

@@ -315,3 +315,15 @@ def test_bf16_autocast_and_tanh_actions_at_the_bounds_stay_finite(name):
     total(out).backward()
     assert all(torch.isfinite(value).all() for value in out.values())
     assert all(torch.isfinite(p.grad).all() for p in loss.parameters() if p.grad is not None)
+
+
+def test_in_place_clip_changes_reach_the_next_eager_forward():
+    actor = make_actor()
+    batch = rollout(actor)
+    loss = rlloss.ClipPPOLoss(perturbed(actor, 0.3), make_critic())
+    wide = loss(batch)["clip_fraction"]
+    loss.clip_epsilon.copy_(0.01)  # as a schedule does
+    narrow = loss(batch)["clip_fraction"]
+    reference = rlloss.ClipPPOLoss(copy.deepcopy(loss.actor_network), make_critic(), clip_epsilon=0.01)
+    torch.testing.assert_close(narrow, reference(batch)["clip_fraction"])
+    assert narrow > wide
