@@ -23,13 +23,13 @@ Run:
 """
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
+from _results import plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -175,25 +175,12 @@ pbar.close()
 envs.close()
 
 # ---- Save the learning curve, beta and KL ----
-args.out.mkdir(parents=True, exist_ok=True)
-with open(args.out / "returns.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["frames", "episode_return"])
-    writer.writerows(episodes)
-with open(args.out / "beta_kl.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["frames", "beta", "kl"])
-    writer.writerows(penalty_log)
+write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+write_csv(args.out / "beta_kl.csv", ["frames", "beta", "kl"], penalty_log)
 
 fig = Figure(figsize=(6, 8))
 ax_return, ax_beta, ax_kl = fig.subplots(3, 1, sharex=True)
-if episodes:
-    x, y = np.array(episodes).T
-    window = min(20, len(y))
-    ax_return.plot(x, y, ".", alpha=0.3, label="episode return")
-    ax_return.plot(x[window - 1:], np.convolve(y, np.ones(window) / window, "valid"),
-                   label=f"running mean ({window} episodes)")
-    ax_return.legend()
+plot_returns(ax_return, episodes)
 ax_return.set(ylabel="episode return", title="PPO (adaptive KL penalty) on CartPole-v1")
 x, beta_values, kl_values = np.array(penalty_log).T
 ax_beta.semilogy(x, beta_values)
@@ -205,6 +192,4 @@ ax_kl.set(xlabel="environment steps", ylabel="KL per update")
 ax_kl.legend()
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-recent = [ret for _, ret in episodes[-10:]]
-print(f"wall_time={time.perf_counter() - start_time:.1f}s")
-print(f"final_return={np.mean(recent) if recent else float('nan'):.1f}")
+report(start_time, episodes)

@@ -20,13 +20,13 @@ printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
+from _results import plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -176,24 +176,12 @@ pbar.close()
 envs.close()
 
 # ---- Save the learning curve ----
-args.out.mkdir(parents=True, exist_ok=True)
-with open(args.out / "returns.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["frames", "episode_return"])
-    writer.writerows(episodes)
+write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
 
 fig = Figure(figsize=(6, 4))
 ax = fig.add_subplot()
-if episodes:
-    x, y = np.array(episodes).T
-    window = min(20, len(y))
-    ax.plot(x, y, ".", alpha=0.3, label="episode return")
-    ax.plot(x[window - 1:], np.convolve(y, np.ones(window) / window, "valid"),
-            label=f"running mean ({window} episodes)")
-    ax.legend()
+plot_returns(ax, episodes)
 ax.set(xlabel="environment steps", ylabel="episode return", title="PPO on CartPole-v1")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-recent = [ret for _, ret in episodes[-10:]]
-print(f"wall_time={time.perf_counter() - start_time:.1f}s")
-print(f"final_return={np.mean(recent) if recent else float('nan'):.1f}")
+report(start_time, episodes)

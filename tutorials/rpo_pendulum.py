@@ -30,13 +30,13 @@ episodes>``. ``--compare DIR...`` draws the curves of finished runs into ``OUT/c
 """
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
+from _results import plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
@@ -225,29 +225,16 @@ pbar.close()
 envs.close()
 
 # ---- Save the learning curve and the learning rate ----
-args.out.mkdir(parents=True, exist_ok=True)
-with open(args.out / "returns.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["frames", "episode_return"])
-    writer.writerows(episodes)
-with open(args.out / "lr.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["frames", "lr"])
-    writer.writerows(lr_log)
+write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+write_csv(args.out / "lr.csv", ["frames", "lr"], lr_log)
 
 fig = Figure(figsize=(6, 6))
 ax_return, ax_lr = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
-if episodes:
-    x, y = np.array(episodes).T
-    ax_return.plot(x, y, ".", alpha=0.3, label="episode return")
-    running_mean_curve(ax_return, episodes, label="running mean (20 episodes)")
-    ax_return.legend()
+plot_returns(ax_return, episodes)
 ax_return.set(ylabel="episode return",
               title=f"RPO (alpha={args.rpo_alpha}) on Pendulum-v1")
 ax_lr.semilogy(*np.array(lr_log).T)
 ax_lr.set(xlabel="environment steps", ylabel="learning rate (KLAdaptiveLR)")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-recent = [ret for _, ret in episodes[-10:]]
-print(f"wall_time={time.perf_counter() - start_time:.1f}s")
-print(f"final_return={np.mean(recent) if recent else float('nan'):.1f}")
+report(start_time, episodes)
