@@ -93,6 +93,8 @@ from torchrl.modules import (  # noqa: E402
 )
 
 METHODS = ("plain", "plain-min", "rlloss", "torchrl")
+TAU = 0.005  # soft target update of the "update" level
+DEVICE = torch.device("cpu")  # set by --device; the case builders place networks and batches on it
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
 
 
@@ -107,8 +109,22 @@ class MethodUnavailable(Exception):
 class Method:
     """One implementation, bound to its own copy of the networks and to one batch."""
 
-    step: Callable[[], torch.Tensor]  # zero_grad + forward + backward; returns the total loss
+    loss: Callable[[], torch.Tensor]  # the forward: the sum of the loss terms
     params: dict[str, torch.Tensor]  # named parameters whose .grad the gate compares
+    trainable: tuple[torch.Tensor, ...]  # what the optimizer steps (targets excluded)
+    update_targets: Callable[[], None] | None = None  # the target-network update, if any
+
+
+def soft_update_of(sources: list[nn.Module], targets: list[nn.Module]) -> Callable[[], None]:
+    """Polyak averaging ``target <- (1 - tau) target + tau source`` written by hand."""
+    src = [p for m in sources for p in m.parameters()]
+    tgt = [p for m in targets for p in m.parameters()]
+
+    @torch.no_grad()
+    def update() -> None:
+        torch._foreach_lerp_(tgt, src, TAU)
+
+    return update
 
 
 @dataclass
@@ -160,20 +176,27 @@ def _zero_grad(params: tuple[torch.Tensor, ...]) -> None:
 
 
 def _loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) -> Method:
-    """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``."""
-    params = tuple(loss_module.parameters())
+    """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``; its target
+    networks, if any, are updated with TorchRL's ``SoftUpdate``."""
     k0, *rest = loss_keys
 
-    def step() -> torch.Tensor:
-        _zero_grad(params)
+    def loss() -> torch.Tensor:
         out = loss_module(batch)
         total = out[k0]
         for k in rest:
             total = total + out[k]
-        total.backward()
         return total
 
-    return Method(step=step, params=named_params)
+    has_targets = any("target_" in name for name, _ in loss_module.named_buffers()) or any(
+        name.startswith("target_") for name, _ in loss_module.named_children()
+    )
+    updater = torchrl.objectives.SoftUpdate(loss_module, tau=TAU) if has_targets else None
+    return Method(
+        loss=loss,
+        params=named_params,
+        trainable=tuple(loss_module.parameters()),
+        update_targets=updater.step if updater is not None else None,
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -225,12 +248,11 @@ def _ppo_networks(seed: int) -> dict[str, nn.Module]:
     return {"actor": actor, "critic": critic, "actor_net": actor_net, "critic_net": critic_net}
 
 
-def _plain_ppo_step(name: str, nets: dict, batch, keys: tuple, diagnostics: bool) -> Callable:
+def _plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool) -> Callable:
     """The PPO-family loss ``name`` written by hand on tensors: what a user would write, with
     (``diagnostics``) or without the diagnostics the libraries return alongside the losses."""
     kwargs = {**PPO_COMMON, **PPO_FAMILY[name]}
     actor_net, critic_net = nets["actor_net"], nets["critic_net"]
-    params = tuple(actor_net.parameters()) + tuple(critic_net.parameters())
     distribution_class = nets["actor"].module[-1].distribution_class
     action_key, lp_key = keys
     obs, action, logp_old = batch["observation"], batch[action_key], batch[lp_key]
@@ -239,12 +261,11 @@ def _plain_ppo_step(name: str, nets: dict, batch, keys: tuple, diagnostics: bool
     eps = kwargs.get("clip_epsilon", 0.2)
     lo, hi = torch.tensor(-eps).log1p().item(), torch.tensor(eps).log1p().item()
     clip = name in ("ClipPPOLoss", "RPOLoss")
-    beta = torch.tensor(kwargs.get("beta", 1.0))
+    beta = torch.tensor(kwargs.get("beta", 1.0), device=obs.device)
     dtarg = kwargs.get("dtarg", 0.01)
     ent_coeff, critic_coeff = kwargs["entropy_coeff"], kwargs["critic_coeff"]
 
-    def step() -> torch.Tensor:
-        _zero_grad(params)
+    def loss() -> torch.Tensor:
         loc, scale = actor_net(obs)
         if name == "RPOLoss":
             loc = loc + (2 * torch.rand_like(loc) - 1) * kwargs["rpo_alpha"]
@@ -292,11 +313,9 @@ def _plain_ppo_step(name: str, nets: dict, batch, keys: tuple, diagnostics: bool
                         ratio.mean(),
                     ]
                 del outputs
-        total = loss_objective + loss_critic + loss_entropy
-        total.backward()
-        return total
+        return loss_objective + loss_critic + loss_entropy
 
-    return step
+    return loss
 
 
 def _register_ppo_case(name: str) -> None:
@@ -321,6 +340,9 @@ def _register_ppo_case(name: str) -> None:
         # and the clip branch is exercised (the timed batch is on-policy: all ratios are 1).
         offpolicy = bench.clone()
         offpolicy[keys[1]] = offpolicy[keys[1]] + 0.4 * torch.randn(batch_size, generator=g)
+        bench, offpolicy = bench.to(DEVICE), offpolicy.to(DEVICE)
+        for module in nets.values():
+            module.to(DEVICE)
         kwargs = {**PPO_COMMON, **PPO_FAMILY[name]}
 
         def named(m: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
@@ -336,11 +358,14 @@ def _register_ppo_case(name: str) -> None:
 
             return make
 
+        def trainable(m: dict[str, nn.Module]) -> tuple[torch.Tensor, ...]:
+            return (*m["actor_net"].parameters(), *m["critic_net"].parameters())
+
         def plain_factory(diagnostics: bool) -> Callable[[Any], Method]:
             def make(batch) -> Method:
                 m = copy.deepcopy(nets)
-                step = _plain_ppo_step(name, m, batch, keys, diagnostics)
-                return Method(step=step, params=named(m))
+                loss = _plain_ppo_loss(name, m, batch, keys, diagnostics)
+                return Method(loss=loss, params=named(m), trainable=trainable(m))
 
             return make
 
@@ -374,14 +399,12 @@ DQN_OBS_DIM, DQN_ACTIONS, DQN_HIDDEN, DQN_GAMMA = 8, 4, (64, 64), 0.99
 DQN_FAMILY = {"DQNLoss": {"double_dqn": False}, "DDQNLoss": {"double_dqn": True}}
 
 
-def _plain_dqn_step(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
+def _plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
     """Double / plain DQN written by hand: what a user would write with a target-net copy."""
-    params = tuple(net.parameters())
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
     reward, terminated = batch["next", "reward"], batch["next", "terminated"]
 
-    def step() -> torch.Tensor:
-        _zero_grad(params)
+    def loss() -> torch.Tensor:
         chosen = (net(obs) * action).sum(-1, keepdim=True)
         with torch.no_grad():
             next_q = target_net(next_obs)
@@ -391,11 +414,9 @@ def _plain_dqn_step(net: nn.Module, target_net: nn.Module, batch, double_dqn: bo
                 next_value = next_q.max(-1, keepdim=True).values
             target = reward + DQN_GAMMA * (~terminated) * next_value
         td_error = (chosen - target).detach().square()  # noqa: F841 - the priority, as written
-        loss = F.mse_loss(chosen, target)
-        loss.backward()
-        return loss
+        return F.mse_loss(chosen, target)
 
-    return step
+    return loss
 
 
 def _register_dqn_case(name: str) -> None:
@@ -422,7 +443,8 @@ def _register_dqn_case(name: str) -> None:
                 },
             },
             [batch_size],
-        )
+        ).to(DEVICE)
+        net.to(DEVICE)
         kwargs = DQN_FAMILY[name]
 
         def named(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -445,7 +467,10 @@ def _register_dqn_case(name: str) -> None:
             module = copy.deepcopy(net)
             target = copy.deepcopy(module).requires_grad_(False)
             return Method(
-                step=_plain_dqn_step(module, target, batch, **kwargs), params=named(module)
+                loss=_plain_dqn_loss(module, target, batch, **kwargs),
+                params=named(module),
+                trainable=tuple(module.parameters()),
+                update_targets=soft_update_of([module], [target]),
             )
 
         return CaseSetup(
@@ -476,19 +501,17 @@ AC_OBS_DIM, AC_ACT_DIM, AC_HIDDEN, AC_GAMMA = 17, 6, (256, 256), 0.99
 AC_FAMILY = {"DDPGLoss": 1, "TD3Loss": 2}
 
 
-def _plain_actor_critic_step(nets: dict, batch, name: str) -> Callable:
+def _plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Method:
     """DDPG / TD3 (policy_noise=0) written by hand as CleanRL does: one module per critic, target
     copies, ``-Q_1(s, mu(s))`` for the actor."""
     actor, critics = nets["actor"], nets["critics"]
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critics = [copy.deepcopy(c).requires_grad_(False) for c in critics]
-    params = tuple(actor.parameters()) + tuple(p for c in critics for p in c.parameters())
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
     reward, terminated = batch["next", "reward"], batch["next", "terminated"]
     distance = F.mse_loss if name == "DDPGLoss" else F.smooth_l1_loss
 
-    def step() -> torch.Tensor:
-        _zero_grad(params)
+    def loss() -> torch.Tensor:
         with torch.no_grad():
             next_action = target_actor(next_obs)
             if name == "TD3Loss":
@@ -504,11 +527,14 @@ def _plain_actor_critic_step(nets: dict, batch, name: str) -> Callable:
         actor_loss = -torch.func.functional_call(
             critics[0], {k: p.detach() for k, p in critics[0].named_parameters()}, (new_inputs,)
         ).mean()
-        total = actor_loss + critic_loss
-        total.backward()
-        return total
+        return actor_loss + critic_loss
 
-    return step
+    return Method(
+        loss=loss,
+        params=params,
+        trainable=(*actor.parameters(), *(p for c in critics for p in c.parameters())),
+        update_targets=soft_update_of([actor, *critics], [target_actor, *target_critics]),
+    )
 
 
 def _register_actor_critic_case(name: str) -> None:
@@ -536,7 +562,9 @@ def _register_actor_critic_case(name: str) -> None:
                 },
             },
             [batch_size],
-        )
+        ).to(DEVICE)
+        for module in (actor_net, *critics):
+            module.to(DEVICE)
 
         def named(nets: dict) -> dict[str, torch.Tensor]:
             out = {f"actor.{n}": p for n, p in nets["actor"].named_parameters()}
@@ -579,7 +607,7 @@ def _register_actor_critic_case(name: str) -> None:
 
         def plain(batch) -> Method:
             nets = copy.deepcopy({"actor": actor_net, "critics": critics})
-            return Method(step=_plain_actor_critic_step(nets, batch, name), params=gated(nets))
+            return _plain_actor_critic_method(nets, batch, name, gated(nets))
 
         return CaseSetup(
             batches={"replay": batch},
@@ -604,8 +632,37 @@ for _name in AC_FAMILY:
 # --------------------------------------------------------------------------- #
 # Gate
 # --------------------------------------------------------------------------- #
-def _values(method: Method) -> dict[str, torch.Tensor]:
-    total = method.step()
+LEVELS = ("forward", "backward", "update")
+MODES = ("eager", "compiled")
+
+
+def level_steps(method: Method, compiled: bool) -> dict[str, Callable[[], torch.Tensor]]:
+    """The three timed levels of one method: ``forward`` (the loss, autograd graph built),
+    ``backward`` (zero_grad + forward + backward) and ``update`` (backward + Adam step + target
+    update). ``compiled`` wraps the loss in ``torch.compile`` (the same for every method)."""
+    loss = torch.compile(method.loss) if compiled else method.loss
+    params = method.trainable
+    optimizer = torch.optim.Adam(params, lr=1e-6, foreach=True)
+
+    def backward() -> torch.Tensor:
+        _zero_grad(params)
+        total = loss()
+        total.backward()
+        return total
+
+    def update() -> torch.Tensor:
+        total = backward()
+        optimizer.step()
+        if method.update_targets is not None:
+            method.update_targets()
+        return total
+
+    return {"forward": loss, "backward": backward, "update": update}
+
+
+def _values(backward: Callable[[], torch.Tensor], method: Method) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)  # methods that draw noise draw the same
+    total = backward()
     vals = {"loss": total.detach().clone()}
     for name, p in method.params.items():
         if p.grad is None:
@@ -619,43 +676,59 @@ def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return ((a - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def gate(setup: CaseSetup, methods: dict[str, Method | None], rtol: float) -> dict[str, dict]:
-    """Compare every available method with the case's reference on every batch (the RNG reseeded
-    before each step, so methods that draw noise draw the same). Returns per-method report."""
+def _compare(vals: dict, ref: dict, rtol: float, batch_name: str, entry: dict) -> None:
+    for key, r in ref.items():
+        err = _rel_err(vals[key], r)
+        if err > entry["max_rel_err"] or math.isnan(err):
+            entry["max_rel_err"], entry["worst"] = err, f"{batch_name}:{key}"
+        if not err <= rtol:
+            entry["ok"] = False
+
+
+def gate(
+    setup: CaseSetup, names: list[str], rtol: float, compiled: bool
+) -> tuple[dict[str, dict], dict[str, Method]]:
+    """Compare every method with the case's eager reference on every batch: the total loss and
+    the gradient of every gated parameter. ``compiled``: the methods' compiled losses are
+    compared (with the same eager reference). Returns the per-method report and, for the methods
+    that passed, fresh instances on the timed batch (compiled ones already warm)."""
     report: dict[str, dict] = {}
     for batch_name, batch in setup.batches.items():
-        torch.manual_seed(0)
-        ref = _values(setup.factories[setup.reference](batch))
-        for name in methods:
-            if methods.get(name) is None or name == setup.reference:
-                continue
+        reference = setup.factories[setup.reference](batch)
+        ref = _values(level_steps(reference, False)["backward"], reference)
+        for name in names:
             entry = report.setdefault(name, {"ok": True, "max_rel_err": 0.0, "worst": None})
+            if name == setup.reference and not compiled:
+                continue
             try:
-                torch.manual_seed(0)
-                vals = _values(setup.factories[name](batch))
-                for key, r in ref.items():
-                    err = _rel_err(vals[key], r)
-                    if err > entry["max_rel_err"] or math.isnan(err):
-                        entry["max_rel_err"], entry["worst"] = err, f"{batch_name}:{key}"
-                    if not err <= rtol:
-                        entry["ok"] = False
+                method = setup.factories[name](batch)
+                _compare(_values(level_steps(method, compiled)["backward"], method), ref, rtol,
+                         batch_name, entry)
             except Exception as err:  # noqa: BLE001 - any failure of a method fails its gate
-                entry["ok"], entry["error"] = False, f"{type(err).__name__}: {err}"
+                entry["ok"], entry["error"] = False, f"{type(err).__name__}: {err}"[:500]
                 traceback.print_exc()
-    report[setup.reference] = {"ok": True, "max_rel_err": 0.0, "worst": None}
-    return report
+    timed_batch = next(iter(setup.batches.values()))
+    fresh = {name: setup.factories[name](timed_batch) for name in names if report[name]["ok"]}
+    return report, fresh
 
 
 # --------------------------------------------------------------------------- #
 # Timing
 # --------------------------------------------------------------------------- #
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def _time_block(step: Callable[[], Any], inner: int) -> float:
     gc.collect()
     gc.disable()
     try:
+        _sync()
         t0 = time.perf_counter()
         for _ in range(inner):
             step()
+        _sync()
         return (time.perf_counter() - t0) / inner
     finally:
         gc.enable()
@@ -757,24 +830,26 @@ def _fmt_ratio(row: dict, key: str) -> str:
 
 def print_table(case: str, description: str, rows: list[dict]) -> None:
     header = [
+        "mode",
+        "level",
         "batch",
         "plain (us)",
         "plain-min (us)",
         "rlloss (us)",
         "torchrl (us)",
         "rlloss/plain",
-        "rlloss/plain-min",
         "torchrl/rlloss",
     ]
     body = [
         [
+            row["mode"],
+            row["level"],
             str(row["batch_size"]) + ("" if row["status"] == "ok" else " FAILED"),
             _fmt_time(row, "plain"),
             _fmt_time(row, "plain-min"),
             _fmt_time(row, "rlloss"),
             _fmt_time(row, "torchrl"),
             _fmt_ratio(row, "rlloss/plain"),
-            _fmt_ratio(row, "rlloss/plain-min"),
             _fmt_ratio(row, "torchrl/rlloss"),
         ]
         for row in rows
@@ -785,9 +860,7 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
         return "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
     print(f"\n{case}: {description}")
-    print(
-        "median per step [p25-p75], zero_grad + forward + backward; ratios: median [IQR] of paired per-round ratios"
-    )
+    print("median per step [p25-p75]; ratios: median [IQR] of paired per-round ratios")
     print(line(header))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for cells in body:
@@ -801,66 +874,90 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
 class Config:
     cases: list[str]
     batch_sizes: list[int]
+    levels: list[str]
+    modes: list[str]
     repeats: int
     inner: int
     warmup: int
     block_ms: float
     rtol: float
+    compiled_rtol: float
     seed: int
     require_all: bool
     out: Path
+    device: str = "cpu"
     smoke: bool = False
 
 
-def run_row(case: str, batch_size: int, cfg: Config) -> dict:
-    setup = CASES[case](batch_size, cfg.seed)
-    timed_batch = next(iter(setup.batches.values()))
-    row: dict[str, Any] = {
-        "case": case,
-        "description": setup.description,
-        "batch_size": batch_size,
-        "methods": {},
-        "ratios": {},
-    }
+RATIOS = (("rlloss", "plain"), ("rlloss", "plain-min"), ("torchrl", "rlloss"), ("torchrl", "plain"))
 
-    methods: dict[str, Method | None] = {}
+
+def run_case(case: str, batch_size: int, cfg: Config) -> list[dict]:
+    """One row per (mode, level): every method gated, then timed interleaved."""
+    setup = CASES[case](batch_size, cfg.seed)
+    statuses: dict[str, dict] = {}
+    available = []
     for name in METHODS:
         if name not in setup.factories:
-            row["methods"][name] = {"status": "n/a", "reason": "no such loss in that library"}
+            statuses[name] = {"status": "n/a", "reason": "no such loss in that library"}
             continue
         try:
-            methods[name] = setup.factories[name](timed_batch)
+            setup.factories[name](next(iter(setup.batches.values())))
+            available.append(name)
         except MethodUnavailable as err:
-            methods[name] = None
-            row["methods"][name] = {"status": "skipped", "reason": str(err)}
+            statuses[name] = {"status": "skipped", "reason": str(err)}
             print(f"[{case} B={batch_size}] {name}: skipped ({err})", file=sys.stderr)
 
-    report = gate(setup, methods, cfg.rtol)
-    for name, rep in report.items():
-        row["methods"][name] = {"status": "ok" if rep["ok"] else "FAILED", "gate": rep}
-        if not rep["ok"]:
-            methods[name] = None
-            print(f"[{case} B={batch_size}] {name}: gate FAILED {rep}", file=sys.stderr)
-    skipped = [n for n, m in row["methods"].items() if m["status"] == "skipped"]
-    failed = [n for n, m in row["methods"].items() if m["status"] == "FAILED"]
-    row["status"] = "FAILED" if failed or (skipped and cfg.require_all) else "ok"
-
-    steps = {n: m.step for n, m in methods.items() if m is not None}
-    samples, inner = time_methods(steps, cfg.repeats, cfg.inner, cfg.warmup, cfg.block_ms)
-    row["inner"] = inner
-    for name, xs in samples.items():
-        row["methods"][name]["time_us"] = _summary(xs, 1e6)
-        row["methods"][name]["samples_us"] = [x * 1e6 for x in xs]
-    for num, den in (
-        ("rlloss", "plain"),
-        ("rlloss", "plain-min"),
-        ("torchrl", "rlloss"),
-        ("torchrl", "plain"),
-    ):
-        if num in samples and den in samples:
-            paired = [a / b for a, b in zip(samples[num], samples[den], strict=True)]
-            row["ratios"][f"{num}/{den}"] = _summary(paired)
-    return row
+    rows = []
+    for mode in cfg.modes:
+        compiled = mode == "compiled"
+        names = [n for n in available if not (compiled and n == "plain-min")]
+        if compiled:
+            torch._dynamo.reset()  # every method compiles afresh, none hits a cache limit
+        t0 = time.perf_counter()
+        report, methods = gate(setup, names, cfg.compiled_rtol if compiled else cfg.rtol, compiled)
+        gate_s = time.perf_counter() - t0
+        methods_status = dict(statuses)
+        for name, rep in report.items():
+            methods_status[name] = {"status": "ok" if rep["ok"] else "FAILED", "gate": rep}
+            if not rep["ok"]:
+                print(f"[{case} B={batch_size} {mode}] {name}: gate FAILED {rep}", file=sys.stderr)
+        if compiled and "plain-min" in available:
+            methods_status["plain-min"] = {"status": "n/a", "reason": "eager only"}
+        skipped = [n for n, m in methods_status.items() if m["status"] == "skipped"]
+        failed = [n for n, m in methods_status.items() if m["status"] == "FAILED"]
+        status = "FAILED" if failed or (skipped and cfg.require_all) else "ok"
+        steps = {n: level_steps(m, compiled) for n, m in methods.items()}
+        for level in cfg.levels:  # "update" last: it changes the weights
+            samples, inner = time_methods(
+                {n: s[level] for n, s in steps.items()},
+                cfg.repeats,
+                cfg.inner,
+                cfg.warmup,
+                cfg.block_ms,
+            )
+            row: dict[str, Any] = {
+                "case": case,
+                "description": setup.description,
+                "batch_size": batch_size,
+                "mode": mode,
+                "level": level,
+                "device": str(DEVICE),
+                "status": status,
+                "inner": inner,
+                "gate_and_compile_s": gate_s,
+                "methods": copy.deepcopy(methods_status),
+                "ratios": {},
+            }
+            for name, xs in samples.items():
+                row["methods"][name]["time_us"] = _summary(xs, 1e6)
+                row["methods"][name]["samples_us"] = [x * 1e6 for x in xs]
+            for num, den in RATIOS:
+                if num in samples and den in samples:
+                    paired = [a / b for a, b in zip(samples[num], samples[den], strict=True)]
+                    row["ratios"][f"{num}/{den}"] = _summary(paired)
+            rows.append(row)
+    return rows
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -869,6 +966,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument(
         "--batch-sizes", nargs="+", default=["64", "4096"], help="e.g. '64 4096' or '64,4096'"
     )
+    p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument(
         "--repeats", type=int, default=30, help="interleaved rounds (samples per method)"
     )
@@ -878,7 +977,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--warmup", type=int, default=20, help="untimed steps per method before timing")
     p.add_argument("--block-ms", type=float, default=50.0, help="target block length for --inner 0")
     p.add_argument("--rtol", type=float, default=1e-5, help="equality-gate relative tolerance")
+    p.add_argument(
+        "--compiled-rtol", type=float, default=1e-4, help="gate tolerance of compiled losses"
+    )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
         "--require-all", action="store_true", help="a method that cannot be built is a failure"
     )
@@ -889,23 +992,30 @@ def parse_args(argv: list[str] | None = None) -> Config:
     a = p.parse_args(argv)
     if a.smoke:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
+    levels = [level for level in LEVELS if level in a.levels]  # "update" last
     return Config(
         cases=a.cases,
         batch_sizes=[int(b) for arg in a.batch_sizes for b in arg.split(",") if b],
+        levels=levels,
+        modes=a.modes,
         repeats=a.repeats,
         inner=a.inner,
         warmup=a.warmup,
         block_ms=a.block_ms,
         rtol=a.rtol,
+        compiled_rtol=a.compiled_rtol,
         seed=a.seed,
         require_all=a.require_all,
         out=a.out,
+        device=a.device,
         smoke=a.smoke,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DEVICE
     cfg = parse_args(argv)
+    DEVICE = torch.device(cfg.device)
     torch.set_num_threads(1)
     try:
         torch.set_num_interop_threads(1)
@@ -914,7 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for case in cfg.cases:
-        case_rows = [run_row(case, b, cfg) for b in cfg.batch_sizes]
+        case_rows = [row for b in cfg.batch_sizes for row in run_case(case, b, cfg)]
         rows.extend(case_rows)
         print_table(case, case_rows[0]["description"], case_rows)
 
@@ -922,8 +1032,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "machine": machine_info(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
-        "method": "zero_grad(set_to_none) + forward + backward per step; CPU, 1 thread; "
-        "interleaved rotated rounds; times in microseconds per step",
+        "method": "per step: forward (loss, graph built) | backward (zero_grad(set_to_none) + "
+        "forward + backward) | update (backward + Adam step + soft target update); eager or "
+        "torch.compile'd loss; 1 CPU thread; interleaved rotated rounds; microseconds per step",
         "ok": ok,
         "results": rows,
     }
