@@ -87,8 +87,10 @@ from torchrl.modules import (  # noqa: E402
     MLP,
     Actor,
     IndependentNormal,
+    OneHotCategorical,
     ProbabilisticActor,
     QValueActor,
+    TanhNormal,
     ValueOperator,
 )
 
@@ -630,6 +632,204 @@ for _name in AC_FAMILY:
 
 
 # --------------------------------------------------------------------------- #
+# Cases: SAC (TanhNormal actor, two Q critics) and discrete SAC (categorical actor, Q(s, .))
+# --------------------------------------------------------------------------- #
+SAC_ACTIONS = 6  # discrete SAC: number of actions
+LOG2 = math.log(2.0)
+
+
+def _detached_call(module: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+    """``module(*inputs)`` with its parameters detached: the actor's gradient through a critic
+    that must not train (what CleanRL gets by stepping only the actor's optimizer)."""
+    params = {k: p.detach() for k, p in module.named_parameters()}
+    return torch.func.functional_call(module, params, inputs)
+
+
+def _plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
+    """SAC / discrete SAC written by hand (CleanRL's structure, TorchRL's loss terms): one module
+    per critic, target copies of the critics, ``log_alpha`` a parameter."""
+    actor_net, critics = nets["actor_net"], nets["critics"]
+    target_critics = [copy.deepcopy(c).requires_grad_(False) for c in critics]
+    log_alpha = nets["log_alpha"]
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, not_terminated = batch["next", "reward"], ~batch["next", "terminated"]
+    if discrete:
+        target_entropy = -math.log(1.0 / SAC_ACTIONS) * 0.98
+    else:
+        target_entropy = -float(AC_ACT_DIM)
+
+    def sample(o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised tanh-Gaussian action and its log-probability [B]."""
+        loc, scale = actor_net(o)
+        eps = torch.randn_like(loc)
+        u = loc + scale * eps
+        log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
+        log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
+        return torch.tanh(u), log_prob.sum(-1)
+
+    def continuous_loss() -> torch.Tensor:
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_action, next_log_prob = sample(next_obs)
+            inputs = torch.cat([next_obs, next_action], -1)
+            next_q = torch.stack([c(inputs) for c in target_critics]).min(0).values
+            next_value = next_q - alpha * next_log_prob.unsqueeze(-1)
+            target = reward + AC_GAMMA * not_terminated * next_value
+        inputs = torch.cat([obs, action], -1)
+        values = [c(inputs) for c in critics]
+        critic_loss = sum(F.mse_loss(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().abs() for v in values]).max(0)  # noqa: F841
+        new_action, log_prob = sample(obs)
+        inputs = torch.cat([obs, new_action], -1)
+        q = torch.stack([_detached_call(c, inputs) for c in critics]).min(0).values.squeeze(-1)
+        actor_loss = (alpha * log_prob - q).mean()
+        alpha_loss = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+        entropy = -log_prob.detach().mean()  # noqa: F841 - reported by the libraries
+        return actor_loss + critic_loss + alpha_loss
+
+    def discrete_loss() -> torch.Tensor:
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_log_p = actor_net(next_obs).log_softmax(-1)
+            next_q = torch.stack([c(next_obs) for c in target_critics]).min(0).values
+            next_value = (next_log_p.exp() * (next_q - alpha * next_log_p)).sum(-1, keepdim=True)
+            target = reward + AC_GAMMA * not_terminated * next_value
+        values = [(c(obs) * action).sum(-1, keepdim=True) for c in critics]
+        critic_loss = sum(F.mse_loss(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().abs() for v in values]).max(0)  # noqa: F841
+        log_p = actor_net(obs).log_softmax(-1)
+        p = log_p.exp()
+        q = torch.stack([_detached_call(c, obs) for c in critics]).min(0).values
+        actor_loss = (p * (alpha * log_p - q)).sum(-1).mean()
+        neg_entropy = (p * log_p).sum(-1).detach()
+        alpha_loss = -(log_alpha * (neg_entropy + target_entropy)).mean()
+        return actor_loss + critic_loss + alpha_loss
+
+    return Method(
+        loss=discrete_loss if discrete else continuous_loss,
+        params=params,
+        trainable=(
+            log_alpha,
+            *actor_net.parameters(),
+            *(p for c in critics for p in c.parameters()),
+        ),
+        update_targets=soft_update_of(critics, target_critics),
+    )
+
+
+def _register_sac_case(name: str, discrete: bool) -> None:
+    @register_case(name)
+    def build(batch_size: int, seed: int) -> CaseSetup:
+        torch.manual_seed(seed)
+        act_dim = SAC_ACTIONS if discrete else AC_ACT_DIM
+        if discrete:
+            actor_net = MLP(in_features=AC_OBS_DIM, out_features=act_dim, num_cells=list(AC_HIDDEN))
+        else:
+            actor_net = nn.Sequential(
+                MLP(in_features=AC_OBS_DIM, out_features=2 * act_dim, num_cells=list(AC_HIDDEN)),
+                NormalParamExtractor(),
+            )
+        critic_in, critic_out = (AC_OBS_DIM, act_dim) if discrete else (AC_OBS_DIM + act_dim, 1)
+        critics = [
+            MLP(in_features=critic_in, out_features=critic_out, num_cells=list(AC_HIDDEN))
+            for _ in range(2)
+        ]
+        g = torch.Generator().manual_seed(seed + 1)
+        if discrete:
+            index = torch.randint(0, act_dim, (batch_size,), generator=g)
+            action = nn.functional.one_hot(index, act_dim)
+        else:
+            action = torch.rand(batch_size, act_dim, generator=g) * 2 - 1
+        batch = TensorDict(
+            {
+                "observation": torch.randn(batch_size, AC_OBS_DIM, generator=g),
+                "action": action,
+                "next": {
+                    "observation": torch.randn(batch_size, AC_OBS_DIM, generator=g),
+                    "reward": torch.randn(batch_size, 1, generator=g),
+                    "terminated": torch.rand(batch_size, 1, generator=g) < 0.1,
+                    "done": torch.rand(batch_size, 1, generator=g) < 0.2,
+                },
+            },
+            [batch_size],
+        ).to(DEVICE)
+        for module in (actor_net, *critics):
+            module.to(DEVICE)
+        template = {"actor_net": actor_net, "critics": critics}
+
+        def actor_of(net: nn.Module) -> ProbabilisticActor:
+            if discrete:
+                head = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
+                return ProbabilisticActor(
+                    head, in_keys=["logits"], distribution_class=OneHotCategorical
+                )
+            head = TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"])
+            return ProbabilisticActor(
+                head,
+                in_keys=["loc", "scale"],
+                distribution_class=TanhNormal,
+                distribution_kwargs={"low": -1.0, "high": 1.0},
+            )
+
+        def critic_of(net: nn.Module) -> nn.Module:
+            if discrete:
+                return TensorDictModule(net, in_keys=["observation"], out_keys=["action_value"])
+            return ValueOperator(net, in_keys=["observation", "action"])
+
+        def named(actor_net: nn.Module, log_alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+            # the libraries train stacked copies of the critics: the gate compares the total
+            # loss and the actor's and temperature's gradients
+            out = {f"actor.{n}": p for n, p in actor_net.named_parameters()}
+            out["log_alpha"] = log_alpha
+            return out
+
+        def loss_method(library) -> Callable:
+            def make(batch) -> Method:
+                nets = copy.deepcopy(template)
+                actor, qs = actor_of(nets["actor_net"]), [critic_of(c) for c in nets["critics"]]
+                kwargs = {"num_qvalue_nets": 2, "loss_function": "l2", "alpha_init": 1.0}
+                if discrete:
+                    loss = library.DiscreteSACLoss(
+                        actor, qs, num_actions=act_dim, action_space="one-hot", **kwargs
+                    )
+                else:
+                    loss = library.SACLoss(actor, qs, target_entropy=-float(act_dim), **kwargs)
+                loss.make_value_estimator(gamma=AC_GAMMA)
+                keys = ("loss_actor", "loss_qvalue", "loss_alpha")
+                return _loss_module_method(
+                    loss, batch, named(nets["actor_net"], loss.log_alpha), keys
+                )
+
+            return make
+
+        def plain(batch) -> Method:
+            nets = copy.deepcopy(template)
+            nets["log_alpha"] = nn.Parameter(torch.zeros((), device=DEVICE))
+            params = named(nets["actor_net"], nets["log_alpha"])
+            return _plain_sac_method(nets, batch, params, discrete)
+
+        return CaseSetup(
+            batches={"replay": batch},
+            factories={
+                "plain": plain,
+                "rlloss": loss_method(rlloss_module()),
+                "torchrl": loss_method(torchrl.objectives),
+            },
+            reference="torchrl",
+            description=(
+                f"{name}(loss_function='l2', alpha_init=1); "
+                + ("categorical actor, Q(s, .) critics" if discrete else "TanhNormal actor")
+                + f", 2 critics, MLPs {'x'.join(map(str, AC_HIDDEN))} relu, obs {AC_OBS_DIM}, "
+                f"{'actions' if discrete else 'action dim'} {act_dim}, target critics"
+            ),
+        )
+
+
+_register_sac_case("SACLoss", discrete=False)
+_register_sac_case("DiscreteSACLoss", discrete=True)
+
+
+# --------------------------------------------------------------------------- #
 # Gate
 # --------------------------------------------------------------------------- #
 LEVELS = ("forward", "backward", "update")
@@ -702,8 +902,13 @@ def gate(
                 continue
             try:
                 method = setup.factories[name](batch)
-                _compare(_values(level_steps(method, compiled)["backward"], method), ref, rtol,
-                         batch_name, entry)
+                _compare(
+                    _values(level_steps(method, compiled)["backward"], method),
+                    ref,
+                    rtol,
+                    batch_name,
+                    entry,
+                )
             except Exception as err:  # noqa: BLE001 - any failure of a method fails its gate
                 entry["ok"], entry["error"] = False, f"{type(err).__name__}: {err}"[:500]
                 traceback.print_exc()
