@@ -30,7 +30,7 @@ from torchrl.objectives.common import _updater_check_forward_prehook
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
-from rlloss._networks import NetworkCall
+from rlloss._networks import NetworkCall, StackedMLP
 from rlloss.functional.reduce import REDUCTIONS
 
 DEFAULT_VALUE_HYPERPARAMS = {
@@ -236,7 +236,8 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
     def _register_ensemble(
         self, name: str, networks, size: int, *, target: bool, until: NestedKey | None = None
     ) -> None:
-        """Hold ``size`` copies of a network as stacked tensors, evaluated in one ``vmap`` call.
+        """Hold ``size`` copies of a network as stacked tensors, evaluated in one batched call
+        (batched matrix products for MLPs, else ``vmap``).
 
         ``networks`` is one module (its copies are re-initialised with ``reset_parameters``, so
         they differ) or a list of ``size`` modules (their weights are kept). The stacked
@@ -263,6 +264,9 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         ).unflatten_keys(".")
         self.__dict__[name] = _frozen_copy(modules[0])
         self.__dict__[f"_{name}_direct"] = _Direct(NetworkCall(self.__dict__[name], until))
+        self.__dict__[f"_{name}_stacked"] = StackedMLP.of(
+            self.__dict__[name], until, key_prefix="network."
+        )
         setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
         self._ensemble_names.append(name)
         if target:
@@ -294,6 +298,10 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         params = self.__dict__[f"_{'target_' if target else ''}{name}_flat"]
         if detach:
             params = {k: v.detach() for k, v in params.items()}
+        stacked = self.__dict__[f"_{name}_stacked"]
+        if stacked is not None:  # an MLP: one batched matrix product per layer
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not target):
+                return {stacked.out_key: stacked(params, inputs)}
         direct = self.__dict__[f"_{name}_direct"]
 
         def member(member_params):

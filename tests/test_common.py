@@ -127,3 +127,70 @@ def test_target_copy_follows_dtype_changes_and_updates():
     assert outputs.dtype == torch.float64
     expected = loss.critic_network(batch.get("next").clone())["state_value"]
     torch.testing.assert_close(outputs, expected.detach())
+
+
+def _ensemble_loss(critic_net, num):
+    from torchrl.modules import ValueOperator
+
+    class EnsembleLoss(rlloss.LossModule):
+        def __init__(self, critic):
+            super().__init__()
+            self._register_ensemble("qvalue_network", critic, num, target=True)
+
+        def forward(self, tensordict):
+            inputs = {"observation": tensordict["observation"], "action": tensordict["action"]}
+            return self._ensemble_outputs("qvalue_network", inputs)["state_action_value"]
+
+    return EnsembleLoss(ValueOperator(critic_net, in_keys=["observation", "action"]))
+
+
+@pytest.mark.parametrize("activation", [torch.nn.Tanh, torch.nn.ReLU])
+def test_mlp_ensemble_batched_matmuls_match_vmap(activation):
+    """An MLP ensemble is evaluated with batched matrix products; it equals the vmap path in
+    values and gradients, on a batch with two batch dims."""
+    from torchrl.modules import MLP
+
+    torch.manual_seed(0)
+    net = MLP(in_features=5, out_features=1, num_cells=[8, 8], activation_class=activation)
+    fast, slow = _ensemble_loss(net, 3), _ensemble_loss(net, 3)
+    slow.load_state_dict(fast.state_dict())
+    assert fast._qvalue_network_stacked is not None
+    slow._qvalue_network_stacked = None  # force vmap
+    batch = TensorDict(
+        {"observation": torch.randn(4, 2, 3), "action": torch.randn(4, 2, 2)}, [4, 2]
+    )
+    out_fast, out_slow = fast(batch), slow(batch)
+    assert out_fast.shape == (3, 4, 2, 1)
+    torch.testing.assert_close(out_fast, out_slow)
+    (out_fast * torch.arange(3.0).view(3, 1, 1, 1)).sum().backward()
+    (out_slow * torch.arange(3.0).view(3, 1, 1, 1)).sum().backward()
+    for (name, p_fast), p_slow in zip(fast.named_parameters(), slow.parameters(), strict=True):
+        torch.testing.assert_close(p_fast.grad, p_slow.grad, msg=name)
+    # the members differ (copies of one module are re-initialised) and member 0 got no gradient
+    weights = fast.qvalue_network_params["module", "0", "weight"]
+    assert not torch.equal(weights[0], weights[1])
+    assert weights.grad[0].abs().sum() == 0
+
+
+def test_non_mlp_ensemble_falls_back_to_vmap():
+    """A member with a layer other than Linear and an activation (here LayerNorm) is evaluated
+    with vmap, and gives each member's own output."""
+    from torchrl.modules import MLP
+
+    torch.manual_seed(0)
+    net = MLP(
+        in_features=5,
+        out_features=1,
+        num_cells=[8],
+        norm_class=torch.nn.LayerNorm,
+        norm_kwargs={"normalized_shape": 8},
+    )
+    loss = _ensemble_loss(net, 2)
+    assert loss._qvalue_network_stacked is None
+    batch = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2)}, [6])
+    values = loss(batch)
+    members = loss.qvalue_network_params
+    inputs = torch.cat([batch["observation"], batch["action"]], -1)
+    for i in range(2):
+        with members[i]["module"].to_module(net):
+            torch.testing.assert_close(values[i], net(inputs))
