@@ -14,9 +14,11 @@ from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import DiscreteSACLoss, SACLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.td3 import TD3Loss
+from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
     "GAE",
+    "HardUpdate",
     "ClipPPOLoss",
     "DDPGLoss",
     "DDQNLoss",
@@ -31,6 +33,7 @@ __all__ = [
     "RPOLoss",
     "RewardNormalizer",
     "SACLoss",
+    "SoftUpdate",
     "TD3Loss",
     "TD0Estimator",
     "TDLambdaEstimator",

@@ -220,12 +220,24 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         flow to the inputs)."""
         return self.__dict__[f"_{name}_detached_call"](inputs)
 
+    _moves = 0  # counts ``_apply`` calls (``.to``, ``.double``...): rlloss's updaters re-read
+
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
+        self._moves += 1
+        self._refresh_views()
+        return out
+
+    def __setstate__(self, state) -> None:
+        """After ``copy.deepcopy`` or unpickling, the views (source parameters, target copies,
+        ensemble and detached views) point at this copy's tensors, not the original's."""
+        super().__setstate__(state)
+        self._refresh_views()
+
+    def _refresh_views(self) -> None:
         self._refresh_source_params()
         self._refresh_ensembles()
         self._refresh_detached_views()
-        return out
 
     def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
         """The outputs of the submodule ``name`` run with its target tensors, no gradient."""

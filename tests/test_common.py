@@ -194,3 +194,43 @@ def test_non_mlp_ensemble_falls_back_to_vmap():
     for i in range(2):
         with members[i]["module"].to_module(net):
             torch.testing.assert_close(values[i], net(inputs))
+
+
+def test_deepcopy_is_independent_of_the_original():
+    """A deep copy's source, target and detached views are its own tensors: changing the
+    original's weights leaves the copy's outputs and target updates alone."""
+    import copy
+
+    from tests.test_updaters import sac_loss, td3_loss
+
+    for make in (sac_loss, td3_loss):
+        torch.manual_seed(0)
+        original = make()
+        clone = copy.deepcopy(original)
+        batch = TensorDict(
+            {
+                "observation": torch.randn(5, 4),
+                "action": torch.rand(5, 2) * 2 - 1,
+                "next": {
+                    "observation": torch.randn(5, 4),
+                    "reward": torch.randn(5, 1),
+                    "terminated": torch.zeros(5, 1, dtype=torch.bool),
+                    "done": torch.zeros(5, 1, dtype=torch.bool),
+                },
+            },
+            [5],
+        )
+        torch.manual_seed(1)
+        before = clone(batch.clone())["loss_qvalue"]
+        with torch.no_grad():
+            for p in original.parameters():
+                p.add_(1.0)
+        torch.manual_seed(1)
+        torch.testing.assert_close(clone(batch.clone())["loss_qvalue"], before)
+        rlloss.SoftUpdate(clone, tau=1.0).step()  # targets <- the copy's own weights
+        for key, value in clone.state_dict().items():
+            if key.startswith("target_actor_network_params."):
+                online = clone.state_dict()[
+                    key.replace("target_actor_network_params.", "actor_network.")
+                ]
+                torch.testing.assert_close(value, online)

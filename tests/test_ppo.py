@@ -324,6 +324,8 @@ def test_in_place_clip_changes_reach_the_next_eager_forward():
     wide = loss(batch)["clip_fraction"]
     loss.clip_epsilon.copy_(0.01)  # as a schedule does
     narrow = loss(batch)["clip_fraction"]
-    reference = rlloss.ClipPPOLoss(copy.deepcopy(loss.actor_network), make_critic(), clip_epsilon=0.01)
+    reference = rlloss.ClipPPOLoss(
+        copy.deepcopy(loss.actor_network), make_critic(), clip_epsilon=0.01
+    )
     torch.testing.assert_close(narrow, reference(batch)["clip_fraction"])
     assert narrow > wide

@@ -1,0 +1,81 @@
+"""Target-network updaters: TorchRL's ``SoftUpdate`` and ``HardUpdate``, with one fused call.
+
+TorchRL's updaters walk the loss's target and source TensorDicts and update them entry by entry
+on every ``step()``: 150-350 microseconds per step for a SAC, TD3 or DQN loss on a CPU, often
+more than the rest of a small-batch update's overhead. These subclasses keep TorchRL's
+construction, ``init_()``, checks and counters, and do the update in one ``torch._foreach_lerp_``
+(``_foreach_copy_`` for the hard update) over tensor lists gathered once. They accept any
+TorchRL-style loss (rlloss's or TorchRL's); for rlloss losses the lists are gathered again after
+the loss moves (``.to(device)``, ``.double()``), for other losses that case runs TorchRL's step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchrl.objectives import HardUpdate as _TorchRLHardUpdate
+from torchrl.objectives import SoftUpdate as _TorchRLSoftUpdate
+
+
+class _FusedPairs:
+    """The (target, source) tensor lists of an initialised TorchRL updater."""
+
+    def __init__(self, updater) -> None:
+        self.updater = updater
+        self.version = None
+        self.targets: list[torch.Tensor] = []
+        self.sources: list[torch.Tensor] = []
+
+    def current(self) -> bool:
+        """Refresh the lists if the loss moved; ``False`` when that cannot be told (then the
+        caller runs TorchRL's step)."""
+        version = getattr(self.updater.loss_module, "_moves", None)
+        if version is None:
+            return False
+        if version != self.version:
+            loss, targets, sources = self.updater.loss_module, [], []
+            for (name, *rest), distinct in self.updater._distinct_and_params.items():
+                if distinct:  # read from the loss itself: its tensors change when it moves
+                    key = tuple(rest) if len(rest) > 1 else rest[0]
+                    targets.append(getattr(loss, name)[key].data)
+                    sources.append(getattr(loss, name[len("target_") :])[key].data)
+            self.targets, self.sources, self.version = targets, sources, version
+        return True
+
+
+class SoftUpdate(_TorchRLSoftUpdate):
+    """Polyak averaging of the target networks, ``target <- (1 - tau) target + tau source``
+    (``eps = 1 - tau``): TorchRL's ``SoftUpdate`` (same arguments) in one fused call.
+
+    Example:
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> ...; optimizer.step(); updater.step()
+    """
+
+    def init_(self) -> None:
+        super().init_()
+        self._fused = _FusedPairs(self)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if not self._fused.current():
+            return super().step()
+        torch._foreach_lerp_(self._fused.targets, self._fused.sources, 1.0 - self.eps)
+
+
+class HardUpdate(_TorchRLHardUpdate):
+    """A copy of the online networks into the targets every ``value_network_update_interval``
+    steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call."""
+
+    def init_(self) -> None:
+        super().init_()
+        self._fused = _FusedPairs(self)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if not self._fused.current():
+            return super().step()
+        if self.counter == self.value_network_update_interval:
+            torch._foreach_copy_(self._fused.targets, self._fused.sources)
+            self.counter = 0
+        else:
+            self.counter += 1
