@@ -179,7 +179,7 @@ def _zero_grad(params: tuple[torch.Tensor, ...]) -> None:
 
 def _loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) -> Method:
     """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``; its target
-    networks, if any, are updated with TorchRL's ``SoftUpdate``."""
+    networks, if any, are updated with its library's ``SoftUpdate``."""
     k0, *rest = loss_keys
 
     def loss() -> torch.Tensor:
@@ -192,7 +192,10 @@ def _loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) 
     has_targets = any("target_" in name for name, _ in loss_module.named_buffers()) or any(
         name.startswith("target_") for name, _ in loss_module.named_children()
     )
-    updater = torchrl.objectives.SoftUpdate(loss_module, tau=TAU) if has_targets else None
+    # each library's own updater: rlloss.SoftUpdate for rlloss losses, TorchRL's for TorchRL's
+    ours = type(loss_module).__module__.startswith("rlloss")
+    updater_class = rlloss_attr("SoftUpdate") if ours else torchrl.objectives.SoftUpdate
+    updater = updater_class(loss_module, tau=TAU) if has_targets else None
     return Method(
         loss=loss,
         params=named_params,
