@@ -9,6 +9,7 @@ from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
 from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
+from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import DiscreteSACLoss, SACLoss
@@ -23,11 +24,13 @@ __all__ = [
     "DDPGLoss",
     "DDQNLoss",
     "DQNLoss",
+    "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",
     "LossModule",
+    "MPOLoss",
     "PPOLoss",
     "PiecewiseSchedule",
     "RPOLoss",

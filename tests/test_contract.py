@@ -11,9 +11,10 @@ import pytest
 import torch
 import torch._dynamo
 from tensordict import TensorDict
+from torchrl.modules import IndependentNormal
 
 import rlloss
-from tests import test_dqn, test_sac, test_td3
+from tests import test_dqn, test_mpo, test_sac, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -110,7 +111,41 @@ def sac_row(discrete=False, **kwargs) -> Row:
     )
 
 
+def mpo_row(discrete=False, **kwargs) -> Row:
+    if discrete:
+
+        def build():
+            return test_mpo.discrete_loss(**kwargs)[0]
+
+        def batch():
+            return test_sac.discrete_transitions(False)
+    else:
+
+        def build():
+            return test_mpo.continuous_loss(**kwargs)[0]
+
+        batch = test_mpo.transitions
+    return Row(
+        build=build,
+        batch=batch,
+        routes={
+            "loss_actor": ("actor_network",),
+            "loss_qvalue": ("qvalue_network",),
+            "loss_temperature": (),
+            "loss_alpha": (),
+        },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient=None,
+    )
+
+
 LOSSES = {
+    "MPOLoss": mpo_row(),
+    "MPOLoss-normal-penalized-one-dual": mpo_row(
+        distribution=IndependentNormal, action_penalization=True, per_dim_constraining=False
+    ),
+    "DiscreteMPOLoss": mpo_row(discrete=True),
     "SACLoss": sac_row(),
     "SACLoss-3-nets-bounded-alpha": sac_row(num_qvalue_nets=3, min_alpha=0.1, max_alpha=2.0),
     "DiscreteSACLoss": sac_row(discrete=True),

@@ -1,0 +1,618 @@
+"""Maximum a posteriori policy optimisation: ``MPOLoss`` (Gaussian policies, decoupled mean and
+covariance constraints) and ``DiscreteMPOLoss`` (categorical policies).
+
+Abdolmaleki et al., "Maximum a Posteriori Policy Optimisation", arXiv:1806.06920; "Relative
+Entropy Regularized Policy Iteration", arXiv:1812.02256. DeepMind Acme is the reference
+implementation; the defaults are Acme's.
+
+The Lagrange multipliers (``temperature``, ``alpha``...) are parameters of the loss, softplus
+parameterised as in Acme: ``dual = softplus(param) + 1e-8``. Give them their own optimizer or
+parameter group (:meth:`dual_parameters`); Acme trains the networks with Adam at 1e-4 and the
+duals with Adam at 1e-2, both with gradient norms clipped at 40. Their floor: each ``param`` is
+projected in place onto ``[-18, inf)`` (Acme's bound) at the start of every :meth:`loss_actor`,
+under ``no_grad``, and :meth:`clamp_duals` does the same on demand (e.g. right after the dual
+optimizer's step, which is when Acme clips). The projection is never part of the graph: a
+``clamp`` there would give a zero gradient below the floor and the dual could never grow again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import Bounded, Composite
+from torchrl.modules import IndependentNormal, TanhNormal
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss import functional as F
+from rlloss._networks import DistributionCall, NetworkCall
+from rlloss.common import LossModule, check_choice, check_in_range
+from rlloss.dqn import PRIORITY_WEIGHTINGS
+from rlloss.functional.critic import DISTANCES
+from rlloss.functional.mpo import MIN_LOG_DUAL
+
+
+class _MaximumAPosteriori(LossModule):
+    """What both MPO losses share: online and target actor and critic, the dual parameters and
+    their floor, the critic regression on expected-SARSA targets, and ``forward``."""
+
+    default_value_estimator = ValueEstimators.TD0
+    make_value_estimator = LossModule.make_gamma_estimator
+
+    def _init_common(
+        self,
+        actor_network,
+        qvalue_network,
+        *,
+        value_key: NestedKey,
+        loss_function,
+        delay_actor,
+        delay_qvalue,
+        gamma,
+        reduction,
+        use_prioritized_weights,
+        priority_weighting,
+    ) -> None:
+        check_choice("loss_function", loss_function, DISTANCES)
+        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
+        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        self.gamma = 0.99 if gamma is None else gamma
+        check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self.reduction = self._check_reduction(reduction)
+        self.loss_function = loss_function
+        self.use_prioritized_weights = use_prioritized_weights
+        self.priority_weighting = priority_weighting
+        self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
+        self._dual_names: list[str] = []
+
+        self.actor_network = actor_network
+        self._actor_call = DistributionCall(actor_network)
+        self.qvalue_network = qvalue_network
+        self._qvalue_call = NetworkCall(qvalue_network, until=value_key)
+        self._qvalue_in_keys = list(qvalue_network.in_keys)
+        self._target_actor_call = self._actor_call
+        self._target_qvalue_call = self._qvalue_call
+        if delay_actor:
+            self._register_target_network("actor_network")
+            self._target_actor_call = DistributionCall(self.__dict__["_actor_network_target"])
+        if delay_qvalue:
+            self._register_target_network("qvalue_network", until=value_key)
+            self._target_qvalue_call = self.__dict__["_qvalue_network_target_call"]
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
+        keys += [("next", k) for k in self.actor_network.in_keys]
+        keys += [("next", k) for k in self._qvalue_in_keys if k != self.tensor_keys.action]
+        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
+        return list(dict.fromkeys(keys))
+
+    # ----------------------------------------------------------------------------- duals
+    def _register_dual(self, name: str, init: float, shape: tuple[int, ...], device) -> None:
+        """A softplus-parameterised Lagrange multiplier, an ``nn.Parameter`` named ``name``."""
+        setattr(self, name, nn.Parameter(torch.full(shape, float(init), device=device)))
+        self._dual_names.append(name)
+
+    def dual_parameters(self) -> Iterator[nn.Parameter]:
+        """The dual parameters (for their own optimizer or parameter group, lr 1e-2 in Acme)."""
+        return (getattr(self, name) for name in self._dual_names)
+
+    def clamp_duals(self) -> None:
+        """Project every dual parameter in place onto ``[-18, inf)`` (Acme's floor); no sync."""
+        with torch.no_grad():
+            for parameter in self.dual_parameters():
+                parameter.clamp_(min=MIN_LOG_DUAL)
+
+    def _dual(self, name: str) -> torch.Tensor:
+        return F.dual_variable(getattr(self, name))
+
+    # ----------------------------------------------------------------------------- critic
+    def _target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
+        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]``."""
+        reward = self._get(tensordict, "reward", nested=True)
+        terminated = self._get(tensordict, "terminated", nested=True)
+        discount = self._bootstrap_discount(tensordict, reward)
+        return F.td0_return(reward, next_value, terminated, discount)
+
+    def _critic_loss(
+        self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, dict]:
+        """``L(Q(s, a), y)`` reduced; ``td_error = |Q(s, a) - y|``, ``target_value`` and
+        ``pred_value`` (``[*B]``, detached)."""
+        loss = F.distance(value, target, self.loss_function)
+        info = {
+            "td_error": (value - target).detach().abs().squeeze(-1),
+            "target_value": target.squeeze(-1),
+            "pred_value": value.detach().squeeze(-1),
+        }
+        return self._reduce_replayed(loss, tensordict), info
+
+    def _call(self, call: NetworkCall, inputs: dict, batch_shape) -> Mapping:
+        """``call`` on a mapping of input tensors (a TensorDict only for the fallback path)."""
+        if call.steps is None:
+            return call(TensorDict(inputs, batch_size=batch_shape))
+        return call(inputs)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
+        loss_qvalue, info_qvalue = self.loss_qvalue(tensordict)
+        loss_actor, info = self.loss_actor(tensordict)
+        tensordict.set(self.tensor_keys.priority, info_qvalue["td_error"])
+        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
+        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+
+
+class MPOLoss(_MaximumAPosteriori):
+    """MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
+
+    E-step (arXiv:1806.06920, sec. 4): at each state ``s_i`` draw ``N = num_samples`` actions
+    ``a_ij`` from the target policy, score them with the target critic, and weight them by
+    ``w_ij = softmax_j(Q_ij / eta)`` (no gradient). The temperature's loss is ``eta (epsilon +
+    mean_i logsumexp_j(Q_ij / eta) - log N)``.
+
+    M-step, decoupled (arXiv:1812.02256, sec. 4.2): with the online ``N(mu, sigma)`` and the
+    target ``N(mu_t, sigma_t)``, ``pi_mean = N(mu, sigma_t)`` and ``pi_stddev = N(mu_t, sigma)``;
+    ``loss_actor = -mean_i sum_j w_ij (log pi_mean(a_ij) + log pi_stddev(a_ij)) + sum_d
+    sg(alpha_mean_d) KL_mean_d + sum_d sg(alpha_stddev_d) KL_stddev_d`` with ``KL_mean =
+    KL(pi_target || pi_mean)`` and ``KL_stddev = KL(pi_target || pi_stddev)`` per action
+    dimension (one multiplier per dimension; summed over dimensions and one multiplier with
+    ``per_dim_constraining=False``); ``loss_alpha = sum_d alpha_d (epsilon_d - sg(KL_d))`` for
+    both. Batch means are taken over states ``i``.
+
+    Critic (expected SARSA): ``L(Q(s, a), y)``, ``y = r + gamma^n (1 - terminated) mean_j
+    Q_target(s', a'_j)`` with ``a'_j`` drawn from the target policy at ``s'``.
+
+    Actors: a TorchRL ``ProbabilisticActor`` writing ``loc`` and ``scale``, over
+    ``IndependentNormal`` (Acme's setting: samples are clipped to the action bounds before the
+    critic, the log-likelihoods and the action penalty use the unclipped samples) or
+    ``TanhNormal`` (the samples are squashed; since KL is invariant under the tanh bijection, the
+    KLs are those of the base Gaussians, and the log-likelihoods are the tanh-Normal's,
+    computed from the pre-tanh draw).
+
+    Action penalisation (MO-MPO, arXiv:2005.07513): a second E-step on the cost ``-||a -
+    clip(a, low, high)||_2`` with its own temperature (bound ``epsilon_penalty``); its weights
+    are added to ``w`` and its temperature loss to ``loss_temperature``.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` over ``IndependentNormal`` or ``TanhNormal``.
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``.
+        num_samples: ``N``, actions drawn per state (for the E-step and for the critic target).
+        epsilon: the E-step KL bound. epsilon_mean, epsilon_stddev: the M-step bounds on
+            ``KL_mean`` and ``KL_stddev``, per action dimension when ``per_dim_constraining``
+            (Acme's values are per dimension), else on their sum over dimensions.
+        init_log_temperature, init_log_alpha_mean, init_log_alpha_stddev: initial dual
+            parameters (softplus space, Acme's defaults).
+        action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
+        gamma: discount (default 0.99; ``make_value_estimator(ValueEstimators.TD0, gamma=...)``).
+        loss_function: the critic's distance (``"l2"``, ``"l1"``, ``"smooth_l1"``).
+        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
+            ``HardUpdate``); without, the online network's outputs are used without gradient.
+        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`;
+            the importance weights weight the per-state actor and dual losses too.
+        action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the
+            bounds and the action dimension; default: the actor's ``spec``.
+
+    Outputs: ``loss_actor``, ``loss_qvalue``, ``loss_temperature``, ``loss_alpha`` (mean and
+    stddev duals); diagnostics ``temperature``, ``alpha_mean``, ``alpha_stddev`` (means over
+    dimensions), ``kl_mean``, ``kl_stddev`` (summed over dimensions, batch means), ``kl_q``
+    (``sum_j w_ij log(N w_ij)``, the E-step policy's KL from the target policy), ``q_mean``
+    (of the E-step's sampled actions), and ``penalty_temperature`` with action penalisation.
+    ``forward`` writes ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
+
+    Example:
+        >>> loss = MPOLoss(actor, qvalue, action_spec=env.action_spec)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> optimizer = torch.optim.Adam([
+        ...     {"params": [*actor.parameters(), *qvalue.parameters()], "lr": 1e-4},
+        ...     {"params": list(loss.dual_parameters()), "lr": 1e-2}])
+        >>> out = loss(batch)
+        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read (and ``priority`` written) by MPOLoss."""
+
+        action: NestedKey = "action"  # the action taken (and the Q network's action input)
+        state_action_value: NestedKey = "state_action_value"  # written by the Q network
+        priority: NestedKey = "td_error"  # written: |TD error|, [*B]
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module,
+        *,
+        num_samples: int = 20,
+        epsilon: float = 0.1,
+        epsilon_mean: float = 2.5e-3,
+        epsilon_stddev: float = 1e-6,
+        per_dim_constraining: bool = True,
+        init_log_temperature: float = 10.0,
+        init_log_alpha_mean: float = 10.0,
+        init_log_alpha_stddev: float = 1000.0,
+        action_penalization: bool = False,
+        epsilon_penalty: float = 1e-3,
+        gamma: float | None = None,
+        loss_function: str = "l2",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        action_spec=None,
+    ) -> None:
+        super().__init__()
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
+        check_in_range("num_samples", num_samples, 1)
+        for name, value in (
+            ("epsilon", epsilon),
+            ("epsilon_mean", epsilon_mean),
+            ("epsilon_stddev", epsilon_stddev),
+            ("epsilon_penalty", epsilon_penalty),
+        ):
+            check_in_range(name, value, 0.0, low_open=True)
+        self._init_common(
+            actor_network,
+            qvalue_network,
+            value_key=self.tensor_keys.state_action_value,
+            loss_function=loss_function,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
+        self.num_samples = num_samples
+        self.epsilon, self.epsilon_penalty = epsilon, epsilon_penalty
+        self.epsilon_mean, self.epsilon_stddev = epsilon_mean, epsilon_stddev
+        self.per_dim_constraining = per_dim_constraining
+        self.action_penalization = action_penalization
+        self._qvalue_action_key = self.tensor_keys.action
+        if self._qvalue_action_key not in self._qvalue_in_keys:
+            raise ValueError(
+                f"MPOLoss: qvalue_network must read the action under {self._qvalue_action_key!r};"
+                f" its in_keys are {self._qvalue_in_keys}."
+            )
+        self._tanh_normal = self._check_actor(actor_network)
+        spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+        if isinstance(spec, Composite):
+            spec = spec.get(self.tensor_keys.action, None)
+        device = next(actor_network.parameters()).device
+        self._register_bounds(spec, device)
+        if action_penalization and not self._bounded:
+            raise ValueError(
+                "MPOLoss: action_penalization needs the action bounds: pass action_spec=<a "
+                "Bounded spec> or build the actor with spec=..."
+            )
+        dual_shape = (self._action_dim(spec),) if per_dim_constraining else (1,)
+        self._register_dual("log_temperature", init_log_temperature, (), device)
+        self._register_dual("log_alpha_mean", init_log_alpha_mean, dual_shape, device)
+        self._register_dual("log_alpha_stddev", init_log_alpha_stddev, dual_shape, device)
+        if action_penalization:
+            self._register_dual("log_penalty_temperature", init_log_temperature, (), device)
+
+    @property
+    def out_keys(self) -> list[str]:
+        keys = ["loss_actor", "loss_qvalue", "loss_temperature", "loss_alpha", "temperature"]
+        keys += ["alpha_mean", "alpha_stddev", "kl_mean", "kl_stddev", "kl_q", "q_mean"]
+        return keys + (["penalty_temperature"] if self.action_penalization else [])
+
+    def _check_actor(self, actor_network) -> bool:
+        """``True`` for a TanhNormal actor, ``False`` for an IndependentNormal one; else raise."""
+        head = self._actor_call.head
+        family = None if head is None else head.distribution_class
+        kwargs = {} if head is None else dict(head.distribution_kwargs)
+        supported = (
+            self._actor_call.direct
+            and family in (IndependentNormal, TanhNormal)
+            and set(self._actor_call.parameter_keys) == {"loc", "scale"}
+            and not kwargs.get("tanh_loc", False)
+            and kwargs.get("event_dims", 1) == 1
+            and kwargs.get("event_dim", 1) == 1
+        )
+        if not supported:
+            raise ValueError(
+                "MPOLoss: actor_network must be a TorchRL ProbabilisticActor over IndependentNormal "
+                "or TanhNormal (tanh_loc=False) whose module writes 'loc' and 'scale'; got "
+                f"{type(actor_network).__name__} over {getattr(family, '__name__', family)}."
+            )
+        return family is TanhNormal
+
+    def _register_bounds(self, spec, device) -> None:
+        """``action_low``/``action_high`` buffers: the TanhNormal's bounds, else the spec's."""
+        dtype = torch.get_default_dtype()
+        if self._tanh_normal:
+            kwargs = dict(self._actor_call.head.distribution_kwargs)
+            low, high = kwargs.get("low", -1.0), kwargs.get("high", 1.0)
+        elif isinstance(spec, Bounded):
+            low, high = spec.space.low, spec.space.high
+        else:
+            low, high = -math.inf, math.inf
+        self._bounded = self._tanh_normal or isinstance(spec, Bounded)
+        for name, bound in (("low", low), ("high", high)):
+            value = torch.as_tensor(bound, dtype=dtype).to(device)
+            self.register_buffer(f"action_{name}", value.clone())
+
+    def _action_dim(self, spec) -> int:
+        """``D`` for per-dimension multipliers: from the spec, else from tensor bounds."""
+        if spec is not None and len(spec.shape):
+            return int(spec.shape[-1])
+        if self.action_low.numel() > 1:
+            return self.action_low.numel()
+        raise ValueError(
+            "MPOLoss: per_dim_constraining=True needs the action dimension for its per-dimension "
+            "multipliers: pass action_spec=<the action spec> or build the actor with spec=..."
+        )
+
+    # ----------------------------------------------------------------------------- policy
+    def _target_policy_samples(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """Under ``no_grad``: the target policy's ``loc``/``scale`` ``[*B, D]``, ``N`` draws of
+        its pre-tanh value ``u`` and action ``a`` ``[N, *B, D]`` and their target values
+        ``Q_target(s, a)`` ``[N, *B]`` (IndependentNormal actions clipped to the bounds first)."""
+        with torch.no_grad():
+            params = self._target_actor_call.distribution_parameters(batch)
+            keys = self._actor_call.parameter_keys
+            loc, scale = params[keys["loc"]], params[keys["scale"]]
+            preimage = loc + scale * torch.randn(
+                (self.num_samples, *loc.shape), dtype=loc.dtype, device=loc.device
+            )
+            if self._tanh_normal:
+                action = F.squash(preimage, self.action_low, self.action_high)
+                critic_action = action
+            else:
+                action = preimage
+                critic_action = torch.clamp(preimage, self.action_low, self.action_high)
+            inputs = {
+                k: batch.get(k).expand(self.num_samples, *batch.get(k).shape)
+                for k in self._qvalue_in_keys
+                if k != self._qvalue_action_key
+            }
+            inputs[self._qvalue_action_key] = critic_action
+            outputs = self._call(self._target_qvalue_call, inputs, critic_action.shape[:-1])
+            value = outputs[self.tensor_keys.state_action_value].squeeze(-1)
+        return {"loc": loc, "scale": scale, "preimage": preimage, "action": action, "q": value}
+
+    def _log_prob(self, preimage, loc, scale) -> torch.Tensor:
+        """``log pi(a)`` ``[N, *B]`` of the draws under ``N(loc, scale)`` (tanh-squashed for a
+        TanhNormal actor, from the pre-tanh value)."""
+        if self._tanh_normal:
+            return F.tanh_normal_log_prob(preimage, loc, scale, self.action_low, self.action_high)
+        return F.gaussian_log_prob(preimage, loc, scale)
+
+    def _constrained(self, kl: torch.Tensor) -> torch.Tensor:
+        """Per-dimension KLs ``[*B, D]``, or their sum ``[*B, 1]`` for a single multiplier."""
+        return kl if self.per_dim_constraining else kl.sum(-1, keepdim=True)
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The decoupled M-step loss reduced, and in the metadata the dual losses
+        ``loss_temperature`` and ``loss_alpha`` and the detached diagnostics (see the class
+        docstring). Projects the dual parameters onto their floor first."""
+        self.clamp_duals()
+        temperature = self._dual("log_temperature")
+        alpha_mean, alpha_stddev = self._dual("log_alpha_mean"), self._dual("log_alpha_stddev")
+        target = self._target_policy_samples(tensordict)
+        params = self._actor_call.distribution_parameters(tensordict)
+        keys = self._actor_call.parameter_keys
+        loc, scale = params[keys["loc"]], params[keys["scale"]]
+
+        # E-step: weights over the samples and the temperature dual.
+        weights = F.mpo_weights(target["q"], temperature)
+        loss_temperature = F.mpo_temperature_loss(target["q"], temperature, self.epsilon)
+        kl_q = F.mpo_sample_kl(weights)
+        if self.action_penalization:
+            penalty_temperature = self._dual("log_penalty_temperature")
+            cost = F.action_penalty_cost(target["action"], self.action_low, self.action_high)
+            weights = weights + F.mpo_weights(cost, penalty_temperature)
+            loss_temperature = loss_temperature + F.mpo_temperature_loss(
+                cost, penalty_temperature, self.epsilon_penalty
+            )
+
+        # M-step: weighted likelihood of the decoupled policies, KL penalties and their duals.
+        preimage = target["preimage"]
+        log_prob_mean = self._log_prob(preimage, loc, target["scale"])
+        log_prob_stddev = self._log_prob(preimage, target["loc"], scale)
+        kl_mean, kl_stddev = F.decoupled_gaussian_kl(target["loc"], target["scale"], loc, scale)
+        kl_mean, kl_stddev = self._constrained(kl_mean), self._constrained(kl_stddev)
+        loss = (
+            F.weighted_log_likelihood_loss(log_prob_mean, weights)
+            + F.weighted_log_likelihood_loss(log_prob_stddev, weights)
+            + F.kl_penalty(kl_mean, alpha_mean)
+            + F.kl_penalty(kl_stddev, alpha_stddev)
+        )
+        loss_alpha = F.lagrange_dual_loss(kl_mean, alpha_mean, self.epsilon_mean)
+        loss_alpha = loss_alpha + F.lagrange_dual_loss(kl_stddev, alpha_stddev, self.epsilon_stddev)
+
+        info = {
+            "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
+            "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), tensordict),
+            "temperature": temperature.detach(),
+            "alpha_mean": alpha_mean.detach().mean(),
+            "alpha_stddev": alpha_stddev.detach().mean(),
+            "kl_mean": kl_mean.detach().sum(-1).mean(),
+            "kl_stddev": kl_stddev.detach().sum(-1).mean(),
+            "kl_q": kl_q.mean(),
+            "q_mean": target["q"].mean(),
+        }
+        if self.action_penalization:
+            info["penalty_temperature"] = penalty_temperature.detach()
+        return self._reduce_replayed(loss.unsqueeze(-1), tensordict), info
+
+    # ----------------------------------------------------------------------------- critic
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``L(Q(s, a), y)`` reduced with the expected-SARSA target ``y = r + gamma^n (1 -
+        terminated) mean_j Q_target(s', a'_j)``, ``a'_j`` from the target policy; and
+        ``td_error``, ``target_value``, ``pred_value`` (``[*B]``, detached)."""
+        action = self._get(tensordict, "action")
+        with torch.no_grad():
+            next_value = self._target_policy_samples(tensordict.get("next"))["q"].mean(0)
+            target = self._target(tensordict, next_value.unsqueeze(-1))
+        key = self._qvalue_action_key
+        inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys if k != key}
+        inputs[key] = action
+        outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
+        value = outputs[self.tensor_keys.state_action_value]
+        return self._critic_loss(value, target, tensordict)
+
+
+class DiscreteMPOLoss(_MaximumAPosteriori):
+    """Categorical MPO: the E-step enumerates the actions instead of sampling them.
+
+    E-step: ``log q(a|s) = log_softmax_a(log pi_target(a|s) + Q_target(s, a) / eta)`` (no
+    gradient); temperature loss ``eta (epsilon + mean_s log sum_a pi_target(a|s) exp(Q_target(s,
+    a) / eta))``. M-step: ``loss_actor = mean_s [-sum_a q(a|s) log pi(a|s) + sg(alpha) KL(
+    pi_target || pi)]``, ``loss_alpha = alpha (epsilon_policy - sg(mean_s KL))`` (Acme's
+    ``CategoricalMPO``). Critic (expected SARSA, exact): ``L(Q(s, a), y)``, ``y = r + gamma^n (1
+    - terminated) sum_a' pi_target(a'|s') Q_target(s', a')``.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` over a categorical (``logits``): ``Categorical``
+            or ``OneHotCategorical``.
+        qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``).
+        epsilon, epsilon_policy: the E-step and M-step KL bounds (Acme's defaults).
+        init_log_temperature, init_log_alpha: initial dual parameters (softplus space).
+        Other arguments: as :class:`MPOLoss`. The taken action is an index or a one-hot (its
+        dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
+
+    Outputs: ``loss_actor``, ``loss_qvalue``, ``loss_temperature``, ``loss_alpha``; diagnostics
+    ``temperature``, ``alpha``, ``kl`` (``KL(pi_target || pi)``), ``kl_q`` (``KL(q ||
+    pi_target)``), ``q_mean`` (``Q_target(s, .)`` over states and actions). ``forward`` writes
+    ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
+
+    Example:
+        >>> loss = DiscreteMPOLoss(actor, qvalue)
+        >>> out = loss(batch)
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read (and ``priority`` written) by DiscreteMPOLoss."""
+
+        action: NestedKey = "action"  # the action taken: index or one-hot
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
+        priority: NestedKey = "td_error"  # written: |TD error|, [*B]
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+    out_keys = [
+        "loss_actor",
+        "loss_qvalue",
+        "loss_temperature",
+        "loss_alpha",
+        "temperature",
+        "alpha",
+        "kl",
+        "kl_q",
+        "q_mean",
+    ]
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module,
+        *,
+        epsilon: float = 0.1,
+        epsilon_policy: float = 2.5e-3,
+        init_log_temperature: float = 3.0,
+        init_log_alpha: float = 3.0,
+        gamma: float | None = None,
+        loss_function: str = "l2",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        super().__init__()
+        check_in_range("epsilon", epsilon, 0.0, low_open=True)
+        check_in_range("epsilon_policy", epsilon_policy, 0.0, low_open=True)
+        self._init_common(
+            actor_network,
+            qvalue_network,
+            value_key=self.tensor_keys.action_value,
+            loss_function=loss_function,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
+        self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
+        keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
+        self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
+        device = next(actor_network.parameters()).device
+        self._register_dual("log_temperature", init_log_temperature, (), device)
+        self._register_dual("log_alpha", init_log_alpha, (), device)
+
+    def _logits(self, call: DistributionCall, batch: TensorDictBase) -> torch.Tensor:
+        """The policy's logits ``[*B, num_actions]`` on ``batch``."""
+        if self._logits_key is not None:
+            return call.distribution_parameters(batch)[self._logits_key]
+        return call(batch).logits
+
+    def _target_policy_and_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
+        """Under ``no_grad``: the target policy's logits and ``Q_target(s, .)``, ``[*B, A]``."""
+        with torch.no_grad():
+            logits = self._logits(self._target_actor_call, batch)
+            inputs = {k: batch.get(k) for k in self._qvalue_in_keys}
+            outputs = self._call(self._target_qvalue_call, inputs, batch.batch_size)
+            return logits, outputs[self.tensor_keys.action_value]
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The M-step loss reduced, and in the metadata ``loss_temperature``, ``loss_alpha`` and
+        the detached diagnostics. Projects the dual parameters onto their floor first."""
+        self.clamp_duals()
+        temperature, alpha = self._dual("log_temperature"), self._dual("log_alpha")
+        target_logits, action_values = self._target_policy_and_values(tensordict)
+        logits = self._logits(self._actor_call, tensordict)
+
+        log_weights = F.categorical_mpo_log_weights(action_values, target_logits, temperature)
+        loss_temperature = F.categorical_mpo_temperature_loss(
+            action_values, target_logits, temperature, self.epsilon
+        )
+        kl = F.categorical_kl(target_logits, logits).unsqueeze(-1)
+        loss = F.categorical_cross_entropy(log_weights, logits) + F.kl_penalty(kl, alpha)
+        loss_alpha = F.lagrange_dual_loss(kl, alpha, self.epsilon_policy)
+        info = {
+            "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
+            "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), tensordict),
+            "temperature": temperature.detach(),
+            "alpha": alpha.detach(),
+            "kl": kl.detach().mean(),
+            "kl_q": F.categorical_kl(log_weights, target_logits).mean(),
+            "q_mean": action_values.mean(),
+        }
+        return self._reduce_replayed(loss.unsqueeze(-1), tensordict), info
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``L(Q(s, a), y)`` reduced with ``y = r + gamma^n (1 - terminated) sum_a'
+        pi_target(a'|s') Q_target(s', a')``; and ``td_error``, ``target_value``, ``pred_value``."""
+        action = self._get(tensordict, "action")
+        with torch.no_grad():
+            next_logits, next_values = self._target_policy_and_values(tensordict.get("next"))
+            # the expected value under pi_target: a soft value with temperature 0
+            next_value = F.discrete_soft_value(next_values, next_logits.log_softmax(-1), 0.0)
+            target = self._target(tensordict, next_value)
+        inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys}
+        outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
+        value = F.chosen_action_value(outputs[self.tensor_keys.action_value], action)
+        return self._critic_loss(value, target, tensordict)
