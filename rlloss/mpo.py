@@ -165,7 +165,9 @@ class MPOLoss(_MaximumAPosteriori):
     both. Batch means are taken over states ``i``.
 
     Critic (expected SARSA): ``L(Q(s, a), y)``, ``y = r + gamma^n (1 - terminated) mean_j
-    Q_target(s', a'_j)`` with ``a'_j`` drawn from the target policy at ``s'``.
+    Q_target(s', a'_j)`` with ``a'_j`` drawn from the target policy at ``s'``. With an
+    IndependentNormal actor the critic sees every action clipped to the bounds, the batch's
+    too (the buffer may store the unclipped sample, as Acme does).
 
     Actors: a TorchRL ``ProbabilisticActor`` writing ``loc`` and ``scale``, over
     ``IndependentNormal`` (Acme's setting: samples are clipped to the action bounds before the
@@ -458,6 +460,8 @@ class MPOLoss(_MaximumAPosteriori):
         terminated) mean_j Q_target(s', a'_j)``, ``a'_j`` from the target policy; and
         ``td_error``, ``target_value``, ``pred_value`` (``[*B]``, detached)."""
         action = self._get(tensordict, "action")
+        if not self._tanh_normal:  # the critic sees actions within the bounds (Acme)
+            action = torch.clamp(action, self.action_low, self.action_high)
         with torch.no_grad():
             next_value = self._target_policy_samples(tensordict.get("next"))["q"].mean(0)
             target = self._target(tensordict, next_value.unsqueeze(-1))

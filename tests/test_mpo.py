@@ -275,6 +275,17 @@ def test_expected_sarsa_target_with_n_step_and_truncation(distribution):
     torch.testing.assert_close(info["td_error"], (value - expected).abs(), rtol=1e-4, atol=1e-5)
 
 
+def test_independent_normal_critic_sees_stored_actions_clipped_to_the_bounds():
+    loss, _, _ = continuous_loss(IndependentNormal)
+    batch = transitions()
+    batch["action"] = 3 * torch.randn(B, ACT)  # unclipped Gaussian samples, as Acme stores them
+    _, info = loss.loss_qvalue(batch)
+    clipped = batch.clone().set("action", batch["action"].clamp(LOW, HIGH))
+    with torch.no_grad():
+        value = loss.qvalue_network(clipped)["state_action_value"].squeeze(-1)
+    torch.testing.assert_close(info["pred_value"], value)
+
+
 def test_truncation_bootstraps_and_termination_does_not():
     loss, _, _ = continuous_loss()
     batch = transitions()
