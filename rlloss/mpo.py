@@ -180,6 +180,14 @@ class MPOLoss(_MaximumAPosteriori):
     clip(a, low, high)||_2`` with its own temperature (bound ``epsilon_penalty``); its weights
     are added to ``w`` and its temperature loss to ``loss_temperature``.
 
+    Duals: ``temperature = softplus(log_temperature) + 1e-8``, likewise ``alpha_mean``,
+    ``alpha_stddev`` (``[D]``, or ``[1]`` without ``per_dim_constraining``) and
+    ``penalty_temperature``: parameters of the loss, listed by :meth:`dual_parameters`
+    for their own optimizer or parameter group (Acme: Adam, lr 1e-2 for the duals and 1e-4 for
+    the networks, gradient norms clipped at 40). Each is projected in place onto ``[-18, inf)``
+    before use (and by :meth:`clamp_duals`), outside the graph, so a dual at the floor still gets
+    its gradient and can grow again.
+
     Args:
         actor_network: a ``ProbabilisticActor`` over ``IndependentNormal`` or ``TanhNormal``.
         qvalue_network: a module reading the observation and ``action`` and writing
