@@ -1,10 +1,15 @@
 """What every tutorial writes at the end: ``returns.csv``, the learning curve, and the last lines
-``wall_time=...`` and ``final_return=<mean return of the last 10 finished episodes>``."""
+``wall_time=...``, ``train_return=<mean return of the last 10 finished training episodes>``, for
+tutorials that evaluate their final policy ``eval_return=<mean return of the evaluation
+episodes>``, and last ``final_return=...``: the evaluation mean where there is one, else the
+training mean."""
 
 import csv
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
 
@@ -29,8 +34,33 @@ def plot_returns(ax, episodes, window: int = 20) -> None:
     ax.legend()
 
 
-def report(start_time: float, episodes) -> None:
-    """Print the wall time and, last, the mean return of the last 10 finished episodes."""
+def evaluate(env_id: str, policy: Callable, *, seed: int, episodes: int = 10) -> list[float]:
+    """Returns of ``episodes`` full episodes of ``policy`` (an observation array in, an env action
+    out; the caller makes it deterministic) on a fresh ``env_id`` environment whose resets are
+    seeded ``seed, seed + 1, ...``: states no training episode was scored on."""
+    env = gym.make(env_id)
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        episode_return, finished = 0.0, False
+        while not finished:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            episode_return += float(reward)
+            finished = terminated or truncated
+        returns.append(episode_return)
+    env.close()
+    return returns
+
+
+def report(start_time: float, episodes, eval_returns: list[float] | None = None) -> None:
+    """Print the wall time, the mean return of the last 10 finished training episodes, the mean
+    evaluation return if given, and last ``final_return``: the evaluation mean if given, else the
+    training mean."""
     recent = [episode_return for _, episode_return in episodes[-10:]]
+    train_return = np.mean(recent) if recent else float("nan")
     print(f"wall_time={time.perf_counter() - start_time:.1f}s")
-    print(f"final_return={np.mean(recent) if recent else float('nan'):.1f}")
+    print(f"train_return={train_return:.1f}")
+    if eval_returns is not None:
+        print(f"eval_return={np.mean(eval_returns):.1f}")
+    final = np.mean(eval_returns) if eval_returns is not None else train_return
+    print(f"final_return={final:.1f}")

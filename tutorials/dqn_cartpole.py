@@ -37,7 +37,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import plot_returns, report, write_csv  # tutorials/_results.py
+from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from torch import nn
@@ -54,6 +54,8 @@ parser.add_argument("--total-frames", type=int, default=50_000, help="env steps,
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--per", action="store_true", help="prioritized experience replay")
 parser.add_argument("--out", type=Path, default=Path("runs/dqn_cartpole"))
+parser.add_argument("--eval-episodes", type=int, default=10,
+                    help="episodes of the final deterministic policy, on unseen start states")
 args = parser.parse_args()
 
 if args.per:
@@ -205,4 +207,15 @@ plot_returns(ax, episodes)
 ax.set(xlabel="environment steps", ylabel="episode return", title="Double DQN on CartPole-v1")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+
+def deterministic_action(observation):
+    """The greedy action argmax_a Q(s, a) (no epsilon)."""
+    td = TensorDict(observation=to_tensor(observation), device=device)
+    with torch.no_grad():
+        return int(actor(td)["action"])
+
+
+# ---- Evaluate the final policy without exploration, on start states training never scored ----
+eval_returns = evaluate("CartPole-v1", deterministic_action, seed=10_000 + 100 * args.seed,
+                        episodes=args.eval_episodes)
+report(start_time, episodes, eval_returns)

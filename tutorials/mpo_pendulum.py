@@ -60,7 +60,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import plot_returns, report, write_csv  # tutorials/_results.py
+from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -78,6 +78,8 @@ parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--total-frames", type=int, default=30_000, help="env steps")
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--out", type=Path, default=Path("runs/mpo_pendulum"))
+parser.add_argument("--eval-episodes", type=int, default=10,
+                    help="episodes of the final deterministic policy, on unseen start states")
 args = parser.parse_args()
 
 # Hyperparameters (Acme's MPO, see the docstring for our three changes).
@@ -245,4 +247,16 @@ if diagnostics:
     ax_kls.legend()
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+
+def deterministic_action(observation):
+    """The mean mu(s), clipped to the bounds, without sampling."""
+    td = TensorDict(observation=to_tensor(observation), device=device)
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        action = actor(td)["action"]
+    return action.clamp(action_spec.space.low, action_spec.space.high).cpu().numpy()
+
+
+# ---- Evaluate the final policy without exploration, on start states training never scored ----
+eval_returns = evaluate("Pendulum-v1", deterministic_action, seed=10_000 + 100 * args.seed,
+                        episodes=args.eval_episodes)
+report(start_time, episodes, eval_returns)

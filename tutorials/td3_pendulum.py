@@ -68,7 +68,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import plot_returns, report, write_csv  # tutorials/_results.py
+from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
@@ -87,6 +87,8 @@ parser.add_argument("--device", default="cpu")
 parser.add_argument("--ddpg", action="store_true",
                     help="DDPG: one critic, no target smoothing, no delayed updates")
 parser.add_argument("--out", type=Path, default=Path("runs/td3_pendulum"))
+parser.add_argument("--eval-episodes", type=int, default=10,
+                    help="episodes of the final deterministic policy, on unseen start states")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, td3.yml / ddpg.yml, Pendulum-v1; see the docstring).
@@ -236,4 +238,15 @@ title = "DDPG" if args.ddpg else "TD3"
 ax.set(xlabel="environment steps", ylabel="episode return", title=f"{title} on Pendulum-v1")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+
+def deterministic_action(observation):
+    """mu(s), without exploration noise."""
+    td = TensorDict(observation=to_tensor(observation), device=device)
+    with torch.no_grad():
+        return actor(td)["action"].cpu().numpy()
+
+
+# ---- Evaluate the final policy without exploration, on start states training never scored ----
+eval_returns = evaluate("Pendulum-v1", deterministic_action, seed=10_000 + 100 * args.seed,
+                        episodes=args.eval_episodes)
+report(start_time, episodes, eval_returns)
