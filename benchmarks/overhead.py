@@ -144,9 +144,14 @@ class CaseSetup:
 CASES: dict[str, Callable[[int, int], CaseSetup]] = {}
 
 
-def register_case(name: str):
+# Each case's (small, large) default batch sizes: overhead-bound and compute-bound.
+BATCH_SIZES: dict[str, tuple[int, int]] = {}
+
+
+def register_case(name: str, batch_sizes: tuple[int, int] = (64, 4096)):
     def deco(fn: Callable[[int, int], CaseSetup]):
         CASES[name] = fn
+        BATCH_SIZES[name] = batch_sizes
         return fn
 
     return deco
@@ -544,7 +549,7 @@ def _plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Me
 
 
 def _register_actor_critic_case(name: str) -> None:
-    @register_case(name)
+    @register_case(name, batch_sizes=(256, 4096))
     def build(batch_size: int, seed: int) -> CaseSetup:
         torch.manual_seed(seed)
         actor_net = nn.Sequential(
@@ -722,7 +727,7 @@ def _plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method
 
 
 def _register_sac_case(name: str, discrete: bool) -> None:
-    @register_case(name)
+    @register_case(name, batch_sizes=(256, 4096))
     def build(batch_size: int, seed: int) -> CaseSetup:
         torch.manual_seed(seed)
         act_dim = SAC_ACTIONS if discrete else AC_ACT_DIM
@@ -1022,7 +1027,7 @@ def _plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnosti
 
 
 def _register_mpo_case(name: str, discrete: bool) -> None:
-    @register_case(name)
+    @register_case(name, batch_sizes=(256, 1024))
     def build(batch_size: int, seed: int) -> CaseSetup:
         torch.manual_seed(seed)
         act_dim = SAC_ACTIONS if discrete else AC_ACT_DIM
@@ -1488,6 +1493,15 @@ def run_case(case: str, batch_size: int, cfg: Config) -> list[dict]:
     return rows
 
 
+def batch_sizes_of(case: str, cfg: Config) -> list[int]:
+    """``--batch-sizes`` if given, else the case's (small, large) pair, or its small one with
+    ``--smoke``."""
+    if cfg.batch_sizes:
+        return cfg.batch_sizes
+    small, large = BATCH_SIZES[case]
+    return [small] if cfg.smoke else [small, large]
+
+
 def parse_args(argv: list[str] | None = None) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -1495,7 +1509,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--batch-sizes",
         nargs="+",
         default=None,
-        help="e.g. '64 4096' or '64,4096' (default 64 4096; 64 with --smoke)",
+        help="e.g. '64 4096' or '64,4096' (default: each case's small and large sizes, 64 and 4096 "
+        "for PPO and DQN, 256 and 4096 for DDPG, TD3 and SAC, 256 and 1024 for MPO; the small "
+        "one with --smoke)",
     )
     p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -1521,14 +1537,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
     )
     a = p.parse_args(argv)
-    if a.batch_sizes is None:
-        a.batch_sizes = ["64"] if a.smoke else ["64", "4096"]
     if a.smoke:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     return Config(
         cases=a.cases,
-        batch_sizes=[int(b) for arg in a.batch_sizes for b in arg.split(",") if b],
+        batch_sizes=[int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b],
         levels=levels,
         modes=a.modes,
         repeats=a.repeats,
@@ -1557,7 +1571,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for case in cfg.cases:
-        case_rows = [row for b in cfg.batch_sizes for row in run_case(case, b, cfg)]
+        case_rows = [row for b in batch_sizes_of(case, cfg) for row in run_case(case, b, cfg)]
         rows.extend(case_rows)
         print_table(case, case_rows[0]["description"], case_rows)
 
