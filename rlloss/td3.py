@@ -220,6 +220,11 @@ class TD3Loss(LossModule):
         }
         return self._reduce_replayed(loss, tensordict), info
 
+    # TorchRL's TD3Loss names these two ``actor_loss`` and ``value_loss``; a training loop written
+    # against either library calls them under those names.
+    actor_loss = loss_actor
+    value_loss = loss_qvalue
+
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
         loss_actor, info_actor = self.loss_actor(tensordict)

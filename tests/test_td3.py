@@ -159,6 +159,17 @@ def test_actor_and_critic_losses_are_separate():
     assert info["pred_value"].shape == (2, B)
 
 
+def test_torchrl_method_names_give_torchrl_values():
+    """TorchRL's ``actor_loss`` / ``value_loss`` names reach the same halves, with its numbers."""
+    ours, theirs = pair(policy_noise=0.0)
+    batch = transitions()
+    for name in ("actor_loss", "value_loss"):
+        assert callable(getattr(torchrl_objectives.TD3Loss, name))
+        torch.testing.assert_close(
+            getattr(ours, name)(batch.clone())[0], getattr(theirs, name)(batch.clone())[0]
+        )
+
+
 def test_single_module_ensemble_members_differ_and_lists_keep_weights():
     critic = qvalue()
     loss = rlloss.TD3Loss(actor(), critic, num_qvalue_nets=2, bounds=(-1.0, 1.0))

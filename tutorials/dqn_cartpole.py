@@ -43,7 +43,7 @@ from tensordict import TensorDict
 from torch import nn
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
 from torchrl.modules import MLP, QValueActor
-from torchrl.objectives import HardUpdate
+from torchrl.objectives import HardUpdate, ValueEstimators
 from tqdm import tqdm
 
 from rlloss import DQNLoss
@@ -108,7 +108,9 @@ q_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
 actor = QValueActor(q_net, in_keys=["observation"], action_space="categorical").to(device)
 
 # Double DQN with a squared-error loss; the loss keeps the target copy of the Q-network.
-loss_module = DQNLoss(actor, loss_function="l2", double_dqn=True, gamma=GAMMA).to(device)
+loss_module = DQNLoss(actor, loss_function="l2", double_dqn=True,
+                      action_space="categorical").to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_INTERVAL - 1)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)

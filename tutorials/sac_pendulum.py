@@ -65,7 +65,7 @@ from torch import nn
 from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import SoftUpdate
+from torchrl.objectives import SoftUpdate, ValueEstimators
 from tqdm import tqdm
 
 from rlloss import SACLoss
@@ -135,8 +135,9 @@ def make_critic():
 # Two Q-networks (an ensemble evaluated in one vmap call) with target copies; the target
 # entropy -dim(A) = -1 comes from the actor's spec.
 loss_module = SACLoss(
-    actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0, gamma=GAMMA
+    actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0
 ).to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 target_updater = SoftUpdate(loss_module, tau=TAU)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)  # actor, Q_1, Q_2, log(alpha)
 

@@ -75,7 +75,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, TanhModule, ValueOperator
-from torchrl.objectives import SoftUpdate
+from torchrl.objectives import SoftUpdate, ValueEstimators
 from tqdm import tqdm
 
 from rlloss import DDPGLoss, TD3Loss
@@ -143,7 +143,7 @@ def make_critic():
 
 if args.ddpg:
     loss_module = DDPGLoss(actor, make_critic(), loss_function="l2", delay_actor=True,
-                           delay_value=True, gamma=GAMMA)
+                           delay_value=True)
     critic_params = loss_module.value_network.parameters()
 else:
     # Two Q-networks (an ensemble evaluated in one vmap call) with target copies, and a target
@@ -155,10 +155,13 @@ else:
         policy_noise=POLICY_NOISE * float(max_action.max()),
         noise_clip=NOISE_CLIP * float(max_action.max()),
         loss_function="l2",
-        gamma=GAMMA,
     )
     critic_params = loss_module.qvalue_network_params.parameters()
-critic_loss = loss_module.loss_value if args.ddpg else loss_module.loss_qvalue
+# gamma as TorchRL takes it (rlloss also accepts gamma=... in the constructor)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+# The two halves of the loss, under the names both libraries give them.
+critic_loss = loss_module.loss_value if args.ddpg else loss_module.value_loss
+actor_loss = loss_module.loss_actor if args.ddpg else loss_module.actor_loss
 target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=LR)
 critic_optimizer = torch.optim.Adam(critic_params, lr=LR)
@@ -215,7 +218,7 @@ for frame in range(1, args.total_frames + 1):
         critic_optimizer.step()
         updates += 1
         if updates % POLICY_DELAY == 0:
-            loss_actor, _ = loss_module.loss_actor(batch)  # -Q_1(s, mu(s)), critics detached
+            loss_actor, _ = actor_loss(batch)  # -Q_1(s, mu(s)), critics detached
             actor_optimizer.zero_grad()
             loss_actor.backward()
             actor_optimizer.step()

@@ -1,0 +1,772 @@
+"""Learning benchmark: the tutorials over several seeds, with rlloss and with TorchRL's losses.
+
+What is run
+-----------
+Every *task* is one tutorial in ``tutorials/`` with its extra arguments, a frame budget, a
+target on the final return and a published reference (see ``TASKS``). Each (task, library,
+seed) is one subprocess::
+
+    python tutorials/<script> --seed K --total-frames F --device D --out <run dir> [extra args]
+
+* ``rlloss``  -- the tutorial as it is.
+* ``torchrl`` -- the same script with the TorchRL loss swapped in: every ``from rlloss import
+  X, Y`` statement is rewritten to import ``X, Y`` from TorchRL (``torchrl.objectives``, or
+  ``torchrl.objectives.value`` for the value estimators, where TorchRL keeps ``GAE``), and
+  nothing else changes. That one-import swap is rlloss's drop-in claim. The rewritten script is
+  saved in the run directory. Tasks whose names TorchRL does not have (``RPOLoss``, the MPO
+  losses...) are recorded as ``n/a``; a swapped script that fails is recorded with the last line
+  of its error, and the benchmark goes on.
+
+Each run directory ``<results dir>/<task>/<library>/seed<K>/`` holds ``returns.csv`` (written by
+the tutorial: one row ``frames, episode_return`` per finished episode), ``stdout.txt``,
+``stderr.txt`` and ``run.json`` (the command, its exit status and wall time). The tutorials
+print ``wall_time=``, ``train_return=``, ``eval_return=`` (those that evaluate their final
+policy) and last ``final_return=`` (see ``tutorials/_results.py``); these are collected.
+
+Summary
+-------
+``benchmarks/results/learning.json`` (``--out``): the machine, the command, and per task and
+library the per-seed returns and wall times, and whether ``final_return >= target`` held on at
+least 2 seeds. One figure per task next to it, ``learning_<task>.png``: per library the mean
+and the min-max spread over seeds of the running mean of the last 10 episode returns, put on a
+common frame grid, with the target as a dotted line. ``--summarize-only`` rebuilds both from the
+run directories already on disk (runs made elsewhere in the same layout included).
+
+Every subprocess gets ``OMP_NUM_THREADS=1`` (unless set already): with ``--jobs`` > 1 the runs
+share the cores without oversubscribing them. The exit status is 1 when an rlloss run failed; a
+failed TorchRL swap is a finding, recorded, not an error. ``--smoke`` writes under the system's
+temporary directory unless ``--results-dir`` / ``--out`` are given, so it never replaces the
+recorded results.
+
+Run from the repository root::
+
+    python benchmarks/learning.py                          # every task, 3 seeds, both libraries
+    python benchmarks/learning.py --smoke                  # a minute: tiny budgets, 1 seed
+    python benchmarks/learning.py --tasks sac_pendulum --seeds 0 1 2 3 4 --jobs 2
+    python benchmarks/learning.py --total-frames-scale 0.05 --results-dir /tmp/learning
+    python benchmarks/learning.py --summarize-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import importlib
+import itertools
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS_DIR = REPO_ROOT / "tutorials"
+DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "learning"
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "learning.json"
+LIBRARIES = ("rlloss", "torchrl")
+MIN_SEEDS_MET = 2  # a task's target is met when final_return >= target on this many seeds
+CURVE_WINDOW = 10  # episodes in the running mean of the learning curves
+CURVE_POINTS = 200  # points of the common frame grid
+LINE_STYLES = {"rlloss": "-", "torchrl": "--"}  # dashed on top: identical curves stay visible
+SMOKE_TASKS = ("ppo_cartpole", "td3_pendulum")
+SMOKE_FRAMES = 2048
+TRACEBACK = "Traceback (most recent call last):"
+RESULT_LINE = re.compile(r"^(final_return|train_return|eval_return|wall_time)=(\S+?)s?\s*$")
+# Where TorchRL keeps a name rlloss exports at its top level, in the order searched.
+TORCHRL_MODULES = ("torchrl.objectives", "torchrl.objectives.value")
+
+RL_ZOO = "rl-baselines3-zoo"  # benchmark.md: one training run each, deterministic evaluation
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tutorial run: its script, extra arguments, frame budget, target and reference."""
+
+    script: str
+    extra_args: tuple[str, ...]
+    total_frames: int
+    target: float
+    reference: str
+
+
+TASKS: dict[str, Task] = {
+    "ppo_cartpole": Task(
+        "ppo_cartpole.py", (), 100_000, 475.0, f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
+    ),
+    "klpen_cartpole": Task(
+        "klpen_cartpole.py",
+        (),
+        150_000,
+        475.0,
+        f"none for KLPEN; {RL_ZOO} clipped PPO: 500.0 +- 0.0 at 100k",
+    ),
+    "torchrl_pipeline": Task(
+        "torchrl_pipeline.py", (), 100_000, 475.0, f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
+    ),
+    "rpo_pendulum": Task(
+        "rpo_pendulum.py",
+        (),
+        300_000,
+        -250.0,
+        f"none for RPO; {RL_ZOO} PPO: -172.2 +- 104.2 at 100k",
+    ),
+    "dqn_cartpole": Task(
+        "dqn_cartpole.py", (), 50_000, 475.0, f"{RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
+    ),
+    "sac_pendulum": Task(
+        "sac_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} SAC: -157.0 +- 88.7 at 20k"
+    ),
+    "td3_pendulum": Task(
+        "td3_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} TD3: -151.9 +- 90.2 at 20k"
+    ),
+    "ddpg_pendulum": Task(
+        "td3_pendulum.py", ("--ddpg",), 20_000, -200.0, f"{RL_ZOO} DDPG: -152.1 +- 94.3 at 20k"
+    ),
+    "mpo_pendulum": Task(
+        "mpo_pendulum.py", (), 30_000, -200.0, "none found for MPO on Pendulum-v1"
+    ),
+    "mpo_cartpole": Task(
+        "mpo_cartpole.py", (), 100_000, 475.0, "none found for categorical MPO on CartPole-v1"
+    ),
+}
+
+
+# --------------------------------------------------------------------------- #
+# The TorchRL swap
+# --------------------------------------------------------------------------- #
+def rlloss_imports(source: str) -> list[ast.ImportFrom]:
+    """The ``from rlloss import ...`` statements of a script (``rlloss.<submodule>`` excluded)."""
+    return [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "rlloss" and node.level == 0
+    ]
+
+
+def torchrl_home(name: str) -> str | None:
+    """The first module of ``TORCHRL_MODULES`` that has ``name``; None if TorchRL has none."""
+    for module in TORCHRL_MODULES:
+        if hasattr(importlib.import_module(module), name):
+            return module
+    return None
+
+
+def torchrl_import_line(node: ast.ImportFrom) -> tuple[str | None, list[str]]:
+    """The TorchRL import statement(s) replacing ``node``, on one line (padded with blank lines
+    where ``node`` spans several, so that the swapped script's line numbers are the tutorial's),
+    and the names TorchRL lacks (then no line)."""
+    homes = {alias.name: torchrl_home(alias.name) for alias in node.names}
+    missing = [name for name, home in homes.items() if home is None]
+    if missing:
+        return None, missing
+    by_module: dict[str, list[str]] = {}
+    for alias in node.names:
+        spelled = alias.name if alias.asname is None else f"{alias.name} as {alias.asname}"
+        by_module.setdefault(homes[alias.name], []).append(spelled)
+    line = "; ".join(
+        f"from {module} import {', '.join(names)}" for module, names in by_module.items()
+    )
+    return line, []
+
+
+def swap_to_torchrl(source: str) -> dict[str, Any]:
+    """Rewrite every ``from rlloss import ...`` of ``source`` into TorchRL's imports.
+
+    Returns ``{"ok": True, "source", "imports": [(old, new)...], "literal_swap_ok", "kept"}`` or
+    ``{"ok": False, "reason"}`` when TorchRL lacks a name. ``literal_swap_ok`` says whether the
+    plain ``from torchrl.objectives import <same names>`` would have worked; ``kept`` lists the
+    other rlloss imports (``rlloss.functional``...) the script still uses."""
+    nodes = rlloss_imports(source)
+    if not nodes:
+        return {"ok": False, "reason": "the script has no 'from rlloss import' statement"}
+    lines = source.splitlines(keepends=True)
+    imports, missing = [], []
+    for node in sorted(nodes, key=lambda n: n.lineno, reverse=True):
+        new, lacking = torchrl_import_line(node)
+        missing.extend(lacking)
+        if new is None:
+            continue
+        old = "".join(lines[node.lineno - 1 : node.end_lineno])
+        indent = old[: len(old) - len(old.lstrip())]
+        blank = ["\n"] * (node.end_lineno - node.lineno)  # keeps the line numbers
+        lines[node.lineno - 1 : node.end_lineno] = [
+            f"{indent}{new}  # swapped by benchmarks/learning.py\n",
+            *blank,
+        ]
+        imports.append([old.strip(), new])
+    if missing:
+        return {"ok": False, "reason": f"TorchRL has no {', '.join(sorted(missing))}"}
+    swapped = "".join(lines)
+    kept = sorted(
+        {
+            ast.unparse(node)
+            for node in ast.walk(ast.parse(swapped))
+            if isinstance(node, ast.ImportFrom | ast.Import) and "rlloss" in ast.unparse(node)
+        }
+    )
+    literal_ok = all(
+        line.startswith("from torchrl.objectives import") and ";" not in line for _, line in imports
+    )
+    return {
+        "ok": True,
+        "source": swapped,
+        "imports": imports[::-1],
+        "literal_swap_ok": literal_ok,
+        "kept": kept,
+    }
+
+
+def torchrl_swap(task: Task) -> dict[str, Any]:
+    """The TorchRL swap of a task's tutorial (see ``swap_to_torchrl``)."""
+    return swap_to_torchrl((TUTORIALS_DIR / task.script).read_text())
+
+
+# --------------------------------------------------------------------------- #
+# Running
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class Run:
+    """One (task, library, seed) subprocess."""
+
+    task: str
+    library: str
+    seed: int
+    total_frames: int
+    device: str
+    run_dir: Path
+    script: Path
+
+
+def run_dir_of(results_dir: Path, task: str, library: str, seed: int) -> Path:
+    """``<results dir>/<task>/<library>/seed<seed>``."""
+    return results_dir / task / library / f"seed{seed}"
+
+
+def plan_runs(cfg: argparse.Namespace, swaps: dict[str, dict]) -> list[Run]:
+    """Every run of the selected tasks, libraries and seeds; writes each swapped script."""
+    runs = []
+    for name in cfg.tasks:
+        task = TASKS[name]
+        frames = scaled_frames(task, cfg)
+        for library in cfg.libraries:
+            if library == "torchrl" and not swaps[name]["ok"]:
+                continue
+            for seed in cfg.seeds:
+                run_dir = run_dir_of(cfg.results_dir, name, library, seed)
+                script = TUTORIALS_DIR / task.script
+                if library == "torchrl":
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    script = run_dir / f"torchrl_{task.script}"
+                    script.write_text(swaps[name]["source"])
+                runs.append(Run(name, library, seed, frames, cfg.device, run_dir, script))
+    return runs
+
+
+def scaled_frames(task: Task, cfg: argparse.Namespace) -> int:
+    """The task's budget times ``--total-frames-scale`` (``SMOKE_FRAMES`` with ``--smoke``)."""
+    if cfg.smoke:
+        return SMOKE_FRAMES
+    return max(1, round(task.total_frames * cfg.total_frames_scale))
+
+
+def run_command(run: Run) -> list[str]:
+    """The tutorial's command line for one run."""
+    task = TASKS[run.task]
+    return [
+        sys.executable,
+        str(run.script),
+        "--seed",
+        str(run.seed),
+        "--total-frames",
+        str(run.total_frames),
+        "--device",
+        run.device,
+        "--out",
+        str(run.run_dir),
+        *task.extra_args,
+    ]
+
+
+def child_env() -> dict[str, str]:
+    """The subprocess environment: the tutorials dir (for ``_results``) and the working tree's
+    ``rlloss`` first on the path, one thread each, and a quiet progress bar."""
+    env = dict(os.environ)
+    path = [str(TUTORIALS_DIR), str(REPO_ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(
+        path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TQDM_MININTERVAL", "10")
+    return env
+
+
+def execute(run: Run, machine: dict[str, Any]) -> dict[str, Any]:
+    """Run one tutorial, keep its outputs in the run dir, write ``run.json`` and return it."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run.run_dir.iterdir():  # a previous run's outputs must not pass for this one's
+        if stale.is_file() and stale != run.script:
+            stale.unlink()
+    command = run_command(run)
+    start = time.perf_counter()
+    with open(run.run_dir / "stdout.txt", "w") as out, open(run.run_dir / "stderr.txt", "w") as err:
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=child_env(), stdout=out, stderr=err)
+    record = {
+        "task": run.task,
+        "library": run.library,
+        "seed": run.seed,
+        "total_frames": run.total_frames,
+        "device": run.device,
+        "command": [display_path(part) for part in command],
+        "returncode": proc.returncode,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "machine": machine,
+    }
+    (run.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def display_path(part: str) -> str:
+    """A command-line part with the repository root made relative and the interpreter as
+    ``python``."""
+    if part == sys.executable:
+        return "python"
+    return part.replace(str(REPO_ROOT) + os.sep, "")
+
+
+def execute_all(runs: list[Run], jobs: int, machine: dict[str, Any]) -> None:
+    """Run everything, ``jobs`` subprocesses at a time, printing one line per finished run."""
+    finished = itertools.count(1)  # next() on it is atomic: safe from the worker threads
+
+    def one(run: Run) -> None:
+        record = execute(run, machine)
+        summary = summarize_run(run.run_dir)
+        done = next(finished)
+        result = (
+            f"final_return={fmt(summary['final_return'])}"
+            if summary["status"] == "ok"
+            else f"{summary['status']}: {summary.get('error')}"
+        )
+        print(
+            f"[{done}/{len(runs)}] {run.task} {run.library} seed{run.seed}: {result} "
+            f"({record['wall_s']:.0f} s)",
+            flush=True,
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, runs))
+
+
+# --------------------------------------------------------------------------- #
+# Collecting
+# --------------------------------------------------------------------------- #
+def parse_result_lines(stdout: str) -> dict[str, float | None]:
+    """The last ``final_return=``, ``train_return=``, ``eval_return=`` and ``wall_time=`` values
+    printed (``wall_time`` in seconds); None for those not printed, nan as None."""
+    values: dict[str, float | None] = dict.fromkeys(
+        ("final_return", "train_return", "eval_return", "wall_time")
+    )
+    for line in stdout.splitlines():
+        match = RESULT_LINE.match(line.strip())
+        if match:
+            values[match.group(1)] = finite_or_none(float(match.group(2)))
+    return values
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x``, or None where it is nan or infinite (JSON has neither)."""
+    return x if math.isfinite(x) else None
+
+
+def last_error_line(stderr: str) -> str | None:
+    """The exception line of the last Python traceback in a stderr (the first unindented line
+    after it), else its last non-empty line; progress-bar carriage returns split lines too."""
+    lines = [line.rstrip() for line in re.split(r"[\r\n]+", stderr) if line.strip()]
+    starts = [i for i, line in enumerate(lines) if TRACEBACK in line]
+    if starts:
+        after = [line for line in lines[starts[-1] + 1 :] if not line[0].isspace()]
+        if after:
+            return after[0]
+    return lines[-1].strip() if lines else None
+
+
+def read_returns(path: Path) -> np.ndarray:
+    """``returns.csv`` as an array of ``(frames, episode_return)`` rows; empty if absent."""
+    if not path.exists():
+        return np.zeros((0, 2))
+    with open(path, newline="") as f:
+        rows = [(float(r["frames"]), float(r["episode_return"])) for r in csv.DictReader(f)]
+    return np.array(rows, dtype=float).reshape(-1, 2)
+
+
+def read_text(path: Path) -> str:
+    """A file's text, or '' if it does not exist."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def summarize_run(run_dir: Path) -> dict[str, Any]:
+    """One run's results from its directory: status, the printed returns, wall time, episodes,
+    and the last error line of a failed run."""
+    record = json.loads(read_text(run_dir / "run.json") or "{}")
+    values = parse_result_lines(read_text(run_dir / "stdout.txt"))
+    episodes = read_returns(run_dir / "returns.csv")
+    stderr = read_text(run_dir / "stderr.txt")
+    status = run_status(record.get("returncode"), read_text(run_dir / "stdout.txt"), stderr)
+    wall_time = values.pop("wall_time")
+    summary = {
+        "seed": int(run_dir.name.removeprefix("seed")),
+        "status": status,
+        **values,
+        "wall_time_s": wall_time,
+        "episodes": len(episodes),
+        "last_episode_frames": int(episodes[-1, 0]) if len(episodes) else None,
+        "total_frames": record.get("total_frames"),
+        "command": " ".join(record["command"]) if "command" in record else None,
+    }
+    if status != "ok":
+        summary["returncode"] = record.get("returncode")
+        summary["error"] = last_error_line(stderr)
+    return summary
+
+
+def run_status(returncode: int | None, stdout: str, stderr: str) -> str:
+    """``failed`` (non-zero exit, or a traceback where no exit status was recorded), ``ok``
+    (``final_return`` printed) or ``incomplete`` (still running, or killed)."""
+    if returncode not in (None, 0):
+        return "failed"
+    if "final_return=" in stdout:
+        return "ok"
+    return "failed" if TRACEBACK in stderr else "incomplete"
+
+
+def seed_dirs(results_dir: Path, task: str, library: str, seeds: list[int] | None) -> list[Path]:
+    """The run dirs of a task and library: the given seeds, or every ``seed*`` dir on disk."""
+    base = results_dir / task / library
+    if seeds is not None:
+        return [
+            run_dir_of(results_dir, task, library, s)
+            for s in seeds
+            if run_dir_of(results_dir, task, library, s).exists()
+        ]
+    found = [d for d in base.glob("seed*") if d.is_dir() and d.name[4:].isdigit()]
+    return sorted(found, key=lambda d: int(d.name[4:]))
+
+
+def summarize_library(runs: list[dict], target: float) -> dict[str, Any]:
+    """Per-library summary: per-seed runs, seeds on target, mean final return and wall time."""
+    finals = [
+        r["final_return"] for r in runs if r["status"] == "ok" and r["final_return"] is not None
+    ]
+    walls = [r["wall_time_s"] for r in runs if r["wall_time_s"] is not None]
+    met = sum(f >= target for f in finals)
+    failed = [r for r in runs if r["status"] != "ok"]
+    status = "ok" if not failed else min(r["status"] for r in failed)  # "failed" < "incomplete"
+    return {
+        "status": status,
+        "error": failed[0].get("error") if failed else None,
+        "seeds": runs,
+        "seeds_met": met,
+        "seeds_run": len(runs),
+        "target_met": met >= MIN_SEEDS_MET,
+        "final_return_mean": float(np.mean(finals)) if finals else None,
+        "wall_time_s_mean": float(np.mean(walls)) if walls else None,
+    }
+
+
+def summarize_task(
+    name: str, cfg: argparse.Namespace, swap: dict[str, Any], figure_dir: Path
+) -> dict[str, Any]:
+    """A task's entry of the JSON: its definition, per library the summary (or why there is
+    none), and its figure (drawn here)."""
+    task = TASKS[name]
+    entry: dict[str, Any] = {
+        "script": f"tutorials/{task.script}",
+        "extra_args": list(task.extra_args),
+        "budget_frames": task.total_frames,
+        "target": task.target,
+        "reference": task.reference,
+        "libraries": {},
+    }
+    curves = {}
+    for library in cfg.libraries:
+        if library == "torchrl" and not swap["ok"]:
+            entry["libraries"][library] = {"status": "n/a", "reason": swap["reason"]}
+            continue
+        dirs = seed_dirs(cfg.results_dir, name, library, cfg.seeds)
+        if not dirs:
+            continue
+        runs = [summarize_run(d) for d in dirs]
+        entry["libraries"][library] = summarize_library(runs, task.target)
+        if library == "torchrl":
+            entry["libraries"][library]["swap"] = {
+                k: swap[k] for k in ("imports", "literal_swap_ok", "kept")
+            }
+        episodes = [read_returns(d / "returns.csv") for d in dirs]
+        if any(len(e) for e in episodes):  # seeds that finished no episode draw nothing
+            curves[library] = [e for e in episodes if len(e)]
+    frames = [
+        r["total_frames"]
+        for lib in entry["libraries"].values()
+        for r in lib.get("seeds", [])
+        if r.get("total_frames")
+    ]
+    entry["total_frames"] = max(frames) if frames else None
+    if curves:
+        path = figure_dir / f"learning_{name}.png"
+        draw_learning_curves(path, name, task, curves, entry["total_frames"])
+        entry["figure"] = path.name
+    return entry
+
+
+# --------------------------------------------------------------------------- #
+# Figures
+# --------------------------------------------------------------------------- #
+def running_mean(returns: np.ndarray, window: int = CURVE_WINDOW) -> np.ndarray:
+    """The mean of the last ``window`` episode returns at each episode (fewer at the start)."""
+    sums = np.cumsum(np.concatenate([[0.0], returns]))
+    ends = np.arange(1, len(returns) + 1)
+    starts = np.maximum(0, ends - window)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def on_grid(episodes: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """A seed's running-mean curve interpolated onto ``grid`` (nan before its first finished
+    episode, its last value after its last one)."""
+    if not len(episodes):
+        return np.full_like(grid, np.nan)
+    frames, curve = episodes[:, 0], running_mean(episodes[:, 1])
+    return np.interp(grid, frames, curve, left=np.nan, right=curve[-1])
+
+
+def seed_band(runs: list[np.ndarray], grid: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Mean, min and max over seeds of the curves on ``grid``, where at least one seed has a
+    value (nan elsewhere)."""
+    curves = np.stack([on_grid(episodes, grid) for episodes in runs])
+    valid = ~np.isnan(curves).all(axis=0)
+    mean, low, high = (np.full_like(grid, np.nan) for _ in range(3))
+    mean[valid] = np.nanmean(curves[:, valid], axis=0)
+    low[valid] = np.nanmin(curves[:, valid], axis=0)
+    high[valid] = np.nanmax(curves[:, valid], axis=0)
+    return mean, low, high
+
+
+def draw_learning_curves(
+    path: Path, name: str, task: Task, curves: dict[str, list[np.ndarray]], total_frames: int | None
+) -> None:
+    """One PNG: per library the mean and min-max spread over seeds, and the target."""
+    last = max((c[-1, 0] for runs in curves.values() for c in runs if len(c)), default=1.0)
+    grid = np.linspace(0.0, float(total_frames or last), CURVE_POINTS)
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for library, runs in curves.items():
+        mean, low, high = seed_band(runs, grid)
+        seeds = f"{len(runs)} seed" + ("s" if len(runs) > 1 else "")
+        (line,) = ax.plot(
+            grid,
+            mean,
+            linestyle=LINE_STYLES.get(library, "-"),
+            label=f"{library} (mean over {seeds})",
+        )
+        ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.axhline(task.target, color="black", linestyle=":", label=f"target {task.target:g}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(f"episode return, running mean of {CURVE_WINDOW}")
+    extra = " ".join(task.extra_args)
+    ax.set_title(
+        f"{name}: tutorials/{task.script} {extra}".strip() + " (band: min-max over seeds)",
+        fontsize=9,
+    )
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=100)
+
+
+# --------------------------------------------------------------------------- #
+# Machine, JSON, command line
+# --------------------------------------------------------------------------- #
+def machine_block() -> dict[str, Any]:
+    """``benchmarks/overhead.py``'s ``machine_info()`` (date, command, CPU, versions, git);
+    a shorter block from the package metadata if that module cannot be imported."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from overhead import machine_info
+    except Exception as err:  # noqa: BLE001 -- someone may be editing overhead.py
+        from importlib.metadata import version
+
+        return {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join(["python", *sys.argv]),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            **{pkg: version(pkg) for pkg in ("torch", "tensordict", "torchrl")},
+            "note": f"benchmarks/overhead.py could not be imported: {err}",
+        }
+    return machine_info()
+
+
+def run_machine(results_dir: Path, tasks: list[str]) -> dict[str, Any] | None:
+    """The machine block recorded by the first run found on disk (for ``--summarize-only``)."""
+    for name in tasks:
+        for record in sorted((results_dir / name).glob("*/seed*/run.json")):
+            machine = json.loads(record.read_text()).get("machine")
+            if machine:
+                return machine
+    return None
+
+
+def json_ready(x: Any) -> Any:
+    """Paths as strings and tuples as lists, recursively."""
+    if isinstance(x, dict):
+        return {k: json_ready(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_ready(v) for v in x]
+    return str(x) if isinstance(x, Path) else x
+
+
+def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str, Any]:
+    """Summarize the run dirs of the selected tasks into ``cfg.out`` and the figures."""
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    tasks = {}
+    for name in cfg.tasks:
+        entry = summarize_task(name, cfg, torchrl_swap(TASKS[name]), cfg.out.parent)
+        if entry["libraries"]:
+            tasks[name] = entry
+    # A failed TorchRL swap is a finding, recorded in the JSON; only rlloss runs must finish.
+    ok = all(t["libraries"].get("rlloss", {}).get("status", "ok") == "ok" for t in tasks.values())
+    config = {k: v for k, v in vars(cfg).items() if k != "out"}
+    config["results_dir"] = display_path(str(cfg.results_dir))
+    config["subprocess_env"] = {k: child_env()[k] for k in ("OMP_NUM_THREADS", "TQDM_MININTERVAL")}
+    result = {
+        "machine": machine,
+        "command": " ".join(["python", *(display_path(a) for a in sys.argv)]),
+        "config": config,
+        "references": "rl-baselines3-zoo: its benchmark.md (one training run per algorithm and env, "
+        "mean and std of the return of the deterministic policy over its evaluation "
+        "episodes, training budget as stated)",
+        "method": (
+            f"each tutorial run as a subprocess per seed; final_return is the tutorial's "
+            f"(evaluation mean where it evaluates, else mean of the last 10 training "
+            f"episodes); a target is met when final_return >= target on at least "
+            f"{MIN_SEEDS_MET} seeds; torchrl = the same script with its 'from rlloss import' "
+            f"lines importing the same names from TorchRL"
+        ),
+        "ok": ok,
+        "tasks": tasks,
+    }
+    cfg.out.write_text(json.dumps(json_ready(result), indent=2) + "\n")
+    return result
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """One line per task and library."""
+    for name, task in result["tasks"].items():
+        for library, lib in task["libraries"].items():
+            if lib["status"] == "n/a":
+                print(f"{name:16s} {library:8s} n/a: {lib['reason']}")
+                continue
+            finals = ", ".join(fmt(r["final_return"]) for r in lib["seeds"])
+            verdict = "met" if lib["target_met"] else "missed"
+            error = f"  FAILED: {lib['error']}" if lib["status"] == "failed" else ""
+            print(
+                f"{name:16s} {library:8s} final_return [{finals}] target {task['target']:g}: "
+                f"{verdict} on {lib['seeds_met']}/{lib['seeds_run']} seeds{error}"
+            )
+
+
+def fmt(x: float | None) -> str:
+    """A return with one decimal, '-' for None."""
+    return "-" if x is None else f"{x:.1f}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=list(TASKS),
+        default=None,
+        metavar="TASK",
+        help=f"default: all (with --summarize-only: all found on disk); {', '.join(TASKS)}",
+    )
+    p.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="default 0 1 2 (0 with --smoke)"
+    )
+    p.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
+    p.add_argument(
+        "--total-frames-scale",
+        type=float,
+        default=1.0,
+        help="multiplies every task's frame budget, e.g. 0.05 for a quick look",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="parallel subprocesses")
+    p.add_argument("--device", default="cpu", help="passed to the tutorials")
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="run dirs <results-dir>/<task>/<library>/seed<k>/ (default benchmarks/results/learning)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="summary JSON, the figures next to it (default benchmarks/results/learning.json)",
+    )
+    p.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="rebuild the JSON and figures from the run dirs on disk, run nothing",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_FRAMES} frames, seed 0, tasks {' '.join(SMOKE_TASKS)} (unless given)",
+    )
+    cfg = p.parse_args(argv)
+    smoke_dir = Path(tempfile.gettempdir()) / "rlloss-learning-smoke"
+    if cfg.results_dir is None:
+        cfg.results_dir = smoke_dir if cfg.smoke else DEFAULT_RESULTS_DIR
+    if cfg.out is None:
+        cfg.out = smoke_dir / "learning.json" if cfg.smoke else DEFAULT_OUT
+    cfg.results_dir, cfg.out = cfg.results_dir.resolve(), cfg.out.resolve()
+    if cfg.tasks is None:
+        cfg.tasks = (
+            list(SMOKE_TASKS)
+            if cfg.smoke
+            else [t for t in TASKS if not cfg.summarize_only or (cfg.results_dir / t).is_dir()]
+        )
+    if cfg.seeds is None and not cfg.summarize_only:
+        cfg.seeds = [0] if cfg.smoke else [0, 1, 2]
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    if cfg.summarize_only:
+        machine = run_machine(cfg.results_dir, cfg.tasks) or machine_block()
+    else:
+        machine = machine_block()
+        swaps = {name: torchrl_swap(TASKS[name]) for name in cfg.tasks}
+        runs = plan_runs(cfg, swaps)
+        print(f"{len(runs)} runs, {cfg.jobs} at a time, into {display_path(str(cfg.results_dir))}")
+        execute_all(runs, cfg.jobs, machine)
+    result = write_summary(cfg, machine)
+    print_summary(result)
+    print(f"wrote {display_path(str(cfg.out))}")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
