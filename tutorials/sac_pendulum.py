@@ -34,20 +34,23 @@ learning (SB3 uses 100; five full episodes of random data steady the first criti
 the squared-error critic loss of the paper (``loss_function="l2"``; TorchRL's default is
 smooth L1).
 
-Results (20,000 steps, one CPU thread on a shared 2-core machine; seeds 0, 1, 2):
-final_return -193.9, -188.7, -194.4 in 386, 392 and 345 s; the mean of the last 50 episodes is
--165.1, -147.8, -159.6 (rl-zoo: about -150). Returns pass -200 after 4-6k steps. The last 10
-episodes of a seed start from the same states whatever the agent (the resets depend on the seed
-alone), and for these seeds they are harder than average: the near-optimal hand-written
-controller of ``compose_losses.py`` (about -150 over random starts) scores -184, -192 and -222
-on them.
+After training, the policy's squashed mean (no sampling) plays 10 evaluation episodes from start
+states no training episode had.
+
+Results (20,000 steps, one CPU thread on a 2-core machine shared with three other training
+runs, so the wall times are inflated; seeds 0, 1, 2): final_return (evaluation) -108.5, -106.7
+and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 and -196.2; 1,213,
+824 and 689 s. The last 10 training episodes of a seed start from the same states whatever the
+agent (the resets depend on the seed alone), and for these seeds they are harder than average:
+the near-optimal hand-written controller of ``compose_losses.py`` (about -150 over random
+starts) scores -184, -192 and -222 on them.
 
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
 
-It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; the last
-printed line is ``final_return=<mean return of the last 10 episodes>`` (training episodes, with
-actions sampled from the stochastic policy).
+It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; it prints
+``train_return=`` (mean of the last 10 training episodes, actions sampled from the policy),
+``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
 import argparse
