@@ -18,15 +18,19 @@ Hyperparameters are rl-baselines3-zoo's tuned CartPole DQN, with two changes tha
 reliable within 50k environment steps: a squared-error loss instead of Huber (which learned
 markedly slower here: it caps the gradient of large TD errors, such as those of the terminal
 transitions), and a learning rate annealed to 0 (quadratically) so training ends on a stable
-policy. The agent reaches the maximal return of 500 in 40-50k environment steps, a few minutes on
-a CPU.
+policy. After training, the greedy policy (no epsilon) plays 10 evaluation episodes from start
+states no training episode had.
+
+Results (50,000 steps, one CPU thread on a 2-core machine shared with three other training runs;
+seeds 0, 1, 2): final_return (greedy evaluation) 500, 500 and 500; the last 10 training
+episodes (epsilon 0.04) 500, 500 and 479.5; 227, 219 and 217 s.
 
 Run:
     python tutorials/dqn_cartpole.py --seed 0 --total-frames 50000 --out runs/dqn_cartpole
 
-It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; the last
-printed line is ``final_return=<mean return of the last 10 episodes>`` (training episodes, played
-with the final epsilon).
+It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; it prints
+``train_return=`` (mean of the last 10 training episodes, played with the final epsilon),
+``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
 import argparse
