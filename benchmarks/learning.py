@@ -680,8 +680,9 @@ def print_summary(result: dict[str, Any]) -> None:
             verdict = "met" if lib["target_met"] else "missed"
             error = f"  FAILED: {lib['error']}" if lib["status"] == "failed" else ""
             print(
-                f"{name:16s} {library:8s} final_return [{finals}] target {task['target']:g}: "
-                f"{verdict} on {lib['seeds_met']}/{lib['seeds_run']} seeds{error}"
+                f"{name:16s} {library:8s} final_return [{finals}] target {task['target']:g} "
+                f"reached on {lib['seeds_met']}/{lib['seeds_run']} seeds: {verdict} "
+                f"(needs {MIN_SEEDS_MET}){error}"
             )
 
 
