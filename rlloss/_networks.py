@@ -69,9 +69,18 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
     return None
 
 
+def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | TensorDictBase | None:
+    """``batch.get(key, None)`` for a key already unravelled (a string or a flat tuple of strings,
+    as ``TensorDictModule`` stores its keys). For a TensorDict, the lookup ``get`` makes after
+    unravelling its key, which it would otherwise do again on every call."""
+    if isinstance(batch, TensorDictBase):
+        return batch._get_tuple((key,) if isinstance(key, str) else key, None)
+    return batch.get(key, None)
+
+
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
-        inputs = [values[k] if k in values else batch.get(k) for k in in_keys]
+        inputs = [values[k] if k in values else entry(batch, k) for k in in_keys]
         outputs = call(*inputs)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
@@ -132,7 +141,7 @@ class DistributionCall:
         """The distribution's parameters on ``batch``, keyed by batch key (direct path only):
         for losses that use them without building the distribution."""
         values = _run(self.steps, batch, {})
-        return {k: values[k] if k in values else batch.get(k) for k in self.head.in_keys}
+        return {k: values[k] if k in values else entry(batch, k) for k in self.head.in_keys}
 
     def __call__(
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, _unravel_key_to_tuple
 from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
@@ -92,11 +92,13 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
     def __init__(self) -> None:
         super().__init__()
         # TorchRL registers a pre-hook warning about target networks without an updater; it is
-        # re-registered by `_register_target_network`, the only case where it can fire.
+        # re-registered (as `_warn_without_updater`) with a target network, the only case where
+        # it can fire.
         self._forward_pre_hooks.clear()
         self._source_names: list[str] = []
         self._ensemble_names: list[str] = []
         self._detached_names: list[str] = []
+        self._key_paths: dict[tuple[str, bool], tuple] = {}  # see `_read`
 
     # ----------------------------------------------------------------------------- keys
     def set_keys(self, **kwargs) -> None:
@@ -131,13 +133,41 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
     def _get(self, tensordict: TensorDictBase, name: str, *, nested: bool = False) -> torch.Tensor:
         """The entry ``tensor_keys.<name>`` of ``tensordict`` (of ``tensordict["next"]`` when
         ``nested``); a clear ``KeyError`` if absent."""
-        key = getattr(self.tensor_keys, name)
-        if nested:
-            key = ("next", *((key,) if isinstance(key, str) else key))
-        value = tensordict.get(key, None)
+        value = self._read(tensordict, name, nested=nested)
         if value is None:
+            key = _full_key(getattr(self.tensor_keys, name), nested)
             raise MissingKeyError(missing_key_message(type(self).__name__, name, key, tensordict))
         return value
+
+    def _read(
+        self, tensordict: TensorDictBase, name: str, *, nested: bool = False
+    ) -> torch.Tensor | None:
+        """The entry ``tensor_keys.<name>`` of ``tensordict`` (under ``"next"`` when ``nested``),
+        or ``None`` if absent.
+
+        ``tensordict.get`` unravels its key on every call; in eager mode the unravelled key is
+        kept per name and reused while ``tensor_keys.<name>`` is the same object.
+        """
+        key = getattr(self.tensor_keys, name)
+        if torch.compiler.is_compiling():
+            return tensordict.get(_full_key(key, nested), None)
+        cached = self._key_paths.get((name, nested))
+        if cached is None or cached[0] is not key:
+            value = tensordict.get(_full_key(key, nested), None)  # tensordict checks the key
+            self._key_paths[name, nested] = (key, _unravel_key_to_tuple(_full_key(key, nested)))
+            return value
+        return tensordict._get_tuple(cached[1], None)
+
+    def _write(self, tensordict: TensorDictBase, name: str, value: torch.Tensor) -> None:
+        """``tensordict.set(tensor_keys.<name>, value)`` for a ``value`` computed from the batch's
+        own entries (so of its batch shape and device): a plain ``TensorDict`` takes it without
+        re-validating it."""
+        key = getattr(self.tensor_keys, name)
+        path = _unravel_key_to_tuple(key)
+        if type(tensordict) is TensorDict and path:
+            tensordict._set_tuple(path, value, inplace=False, validated=True, non_blocking=False)
+        else:
+            tensordict.set(key, value)
 
     # ----------------------------------------------------------------------------- replay
     def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
@@ -146,7 +176,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         gives ``[*B]`` as TorchRL does."""
         weights = None
         if self.use_prioritized_weights is not False:
-            weights = tensordict.get(self.tensor_keys.priority_weight, None)
+            weights = self._read(tensordict, "priority_weight")
             if weights is None and self.use_prioritized_weights is True:
                 self._get(tensordict, "priority_weight")  # raises: weights asked for, none given
         loss = F.reduce(
@@ -159,7 +189,7 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
 
     def _bootstrap_discount(self, tensordict: TensorDictBase, reward: torch.Tensor):
         """``gamma ** steps_to_next_obs`` when the batch has it (n-step), else ``gamma``."""
-        steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+        steps = self._read(tensordict, "steps_to_next_obs")
         steps = None if steps is None else steps.view_as(reward)
         return F.bootstrap_discount(self.gamma, steps, reward.dtype)
 
@@ -185,8 +215,8 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
         )
         self._source_names.append(name)
         self._refresh_source_params()
-        if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
-            self.register_forward_pre_hook(_updater_check_forward_prehook)
+        if _warn_without_updater not in self._forward_pre_hooks.values():
+            self.register_forward_pre_hook(_warn_without_updater)
 
     def _refresh_source_params(self) -> None:
         """Point ``<name>_params`` at the online tensors and the target copies at the tensors of
@@ -288,8 +318,8 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
                 f"target_{name}_params",
                 TensorDictParams(stacked.detach().clone(), no_convert=True),
             )
-            if _updater_check_forward_prehook not in self._forward_pre_hooks.values():
-                self.register_forward_pre_hook(_updater_check_forward_prehook)
+            if _warn_without_updater not in self._forward_pre_hooks.values():
+                self.register_forward_pre_hook(_warn_without_updater)
         self._refresh_ensembles()
 
     def _refresh_ensembles(self) -> None:
@@ -432,6 +462,25 @@ def _frozen_copy(module: nn.Module) -> nn.Module:
             if parameter is not None:
                 submodule.register_buffer(name, parameter.detach())
     return module
+
+
+def _warn_without_updater(loss: LossModule, args) -> None:
+    """TorchRL's forward pre-hook (a warning while a target network has no updater), removed in
+    eager mode once every target network has one: an updater stays associated, so the check
+    would pass on every later call, and a module with a hook takes ``nn.Module``'s slower call
+    path."""
+    _updater_check_forward_prehook(loss, *args)
+    if all(loss._has_update_associated.values()) and not torch.compiler.is_compiling():
+        hooks = loss._forward_pre_hooks
+        for hook_id in [i for i, hook in hooks.items() if hook is _warn_without_updater]:
+            del hooks[hook_id]
+
+
+def _full_key(key: NestedKey, nested: bool) -> NestedKey:
+    """``key``, or ``("next", *key)`` when ``nested``."""
+    if not nested:
+        return key
+    return ("next", *((key,) if isinstance(key, str) else key))
 
 
 class MissingKeyError(KeyError):

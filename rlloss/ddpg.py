@@ -12,7 +12,7 @@ from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
-from rlloss._networks import NetworkCall
+from rlloss._networks import NetworkCall, entry
 from rlloss.common import LossModule, check_choice, check_in_range
 from rlloss.dqn import PRIORITY_WEIGHTINGS
 from rlloss.functional.critic import DISTANCES
@@ -117,7 +117,7 @@ class DDPGLoss(LossModule):
     def _value(self, batch: TensorDictBase, action: torch.Tensor, *, target=False, detach=False):
         """``Q(s, action)``, ``[*B, 1]``: online, target (no gradient) or online detached."""
         key = self.tensor_keys.state_action_value
-        inputs = {k: batch.get(k) for k in self.value_network.in_keys}
+        inputs = {k: entry(batch, k) for k in self.value_network.in_keys}
         inputs[self.tensor_keys.action] = action
         if target:
             return self._target_outputs("value_network", inputs)[key]
@@ -135,7 +135,7 @@ class DDPGLoss(LossModule):
         """``L(Q(s, a), y)`` reduced, with the TD errors and values (detached)."""
         reward = self._get(tensordict, "reward", nested=True)
         with torch.no_grad():
-            next_batch = tensordict.get("next")
+            next_batch = entry(tensordict, "next")
             if self.delay_actor:
                 next_action = self._target_outputs("actor_network", next_batch)
             else:
@@ -166,6 +166,6 @@ class DDPGLoss(LossModule):
         """Both losses; writes ``td_error`` into ``tensordict``."""
         loss_value, info = self.loss_value(tensordict)
         loss_actor, _ = self.loss_actor(tensordict)
-        tensordict.set(self.tensor_keys.priority, info["td_error"])
+        self._write(tensordict, "priority", info["td_error"])
         out = {"loss_actor": loss_actor, "loss_value": loss_value, **info}
         return TensorDict._new_unsafe(out, batch_size=torch.Size([]))

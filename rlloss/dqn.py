@@ -16,7 +16,7 @@ from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
-from rlloss._networks import NetworkCall
+from rlloss._networks import NetworkCall, entry
 from rlloss.common import LossModule, check_choice, check_in_range
 from rlloss.functional.critic import DISTANCES
 
@@ -145,11 +145,11 @@ class DQNLoss(LossModule):
         reward = self._get(tensordict, "reward", nested=True)
         target = F.td0_return(
             reward,
-            self._next_value(tensordict.get("next")),
+            self._next_value(entry(tensordict, "next")),
             self._get(tensordict, "terminated", nested=True),
             self._bootstrap_discount(tensordict, reward),
         )
-        tensordict.set(self.tensor_keys.priority, (value - target).detach().square())
+        self._write(tensordict, "priority", (value - target).detach().square())
         loss = self._reduce_replayed(F.distance(value, target, self.loss_function), tensordict)
         return TensorDict._new_unsafe({"loss": loss}, batch_size=torch.Size([]))
 

@@ -19,7 +19,7 @@ from torchrl.modules import TanhNormal
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
-from rlloss._networks import DistributionCall
+from rlloss._networks import DistributionCall, entry
 from rlloss.common import LossModule, check_choice, check_in_range
 from rlloss.dqn import ACTION_SPACES, PRIORITY_WEIGHTINGS
 from rlloss.functional.critic import DISTANCES
@@ -148,7 +148,7 @@ class _SoftActorCritic(LossModule):
         loss_qvalue, info = self.loss_qvalue(tensordict)
         loss_actor, info_actor = self.loss_actor(tensordict)
         log_prob = info_actor["log_prob"]
-        tensordict.set(self.tensor_keys.priority, info["td_error"])
+        self._write(tensordict, "priority", info["td_error"])
         out = {
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
@@ -347,7 +347,7 @@ class SACLoss(_SoftActorCritic):
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
-        inputs = {k: batch.get(k) for k in self._qvalue_in_keys if k != key}
+        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != key}
         inputs[key] = action
         return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
             self.tensor_keys.state_action_value
@@ -376,7 +376,7 @@ class SACLoss(_SoftActorCritic):
         (see :meth:`_critic_loss`)."""
         alpha = self._alpha()
         with torch.no_grad():
-            next_batch = tensordict.get("next")
+            next_batch = entry(tensordict, "next")
             next_action, next_log_prob = self._policy_sample(next_batch)
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
@@ -493,7 +493,7 @@ class DiscreteSACLoss(_SoftActorCritic):
 
     def _action_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, num_actions]`` action values at the batch's observations."""
-        inputs = {k: batch.get(k) for k in self._qvalue_in_keys}
+        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys}
         return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
             self.tensor_keys.action_value
         ]
@@ -512,7 +512,7 @@ class DiscreteSACLoss(_SoftActorCritic):
         (see :meth:`_critic_loss`)."""
         alpha = self._alpha()
         with torch.no_grad():
-            next_batch = tensordict.get("next")
+            next_batch = entry(tensordict, "next")
             next_values = self._action_values(
                 next_batch, target=self.delay_qvalue, detach=not self.delay_qvalue
             )

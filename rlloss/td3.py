@@ -13,7 +13,7 @@ from torchrl.data import Bounded, Composite
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import functional as F
-from rlloss._networks import NetworkCall
+from rlloss._networks import NetworkCall, entry
 from rlloss.common import LossModule, check_choice, check_in_range
 from rlloss.dqn import PRIORITY_WEIGHTINGS
 from rlloss.functional.critic import DISTANCES
@@ -171,7 +171,7 @@ class TD3Loss(LossModule):
 
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
-        inputs = {k: batch.get(k) for k in self._qvalue_in_keys if k != self.tensor_keys.action}
+        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != self.tensor_keys.action}
         inputs[self.tensor_keys.action] = action
         return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
             self.tensor_keys.state_action_value
@@ -200,7 +200,7 @@ class TD3Loss(LossModule):
             noise = (torch.randn_like(action) * self.policy_noise).clamp(
                 -self.noise_clip, self.noise_clip
             )
-            next_batch = tensordict.get("next")
+            next_batch = entry(tensordict, "next")
             next_action = self._target_action(next_batch, noise)
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
@@ -229,6 +229,6 @@ class TD3Loss(LossModule):
         """Both losses; writes ``td_error`` into ``tensordict``."""
         loss_actor, info_actor = self.loss_actor(tensordict)
         loss_qvalue, info = self.loss_qvalue(tensordict)
-        tensordict.set(self.tensor_keys.priority, info.pop("td_error").max(0).values)
+        self._write(tensordict, "priority", info.pop("td_error").max(0).values)
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
         return TensorDict._new_unsafe(out, batch_size=torch.Size([]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -109,6 +110,19 @@ def test_target_without_updater_warns_like_torchrl():
     loss = TargetRegressionLoss(make_critic())
     with pytest.warns(UserWarning, match="target network"):
         loss(rollout(make_actor()))
+
+
+def test_updater_check_warns_until_an_updater_then_leaves():
+    loss = TargetRegressionLoss(make_critic())
+    batch = rollout(make_actor())
+    for _ in range(2):  # it keeps warning while no updater is associated
+        with pytest.warns(UserWarning, match="target network"):
+            loss(batch)
+    SoftUpdate(loss, tau=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss(batch)
+    assert not loss._forward_pre_hooks  # the check cannot fire again: its hook is removed
 
 
 def test_loss_without_target_has_no_forward_hook():

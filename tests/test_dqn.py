@@ -248,3 +248,17 @@ def test_compiles_as_one_graph_without_recompiling():
             torch.testing.assert_close(compiled(mine)["loss"], loss(reference)["loss"])
             torch.testing.assert_close(mine["td_error"], reference["td_error"])
     torch._dynamo.reset()
+
+
+def test_keys_remapped_after_a_forward_are_read_and_written():
+    """Key lookups are memoised per name; remapping a key after a forward takes effect."""
+    loss = rlloss.DQNLoss(q_actor(), delay_value=False)
+    batch = transitions()
+    expected = loss(batch)["loss"]
+    renamed = batch.clone()
+    renamed["next", "my_reward"] = renamed["next"].pop("reward")
+    loss.set_keys(reward="my_reward", priority=("stats", "td_error"))
+    torch.testing.assert_close(loss(renamed)["loss"], expected)
+    torch.testing.assert_close(renamed["stats", "td_error"], batch["td_error"])
+    with pytest.raises(KeyError, match="my_reward"):
+        loss(batch)

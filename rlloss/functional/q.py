@@ -23,7 +23,9 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
         action: one-hot (``[*B, A]``, any dtype) or an integer index (``[*B]`` or ``[*B, 1]``).
     """
     if action.shape == action_value.shape:
-        return (action_value * action.to(action_value.dtype)).sum(-1, keepdim=True)
+        # an integer or boolean one-hot multiplies as it is: type promotion keeps Q's dtype
+        weight = action.to(action_value.dtype) if action.is_floating_point() else action
+        return (action_value * weight).sum(-1, keepdim=True)
     if action.shape == action_value.shape[:-1]:
         action = action.unsqueeze(-1)
     if action.shape != (*action_value.shape[:-1], 1) or action.dtype.is_floating_point:

@@ -17,6 +17,10 @@ Scalar = float | torch.Tensor
 
 
 def _not(flag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``1 - flag`` in ``dtype``; a boolean flag is negated before the cast (the same numbers,
+    with a cheaper operation than the subtraction)."""
+    if flag.dtype == torch.bool:
+        return (~flag).to(dtype)
     return 1.0 - flag.to(dtype)
 
 
