@@ -478,7 +478,8 @@ def summarize_library(runs: list[dict], target: float) -> dict[str, Any]:
         "seeds": runs,
         "seeds_met": met,
         "seeds_run": len(runs),
-        "target_met": met >= MIN_SEEDS_MET,
+        # None: fewer seeds were run than the verdict needs, and too few of them met the target.
+        "target_met": True if met >= MIN_SEEDS_MET else (None if len(runs) < MIN_SEEDS_MET else False),
         "final_return_mean": float(np.mean(finals)) if finals else None,
         "wall_time_s_mean": float(np.mean(walls)) if walls else None,
     }
@@ -677,7 +678,9 @@ def print_summary(result: dict[str, Any]) -> None:
                 print(f"{name:16s} {library:8s} n/a: {lib['reason']}")
                 continue
             finals = ", ".join(fmt(r["final_return"]) for r in lib["seeds"])
-            verdict = "met" if lib["target_met"] else "missed"
+            verdict = {True: "met", False: "missed", None: "undecided, too few seeds"}[
+                lib["target_met"]
+            ]
             error = f"  FAILED: {lib['error']}" if lib["status"] == "failed" else ""
             print(
                 f"{name:16s} {library:8s} final_return [{finals}] target {task['target']:g} "

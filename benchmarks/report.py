@@ -526,7 +526,9 @@ def library_cell(lib: dict) -> str:
     seeds = lib.get("seeds", [])
     unfinished = [r for r in seeds if r.get("status") != "ok"]
     parts = []
-    if len(unfinished) < len(seeds):
+    if len(unfinished) < len(seeds) and lib.get("target_met") is None:
+        parts.append(f"undecided ({lib.get('seeds_met')}/{len(seeds)} seeds run on target, needs 2)")
+    elif len(unfinished) < len(seeds):
         parts.append(
             f"{verdict(lib.get('target_met'))} ({lib.get('seeds_met')}/{len(seeds)} seeds)"
         )
