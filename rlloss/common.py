@@ -331,13 +331,22 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
                     self.__dict__[f"_{prefix}{name}_flat"] = {f"network.{k}": v for k, v in flat}
 
     def _ensemble_outputs(
-        self, name: str, inputs: Mapping, *, target: bool = False, detach: bool = False
+        self,
+        name: str,
+        inputs: Mapping,
+        *,
+        target: bool = False,
+        detach: bool = False,
+        members: int | None = None,
     ) -> Mapping:
         """Every member's outputs on ``inputs`` (a mapping of input tensors, shared by all
         members), stacked along a leading ``[size]`` dim. ``target``: the target tensors (no
         gradient); ``detach``: the online tensors without gradient (an actor's loss must not
-        train the critics)."""
+        train the critics); ``members``: only the first ``members`` members (``[members]``
+        leading dim)."""
         params = self.__dict__[f"_{'target_' if target else ''}{name}_flat"]
+        if members is not None:
+            params = {k: v[:members] for k, v in params.items()}
         if detach:
             params = {k: v.detach() for k, v in params.items()}
         stacked = self.__dict__[f"_{name}_stacked"]

@@ -66,7 +66,10 @@ class TD3Loss(LossModule):
             gamma=...)``).
         reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`.
 
-    Differences from TorchRL: copies of a single Q module are re-initialised with each layer's
+    Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
+    network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
+    times the work), so ``state_action_value_actor`` is ``[1, *B]`` (TorchRL's
+    ``[num_qvalue_nets, *B]``; index 0 is the same in both); copies of a single Q module are re-initialised with each layer's
     ``reset_parameters`` (TorchRL draws them uniformly between the original weights' min and
     max); ``priority_weighting`` defaults to the PER paper's mean; ``separate_losses`` is not
     supported.
@@ -178,11 +181,12 @@ class TD3Loss(LossModule):
         ]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``-Q_1(s, mu(s))`` reduced, and the values of every Q network (detached)."""
+        """``-Q_1(s, mu(s))`` reduced, and ``Q_1(s, mu(s))`` (detached, ``[1, *B]``): only the
+        first Q network is evaluated."""
         action = self._actor_call(tensordict)[self.tensor_keys.action]
-        values = self._q_values(tensordict, action, detach=True)
-        loss = self._reduce_replayed(-values[0], tensordict)
-        return loss, {"state_action_value_actor": values.squeeze(-1).detach()}
+        value = self._q_values(tensordict, action, detach=True, members=1)
+        loss = self._reduce_replayed(-value[0], tensordict)
+        return loss, {"state_action_value_actor": value.squeeze(-1).detach()}
 
     def _target_action(self, next_batch: TensorDictBase, noise: torch.Tensor) -> torch.Tensor:
         if self.delay_actor:
