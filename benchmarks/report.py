@@ -11,6 +11,10 @@ Inputs, each optional (a missing file is a note in the report, never an error):
   compiled) and level (forward / backward / update) the time of each method and the paired
   ratios. Each row is checked against the targets (``OVERHEAD_TARGETS``). A file in the older
   format (rows without ``mode`` / ``level``) is skipped with a note.
+* ``profile*.json`` -- ``benchmarks/profile_overhead.py``: per case, level and method, the
+  eager step's time split by where it is spent (torch ops, tensordict, rlloss's Python...).
+  ``benchmarks/missed_targets.md``, written by hand, follows it: why each missed target is
+  missed, read off those profiles.
 * ``compile*.json`` -- ``benchmarks/compile_report.py``: one row per (case, library); whatever
   keys the rows have become the columns of the table.
 * ``learning*.json`` -- ``benchmarks/learning.py``: per task and library the per-seed returns,
@@ -37,7 +41,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 DEFAULT_OUT = REPO_ROOT / "BENCHMARKS.md"
-KINDS = ("overhead", "compile", "learning")
+KINDS = ("overhead", "profile", "compile", "learning")
 MODES = ("eager", "compiled")
 LEVELS = ("forward", "backward", "update")
 OVERHEAD_METHODS = ("plain", "plain-min", "rlloss", "torchrl")
@@ -463,6 +467,54 @@ def overhead_section(result: Result, device: str, out: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- #
+# Profiles of the eager overhead
+# --------------------------------------------------------------------------- #
+MISSED_TARGETS_NOTE = REPO_ROOT / "benchmarks" / "missed_targets.md"
+
+
+def profile_table(rows: list[dict]) -> list[str]:
+    """Categories down, methods across, and each method's difference from plain."""
+    methods = [r["method"] for r in rows]
+    by_method = {r["method"]: r for r in rows}
+    categories = [
+        c for c in rows[0]["categories_us"] if any(r["categories_us"].get(c) for r in rows)
+    ]
+    header = ["where (us per step)", *methods]
+    others = [m for m in methods if m != "plain"] if "plain" in by_method else []
+    header += [f"{m} - plain" for m in others]
+
+    def line(label: str, get: Callable[[dict], float]) -> list[Any]:
+        values = [get(by_method[m]) for m in methods]
+        diffs = [get(by_method[m]) - get(by_method["plain"]) for m in others]
+        return [label, *(f"{v:.1f}" for v in values), *(f"{d:+.1f}" for d in diffs)]
+
+    body = [line(c, lambda r, c=c: r["categories_us"].get(c, 0.0)) for c in categories]
+    body.append(line("**total under the profiler**", lambda r: r["profiled_us"]))
+    body.append(line("**wall, unprofiled**", lambda r: r["wall_us"]))
+    body.append(line("torch calls from Python per step", lambda r: r["torch_calls"]))
+    return markdown_table(header, body)
+
+
+def profile_section(result: Result, device: str, out: Path) -> list[str]:
+    """One table per (case, batch size, level), then the hand-written explanations."""
+    lines = [f"### Profiles on {device} (`{rel(result.path, out)}`)", ""]
+    if result.error:
+        return lines + [f"Skipped: `{result.path.name}` {result.error}.", ""]
+    rows = table_rows(result.data)
+    lines += [f"Command: `{command_of(result)}`", ""]
+    lines += method_lines(result.data if isinstance(result.data, dict) else {})
+    groups = dict.fromkeys((r["case"], r["batch_size"], r["level"]) for r in rows)
+    for case, batch_size, level in groups:
+        group = [
+            r for r in rows if (r["case"], r["batch_size"], r["level"]) == (case, batch_size, level)
+        ]
+        lines += [f"#### {case}, B={batch_size}, {level}", "", *profile_table(group), ""]
+    if MISSED_TARGETS_NOTE.exists():
+        lines += [MISSED_TARGETS_NOTE.read_text().strip(), ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- #
 # Compile
 # --------------------------------------------------------------------------- #
 def flatten(row: dict) -> dict[str, Any]:
@@ -527,7 +579,9 @@ def library_cell(lib: dict) -> str:
     unfinished = [r for r in seeds if r.get("status") != "ok"]
     parts = []
     if len(unfinished) < len(seeds) and lib.get("target_met") is None:
-        parts.append(f"undecided ({lib.get('seeds_met')}/{len(seeds)} seeds run on target, needs 2)")
+        parts.append(
+            f"undecided ({lib.get('seeds_met')}/{len(seeds)} seeds run on target, needs 2)"
+        )
     elif len(unfinished) < len(seeds):
         parts.append(
             f"{verdict(lib.get('target_met'))} ({lib.get('seeds_met')}/{len(seeds)} seeds)"
@@ -644,8 +698,18 @@ def learning_section(result: Result, device: str, out: Path) -> list[str]:
 # --------------------------------------------------------------------------- #
 # Assembly
 # --------------------------------------------------------------------------- #
-SECTIONS = {"overhead": overhead_section, "compile": compile_section, "learning": learning_section}
-TITLES = {"overhead": "Overhead per update", "compile": "torch.compile", "learning": "Learning"}
+SECTIONS = {
+    "overhead": overhead_section,
+    "profile": profile_section,
+    "compile": compile_section,
+    "learning": learning_section,
+}
+TITLES = {
+    "overhead": "Overhead per update",
+    "profile": "Where the eager overhead goes",
+    "compile": "torch.compile",
+    "learning": "Learning",
+}
 
 
 def kind_sections(results: list[Result], kind: str, on_gpu: bool, out: Path) -> list[str]:

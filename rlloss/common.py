@@ -271,8 +271,11 @@ class LossModule(TorchRLLossModule, metaclass=_LossMeta):
 
     def _target_outputs(self, name: str, tensordict: TensorDictBase) -> Mapping:
         """The outputs of the submodule ``name`` run with its target tensors, no gradient."""
+        call = self.__dict__[f"_{name}_target_call"]
+        if not torch.is_grad_enabled():  # already inside the caller's no_grad block
+            return call(tensordict)
         with torch.no_grad():
-            return self.__dict__[f"_{name}_target_call"](tensordict)
+            return call(tensordict)
 
     # ----------------------------------------------------------------------------- ensembles
     def _register_ensemble(

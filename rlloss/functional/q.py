@@ -24,7 +24,7 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
     """
     if action.shape == action_value.shape:
         # an integer or boolean one-hot multiplies as it is: type promotion keeps Q's dtype
-        weight = action.to(action_value.dtype) if action.is_floating_point() else action
+        weight = action.to(action_value.dtype) if action.dtype.is_floating_point else action
         return (action_value * weight).sum(-1, keepdim=True)
     if action.shape == action_value.shape[:-1]:
         action = action.unsqueeze(-1)

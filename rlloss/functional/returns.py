@@ -16,6 +16,14 @@ from rlloss.functional._checks import check_same_shape
 Scalar = float | torch.Tensor
 
 
+def _unless(flag: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``(1 - flag) * value``; a boolean flag zeroes ``value`` where it is set (one operation
+    instead of a negation, a cast and a product, and no ``0 * inf`` NaN)."""
+    if flag.dtype == torch.bool:
+        return value.masked_fill(flag, 0.0)
+    return _not(flag, value.dtype) * value
+
+
 def _not(flag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``1 - flag`` in ``dtype``; a boolean flag is negated before the cast (the same numbers,
     with a cheaper operation than the subtraction)."""
@@ -65,7 +73,7 @@ def td0_return(
             n-step transitions, see :func:`bootstrap_discount`).
     """
     check_same_shape(reward=reward, next_value=next_value, terminated=terminated)
-    return reward + gamma * _not(terminated, next_value.dtype) * next_value
+    return reward + gamma * _unless(terminated, next_value)
 
 
 def td0_error(
@@ -139,7 +147,7 @@ def td_lambda_return(
     dtype = next_value.dtype
     cut = done.to(dtype).clone()
     cut.narrow(time_dim, cut.shape[time_dim] - 1, 1).fill_(1.0)
-    bootstrap = gamma * _not(terminated, dtype) * next_value
+    bootstrap = gamma * _unless(terminated, next_value)
     base = reward + bootstrap * ((1.0 - lmbda) + lmbda * cut)
     decay = gamma * lmbda * _not(terminated, dtype) * (1.0 - cut)
     return reverse_discounted_sum(base, decay, time_dim)

@@ -155,6 +155,21 @@ def test_td0_return_with_n_step_discount(dtype):
     torch.testing.assert_close(actual.double(), expected, **TOLERANCE[torch.float32])
 
 
+def test_td0_return_ignores_non_finite_values_of_terminal_states():
+    # A terminal state's next value never enters the target, even when it is inf or NaN (a
+    # target network evaluated on a garbage terminal observation): no 0 * inf = NaN.
+    reward = torch.tensor([[1.0], [2.0], [3.0]])
+    next_value = torch.tensor([[float("inf")], [float("nan")], [4.0]])
+    terminated = torch.tensor([[True], [True], [False]])
+    expected = torch.tensor([[1.0], [2.0], [3.0 + 0.5 * 4.0]])
+    torch.testing.assert_close(td0_return(reward, next_value, terminated, 0.5), expected)
+    # float flags keep the arithmetic form, 1 - terminated
+    torch.testing.assert_close(
+        td0_return(reward, next_value[2:].expand(3, 1), terminated.float(), 0.5),
+        reward + 0.5 * (1 - terminated.float()) * 4.0,
+    )
+
+
 def test_bootstrap_discount_keeps_float64_precision():
     reward, _, next_value, _, terminated = make_batch((2, 9, 1), "mixed", torch.float64)
     steps = torch.randint(1, 4, (2, 9, 1))
