@@ -16,6 +16,10 @@ into a category by where the function lives:
 * ``rlloss``: rlloss's own Python (its modules and functional core);
 * ``harness``: this benchmark's code (the plain implementation's Python lives here).
 
+With ``--modes compiled`` the step is ``torch.compile``d (as in ``overhead.py``): the guard
+checks made on entering a compiled function count in ``torch (Python)`` (the self time of
+dynamo's ``compile_wrapper``), the generated kernels in ``other``.
+
 Profiling adds a fixed cost to every Python call, so Python-heavy categories are inflated: read
 the categories as shares, and the unprofiled ``wall`` time per step (the best of several timed
 blocks, measured before profiling) as the real figure. ``torch calls`` is exact: the torch
@@ -123,7 +127,9 @@ def profile_step(step, steps: int) -> dict:
     return {"profiled_us": sum(times.values()), "categories_us": times}
 
 
-def run(case: str, batch_size: int, level: str, methods: list[str], steps: int) -> list[dict]:
+def run(
+    case: str, batch_size: int, level: str, mode: str, methods: list[str], steps: int
+) -> list[dict]:
     from benchmarks import overhead
 
     setup = overhead.CASES[case](batch_size, 0)
@@ -132,15 +138,17 @@ def run(case: str, batch_size: int, level: str, methods: list[str], steps: int) 
     for method in methods:
         if method not in setup.factories:
             continue
-        step = overhead.level_steps(setup.factories[method](batch), compiled=False)[level]
+        method_steps = overhead.level_steps(setup.factories[method](batch), mode == "compiled")
+        step = method_steps[level]
         for _ in range(max(20, steps // 10)):  # warm-up: caches, allocator, lazy state
             step()
         wall = best_step_time_us(step, steps)
-        row = {"case": case, "batch_size": batch_size, "level": level, "method": method}
+        row = {"case": case, "batch_size": batch_size, "level": level, "mode": mode}
+        row["method"] = method
         calls = torch_calls_per_step(step)
         rows.append({**row, "wall_us": wall, "torch_calls": calls, **profile_step(step, steps)})
         print(
-            f"{case} B={batch_size} {level} {method}: {wall:.1f} us/step, "
+            f"{case} B={batch_size} {mode} {level} {method}: {wall:.1f} us/step, "
             f"{calls:.0f} torch calls/step",
             flush=True,
         )
@@ -153,6 +161,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["plain", "rlloss"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--levels", nargs="+", default=["forward", "backward"])
+    parser.add_argument("--modes", nargs="+", default=["eager"], choices=["eager", "compiled"])
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "profile.json")
     args = parser.parse_args()
@@ -164,14 +173,15 @@ def main() -> None:
     rows = [
         row
         for case in args.cases
+        for mode in args.modes
         for level in args.levels
-        for row in run(case, args.batch_size, level, args.methods, args.steps)
+        for row in run(case, args.batch_size, level, mode, args.methods, args.steps)
     ]
     machine = {**machine_info(), "command": command.strip()}
     method = (
         "self time per step under cProfile, summed by where each function lives (see "
-        "benchmarks/profile_overhead.py); wall = best unprofiled block, per step; eager, "
-        f"1 CPU thread, {args.steps} steps per block"
+        "benchmarks/profile_overhead.py); wall = best unprofiled block, per step; "
+        f"{' and '.join(args.modes)}, 1 CPU thread, {args.steps} steps per block"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine, "method": method, "rows": rows}, indent=2))

@@ -503,12 +503,13 @@ def profile_section(result: Result, device: str, out: Path) -> list[str]:
     rows = table_rows(result.data)
     lines += [f"Command: `{command_of(result)}`", ""]
     lines += method_lines(result.data if isinstance(result.data, dict) else {})
-    groups = dict.fromkeys((r["case"], r["batch_size"], r["level"]) for r in rows)
-    for case, batch_size, level in groups:
-        group = [
-            r for r in rows if (r["case"], r["batch_size"], r["level"]) == (case, batch_size, level)
-        ]
-        lines += [f"#### {case}, B={batch_size}, {level}", "", *profile_table(group), ""]
+
+    def group_of(row: dict) -> tuple:
+        return row["case"], row["batch_size"], row.get("mode", "eager"), row["level"]
+
+    for case, batch_size, mode, level in dict.fromkeys(group_of(r) for r in rows):
+        group = [r for r in rows if group_of(r) == (case, batch_size, mode, level)]
+        lines += [f"#### {case}, B={batch_size}, {mode}, {level}", "", *profile_table(group), ""]
     if MISSED_TARGETS_NOTE.exists():
         lines += [MISSED_TARGETS_NOTE.read_text().strip(), ""]
     return lines
