@@ -319,6 +319,7 @@ def execute(run: Run, machine: dict[str, Any]) -> dict[str, Any]:
         if stale.is_file() and stale != run.script:
             stale.unlink()
     command = run_command(run)
+    load_before = os.getloadavg()[0]
     start = time.perf_counter()
     with open(run.run_dir / "stdout.txt", "w") as out, open(run.run_dir / "stderr.txt", "w") as err:
         proc = subprocess.run(command, cwd=REPO_ROOT, env=child_env(), stdout=out, stderr=err)
@@ -331,6 +332,8 @@ def execute(run: Run, machine: dict[str, Any]) -> dict[str, Any]:
         "command": [display_path(part) for part in command],
         "returncode": proc.returncode,
         "wall_s": round(time.perf_counter() - start, 1),
+        # the 1-minute load average before and after: wall times compare only at equal loads
+        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "machine": machine,
     }
     (run.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -432,6 +435,7 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
         "episodes": len(episodes),
         "last_episode_frames": int(episodes[-1, 0]) if len(episodes) else None,
         "total_frames": record.get("total_frames"),
+        "load_1min": record.get("load_1min"),
         "command": " ".join(record["command"]) if "command" in record else None,
     }
     if status != "ok":
@@ -479,7 +483,9 @@ def summarize_library(runs: list[dict], target: float) -> dict[str, Any]:
         "seeds_met": met,
         "seeds_run": len(runs),
         # None: fewer seeds were run than the verdict needs, and too few of them met the target.
-        "target_met": True if met >= MIN_SEEDS_MET else (None if len(runs) < MIN_SEEDS_MET else False),
+        "target_met": True
+        if met >= MIN_SEEDS_MET
+        else (None if len(runs) < MIN_SEEDS_MET else False),
         "final_return_mean": float(np.mean(finals)) if finals else None,
         "wall_time_s_mean": float(np.mean(walls)) if walls else None,
     }
@@ -661,7 +667,9 @@ def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str,
             f"(evaluation mean where it evaluates, else mean of the last 10 training "
             f"episodes); a target is met when final_return >= target on at least "
             f"{MIN_SEEDS_MET} seeds; torchrl = the same script with its 'from rlloss import' "
-            f"lines importing the same names from TorchRL"
+            f"lines importing the same names from TorchRL; wall times compare only between "
+            f"runs made at the same machine load (the 1-minute load average before and after "
+            f"each run is recorded where known)"
         ),
         "ok": ok,
         "tasks": tasks,

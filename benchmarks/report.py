@@ -630,6 +630,9 @@ def learning_seed_table(task: dict, target: float | None) -> list[str]:
                     run.get("train_return"),
                     run.get("eval_return"),
                     run.get("wall_time_s"),
+                    "-"
+                    if not run.get("load_1min")
+                    else "{:.1f} / {:.1f}".format(*run["load_1min"]),
                     run.get("total_frames"),
                     verdict(met) if status == "ok" else f"{status}: {run.get('error')}",
                 ]
@@ -642,6 +645,7 @@ def learning_seed_table(task: dict, target: float | None) -> list[str]:
             "train_return",
             "eval_return",
             "wall time s",
+            "load before / after",
             "frames",
             "target met",
         ],
