@@ -17,8 +17,9 @@ into a category by where the function lives:
 * ``harness``: this benchmark's code (the plain implementation's Python lives here).
 
 With ``--modes compiled`` the step is ``torch.compile``d (as in ``overhead.py``): the guard
-checks made on entering a compiled function count in ``torch (Python)`` (the self time of
-dynamo's ``compile_wrapper``), the generated kernels in ``other``.
+checks made on entering a compiled function count in ``dynamo frame entry (guards)`` (the self
+time of dynamo's ``compile_wrapper``, which runs them), AOTAutograd's and inductor's Python
+wrappers in ``compiled-graph runtime``, the generated kernels in ``other``.
 
 Profiling adds a fixed cost to every Python call, so Python-heavy categories are inflated: read
 the categories as shares, and the unprofiled ``wall`` time per step (the best of several timed
@@ -55,6 +56,8 @@ sys.path.insert(0, str(HERE.parent))
 CATEGORIES = (
     "torch ops",
     "autograd backward",
+    "dynamo frame entry (guards)",
+    "compiled-graph runtime",
     "torch (Python)",
     "tensordict",
     "torchrl",
@@ -75,6 +78,10 @@ def category(filename: str, name: str) -> str:
     for package in ("tensordict", "torchrl", "rlloss"):
         if f"/{package}/" in filename:
             return package
+    if "/torch/_dynamo/" in filename:
+        return "dynamo frame entry (guards)"
+    if "/torch/_functorch/" in filename or "/torch/_inductor/" in filename:
+        return "compiled-graph runtime"
     if "/torch/" in filename:
         return "torch (Python)"
     if f"{HERE.name}/" in filename or filename.startswith("<"):
@@ -145,11 +152,12 @@ def run(
         wall = best_step_time_us(step, steps)
         row = {"case": case, "batch_size": batch_size, "level": level, "mode": mode}
         row["method"] = method
-        calls = torch_calls_per_step(step)
+        # Compiled: no count (a TorchFunctionMode around a compiled function recompiles it).
+        calls = torch_calls_per_step(step) if mode == "eager" else None
         rows.append({**row, "wall_us": wall, "torch_calls": calls, **profile_step(step, steps)})
         print(
             f"{case} B={batch_size} {mode} {level} {method}: {wall:.1f} us/step, "
-            f"{calls:.0f} torch calls/step",
+            f"{'-' if calls is None else f'{calls:.0f}'} torch calls/step",
             flush=True,
         )
     return rows

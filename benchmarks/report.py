@@ -483,20 +483,28 @@ def profile_table(rows: list[dict]) -> list[str]:
     others = [m for m in methods if m != "plain"] if "plain" in by_method else []
     header += [f"{m} - plain" for m in others]
 
-    def line(label: str, get: Callable[[dict], float]) -> list[Any]:
+    def line(label: str, get: Callable[[dict], float | None]) -> list[Any]:
         values = [get(by_method[m]) for m in methods]
-        diffs = [get(by_method[m]) - get(by_method["plain"]) for m in others]
-        return [label, *(f"{v:.1f}" for v in values), *(f"{d:+.1f}" for d in diffs)]
+        plain = get(by_method["plain"]) if others else None
+        diffs = [
+            None if plain is None or v is None else v - plain
+            for v in map(get, (by_method[m] for m in others))
+        ]
+        return [
+            label,
+            *("-" if v is None else f"{v:.1f}" for v in values),
+            *("-" if d is None else f"{d:+.1f}" for d in diffs),
+        ]
 
     body = [line(c, lambda r, c=c: r["categories_us"].get(c, 0.0)) for c in categories]
     body.append(line("**total under the profiler**", lambda r: r["profiled_us"]))
     body.append(line("**wall, unprofiled**", lambda r: r["wall_us"]))
-    body.append(line("torch calls from Python per step", lambda r: r["torch_calls"]))
+    body.append(line("torch calls from Python per step", lambda r: r.get("torch_calls")))
     return markdown_table(header, body)
 
 
 def profile_section(result: Result, device: str, out: Path) -> list[str]:
-    """One table per (case, batch size, level), then the hand-written explanations."""
+    """One table per (case, batch size, mode, level)."""
     lines = [f"### Profiles on {device} (`{rel(result.path, out)}`)", ""]
     if result.error:
         return lines + [f"Skipped: `{result.path.name}` {result.error}.", ""]
@@ -510,8 +518,6 @@ def profile_section(result: Result, device: str, out: Path) -> list[str]:
     for case, batch_size, mode, level in dict.fromkeys(group_of(r) for r in rows):
         group = [r for r in rows if group_of(r) == (case, batch_size, mode, level)]
         lines += [f"#### {case}, B={batch_size}, {mode}, {level}", "", *profile_table(group), ""]
-    if MISSED_TARGETS_NOTE.exists():
-        lines += [MISSED_TARGETS_NOTE.read_text().strip(), ""]
     return lines
 
 
@@ -733,6 +739,8 @@ def cpu_sections(results: list[Result], out: Path) -> list[str]:
     lines = []
     for kind in KINDS:
         body = kind_sections(results, kind, on_gpu=False, out=out)
+        if kind == "profile" and MISSED_TARGETS_NOTE.exists():  # after every profile table
+            body += [MISSED_TARGETS_NOTE.read_text().strip(), ""]
         missing = f"No `{kind}*.json` in the results dir; this section is skipped."
         lines += [f"## {TITLES[kind]}", "", *(body or [missing, ""])]
     return lines
