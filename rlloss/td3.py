@@ -69,10 +69,10 @@ class TD3Loss(LossModule):
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
     times the work), so ``state_action_value_actor`` is ``[1, *B]`` (TorchRL's
-    ``[num_qvalue_nets, *B]``; index 0 is the same in both); copies of a single Q module are re-initialised with each layer's
-    ``reset_parameters`` (TorchRL draws them uniformly between the original weights' min and
-    max); ``priority_weighting`` defaults to the PER paper's mean; ``separate_losses`` is not
-    supported.
+    ``[num_qvalue_nets, *B]``; index 0 is the same in both); copies of a single Q module are
+    re-initialised with each layer's ``reset_parameters`` (TorchRL draws them uniformly between
+    the original weights' min and max); ``priority_weighting`` defaults to the PER paper's mean;
+    ``separate_losses`` is not supported.
 
     Example:
         >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
