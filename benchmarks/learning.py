@@ -467,6 +467,14 @@ def seed_dirs(results_dir: Path, task: str, library: str, seeds: list[int] | Non
     return sorted(found, key=lambda d: int(d.name[4:]))
 
 
+def seeds_verdict(met: int, run: int) -> bool | None:
+    """Whether ``met`` of ``run`` seeds on target meet the target; ``None`` (undecided) while
+    fewer seeds were run than the verdict needs and too few of them met it."""
+    if met >= MIN_SEEDS_MET:
+        return True
+    return None if run < MIN_SEEDS_MET else False
+
+
 def summarize_library(runs: list[dict], target: float) -> dict[str, Any]:
     """Per-library summary: per-seed runs, seeds on target, mean final return and wall time."""
     finals = [
@@ -482,10 +490,7 @@ def summarize_library(runs: list[dict], target: float) -> dict[str, Any]:
         "seeds": runs,
         "seeds_met": met,
         "seeds_run": len(runs),
-        # None: fewer seeds were run than the verdict needs, and too few of them met the target.
-        "target_met": True
-        if met >= MIN_SEEDS_MET
-        else (None if len(runs) < MIN_SEEDS_MET else False),
+        "target_met": seeds_verdict(met, len(runs)),
         "final_return_mean": float(np.mean(finals)) if finals else None,
         "wall_time_s_mean": float(np.mean(walls)) if walls else None,
     }

@@ -1,4 +1,4 @@
-"""Where the eager overhead goes: one step of plain torch and of rlloss, split by where the time
+"""Where the overhead goes: one step of plain torch and of rlloss, split by where the time
 is spent.
 
 For each case of ``benchmarks/overhead.py`` (same networks, batch and step) and each method,

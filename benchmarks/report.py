@@ -11,8 +11,9 @@ Inputs, each optional (a missing file is a note in the report, never an error):
   compiled) and level (forward / backward / update) the time of each method and the paired
   ratios. Each row is checked against the targets (``OVERHEAD_TARGETS``). A file in the older
   format (rows without ``mode`` / ``level``) is skipped with a note.
-* ``profile*.json`` -- ``benchmarks/profile_overhead.py``: per case, level and method, the
-  eager step's time split by where it is spent (torch ops, tensordict, rlloss's Python...).
+* ``profile*.json`` -- ``benchmarks/profile_overhead.py``: per case, mode, level and method,
+  the step's time split by where it is spent (torch ops, tensordict, rlloss's Python, dynamo's
+  guards...).
   ``benchmarks/missed_targets.md``, written by hand, follows it: why each missed target is
   missed, read off those profiles.
 * ``compile*.json`` -- ``benchmarks/compile_report.py``: one row per (case, library); whatever
@@ -467,7 +468,7 @@ def overhead_section(result: Result, device: str, out: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- #
-# Profiles of the eager overhead
+# Profiles of the overhead (eager and compiled)
 # --------------------------------------------------------------------------- #
 MISSED_TARGETS_NOTE = REPO_ROOT / "benchmarks" / "missed_targets.md"
 
@@ -587,7 +588,7 @@ def library_cell(lib: dict) -> str:
     parts = []
     if len(unfinished) < len(seeds) and lib.get("target_met") is None:
         parts.append(
-            f"undecided ({lib.get('seeds_met')}/{len(seeds)} seeds run on target, needs 2)"
+            f"undecided ({lib.get('seeds_met')}/{len(seeds)} seeds on target, too few run)"
         )
     elif len(unfinished) < len(seeds):
         parts.append(
@@ -717,7 +718,7 @@ SECTIONS = {
 }
 TITLES = {
     "overhead": "Overhead per update",
-    "profile": "Where the eager overhead goes",
+    "profile": "Where the overhead goes",
     "compile": "torch.compile",
     "learning": "Learning",
 }
