@@ -37,6 +37,14 @@ def elementwise(fn: Callable[..., float], *tensors: torch.Tensor) -> torch.Tenso
     return torch.tensor(out, dtype=torch.float64).reshape(tensors[0].shape)
 
 
+def per_row(fn: Callable[..., float], *tensors: torch.Tensor) -> torch.Tensor:
+    """Apply ``fn(*lists) -> float`` to every row (the last dim) of ``tensors``; returns a float64
+    tensor of the inputs' leading shape."""
+    rows = [t.detach().to(torch.float64).reshape(-1, t.shape[-1]).tolist() for t in tensors]
+    out = [fn(*row) for row in zip(*rows, strict=True)]
+    return torch.tensor(out, dtype=torch.float64).reshape(tensors[0].shape[:-1])
+
+
 # --------------------------------------------------------------------------- returns
 
 
@@ -186,6 +194,44 @@ def categorical_kl(logits_p: Sequence[float], logits_q: Sequence[float]) -> floa
     return total
 
 
+def adaptive_kl_beta(
+    beta: float,
+    kl: float,
+    dtarg: float,
+    increment: float,
+    decrement: float,
+    beta_min: float | None = None,
+    beta_max: float | None = None,
+) -> float:
+    """PPO's adaptive KL coefficient (Schulman et al., arXiv:1707.06347, sec. 4): if
+    ``d > 1.5 d_targ`` then ``beta * increment``, else if ``d < d_targ / 1.5`` then
+    ``beta * decrement``; then at least ``beta_min`` and at most ``beta_max``."""
+    if kl > 1.5 * dtarg:
+        beta = beta * increment
+    elif kl < dtarg / 1.5:
+        beta = beta * decrement
+    if beta_min is not None:
+        beta = max(beta, beta_min)
+    if beta_max is not None:
+        beta = min(beta, beta_max)
+    return beta
+
+
+def categorical_entropy(log_probs: Sequence[float]) -> float:
+    """Shannon entropy ``H = -sum_a p(a) log p(a)`` with ``p = exp(log p)`` and ``0 log 0 = 0``."""
+    total = 0.0
+    for log_p in log_probs:
+        p = math.exp(log_p)
+        if p > 0:
+            total -= p * log_p
+    return total
+
+
+def gaussian_sample(loc: float, scale: float, noise: float) -> float:
+    """The reparameterised draw ``loc + scale * eps`` for a standard normal ``eps``."""
+    return loc + scale * noise
+
+
 # --------------------------------------------------------------------------- critic
 
 
@@ -206,6 +252,22 @@ def clipped_value_loss(value: float, old_value: float, target: float, clip: floa
     """PPO value clipping: ``max(L(V, y), L(V_old + clamp(V - V_old, -clip, clip), y))``."""
     clipped_value = old_value + min(max(value - old_value, -clip), clip)
     return max(distance(value, target, kind), distance(clipped_value, target, kind))
+
+
+def td_error(value: float, target: float, kind: str) -> float:
+    """Replay priority from the TD error ``delta = V - y`` (Schaul et al., arXiv:1511.05952):
+    ``delta^2`` ("squared") or ``|delta|`` ("absolute")."""
+    delta = value - target
+    if kind == "squared":
+        return delta * delta
+    if kind == "absolute":
+        return abs(delta)
+    raise ValueError(kind)
+
+
+def ensemble_td_error(values: Sequence[float], target: float, kind: str) -> float:
+    """The error of the worst-fitting ensemble member, ``max_i td_error(Q_i, y)``."""
+    return max(td_error(value, target, kind) for value in values)
 
 
 # --------------------------------------------------------------------------- reductions

@@ -4,7 +4,7 @@ Tensors in, per-element tensors out (reductions live in :mod:`rlloss.functional.
 ``nn.Module``, no TensorDict, no in-place writes to inputs.
 """
 
-from rlloss.functional.critic import clipped_value_loss, distance
+from rlloss.functional.critic import clipped_value_loss, distance, ensemble_td_error, td_error
 from rlloss.functional.distributions import (
     squash,
     squash_log_abs_det_jacobian,
@@ -19,6 +19,7 @@ from rlloss.functional.mpo import (
     decoupled_gaussian_kl,
     dual_variable,
     gaussian_log_prob,
+    gaussian_samples,
     kl_penalty,
     lagrange_dual_loss,
     mpo_sample_kl,
@@ -27,6 +28,7 @@ from rlloss.functional.mpo import (
     weighted_log_likelihood_loss,
 )
 from rlloss.functional.policy import (
+    adaptive_kl_beta,
     categorical_kl,
     clip_bounds,
     clipped,
@@ -40,6 +42,7 @@ from rlloss.functional.policy import (
     rpo_perturbation,
 )
 from rlloss.functional.q import (
+    categorical_entropy,
     chosen_action_value,
     clipped_double_q_value,
     discrete_soft_value,
@@ -67,8 +70,10 @@ from rlloss.functional.returns import (
 
 __all__ = [
     "action_penalty_cost",
+    "adaptive_kl_beta",
     "bootstrap_discount",
     "categorical_cross_entropy",
+    "categorical_entropy",
     "categorical_kl",
     "categorical_mpo_log_weights",
     "categorical_mpo_temperature_loss",
@@ -85,10 +90,12 @@ __all__ = [
     "distribution_entropy",
     "double_q_value",
     "dual_variable",
+    "ensemble_td_error",
     "explained_variance",
     "gae_advantage",
     "gaussian_kl",
     "gaussian_log_prob",
+    "gaussian_samples",
     "greedy_value",
     "has_analytic_entropy",
     "kl_divergence",
@@ -112,6 +119,7 @@ __all__ = [
     "tanh_normal_sample_and_log_prob",
     "td0_error",
     "td0_return",
+    "td_error",
     "td_lambda_return",
     "temperature_loss",
     "weighted_log_likelihood_loss",

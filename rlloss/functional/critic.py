@@ -1,4 +1,5 @@
-"""Critic losses: elementwise distances and PPO's clipped value loss."""
+"""Critic losses: elementwise distances, PPO's clipped value loss, and the TD errors that
+prioritized replay uses as priorities."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rlloss.functional._checks import check_same_shape
 Scalar = float | torch.Tensor
 
 DISTANCES = ("l1", "l2", "smooth_l1")
+TD_ERRORS = ("squared", "absolute")
 
 
 def distance(prediction: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
@@ -47,3 +49,53 @@ def clipped_value_loss(
         distance(value, target, kind), distance(old_value.detach() + clipped_change, target, kind)
     )
     return loss, (change != clipped_change).to(value.dtype).detach()
+
+
+def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -> torch.Tensor:
+    """The per-element TD error used as a replay priority, detached (no gradient).
+
+    ``delta = V - y``; ``"squared"``: ``delta^2`` (TorchRL's DQN), ``"absolute"``: ``|delta|``
+    (Schaul et al., "Prioritized Experience Replay", arXiv:1511.05952, sec. 3.3).
+
+    Args:
+        value: ``[*B, 1]`` predicted values (any shape).
+        target: the targets, same shape as ``value``.
+        kind: one of :data:`TD_ERRORS`.
+
+    Returns:
+        The detached error, same shape as the inputs.
+    """
+    check_same_shape(value=value, target=target)
+    return _error_size(value - target, kind)
+
+
+def ensemble_td_error(
+    values: torch.Tensor, target: torch.Tensor, kind: str = "squared"
+) -> torch.Tensor:
+    """``max_i td_error(Q_i, y)`` over an ensemble of Q networks, detached (no gradient): the
+    priority of a transition is the error of its worst-fitting member (TorchRL's SAC/TD3).
+
+    Args:
+        values: ``[E, *B, 1]`` the ensemble's values, members along dim 0.
+        target: ``[*B, 1]`` the targets shared by every member.
+        kind: one of :data:`TD_ERRORS`.
+
+    Returns:
+        ``[*B, 1]`` the detached maximum error over the members.
+    """
+    if values.shape[1:] != target.shape:
+        raise ValueError(
+            f"shape mismatch: values has shape {tuple(values.shape)} (ensemble dim first) but "
+            f"target has shape {tuple(target.shape)}; target must have shape "
+            f"{tuple(values.shape[1:])}."
+        )
+    return _error_size(values - target.expand_as(values), kind).max(0).values
+
+
+def _error_size(difference: torch.Tensor, kind: str) -> torch.Tensor:
+    """``difference^2`` or ``|difference|``, detached."""
+    if kind == "squared":
+        return difference.detach().square()
+    if kind == "absolute":
+        return difference.detach().abs()
+    raise ValueError(f"unknown TD error kind {kind!r}; expected one of {TD_ERRORS}")

@@ -85,6 +85,23 @@ def weighted_log_likelihood_loss(log_prob: torch.Tensor, weights: torch.Tensor) 
     return -(weights.detach() * log_prob).sum(0)
 
 
+def gaussian_samples(loc: torch.Tensor, scale: torch.Tensor, num_samples: int) -> torch.Tensor:
+    """``num_samples`` reparameterised draws ``loc + scale * eps``, ``eps ~ N(0, I)``: the ``N``
+    actions per state of the E-step (arXiv:1806.06920, sec. 4.1), differentiable in ``loc``
+    and ``scale`` (Kingma & Welling, "Auto-Encoding Variational Bayes", arXiv:1312.6114).
+
+    Args:
+        loc: ``[*B, D]`` means (any shape).
+        scale: standard deviations, broadcastable to ``loc``.
+        num_samples: ``N``.
+
+    Returns:
+        ``[N, *B, D]`` draws; one ``torch.randn`` call of that shape.
+    """
+    noise = torch.randn((num_samples, *loc.shape), dtype=loc.dtype, device=loc.device)
+    return loc + scale * noise
+
+
 def gaussian_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``sum_d log N(value_d; loc_d, scale_d^2)`` over the last dim (a diagonal Gaussian)."""
     standardized = (value - loc) / scale

@@ -1,5 +1,5 @@
-"""Policy-gradient quantities: importance ratios, (dual-)clipped surrogates, KL estimators,
-entropies.
+"""Policy-gradient quantities: importance ratios, (dual-)clipped surrogates, KL estimators and
+PPO's adaptive KL coefficient, entropies.
 
 Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347; Ye et al.,
 "Mastering Complex Control in MOBA Games with Deep Reinforcement Learning", arXiv:1912.09729
@@ -130,6 +130,39 @@ def kl_divergence(p: D.Distribution, q: D.Distribution, samples: int = 1) -> tor
     with torch.no_grad():
         draws = p.sample((samples,))
     return (p.log_prob(draws) - q.log_prob(draws)).mean(0)
+
+
+def adaptive_kl_beta(
+    beta: torch.Tensor,
+    kl: torch.Tensor,
+    dtarg: Scalar,
+    increment: Scalar,
+    decrement: Scalar,
+    beta_min: Scalar | None = None,
+    beta_max: Scalar | None = None,
+) -> torch.Tensor:
+    """PPO's adaptive KL-penalty coefficient: the next beta from the measured KL.
+
+    ``beta * increment`` where ``kl > 1.5 dtarg``, ``beta * decrement`` where ``kl < dtarg /
+    1.5``, else ``beta``; then clamped to ``[beta_min, beta_max]`` (either bound may be ``None``)
+    (Schulman et al., arXiv:1707.06347, sec. 4, with factors 2 and 1/2; TorchRL's
+    ``KLPENPPOLoss`` names them ``increment`` and ``decrement``). A ``torch.where``, no host sync.
+
+    Args:
+        beta: the current coefficient, a 0-d tensor.
+        kl: the measured KL, a 0-d tensor (or any shape that broadcasts with ``beta``).
+        dtarg: the target KL.
+        increment, decrement: the factors (``>= 1`` and ``<= 1``).
+        beta_min, beta_max: optional bounds.
+
+    Returns:
+        The new beta, of the broadcast shape of ``beta`` and ``kl``.
+    """
+    factor = torch.where(kl > 1.5 * dtarg, increment, torch.where(kl < dtarg / 1.5, decrement, 1.0))
+    beta = beta * factor
+    if beta_min is None and beta_max is None:
+        return beta
+    return beta.clamp(beta_min, beta_max)
 
 
 def rpo_perturbation(loc: torch.Tensor, alpha: Scalar) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Action-value targets: Q-learning, double Q-learning, clipped double-Q with target policy
-smoothing (TD3), soft values (SAC, discrete SAC), expected SARSA.
+smoothing (TD3), soft values and the categorical entropy (SAC, discrete SAC), expected SARSA.
 
 Values are ``[*B, 1]`` (TorchRL's convention) and action values ``[*B, A]``; ensembles of Q
 networks stack along a leading dim ``[E, *B, 1]``. Targets are built from target networks'
@@ -94,6 +94,24 @@ def discrete_soft_value(
     log_probs = torch.where(possible, log_probs, 0.0)
     terms = torch.where(possible, log_probs.exp() * (action_value - alpha * log_probs), 0.0)
     return terms.sum(-1, keepdim=True)
+
+
+def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of a categorical policy, ``H(pi) = -sum_a pi(a) log pi(a)`` over the last dim
+    (Shannon, 1948; the entropy term of discrete SAC, arXiv:1910.07207, eq. 9).
+
+    Actions of probability 0 (``log pi(a) = -inf``, as action masking produces) contribute 0 to
+    the value and the gradient: the log-probs are masked before the arithmetic.
+
+    Args:
+        log_probs: ``[*B, A]`` normalised log-probabilities (e.g. ``logits.log_softmax(-1)``).
+
+    Returns:
+        ``[*B]`` the entropies.
+    """
+    possible = log_probs > -torch.inf
+    log_probs = torch.where(possible, log_probs, 0.0)
+    return -torch.where(possible, log_probs.exp() * log_probs, 0.0).sum(-1)
 
 
 def temperature_loss(

@@ -1,5 +1,5 @@
-"""rlloss.functional.critic against the references: distances, PPO's clipped value loss,
-gradient routing, shape errors."""
+"""rlloss.functional.critic against the references: distances, PPO's clipped value loss, TD
+errors (replay priorities), gradient routing, shape errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlloss.functional import clipped_value_loss, distance
+from rlloss.functional import clipped_value_loss, distance, ensemble_td_error, td_error
+from rlloss.functional.critic import TD_ERRORS
 from tests import reference
 
 DTYPES = [torch.float32, torch.float64]
@@ -42,13 +43,21 @@ def assert_matches(actual, expected, dtype, **context):
     )
 
 
+ELEMENTWISE_ERRORS = [
+    pytest.param(distance, reference.distance, KINDS, id="distance"),
+    pytest.param(td_error, reference.td_error, TD_ERRORS, id="td_error"),
+]
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
-def test_distance_matches_reference(shape, dtype):
+@pytest.mark.parametrize("function, naive, kinds", ELEMENTWISE_ERRORS)
+def test_elementwise_error_matches_reference(function, naive, kinds, shape, dtype):
+    """:func:`distance` and :func:`td_error`, every kind, one element at a time."""
     value, _, target = values(shape, dtype)
-    for kind in KINDS:
-        expected = reference.elementwise(partial(reference.distance, kind=kind), value, target)
-        assert_matches(distance(value, target, kind), expected, dtype, kind=kind)
+    for kind in kinds:
+        expected = reference.elementwise(partial(naive, kind=kind), value, target)
+        assert_matches(function(value, target, kind), expected, dtype, kind=kind)
 
 
 def test_distance_worked_values():
@@ -140,9 +149,88 @@ def test_extreme_values_are_finite():
         pytest.param(lambda a, b: clipped_value_loss(a, b, b, 0.2, "l2"), id="clip-value"),
         pytest.param(lambda a, b: clipped_value_loss(b, a, b, 0.2, "l2"), id="clip-old_value"),
         pytest.param(lambda a, b: clipped_value_loss(b, b, a, 0.2, "l2"), id="clip-target"),
+        pytest.param(lambda a, b: td_error(a, b), id="td_error-value"),
+        pytest.param(lambda a, b: td_error(b, a, "absolute"), id="td_error-target"),
+        pytest.param(lambda a, b: ensemble_td_error(b.unsqueeze(0), a), id="ensemble-target"),
     ],
 )
 def test_shape_mismatch_raises_naming_both_shapes(call):
     with pytest.raises(ValueError) as error:
         call(torch.zeros(5), torch.zeros(5, 1))
     assert "(5,)" in str(error.value) and "(5, 1)" in str(error.value)
+
+
+# --------------------------------------------------------------------------- TD errors
+
+
+def test_td_error_is_the_detached_l2_or_l1_distance():
+    value, _, target = values((64, 1), torch.float64)
+    value.requires_grad_()
+    for kind, distance_kind in (("squared", "l2"), ("absolute", "l1")):
+        error = td_error(value, target, kind)
+        assert not error.requires_grad
+        torch.testing.assert_close(error, distance(value, target, distance_kind).detach())
+    torch.testing.assert_close(td_error(value, target), td_error(value, target, "squared"))
+
+
+def test_unknown_td_error_kind_raises_naming_the_accepted_kinds():
+    with pytest.raises(ValueError, match="'huber'.*'squared', 'absolute'"):
+        td_error(torch.zeros(2, 1), torch.zeros(2, 1), "huber")
+    with pytest.raises(ValueError, match="'l2'.*'squared', 'absolute'"):
+        ensemble_td_error(torch.zeros(3, 2, 1), torch.zeros(2, 1), "l2")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("members", [1, 2, 5])
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_ensemble_td_error_matches_reference(shape, members, dtype):
+    """The per-member maximum, computed one transition at a time."""
+    generator = torch.Generator().manual_seed(members)
+    ensemble = torch.randn((members, *shape), generator=generator, dtype=dtype)
+    target = torch.randn(shape, generator=generator, dtype=dtype)
+    for kind in TD_ERRORS:
+        expected = reference.per_row(
+            lambda column, y, kind=kind: reference.ensemble_td_error(column, y[0], kind),
+            ensemble.movedim(0, -1),
+            target.unsqueeze(-1),
+        )
+        assert_matches(ensemble_td_error(ensemble, target, kind), expected, dtype, kind=kind)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_ensemble_td_error_is_the_max_over_members_bit_for_bit(dtype):
+    """The same numbers as the expression the losses wrote inline before."""
+    ensemble = torch.randn(3, 6, 4, 1, dtype=dtype)
+    target = torch.randn(6, 4, 1, dtype=dtype)
+    difference = (ensemble - target.expand_as(ensemble)).detach()
+    squared, absolute = difference.square().max(0).values, difference.abs().max(0).values
+    assert torch.equal(ensemble_td_error(ensemble, target), squared)
+    assert torch.equal(ensemble_td_error(ensemble, target, "absolute"), absolute)
+
+
+@pytest.mark.parametrize("kind", TD_ERRORS)
+def test_ensemble_of_one_is_td_error(kind):
+    value, _, target = values((5, 3, 1), torch.float64, seed=1)
+    actual = ensemble_td_error(value.unsqueeze(0), target, kind)
+    assert torch.equal(actual, td_error(value, target, kind))
+
+
+def test_no_gradient_flows_through_td_errors():
+    ensemble = torch.randn(2, 8, 1, requires_grad=True)
+    target = torch.randn(8, 1, requires_grad=True)
+    for kind in TD_ERRORS:
+        for error in (
+            td_error(ensemble[0], target, kind),
+            ensemble_td_error(ensemble, target, kind),
+        ):
+            assert not error.requires_grad and error.grad_fn is None
+
+
+@pytest.mark.parametrize(
+    "values_shape, target_shape",
+    [((3, 5, 1), (5,)), ((3, 5, 1), (3, 5, 1)), ((3, 5), (5, 1)), ((2, 4, 1), (5, 1))],
+)
+def test_ensemble_td_error_shape_mismatch_names_both_shapes(values_shape, target_shape):
+    with pytest.raises(ValueError) as error:
+        ensemble_td_error(torch.zeros(values_shape), torch.zeros(target_shape))
+    assert str(values_shape) in str(error.value) and str(target_shape) in str(error.value)

@@ -10,6 +10,7 @@ import torch
 from torch import distributions as D
 
 from rlloss import functional as F
+from tests import reference
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -157,6 +158,43 @@ def test_each_multiplier_grows_iff_its_kl_exceeds_epsilon(kl_value):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_samples", [1, 20])
+@pytest.mark.parametrize("shape", [(3,), (6, 2), (2, 3, 4)])
+def test_gaussian_samples_are_one_seeded_randn_draw(shape, num_samples, dtype):
+    """The same draws as ``loc + scale * randn(N, *loc.shape)`` with the same seed, and each
+    the reparameterised sample ``loc + scale * eps`` of the reference."""
+    loc, scale = torch.randn(shape, dtype=dtype), torch.rand(shape, dtype=dtype) + 0.1
+    torch.manual_seed(7)
+    samples = F.gaussian_samples(loc, scale, num_samples)
+    torch.manual_seed(7)
+    noise = torch.randn((num_samples, *loc.shape), dtype=loc.dtype, device=loc.device)
+    assert samples.shape == (num_samples, *shape) and samples.dtype == dtype
+    assert torch.equal(samples, loc + scale * noise)
+    expected = reference.elementwise(
+        reference.gaussian_sample, loc.expand_as(noise), scale.expand_as(noise), noise
+    )
+    torch.testing.assert_close(samples.double(), expected)
+
+
+def test_gaussian_samples_have_the_requested_moments():
+    torch.manual_seed(0)
+    loc, scale = torch.tensor([-1.0, 0.0, 3.0]), torch.tensor([0.1, 1.0, 5.0])
+    samples = F.gaussian_samples(loc, scale, 200_000)
+    assert ((samples.mean(0) - loc) / scale).abs().max() < 0.01  # 4 standard errors
+    torch.testing.assert_close(samples.std(0), scale, rtol=0.01, atol=0.0)
+
+
+def test_gaussian_samples_are_reparameterised():
+    loc = torch.randn(4, 2, requires_grad=True)
+    scale = (torch.rand(4, 2) + 0.5).requires_grad_()
+    torch.manual_seed(3)
+    samples = F.gaussian_samples(loc, scale, 16)
+    loc_grad, scale_grad = torch.autograd.grad(samples.sum(), (loc, scale))
+    torch.testing.assert_close(loc_grad, torch.full_like(loc, 16.0))
+    torch.testing.assert_close(scale_grad, ((samples - loc) / scale).detach().sum(0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_weighted_log_likelihood_and_gaussian_log_prob(dtype):
     loc, scale = torch.randn(6, 2, dtype=dtype), torch.rand(6, 2, dtype=dtype) + 0.3
     actions = torch.randn(20, 6, 2, dtype=dtype)
@@ -235,7 +273,7 @@ def test_categorical_cross_entropy():
     expected = -(target_log_probs.exp() * torch.log_softmax(logits, -1)).sum(-1)
     torch.testing.assert_close(loss, expected)
     # cross-entropy = entropy(p) + KL(p || pi): zero KL when pi = p
-    entropy = -(target_log_probs.exp() * target_log_probs).sum(-1)
+    entropy = F.categorical_entropy(target_log_probs)
     torch.testing.assert_close(
         F.categorical_cross_entropy(target_log_probs, target_log_probs), entropy
     )

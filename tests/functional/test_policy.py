@@ -1,5 +1,5 @@
 """rlloss.functional.policy against the references: ratios, (dual-)clipped surrogate, KL,
-entropy; gradient routing, extreme inputs, shape errors."""
+adaptive KL coefficient, entropy; gradient routing, extreme inputs, shape errors."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from torch import distributions as D
 
 from rlloss.functional import (
+    adaptive_kl_beta,
     categorical_kl,
     clip_bounds,
     clipped,
@@ -344,6 +345,72 @@ def test_rpo_perturbation_is_fresh_bounded_noise_on_the_location():
     (grad,) = torch.autograd.grad(rpo_perturbation(loc, 0.5).sum(), loc)
     torch.testing.assert_close(grad, torch.ones_like(loc))
     torch.testing.assert_close(rpo_perturbation(loc, 0.0), loc)
+
+
+# --------------------------------------------------------------------------- adaptive KL coefficient
+
+BETA_BOUNDS = [(None, None), (0.75, None), (None, 1.5), (0.75, 1.5)]
+
+
+def kl_grid(dtarg):
+    """KLs in each branch and on both thresholds (exact in float32 for the dtargs below)."""
+    return [0.0, 0.25 * dtarg, dtarg / 1.5, dtarg, 1.5 * dtarg, 2.0 * dtarg, 100.0 * dtarg]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bounds", BETA_BOUNDS, ids=str)
+@pytest.mark.parametrize("increment,decrement", [(2.0, 0.5), (1.5, 0.75)])
+@pytest.mark.parametrize("dtarg", [0.75, 3.0])
+def test_adaptive_kl_beta_matches_reference(dtarg, increment, decrement, bounds, dtype):
+    beta_min, beta_max = bounds
+    for beta in (1.0, 0.3):
+        for kl in kl_grid(dtarg):
+            actual = adaptive_kl_beta(
+                torch.tensor(beta, dtype=dtype),
+                torch.tensor(kl, dtype=dtype),
+                dtarg,
+                increment,
+                decrement,
+                beta_min,
+                beta_max,
+            )
+            expected = reference.adaptive_kl_beta(
+                float(torch.tensor(beta, dtype=dtype)), kl, dtarg, increment, decrement, *bounds
+            )
+            assert actual.shape == ()
+            assert_matches(actual, torch.tensor(expected, dtype=torch.float64), dtype, kl=kl)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaptive_kl_beta_is_the_klpen_update_bit_for_bit(dtype):
+    """The rule KLPENPPOLoss.update_beta wrote inline, with factors that are not exact in binary."""
+    beta = torch.tensor(0.7, dtype=dtype)
+    for kl in (0.001, 0.01, 0.1):
+        kl = torch.tensor(kl, dtype=dtype)
+        factor = torch.where(kl > 1.5 * 0.01, 1.1, torch.where(kl < 0.01 / 1.5, 0.9, 1.0))
+        for bounds in BETA_BOUNDS:
+            inline = beta * factor if bounds == (None, None) else (beta * factor).clamp(*bounds)
+            actual = adaptive_kl_beta(beta, kl, 0.01, 1.1, 0.9, *bounds)
+            assert actual.dtype == inline.dtype and torch.equal(actual, inline)
+
+
+def test_adaptive_kl_beta_without_adaptation_keeps_beta():
+    beta = torch.tensor(0.37)
+    for kl in kl_grid(0.75):
+        assert torch.equal(adaptive_kl_beta(beta, torch.tensor(kl), 0.75, 1.0, 1.0), beta)
+
+
+def test_adaptive_kl_beta_accepts_tensor_hyperparameters_and_broadcast_kl():
+    kl = torch.tensor([0.0, 0.75, 10.0])
+    expected = torch.tensor([0.5, 1.0, 2.0])
+    torch.testing.assert_close(adaptive_kl_beta(torch.tensor(1.0), kl, 0.75, 2.0, 0.5), expected)
+    actual = adaptive_kl_beta(
+        torch.tensor(1.0), kl, torch.tensor(0.75), torch.tensor(2.0), torch.tensor(0.5)
+    )
+    torch.testing.assert_close(actual, expected)
+    beta = torch.tensor(1.0)
+    adaptive_kl_beta(beta, kl, 0.75, 2.0, 0.5, 0.75, 1.5)
+    assert beta == 1.0  # the input is not written
 
 
 # --------------------------------------------------------------------------- entropy

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from rlloss.functional.q import (
+    categorical_entropy,
     chosen_action_value,
     clipped_double_q_value,
     discrete_soft_value,
@@ -15,8 +18,14 @@ from rlloss.functional.q import (
     soft_value,
     temperature_loss,
 )
+from tests import reference
 
 SHAPES = [(7,), (3, 5)]
+DTYPES = [torch.float32, torch.float64]
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+    torch.float64: {"rtol": 1e-12, "atol": 1e-12},
+}
 
 
 @pytest.mark.parametrize("batch", SHAPES)
@@ -99,3 +108,65 @@ def test_temperature_loss_gradient_reaches_only_log_alpha():
     loss.mean().backward()
     assert log_prob.grad is None
     torch.testing.assert_close(log_alpha.grad, -(log_prob.detach() - 2.0).mean())
+
+
+# --------------------------------------------------------------------------- categorical entropy
+
+
+def masked_logits(shape, dtype, seed=0):
+    """Logits of spread 2 with every third action of the flattened batch impossible (never all
+    of a row, as long as the rows have at least two actions)."""
+    logits = 2 * torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    if shape[-1] > 1:
+        logits.view(-1)[::3] = -torch.inf
+    return logits
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("actions", [1, 2, 6])
+@pytest.mark.parametrize("batch", [(1,), *SHAPES, (2, 3, 4)])
+def test_categorical_entropy_matches_reference(batch, actions, dtype):
+    log_probs = masked_logits((*batch, actions), dtype).log_softmax(-1)
+    actual = categorical_entropy(log_probs)
+    assert actual.shape == batch and actual.dtype == dtype
+    expected = reference.per_row(reference.categorical_entropy, log_probs)
+    torch.testing.assert_close(actual.double(), expected, **TOLERANCE[dtype])
+
+
+def test_categorical_entropy_of_finite_log_probs_is_the_plain_formula():
+    log_probs = (3 * torch.randn(64, 7, dtype=torch.float64)).log_softmax(-1)
+    naive = -(log_probs.exp() * log_probs).sum(-1)
+    torch.testing.assert_close(categorical_entropy(log_probs), naive, rtol=1e-6, atol=0.0)
+
+
+@pytest.mark.parametrize("actions", [1, 2, 5, 100])
+def test_uniform_policy_has_entropy_log_num_actions(actions):
+    log_probs = torch.zeros(3, actions, dtype=torch.float64).log_softmax(-1)
+    expected = torch.full((3,), math.log(actions), dtype=torch.float64)
+    torch.testing.assert_close(categorical_entropy(log_probs), expected)
+
+
+def test_impossible_action_gives_entropy_of_the_rest_and_finite_gradients():
+    """A masked action (logit -inf) is as if it were not there, in value and in gradient."""
+    rest = torch.randn(4, 3, dtype=torch.float64)
+    logits = torch.cat(
+        [rest[:, :1], torch.full((4, 1), -torch.inf, dtype=torch.float64), rest[:, 1:]], -1
+    )
+    logits.requires_grad_()
+    entropy = categorical_entropy(logits.log_softmax(-1))
+    rest.requires_grad_()
+    expected = categorical_entropy(rest.log_softmax(-1))
+    torch.testing.assert_close(entropy, expected)
+    entropy.sum().backward()
+    expected.sum().backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[:, 1].eq(0).all()
+    torch.testing.assert_close(logits.grad[:, [0, 2, 3]], rest.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_categorical_entropy_gradient_is_that_of_the_plain_formula(dtype):
+    logits = torch.randn(5, 4, dtype=dtype, requires_grad=True)
+    (grad,) = torch.autograd.grad(categorical_entropy(logits.log_softmax(-1)).sum(), logits)
+    log_probs = logits.log_softmax(-1)
+    (naive,) = torch.autograd.grad(-(log_probs.exp() * log_probs).sum(), logits)
+    torch.testing.assert_close(grad, naive)
