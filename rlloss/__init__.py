@@ -8,7 +8,13 @@ from rlloss import functional
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
-from rlloss.estimators import GAE, TD0Estimator, TDLambdaEstimator, ValueEstimator
+from rlloss.estimators import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimator,
+)
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
@@ -39,6 +45,7 @@ __all__ = [
     "SoftUpdate",
     "TD3Loss",
     "TD0Estimator",
+    "TD1Estimator",
     "TDLambdaEstimator",
     "ValueEstimator",
     "functional",

@@ -14,6 +14,7 @@ copy of the batch, so the caller's TensorDict is never written to.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 
 import torch
@@ -21,12 +22,13 @@ from tensordict import TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
-    TensorDictModule,
     TensorDictSequential,
 )
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
+
+from rlloss import _compat
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
@@ -52,19 +54,10 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
             steps += child_steps
             if until is not None and until in child.out_keys:
                 return steps
-        if until is not None or getattr(module, "_selected_out_keys", None):
+        if until is not None or _compat.selects_out_keys(module):
             return None
         return steps
-    if (
-        isinstance(module, TensorDictModule)
-        and type(module).forward is TensorDictModule.forward
-        and module._kwargs is None
-        and module.method is None
-        and not module.method_kwargs
-        and not module._get_kwargs
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-    ):
+    if _compat.is_plain_tensordict_module(module):
         return [(module.module, list(module.in_keys), list(module.out_keys))]
     return None
 
@@ -74,7 +67,7 @@ def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | Ten
     as ``TensorDictModule`` stores its keys). For a TensorDict, the lookup ``get`` makes after
     unravelling its key, which it would otherwise do again on every call."""
     if isinstance(batch, TensorDictBase):
-        return batch._get_tuple((key,) if isinstance(key, str) else key, None)
+        return _compat.get_path(batch, (key,) if isinstance(key, str) else key)
     return batch.get(key, None)
 
 
@@ -218,7 +211,7 @@ class StackedMLP:
             return None
         if type(mlp).forward not in (nn.Sequential.forward, _MLP_FORWARD):
             return None
-        if getattr(mlp, "_reshape_out", False) or (len(in_keys) > 1 and not _is_mlp(mlp)):
+        if _compat.mlp_reshapes_output(mlp) or (len(in_keys) > 1 and not _is_mlp(mlp)):
             return None
         prefix = next(name for name, module in network.named_modules() if module is mlp)
         prefix = key_prefix + (f"{prefix}." if prefix else "")
@@ -266,3 +259,112 @@ def _mlp_forward():
 
 
 _MLP_FORWARD = _mlp_forward()
+
+
+# ----------------------------------------------------------------------------- copies
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` whose parameters are buffers (detached, never trained)."""
+    module = copy.deepcopy(module)
+    for submodule in module.modules():
+        for name, parameter in list(submodule.named_parameters(recurse=False)):
+            delattr(submodule, name)
+            submodule.register_buffer(name, parameter.detach())
+    return module
+
+
+def reinitialised(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` with every ``reset_parameters`` submodule re-initialised."""
+    module = copy.deepcopy(module)
+    for submodule in module.modules():
+        if hasattr(submodule, "reset_parameters"):
+            submodule.reset_parameters()
+    return module
+
+
+class FrozenCopy:
+    """A copy of a network whose tensors are not its own parameters: a target network (its
+    tensors are the loss's ``target_<name>_params``) or a detached view (its tensors are
+    detached views of the online parameters). Called like :class:`NetworkCall`.
+
+    Held as a plain attribute, outside the module tree, so its tensors appear once in
+    ``state_dict`` (under the loss's own names) and never in ``loss.parameters()``.
+    """
+
+    def __init__(self, module: nn.Module, until: NestedKey | None = None) -> None:
+        self.module = frozen_copy(module)
+        self.call = NetworkCall(self.module, until)
+
+    def use(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Point the copy at ``tensors`` (dotted parameter names, as ``named_parameters``)."""
+        for name, tensor in tensors.items():
+            owner, _, attribute = name.rpartition(".")
+            self.module.get_submodule(owner).register_buffer(attribute, tensor)
+
+    def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
+        return self.call(batch)
+
+
+class _MemberCall(nn.Module):
+    """A module whose forward is a :class:`NetworkCall`, so ``torch.func.functional_call`` can
+    run it with other tensors (its network is the ``network`` submodule)."""
+
+    def __init__(self, call: NetworkCall) -> None:
+        super().__init__()
+        self.network = call.module
+        self.call = call
+
+    def forward(self, inputs: Mapping) -> Mapping:
+        return self.call(inputs)
+
+
+class Ensemble:
+    """``size`` copies of one network architecture evaluated in one batched call on stacked
+    parameters: batched matrix products for MLPs (:class:`StackedMLP`), else ``torch.vmap``.
+
+    The stacked tensors are the loss's (``<name>_params`` and ``target_<name>_params``); call
+    :meth:`use` after they are created or replaced (``.to()``, deep copies).
+    """
+
+    def __init__(self, template: nn.Module, until: NestedKey | None = None) -> None:
+        self.template = frozen_copy(template)
+        self.stacked = StackedMLP.of(self.template, until, key_prefix="network.")
+        self.member = _MemberCall(NetworkCall(self.template, until))
+        self.online: dict[str, torch.Tensor] = {}
+        self.target: dict[str, torch.Tensor] = {}
+
+    def use(self, online: TensorDictBase, target: TensorDictBase | None) -> None:
+        """Point the ensemble at the stacked ``online`` and ``target`` tensors."""
+        self.online = _flat_member_tensors(online)
+        self.target = {} if target is None else _flat_member_tensors(target)
+
+    def __call__(
+        self,
+        inputs: Mapping,
+        *,
+        target: bool = False,
+        detach: bool = False,
+        members: int | None = None,
+    ) -> Mapping:
+        """Every member's outputs on ``inputs`` (shared by all members), stacked along a leading
+        ``[size]`` dim. ``target``: the target tensors (no gradient); ``detach``: the online
+        tensors without gradient; ``members``: only the first ``members`` members."""
+        params = self.target if target else self.online
+        if members is not None:
+            params = {k: v[:members] for k, v in params.items()}
+        if detach:
+            params = {k: v.detach() for k, v in params.items()}
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not target):
+            if self.stacked is not None:  # an MLP: one batched matrix product per layer
+                return {self.stacked.out_key: self.stacked(params, inputs)}
+
+            def member(member_params):
+                return torch.func.functional_call(self.member, member_params, (inputs,))
+
+            return torch.vmap(member, randomness="different")(params)
+
+
+def _flat_member_tensors(params: TensorDictBase) -> dict[str, torch.Tensor]:
+    """``network.<dotted name>`` -> stacked tensor, the names :class:`Ensemble` calls with."""
+    return {f"network.{k}": v for k, v in params.flatten_keys(".").items()}

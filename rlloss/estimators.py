@@ -1,4 +1,4 @@
-"""Value estimators: ``GAE``, ``TD0Estimator``, ``TDLambdaEstimator``.
+"""Value estimators: ``GAE``, ``TD0Estimator``, ``TD1Estimator``, ``TDLambdaEstimator``.
 
 TensorDict modules over :mod:`rlloss.functional.returns` with TorchRL's constructor keywords.
 Each reads a ``[*B, T]`` batch (time the last batch dim unless ``time_dim`` says otherwise),
@@ -17,10 +17,20 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import functional as F
+from rlloss import functional as rlf
+from rlloss._checks import (
+    MissingKeyError,
+    check_in_range,
+    missing_key_message,
+    next_key,
+    remap_keys,
+)
 from rlloss._networks import NetworkCall
-from rlloss.common import MissingKeyError, check_in_range, missing_key_message
+
+DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
+DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
 
 
 class ValueEstimator(TensorDictModuleBase):
@@ -64,21 +74,11 @@ class ValueEstimator(TensorDictModuleBase):
 
     def set_keys(self, **kwargs) -> None:
         """Remap keys, as :meth:`rlloss.LossModule.set_keys`."""
-        valid = [field.name for field in dataclasses.fields(self._AcceptedKeys)]
-        unknown = [name for name in kwargs if name not in valid]
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}.set_keys got unknown key name(s) {unknown}; "
-                f"valid names are {valid}."
-            )
-        defaults = self._AcceptedKeys()
-        for name, key in kwargs.items():
-            setattr(self.tensor_keys, name, getattr(defaults, name) if key is None else key)
+        remap_keys(type(self).__name__, self.tensor_keys, self._AcceptedKeys, **kwargs)
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
     def _read(self, tensordict: TensorDictBase, name: str, nested: bool = False) -> torch.Tensor:
-        key = getattr(self.tensor_keys, name)
-        full_key = ("next", *((key,) if isinstance(key, str) else key)) if nested else key
+        full_key = next_key(getattr(self.tensor_keys, name), nested)
         value = tensordict.get(full_key, None)
         if value is None:
             raise MissingKeyError(
@@ -110,7 +110,7 @@ class ValueEstimator(TensorDictModuleBase):
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
             steps = None if steps is None else steps.view_as(reward)
-            gamma = F.bootstrap_discount(self.gamma, steps, reward.dtype)
+            gamma = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
             advantage, value_target = self.estimate(
                 reward=reward,
                 value=value,
@@ -135,7 +135,7 @@ class TD0Estimator(ValueEstimator):
     """
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        value_target = F.td0_return(reward, next_value, terminated, gamma)
+        value_target = rlf.td0_return(reward, next_value, terminated, gamma)
         return value_target - value, value_target
 
 
@@ -152,10 +152,22 @@ class TDLambdaEstimator(ValueEstimator):
         self.lmbda = float(lmbda)
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        value_target = F.td_lambda_return(
+        value_target = rlf.td_lambda_return(
             reward, next_value, done, terminated, gamma, self.lmbda, time_dim
         )
         return value_target - value, value_target
+
+
+class TD1Estimator(TDLambdaEstimator):
+    """TD(1): the discounted return to the end of the batch, bootstrapped there
+    (:class:`TDLambdaEstimator` with ``lmbda=1``).
+
+    Example:
+        >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
+    """
+
+    def __init__(self, *, gamma: float, **kwargs) -> None:
+        super().__init__(gamma=gamma, lmbda=1.0, **kwargs)
 
 
 class GAE(ValueEstimator):
@@ -176,10 +188,25 @@ class GAE(ValueEstimator):
         self.average_gae = average_gae
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        advantage = F.gae_advantage(
+        advantage = rlf.gae_advantage(
             reward, value, next_value, done, terminated, gamma, self.lmbda, time_dim
         )
         value_target = advantage + value
         if self.average_gae:
-            advantage = F.standardize(advantage)
+            advantage = rlf.standardize(advantage)
         return advantage, value_target
+
+
+# TorchRL's ValueEstimators members -> rlloss's estimator classes and their default keywords.
+ESTIMATORS = {
+    ValueEstimators.TD0: TD0Estimator,
+    ValueEstimators.TD1: TD1Estimator,
+    ValueEstimators.TDLambda: TDLambdaEstimator,
+    ValueEstimators.GAE: GAE,
+}
+DEFAULT_VALUE_HYPERPARAMS = {
+    ValueEstimators.TD0: {"gamma": DEFAULT_GAMMA},
+    ValueEstimators.TD1: {"gamma": DEFAULT_GAMMA},
+    ValueEstimators.TDLambda: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
+    ValueEstimators.GAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
+}

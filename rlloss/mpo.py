@@ -27,70 +27,52 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Bounded, Composite
 from torchrl.modules import IndependentNormal, TanhNormal
-from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import functional as F
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_in_range
 from rlloss._networks import DistributionCall, NetworkCall
-from rlloss.common import LossModule, check_choice, check_in_range
-from rlloss.dqn import PRIORITY_WEIGHTINGS
-from rlloss.functional.critic import DISTANCES
 from rlloss.functional.mpo import MIN_LOG_DUAL
+from rlloss.offpolicy import TDTargetLoss
 
 
-class _MaximumAPosteriori(LossModule):
+class _MaximumAPosteriori(TDTargetLoss):
     """What both MPO losses share: online and target actor and critic, the dual parameters and
-    their floor, the critic regression on expected-SARSA targets, and ``forward``."""
+    their floor, and ``forward``.
 
-    default_value_estimator = ValueEstimators.TD0
-    make_value_estimator = LossModule.make_gamma_estimator
+    ``value``: the name of the key the Q network writes (``tensor_keys.<value>``); ``replay``:
+    the keywords of :class:`rlloss.offpolicy.TDTargetLoss`.
+    """
 
-    def _init_common(
-        self,
-        actor_network,
-        qvalue_network,
-        *,
-        value_key: NestedKey,
-        loss_function,
-        delay_actor,
-        delay_qvalue,
-        gamma,
-        reduction,
-        use_prioritized_weights,
-        priority_weighting,
+    def __init__(
+        self, actor_network, qvalue_network, *, value: str, delay_actor, delay_qvalue, **replay
     ) -> None:
-        check_choice("loss_function", loss_function, DISTANCES)
-        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
-        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
-        self.gamma = 0.99 if gamma is None else gamma
-        check_in_range("gamma", self.gamma, 0.0, 1.0)
-        self.reduction = self._check_reduction(reduction)
-        self.loss_function = loss_function
-        self.use_prioritized_weights = use_prioritized_weights
-        self.priority_weighting = priority_weighting
+        super().__init__(**replay)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         self._dual_names: list[str] = []
+        value_key = getattr(self.tensor_keys, value)
 
         self.actor_network = actor_network
         self._actor_call = DistributionCall(actor_network)
         self.qvalue_network = qvalue_network
         self._qvalue_call = NetworkCall(qvalue_network, until=value_key)
         self._qvalue_in_keys = list(qvalue_network.in_keys)
+        # without target copies, the online networks' outputs are used (no gradient)
         self._target_actor_call = self._actor_call
         self._target_qvalue_call = self._qvalue_call
         if delay_actor:
-            self._register_target_network("actor_network")
-            self._target_actor_call = DistributionCall(self.__dict__["_actor_network_target"])
+            target_actor = self._register_target_network("actor_network")
+            self._target_actor_call = DistributionCall(target_actor.module)
         if delay_qvalue:
-            self._register_target_network("qvalue_network", until=value_key)
-            self._target_qvalue_call = self.__dict__["_qvalue_network_target_call"]
+            self._target_qvalue_call = self._register_target_network(
+                "qvalue_network", until=value_key
+            ).call
 
     @property
     def in_keys(self) -> list[NestedKey]:
         keys = [*self.actor_network.in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
-        keys += [("next", k) for k in self.actor_network.in_keys]
-        keys += [("next", k) for k in self._qvalue_in_keys if k != self.tensor_keys.action]
-        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
-        return list(dict.fromkeys(keys))
+        next_keys = [k for k in self._qvalue_in_keys if k != self.tensor_keys.action]
+        return self._transition_keys(keys, [*self.actor_network.in_keys, *next_keys])
 
     # ----------------------------------------------------------------------------- duals
     def _register_dual(self, name: str, init: float, shape: tuple[int, ...], device) -> None:
@@ -109,28 +91,20 @@ class _MaximumAPosteriori(LossModule):
                 parameter.clamp_(min=MIN_LOG_DUAL)
 
     def _dual(self, name: str) -> torch.Tensor:
-        return F.dual_variable(getattr(self, name))
+        return rlf.dual_variable(getattr(self, name))
 
     # ----------------------------------------------------------------------------- critic
-    def _target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
-        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]``."""
-        reward = self._get(tensordict, "reward", nested=True)
-        terminated = self._get(tensordict, "terminated", nested=True)
-        discount = self._bootstrap_discount(tensordict, reward)
-        return F.td0_return(reward, next_value, terminated, discount)
-
-    def _critic_loss(
+    def _mpo_critic_loss(
         self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, dict]:
         """``L(Q(s, a), y)`` reduced; ``td_error = |Q(s, a) - y|``, ``target_value`` and
         ``pred_value`` (``[*B]``, detached)."""
-        loss = F.distance(value, target, self.loss_function)
         info = {
-            "td_error": (value - target).detach().abs().squeeze(-1),
+            "td_error": rlf.td_error(value, target, "absolute").squeeze(-1),
             "target_value": target.squeeze(-1),
             "pred_value": value.detach().squeeze(-1),
         }
-        return self._reduce_replayed(loss, tensordict), info
+        return self._critic_loss(value, target, tensordict), info
 
     def _call(self, call: NetworkCall, inputs: dict, batch_shape) -> Mapping:
         """``call`` on a mapping of input tensors (a TensorDict only for the fallback path)."""
@@ -142,9 +116,10 @@ class _MaximumAPosteriori(LossModule):
         """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
         loss_qvalue, info_qvalue = self.loss_qvalue(tensordict)
         loss_actor, info = self.loss_actor(tensordict)
-        tensordict.set(self.tensor_keys.priority, info_qvalue["td_error"])
-        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
-        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+        self._write_priority(tensordict, info_qvalue["td_error"])
+        return _compat.output_tensordict(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
+        )
 
 
 class MPOLoss(_MaximumAPosteriori):
@@ -199,12 +174,11 @@ class MPOLoss(_MaximumAPosteriori):
         init_log_temperature, init_log_alpha_mean, init_log_alpha_stddev: initial dual
             parameters (softplus space, Acme's defaults).
         action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
-        gamma: discount (default 0.99; ``make_value_estimator(ValueEstimators.TD0, gamma=...)``).
-        loss_function: the critic's distance (``"l2"``, ``"l1"``, ``"smooth_l1"``).
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
-        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`;
-            the importance weights weight the per-state actor and dual losses too.
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``); the
+            importance weights weight the per-state actor and dual losses too.
         action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the
             bounds and the action dimension; default: the actor's ``spec``.
 
@@ -226,17 +200,11 @@ class MPOLoss(_MaximumAPosteriori):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read (and ``priority`` written) by MPOLoss."""
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by MPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken (and the Q network's action input)
         state_action_value: NestedKey = "state_action_value"  # written by the Q network
-        priority: NestedKey = "td_error"  # written: |TD error|, [*B]
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_keys = _AcceptedKeys
 
@@ -264,7 +232,6 @@ class MPOLoss(_MaximumAPosteriori):
         priority_weighting: str = "mean",
         action_spec=None,
     ) -> None:
-        super().__init__()
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
         check_in_range("num_samples", num_samples, 1)
@@ -275,10 +242,10 @@ class MPOLoss(_MaximumAPosteriori):
             ("epsilon_penalty", epsilon_penalty),
         ):
             check_in_range(name, value, 0.0, low_open=True)
-        self._init_common(
+        super().__init__(
             actor_network,
             qvalue_network,
-            value_key=self.tensor_keys.state_action_value,
+            value="state_action_value",
             loss_function=loss_function,
             delay_actor=delay_actor,
             delay_qvalue=delay_qvalue,
@@ -378,11 +345,9 @@ class MPOLoss(_MaximumAPosteriori):
             params = self._target_actor_call.distribution_parameters(batch)
             keys = self._actor_call.parameter_keys
             loc, scale = params[keys["loc"]], params[keys["scale"]]
-            preimage = loc + scale * torch.randn(
-                (self.num_samples, *loc.shape), dtype=loc.dtype, device=loc.device
-            )
+            preimage = rlf.gaussian_samples(loc, scale, self.num_samples)
             if self._tanh_normal:
-                action = F.squash(preimage, self.action_low, self.action_high)
+                action = rlf.squash(preimage, self.action_low, self.action_high)
                 critic_action = action
             else:
                 action = preimage
@@ -401,8 +366,8 @@ class MPOLoss(_MaximumAPosteriori):
         """``log pi(a)`` ``[N, *B]`` of the draws under ``N(loc, scale)`` (tanh-squashed for a
         TanhNormal actor, from the pre-tanh value)."""
         if self._tanh_normal:
-            return F.tanh_normal_log_prob(preimage, loc, scale, self.action_low, self.action_high)
-        return F.gaussian_log_prob(preimage, loc, scale)
+            return rlf.tanh_normal_log_prob(preimage, loc, scale, self.action_low, self.action_high)
+        return rlf.gaussian_log_prob(preimage, loc, scale)
 
     def _constrained(self, kl: torch.Tensor) -> torch.Tensor:
         """Per-dimension KLs ``[*B, D]``, or their sum ``[*B, 1]`` for a single multiplier."""
@@ -421,14 +386,14 @@ class MPOLoss(_MaximumAPosteriori):
         loc, scale = params[keys["loc"]], params[keys["scale"]]
 
         # E-step: weights over the samples and the temperature dual.
-        weights = F.mpo_weights(target["q"], temperature)
-        loss_temperature = F.mpo_temperature_loss(target["q"], temperature, self.epsilon)
-        kl_q = F.mpo_sample_kl(weights)
+        weights = rlf.mpo_weights(target["q"], temperature)
+        loss_temperature = rlf.mpo_temperature_loss(target["q"], temperature, self.epsilon)
+        kl_q = rlf.mpo_sample_kl(weights)
         if self.action_penalization:
             penalty_temperature = self._dual("log_penalty_temperature")
-            cost = F.action_penalty_cost(target["action"], self.action_low, self.action_high)
-            weights = weights + F.mpo_weights(cost, penalty_temperature)
-            loss_temperature = loss_temperature + F.mpo_temperature_loss(
+            cost = rlf.action_penalty_cost(target["action"], self.action_low, self.action_high)
+            weights = weights + rlf.mpo_weights(cost, penalty_temperature)
+            loss_temperature = loss_temperature + rlf.mpo_temperature_loss(
                 cost, penalty_temperature, self.epsilon_penalty
             )
 
@@ -436,16 +401,18 @@ class MPOLoss(_MaximumAPosteriori):
         preimage = target["preimage"]
         log_prob_mean = self._log_prob(preimage, loc, target["scale"])
         log_prob_stddev = self._log_prob(preimage, target["loc"], scale)
-        kl_mean, kl_stddev = F.decoupled_gaussian_kl(target["loc"], target["scale"], loc, scale)
+        kl_mean, kl_stddev = rlf.decoupled_gaussian_kl(target["loc"], target["scale"], loc, scale)
         kl_mean, kl_stddev = self._constrained(kl_mean), self._constrained(kl_stddev)
         loss = (
-            F.weighted_log_likelihood_loss(log_prob_mean, weights)
-            + F.weighted_log_likelihood_loss(log_prob_stddev, weights)
-            + F.kl_penalty(kl_mean, alpha_mean)
-            + F.kl_penalty(kl_stddev, alpha_stddev)
+            rlf.weighted_log_likelihood_loss(log_prob_mean, weights)
+            + rlf.weighted_log_likelihood_loss(log_prob_stddev, weights)
+            + rlf.kl_penalty(kl_mean, alpha_mean)
+            + rlf.kl_penalty(kl_stddev, alpha_stddev)
         )
-        loss_alpha = F.lagrange_dual_loss(kl_mean, alpha_mean, self.epsilon_mean)
-        loss_alpha = loss_alpha + F.lagrange_dual_loss(kl_stddev, alpha_stddev, self.epsilon_stddev)
+        loss_alpha = rlf.lagrange_dual_loss(kl_mean, alpha_mean, self.epsilon_mean)
+        loss_alpha = loss_alpha + rlf.lagrange_dual_loss(
+            kl_stddev, alpha_stddev, self.epsilon_stddev
+        )
 
         info = {
             "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
@@ -472,13 +439,13 @@ class MPOLoss(_MaximumAPosteriori):
             action = torch.clamp(action, self.action_low, self.action_high)
         with torch.no_grad():
             next_value = self._target_policy_samples(tensordict.get("next"))["q"].mean(0)
-            target = self._target(tensordict, next_value.unsqueeze(-1))
+            target = self._td_target(tensordict, next_value.unsqueeze(-1))
         key = self._qvalue_action_key
         inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys if k != key}
         inputs[key] = action
         outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
         value = outputs[self.tensor_keys.state_action_value]
-        return self._critic_loss(value, target, tensordict)
+        return self._mpo_critic_loss(value, target, tensordict)
 
 
 class DiscreteMPOLoss(_MaximumAPosteriori):
@@ -511,17 +478,11 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read (and ``priority`` written) by DiscreteMPOLoss."""
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by DiscreteMPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken: index or one-hot
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
-        priority: NestedKey = "td_error"  # written: |TD error|, [*B]
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_keys = _AcceptedKeys
     out_keys = [
@@ -553,13 +514,12 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
     ) -> None:
-        super().__init__()
         check_in_range("epsilon", epsilon, 0.0, low_open=True)
         check_in_range("epsilon_policy", epsilon_policy, 0.0, low_open=True)
-        self._init_common(
+        super().__init__(
             actor_network,
             qvalue_network,
-            value_key=self.tensor_keys.action_value,
+            value="action_value",
             loss_function=loss_function,
             delay_actor=delay_actor,
             delay_qvalue=delay_qvalue,
@@ -597,20 +557,20 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         target_logits, action_values = self._target_policy_and_values(tensordict)
         logits = self._logits(self._actor_call, tensordict)
 
-        log_weights = F.categorical_mpo_log_weights(action_values, target_logits, temperature)
-        loss_temperature = F.categorical_mpo_temperature_loss(
+        log_weights = rlf.categorical_mpo_log_weights(action_values, target_logits, temperature)
+        loss_temperature = rlf.categorical_mpo_temperature_loss(
             action_values, target_logits, temperature, self.epsilon
         )
-        kl = F.categorical_kl(target_logits, logits).unsqueeze(-1)
-        loss = F.categorical_cross_entropy(log_weights, logits) + F.kl_penalty(kl, alpha)
-        loss_alpha = F.lagrange_dual_loss(kl, alpha, self.epsilon_policy)
+        kl = rlf.categorical_kl(target_logits, logits).unsqueeze(-1)
+        loss = rlf.categorical_cross_entropy(log_weights, logits) + rlf.kl_penalty(kl, alpha)
+        loss_alpha = rlf.lagrange_dual_loss(kl, alpha, self.epsilon_policy)
         info = {
             "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
             "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), tensordict),
             "temperature": temperature.detach(),
             "alpha": alpha.detach(),
             "kl": kl.detach().mean(),
-            "kl_q": F.categorical_kl(log_weights, target_logits).mean(),
+            "kl_q": rlf.categorical_kl(log_weights, target_logits).mean(),
             "q_mean": action_values.mean(),
         }
         return self._reduce_replayed(loss.unsqueeze(-1), tensordict), info
@@ -622,9 +582,9 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         with torch.no_grad():
             next_logits, next_values = self._target_policy_and_values(tensordict.get("next"))
             # the expected value under pi_target: a soft value with temperature 0
-            next_value = F.discrete_soft_value(next_values, next_logits.log_softmax(-1), 0.0)
-            target = self._target(tensordict, next_value)
+            next_value = rlf.discrete_soft_value(next_values, next_logits.log_softmax(-1), 0.0)
+            target = self._td_target(tensordict, next_value)
         inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys}
         outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
-        value = F.chosen_action_value(outputs[self.tensor_keys.action_value], action)
-        return self._critic_loss(value, target, tensordict)
+        value = rlf.chosen_action_value(outputs[self.tensor_keys.action_value], action)
+        return self._mpo_critic_loss(value, target, tensordict)

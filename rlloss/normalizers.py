@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlloss.common import check_in_range
+from rlloss._checks import check_in_range, check_same_shape
 from rlloss.functional import discounted_returns
-from rlloss.functional._checks import check_same_shape
 
 
 def merged_moments(

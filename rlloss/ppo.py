@@ -16,9 +16,11 @@ from torch import distributions as D
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import functional as F
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import DistributionCall, NetworkCall
-from rlloss.common import LossModule, check_choice, check_in_range
+from rlloss.common import LossModule
 from rlloss.functional.critic import DISTANCES
 
 
@@ -159,11 +161,9 @@ class PPOLoss(LossModule):
             params.set(key, params.get(key).detach())
         return params
 
-    def _apply(self, fn, *args, **kwargs):
-        out = super()._apply(fn, *args, **kwargs)
-        if getattr(self, "_critic_params_without_shared", None) is not None:
+    def _refresh_views(self) -> None:
+        if self._critic_params_without_shared is not None:
             self._critic_params_without_shared = self._critic_params_detached_from_actor()
-        return out
 
     _surrogate_keys: tuple[str, ...] = ()
 
@@ -200,7 +200,7 @@ class PPOLoss(LossModule):
             batch = self.value_estimator(batch.copy())
         advantage = self._get(batch, "advantage")
         if self.normalize_advantage and advantage.numel() > 1:
-            advantage = F.standardize(advantage, mask)
+            advantage = rlf.standardize(advantage, mask)
         return batch, advantage
 
     def _policy(self, batch: TensorDictBase) -> tuple[D.Distribution, torch.Tensor]:
@@ -208,7 +208,9 @@ class PPOLoss(LossModule):
         old_log_prob = self._get(batch, "sample_log_prob")
         action = self._get(batch, "action")
         distribution = self._distribution(batch)
-        return distribution, F.log_ratio(distribution.log_prob(action), old_log_prob).unsqueeze(-1)
+        return distribution, rlf.log_ratio(distribution.log_prob(action), old_log_prob).unsqueeze(
+            -1
+        )
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
@@ -229,9 +231,9 @@ class PPOLoss(LossModule):
         self, distribution: D.Distribution, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
-        entropy = F.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
-        reduced = F.reduce(entropy, self.reduction, mask)
-        mean = reduced if self.reduction == "mean" else F.reduce(entropy, "mean", mask)
+        entropy = rlf.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
+        reduced = rlf.reduce(entropy, self.reduction, mask)
+        mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
         return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
@@ -253,15 +255,15 @@ class PPOLoss(LossModule):
         value = self._critic_value(batch)
         info = {}
         if old_value is None:
-            loss = F.distance(value, target, self.loss_critic_type)
+            loss = rlf.distance(value, target, self.loss_critic_type)
         else:
-            loss, clipped = F.clipped_value_loss(
+            loss, clipped = rlf.clipped_value_loss(
                 value, old_value, target, self.clip_value, self.loss_critic_type
             )
-            info["value_clip_fraction"] = F.reduce(clipped, "mean", mask)
+            info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
         if self.log_explained_variance:
-            info["explained_variance"] = F.explained_variance(value, target)
-        return F.reduce(self.critic_coeff * loss, self.reduction, mask), info
+            info["explained_variance"] = rlf.explained_variance(value, target)
+        return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
     # ----------------------------------------------------------------------------- forward
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
@@ -271,11 +273,11 @@ class PPOLoss(LossModule):
         distribution, log_ratio = self._policy(batch)
         surrogate, out = self._surrogate(log_ratio, advantage, mask, batch, distribution)
         out["loss_objective"] = _as_scalar_output(
-            F.reduce(-surrogate, self.reduction, mask), self.reduction
+            rlf.reduce(-surrogate, self.reduction, mask), self.reduction
         )
         log_ratio = log_ratio.detach()
-        out["kl_approx"] = F.reduce(-log_ratio, "mean", mask)
-        out["kl_k3"] = F.reduce(F.kl_k3(log_ratio), "mean", mask)
+        out["kl_approx"] = rlf.reduce(-log_ratio, "mean", mask)
+        out["kl_k3"] = rlf.reduce(rlf.kl_k3(log_ratio), "mean", mask)
         if self.entropy_bonus:
             loss, info = self.loss_entropy(distribution, mask)
             out["loss_entropy"] = loss  # already [*B] with reduction="none"
@@ -284,7 +286,7 @@ class PPOLoss(LossModule):
             loss, info = self.loss_critic(batch, mask)
             out["loss_critic"] = _as_scalar_output(loss, self.reduction)
             out.update(info)
-        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+        return _compat.output_tensordict(out)
 
 
 class ClipPPOLoss(PPOLoss):
@@ -366,23 +368,23 @@ class ClipPPOLoss(PPOLoss):
             else (self.clip_epsilon, self.clip_epsilon)
         )
         if torch.compiler.is_compiling():
-            return F.clip_bounds(*epsilons)
+            return rlf.clip_bounds(*epsilons)
         key = tuple((id(eps), eps._version) for eps in epsilons)
         cached = self.__dict__.get("_clip_bounds_cache")
         if cached is None or cached[0] != key:
-            cached = self.__dict__["_clip_bounds_cache"] = (key, F.clip_bounds(*epsilons))
+            cached = self.__dict__["_clip_bounds_cache"] = (key, rlf.clip_bounds(*epsilons))
         return cached[1]
 
     def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
-        surrogate = F.clipped_surrogate(log_ratio, advantage, low, high, self.dual_clip)
+        surrogate = rlf.clipped_surrogate(log_ratio, advantage, low, high, self.dual_clip)
         with torch.no_grad():
             ratio = log_ratio.exp()
             info = {
-                "clip_fraction": F.reduce(F.clipped(log_ratio, low, high), "mean", mask),
-                "ESS": F.normalized_effective_sample_size(log_ratio, mask),
-                "max_ratio": F.reduce(ratio, "max", mask),
-                "mean_ratio": F.reduce(ratio, "mean", mask),
+                "clip_fraction": rlf.reduce(rlf.clipped(log_ratio, low, high), "mean", mask),
+                "ESS": rlf.normalized_effective_sample_size(log_ratio, mask),
+                "max_ratio": rlf.reduce(ratio, "max", mask),
+                "mean_ratio": rlf.reduce(ratio, "mean", mask),
             }
         return surrogate, info
 
@@ -473,9 +475,9 @@ class KLPENPPOLoss(PPOLoss):
     def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         surrogate, info = super()._surrogate(log_ratio, advantage, mask, batch, distribution)
         previous = self._actor_call.stored(batch)
-        kl = F.kl_divergence(previous, distribution, self.samples_mc_kl).unsqueeze(-1)
+        kl = rlf.kl_divergence(previous, distribution, self.samples_mc_kl).unsqueeze(-1)
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
-        mean_kl = F.reduce(kl.detach(), "mean", mask)
+        mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
             self.update_beta(mean_kl)
         return surrogate - beta * kl, {**info, "kl": mean_kl, "beta": beta}
@@ -484,14 +486,9 @@ class KLPENPPOLoss(PPOLoss):
     def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:
         """Adapt beta to a mean KL (a float or a one-element tensor) without a host sync."""
         kl = torch.as_tensor(kl, dtype=self.beta.dtype, device=self.beta.device).reshape(())
-        factor = torch.where(
-            kl > 1.5 * self.dtarg,
-            self.increment,
-            torch.where(kl < self.dtarg / 1.5, self.decrement, 1.0),
+        beta = rlf.adaptive_kl_beta(
+            self.beta, kl, self.dtarg, self.increment, self.decrement, self.beta_min, self.beta_max
         )
-        beta = self.beta * factor
-        if self.beta_min is not None or self.beta_max is not None:
-            beta = beta.clamp(self.beta_min, self.beta_max)
         return self.beta.copy_(beta)
 
 
@@ -559,7 +556,7 @@ class RPOLoss(ClipPPOLoss):
         def perturb(params: dict) -> dict:
             return {
                 **params,
-                self._loc_key: F.rpo_perturbation(params[self._loc_key], self.rpo_alpha),
+                self._loc_key: rlf.rpo_perturbation(params[self._loc_key], self.rpo_alpha),
             }
 
         return self._actor_call(batch, perturb)

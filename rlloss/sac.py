@@ -16,70 +16,58 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite
 from torchrl.modules import TanhNormal
-from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import functional as F
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import DistributionCall, entry
-from rlloss.common import LossModule, check_choice, check_in_range
-from rlloss.dqn import ACTION_SPACES, PRIORITY_WEIGHTINGS
-from rlloss.functional.critic import DISTANCES
-from rlloss.functional.distributions import tanh_normal_sample_and_log_prob
+from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss
 
 
-class _SoftActorCritic(LossModule):
+class _SoftActorCritic(TDTargetLoss):
     """What both SAC losses share: the Q ensemble, the temperature ``alpha = exp(log_alpha)``
     (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
-    before each use, as TorchRL does), its loss, the critic regression and the outputs."""
+    before each use, as TorchRL does), its loss and the outputs.
 
-    default_value_estimator = ValueEstimators.TD0
+    ``value``: the name of the key the Q networks write (``tensor_keys.<value>``); ``replay``:
+    the keywords of :class:`rlloss.offpolicy.TDTargetLoss`.
+    """
+
     out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
     # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
     _schedulable_buffers = frozenset(
         {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
     )
-    make_value_estimator = LossModule.make_gamma_estimator
 
-    def _init_common(
+    def __init__(
         self,
         actor_network,
         qvalue_network,
         *,
-        value_key: NestedKey,
+        value: str,
         num_qvalue_nets,
-        loss_function,
         alpha_init,
         min_alpha,
         max_alpha,
         fixed_alpha,
         delay_qvalue,
-        gamma,
-        reduction,
-        use_prioritized_weights,
-        priority_weighting,
+        **replay,
     ) -> None:
-        check_choice("loss_function", loss_function, DISTANCES)
-        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
-        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        super().__init__(**replay)
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
-        for name, value in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
-            if value is not None:
-                check_in_range(name, value, 0.0, low_open=True)
+        for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if bound is not None:
+                check_in_range(name, bound, 0.0, low_open=True)
         if min_alpha is not None and max_alpha is not None:
             check_in_range("max_alpha", max_alpha, min_alpha)
-        self.gamma = 0.99 if gamma is None else gamma
-        check_in_range("gamma", self.gamma, 0.0, 1.0)
-        self.reduction = self._check_reduction(reduction)
-        self.loss_function = loss_function
         self.num_qvalue_nets = int(num_qvalue_nets)
-        self.use_prioritized_weights = use_prioritized_weights
-        self.priority_weighting = priority_weighting
         self.delay_qvalue = delay_qvalue
         self.fixed_alpha = fixed_alpha
         device = next(actor_network.parameters()).device
 
-        def log_of(value):
-            return None if value is None else torch.tensor(math.log(value), device=device)
+        def log_of(bound):
+            return None if bound is None else torch.tensor(math.log(bound), device=device)
 
         log_alpha = log_of(alpha_init)
         if fixed_alpha:
@@ -91,22 +79,27 @@ class _SoftActorCritic(LossModule):
 
         self.actor_network = actor_network
         self._actor_call = DistributionCall(actor_network)
-        self._register_ensemble(
+        self._qvalue = self._register_ensemble(
             "qvalue_network",
             qvalue_network,
             self.num_qvalue_nets,
             target=delay_qvalue,
-            until=value_key,
+            until=getattr(self.tensor_keys, value),
         )
         modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
         self._qvalue_in_keys = list(modules[0].in_keys)
 
     @property
+    def qvalue_network(self) -> nn.Module:
+        """The Q networks' architecture (its tensors are not trained: the ensemble's are
+        ``qvalue_network_params``)."""
+        return self._qvalue.template
+
+    @property
     def in_keys(self) -> list[NestedKey]:
-        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
-        keys += [("next", k) for k in self.actor_network.in_keys]
-        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
-        return list(dict.fromkeys(keys))
+        actor_in_keys = self.actor_network.in_keys
+        keys = [*actor_in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
+        return self._transition_keys(keys, actor_in_keys)
 
     def _alpha(self) -> torch.Tensor:
         """``exp(log_alpha)`` (no gradient), after projecting ``log_alpha`` in place onto
@@ -116,30 +109,21 @@ class _SoftActorCritic(LossModule):
                 self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
         return self.log_alpha.detach().exp()
 
-    def _target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
-        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]``."""
-        reward = self._get(tensordict, "reward", nested=True)
-        terminated = self._get(tensordict, "terminated", nested=True)
-        discount = self._bootstrap_discount(tensordict, reward)
-        return F.td0_return(reward, next_value, terminated, discount)
-
-    def _critic_loss(
+    def _soft_critic_loss(
         self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i, y)`` reduced; ``td_error = max_i |Q_i - y|`` ``[*B]``, the targets
         ``[*B]`` and the values ``[num_qvalue_nets, *B]`` (detached)."""
-        expanded = target.expand_as(values)
-        loss = F.distance(values, expanded, self.loss_function).sum(0)
         info = {
-            "td_error": (values - expanded).detach().abs().max(0).values.squeeze(-1),
+            "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
             "target_value": target.squeeze(-1),
             "pred_value": values.detach().squeeze(-1),
         }
-        return self._reduce_replayed(loss, tensordict), info
+        return self._ensemble_critic_loss(values, target, tensordict), info
 
     def _temperature_loss(self, log_prob: torch.Tensor, tensordict: TensorDictBase):
         """``-log_alpha (log pi + target_entropy)`` reduced (only ``log_alpha`` gets gradient)."""
-        loss = F.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        loss = rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
         return self._reduce_replayed(loss.unsqueeze(-1), tensordict)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
@@ -148,7 +132,7 @@ class _SoftActorCritic(LossModule):
         loss_qvalue, info = self.loss_qvalue(tensordict)
         loss_actor, info_actor = self.loss_actor(tensordict)
         log_prob = info_actor["log_prob"]
-        self._write(tensordict, "priority", info["td_error"])
+        self._write_priority(tensordict, info["td_error"])
         out = {
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
@@ -156,7 +140,7 @@ class _SoftActorCritic(LossModule):
             "alpha": self.log_alpha.detach().exp(),
             "entropy": -log_prob.mean(),
         }
-        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+        return _compat.output_tensordict(out)
 
 
 class SACLoss(_SoftActorCritic):
@@ -188,8 +172,8 @@ class SACLoss(_SoftActorCritic):
         target_entropy: ``"auto"`` or a number.
         delay_actor: not supported (SAC v2 samples target actions from the current policy).
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma: discount (default 0.99; ``make_value_estimator(ValueEstimators.TD0, gamma=...)``).
-        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
@@ -206,19 +190,13 @@ class SACLoss(_SoftActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read (and ``priority`` written) by SACLoss."""
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by SACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken, and the actor's sample key
         value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
         log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
-        priority: NestedKey = "td_error"  # written: max_i |TD error|, [*B]
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_keys = _AcceptedKeys
 
@@ -252,26 +230,25 @@ class SACLoss(_SoftActorCritic):
                 "which rlloss does not support; drop it to train SAC v2 (soft Q targets from "
                 "the Q ensemble)."
             )
+        if priority_key is not None:
+            raise TypeError(
+                "SACLoss: priority_key is not supported by rlloss; rename td_error with "
+                "loss.set_keys(priority=...)."
+            )
         unsupported = {
             "delay_actor=True": delay_actor,
             "skip_done_states=True": skip_done_states,
             "separate_losses=True": separate_losses,
-            "priority_key": priority_key is not None,
         }
         for name, given in unsupported.items():
             if given:
                 raise TypeError(
-                    f"SACLoss: {name} is not supported by rlloss (see the class docstring); "
-                    "use loss.set_keys(priority=...) to rename td_error."
+                    f"SACLoss: {name} is not supported by rlloss (see the class docstring)."
                 )
-        super().__init__()
-        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
-        if len(sample_keys) == 1:
-            self.set_keys(action=sample_keys[0])
-        self._init_common(
+        super().__init__(
             actor_network,
             qvalue_network,
-            value_key=self.tensor_keys.state_action_value,
+            value="state_action_value",
             num_qvalue_nets=num_qvalue_nets,
             loss_function=loss_function,
             alpha_init=alpha_init,
@@ -284,6 +261,9 @@ class SACLoss(_SoftActorCritic):
             use_prioritized_weights=use_prioritized_weights,
             priority_weighting=priority_weighting,
         )
+        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
+        if len(sample_keys) == 1:
+            self.set_keys(action=sample_keys[0])
         self.delay_actor = False
         self._qvalue_action_key = self.tensor_keys.action
         self._tanh_normal = self._tanh_normal_bounds(actor_network)
@@ -337,7 +317,7 @@ class SACLoss(_SoftActorCritic):
         if self._tanh_normal:
             params = self._actor_call.distribution_parameters(batch)
             keys = self._actor_call.parameter_keys
-            return tanh_normal_sample_and_log_prob(
+            return rlf.tanh_normal_sample_and_log_prob(
                 params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
             )
         distribution = self._actor_call(batch)
@@ -349,16 +329,14 @@ class SACLoss(_SoftActorCritic):
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
         inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != key}
         inputs[key] = action
-        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
-            self.tensor_keys.state_action_value
-        ]
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
         alpha = self._alpha()
         action, log_prob = self._policy_sample(tensordict)
-        value = F.clipped_double_q_value(self._q_values(tensordict, action, detach=True))
-        loss = -F.soft_value(value, log_prob, alpha)
+        value = rlf.clipped_double_q_value(self._q_values(tensordict, action, detach=True))
+        loss = -rlf.soft_value(value, log_prob, alpha)
         self._fill_target_entropy(tensordict, action)
         return self._reduce_replayed(loss, tensordict), {"log_prob": log_prob.detach()}
 
@@ -373,7 +351,7 @@ class SACLoss(_SoftActorCritic):
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
-        (see :meth:`_critic_loss`)."""
+        (see :meth:`_soft_critic_loss`)."""
         alpha = self._alpha()
         with torch.no_grad():
             next_batch = entry(tensordict, "next")
@@ -381,10 +359,12 @@ class SACLoss(_SoftActorCritic):
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
-            next_value = F.soft_value(F.clipped_double_q_value(next_values), next_log_prob, alpha)
-            target = self._target(tensordict, next_value)
+            next_value = rlf.soft_value(
+                rlf.clipped_double_q_value(next_values), next_log_prob, alpha
+            )
+            target = self._td_target(tensordict, next_value)
         values = self._q_values(tensordict, self._get(tensordict, "action"))
-        return self._critic_loss(values, target, tensordict)
+        return self._soft_critic_loss(values, target, tensordict)
 
 
 class DiscreteSACLoss(_SoftActorCritic):
@@ -416,19 +396,13 @@ class DiscreteSACLoss(_SoftActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read (and ``priority`` written) by DiscreteSACLoss."""
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by DiscreteSACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken: index or one-hot
         value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
-        priority: NestedKey = "td_error"  # written: max_i |TD error|, [*B]
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_keys = _AcceptedKeys
 
@@ -453,7 +427,6 @@ class DiscreteSACLoss(_SoftActorCritic):
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
     ) -> None:
-        super().__init__()
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
         if target_entropy == "auto":
@@ -461,10 +434,10 @@ class DiscreteSACLoss(_SoftActorCritic):
                 raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
             check_in_range("num_actions", num_actions, 1)
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
-        self._init_common(
+        super().__init__(
             actor_network,
             qvalue_network,
-            value_key=self.tensor_keys.action_value,
+            value="action_value",
             num_qvalue_nets=num_qvalue_nets,
             loss_function=loss_function,
             alpha_init=alpha_init,
@@ -494,34 +467,32 @@ class DiscreteSACLoss(_SoftActorCritic):
     def _action_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, num_actions]`` action values at the batch's observations."""
         inputs = {k: entry(batch, k) for k in self._qvalue_in_keys}
-        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
-            self.tensor_keys.action_value
-        ]
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_a pi (alpha log pi - min_i Q_i)`` reduced, and ``sum_a pi log pi`` (detached)."""
         alpha = self._alpha()
         log_probs = self._log_probs(tensordict)
-        value = F.clipped_double_q_value(self._action_values(tensordict, detach=True))
-        loss = -F.discrete_soft_value(value, log_probs, alpha)
-        expected_log_prob = (log_probs.exp() * log_probs).sum(-1)
-        return self._reduce_replayed(loss, tensordict), {"log_prob": expected_log_prob.detach()}
+        value = rlf.clipped_double_q_value(self._action_values(tensordict, detach=True))
+        loss = -rlf.discrete_soft_value(value, log_probs, alpha)
+        expected_log_prob = -rlf.categorical_entropy(log_probs.detach())
+        return self._reduce_replayed(loss, tensordict), {"log_prob": expected_log_prob}
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
-        (see :meth:`_critic_loss`)."""
+        (see :meth:`_soft_critic_loss`)."""
         alpha = self._alpha()
         with torch.no_grad():
             next_batch = entry(tensordict, "next")
             next_values = self._action_values(
                 next_batch, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
-            next_value = F.discrete_soft_value(
-                F.clipped_double_q_value(next_values), self._log_probs(next_batch), alpha
+            next_value = rlf.discrete_soft_value(
+                rlf.clipped_double_q_value(next_values), self._log_probs(next_batch), alpha
             )
-            target = self._target(tensordict, next_value)
+            target = self._td_target(tensordict, next_value)
         action = self._get(tensordict, "action")
-        values = F.chosen_action_value(
+        values = rlf.chosen_action_value(
             self._action_values(tensordict), action.expand(self.num_qvalue_nets, *action.shape)
         )
-        return self._critic_loss(values, target, tensordict)
+        return self._soft_critic_loss(values, target, tensordict)

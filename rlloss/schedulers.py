@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from rlloss.common import check_choice, check_in_range
+from rlloss._checks import check_choice, check_in_range
 
 SCHEDULE_KINDS = ("step", "interp")
 

@@ -10,13 +10,12 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Bounded, Composite
-from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import functional as F
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_in_range
 from rlloss._networks import NetworkCall, entry
-from rlloss.common import LossModule, check_choice, check_in_range
-from rlloss.dqn import PRIORITY_WEIGHTINGS
-from rlloss.functional.critic import DISTANCES
+from rlloss.offpolicy import TDTargetLoss
 
 
 def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +41,7 @@ def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
     return low, high
 
 
-class TD3Loss(LossModule):
+class TD3Loss(TDTargetLoss):
     """TD3's actor and critic losses.
 
     Critic: ``sum_i L(Q_i(s, a), y)`` with ``y = r + gamma^n (1 - terminated) min_i Q_i,target(s',
@@ -62,9 +61,8 @@ class TD3Loss(LossModule):
         action_spec / bounds: the action bounds for the smoothed target action (exactly one).
         num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma: discount (default 0.99; also set by ``make_value_estimator(ValueEstimators.TD0,
-            gamma=...)``).
-        reduction, use_prioritized_weights, priority_weighting: as in :class:`rlloss.DQNLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
@@ -82,20 +80,13 @@ class TD3Loss(LossModule):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read (and ``priority`` written) by TD3Loss."""
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by TD3Loss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken, and the actor's output
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
-        priority: NestedKey = "td_error"  # written: max_i squared TD error, [*B]
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_keys = _AcceptedKeys
-    default_value_estimator = ValueEstimators.TD0
     _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
 
     def __init__(
@@ -116,20 +107,17 @@ class TD3Loss(LossModule):
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
     ) -> None:
-        super().__init__()
-        check_choice("loss_function", loss_function, DISTANCES)
-        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
-        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
         check_in_range("policy_noise", policy_noise, 0.0)
         check_in_range("noise_clip", noise_clip, 0.0)
-        self.gamma = 0.99 if gamma is None else gamma
-        check_in_range("gamma", self.gamma, 0.0, 1.0)
-        self.reduction = self._check_reduction(reduction)
-        self.loss_function = loss_function
         self.num_qvalue_nets = int(num_qvalue_nets)
-        self.use_prioritized_weights = use_prioritized_weights
-        self.priority_weighting = priority_weighting
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         low, high = action_bounds(action_spec, bounds)
         device = next(actor_network.parameters()).device
@@ -140,9 +128,13 @@ class TD3Loss(LossModule):
 
         self.actor_network = actor_network
         self._actor_call = NetworkCall(actor_network, until=self.tensor_keys.action)
+        # without a target copy, the next action comes from the online actor (no gradient)
+        self._target_actor_call = self._actor_call
         if delay_actor:
-            self._register_target_network("actor_network", until=self.tensor_keys.action)
-        self._register_ensemble(
+            self._target_actor_call = self._register_target_network(
+                "actor_network", until=self.tensor_keys.action
+            )
+        self._qvalue = self._register_ensemble(
             "qvalue_network",
             qvalue_network,
             self.num_qvalue_nets,
@@ -152,14 +144,16 @@ class TD3Loss(LossModule):
         modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
         self._qvalue_in_keys = list(modules[0].in_keys)
 
-    make_value_estimator = LossModule.make_gamma_estimator
+    @property
+    def qvalue_network(self) -> nn.Module:
+        """The Q networks' architecture (its tensors are not trained: the ensemble's are
+        ``qvalue_network_params``)."""
+        return self._qvalue.template
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys]
-        keys += [("next", k) for k in self.actor_network.in_keys]
-        keys += [("next", self.tensor_keys.reward), ("next", self.tensor_keys.terminated)]
-        return list(dict.fromkeys(keys))
+        actor_in_keys = self.actor_network.in_keys
+        return self._transition_keys([*actor_in_keys, *self._qvalue_in_keys], actor_in_keys)
 
     @property
     def out_keys(self) -> list[str]:
@@ -176,9 +170,7 @@ class TD3Loss(LossModule):
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
         inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != self.tensor_keys.action}
         inputs[self.tensor_keys.action] = action
-        return self._ensemble_outputs("qvalue_network", inputs, **kwargs)[
-            self.tensor_keys.state_action_value
-        ]
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, mu(s))`` reduced, and ``Q_1(s, mu(s))`` (detached, ``[1, *B]``): only the
@@ -188,41 +180,30 @@ class TD3Loss(LossModule):
         loss = self._reduce_replayed(-value[0], tensordict)
         return loss, {"state_action_value_actor": value.squeeze(-1).detach()}
 
-    def _target_action(self, next_batch: TensorDictBase, noise: torch.Tensor) -> torch.Tensor:
-        if self.delay_actor:
-            action = self._target_outputs("actor_network", next_batch)[self.tensor_keys.action]
-        else:
-            action = self._actor_call(next_batch)[self.tensor_keys.action]
-        return (action + noise).clamp(self.min_action, self.max_action)
-
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, the TD errors and the values (detached)."""
-        action = self._get(tensordict, "action")
-        reward = self._get(tensordict, "reward", nested=True)
         with torch.no_grad():
-            # Target policy smoothing; the noise is drawn first (its shape is the action's).
-            noise = (torch.randn_like(action) * self.policy_noise).clamp(
-                -self.noise_clip, self.noise_clip
-            )
             next_batch = entry(tensordict, "next")
-            next_action = self._target_action(next_batch, noise)
+            next_action = rlf.smoothed_target_action(
+                self._target_actor_call(next_batch)[self.tensor_keys.action],
+                self.policy_noise,
+                self.noise_clip,
+                self.min_action,
+                self.max_action,
+            )
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
-            next_value = F.clipped_double_q_value(next_values)
-            terminated = self._get(tensordict, "terminated", nested=True)
-            discount = self._bootstrap_discount(tensordict, reward)
-            target = F.td0_return(reward, next_value, terminated, discount)
-        values = self._q_values(tensordict, action)
-        expanded = target.expand_as(values)
-        loss = F.distance(values, expanded, self.loss_function).sum(0)
+            next_value = rlf.clipped_double_q_value(next_values)
+            target = self._td_target(tensordict, next_value)
+        values = self._q_values(tensordict, self._get(tensordict, "action"))
         info = {
-            "td_error": (values - expanded).detach().square().squeeze(-1),
+            "td_error": rlf.td_error(values, target.expand_as(values), "squared").squeeze(-1),
             "next_state_value": next_value.squeeze(-1),
             "pred_value": values.squeeze(-1).detach(),
             "target_value": target.squeeze(-1),
         }
-        return self._reduce_replayed(loss, tensordict), info
+        return self._ensemble_critic_loss(values, target, tensordict), info
 
     # TorchRL's TD3Loss names these two ``actor_loss`` and ``value_loss``; a training loop written
     # against either library calls them under those names.
@@ -233,6 +214,6 @@ class TD3Loss(LossModule):
         """Both losses; writes ``td_error`` into ``tensordict``."""
         loss_actor, info_actor = self.loss_actor(tensordict)
         loss_qvalue, info = self.loss_qvalue(tensordict)
-        self._write(tensordict, "priority", info.pop("td_error").max(0).values)
+        self._write_priority(tensordict, info.pop("td_error").amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
-        return TensorDict._new_unsafe(out, batch_size=torch.Size([]))
+        return _compat.output_tensordict(out)

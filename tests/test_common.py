@@ -12,33 +12,27 @@ from tensordict import TensorDict
 from torchrl.objectives import HardUpdate, SoftUpdate
 
 import rlloss
-from rlloss import functional as F
+from rlloss.offpolicy import TDTargetLoss
 from tests.nets import make_actor, make_critic, rollout
 
 
-class TargetRegressionLoss(rlloss.LossModule):
+class TargetRegressionLoss(TDTargetLoss):
     """A minimal loss holding a target network: regress V(s) on r + 0.9 V_target(s')."""
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         value: str = "state_value"
 
     def __init__(self, critic):
-        super().__init__()
+        super().__init__(loss_function="l2", gamma=0.9)
         self.critic_network = critic
-        self._register_target_network("critic_network")
-        self.reduction = "mean"
+        self.target_critic = self._register_target_network("critic_network")
 
     def forward(self, tensordict):
         value = self.critic_network(tensordict.copy())[self.tensor_keys.value]
-        next_value = self._target_outputs("critic_network", tensordict.get("next"))
-        target = F.td0_return(
-            tensordict["next", "reward"],
-            next_value[self.tensor_keys.value],
-            tensordict["next", "terminated"],
-            0.9,
-        )
-        loss = F.reduce(F.distance(value, target, "l2"), self.reduction)
+        with torch.no_grad():
+            next_value = self.target_critic(tensordict.get("next"))[self.tensor_keys.value]
+        loss = self._critic_loss(value, self._td_target(tensordict, next_value), tensordict)
         return TensorDict({"loss_value": loss}, [])
 
 
@@ -137,7 +131,7 @@ def test_target_copy_follows_dtype_changes_and_updates():
         for parameter in loss.critic_network.parameters():
             parameter.add_(1.0)
     updater.step()
-    outputs = loss._target_outputs("critic_network", batch.get("next"))["state_value"]
+    outputs = loss.target_critic(batch.get("next"))["state_value"]
     assert outputs.dtype == torch.float64
     expected = loss.critic_network(batch.get("next").clone())["state_value"]
     torch.testing.assert_close(outputs, expected.detach())
@@ -146,14 +140,14 @@ def test_target_copy_follows_dtype_changes_and_updates():
 def _ensemble_loss(critic_net, num):
     from torchrl.modules import ValueOperator
 
-    class EnsembleLoss(rlloss.LossModule):
+    class EnsembleLoss(TDTargetLoss):
         def __init__(self, critic):
-            super().__init__()
-            self._register_ensemble("qvalue_network", critic, num, target=True)
+            super().__init__(loss_function="l2")
+            self.qvalue = self._register_ensemble("qvalue_network", critic, num, target=True)
 
         def forward(self, tensordict):
             inputs = {"observation": tensordict["observation"], "action": tensordict["action"]}
-            return self._ensemble_outputs("qvalue_network", inputs)["state_action_value"]
+            return self.qvalue(inputs)["state_action_value"]
 
     return EnsembleLoss(ValueOperator(critic_net, in_keys=["observation", "action"]))
 
@@ -168,8 +162,8 @@ def test_mlp_ensemble_batched_matmuls_match_vmap(activation):
     net = MLP(in_features=5, out_features=1, num_cells=[8, 8], activation_class=activation)
     fast, slow = _ensemble_loss(net, 3), _ensemble_loss(net, 3)
     slow.load_state_dict(fast.state_dict())
-    assert fast._qvalue_network_stacked is not None
-    slow._qvalue_network_stacked = None  # force vmap
+    assert fast.qvalue.stacked is not None
+    slow.qvalue.stacked = None  # force vmap
     batch = TensorDict(
         {"observation": torch.randn(4, 2, 3), "action": torch.randn(4, 2, 2)}, [4, 2]
     )
@@ -200,7 +194,7 @@ def test_non_mlp_ensemble_falls_back_to_vmap():
         norm_kwargs={"normalized_shape": 8},
     )
     loss = _ensemble_loss(net, 2)
-    assert loss._qvalue_network_stacked is None
+    assert loss.qvalue.stacked is None
     batch = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2)}, [6])
     values = loss(batch)
     members = loss.qvalue_network_params

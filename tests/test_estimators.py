@@ -117,7 +117,7 @@ def test_set_keys_remaps_estimator_keys():
     [
         (ValueEstimators.GAE, rlloss.GAE, 0.95),
         (ValueEstimators.TD0, rlloss.TD0Estimator, None),
-        (ValueEstimators.TD1, rlloss.TDLambdaEstimator, 1.0),
+        (ValueEstimators.TD1, rlloss.TD1Estimator, 1.0),
         (ValueEstimators.TDLambda, rlloss.TDLambdaEstimator, 0.95),
     ],
 )

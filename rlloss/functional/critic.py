@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlloss.functional._checks import check_same_shape
+from rlloss._checks import check_same_shape
 
 Scalar = float | torch.Tensor
 

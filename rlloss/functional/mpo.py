@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from rlloss.functional._checks import check_same_shape
+from rlloss._checks import check_same_shape
 from rlloss.functional.policy import gaussian_kl
 
 Scalar = float | torch.Tensor

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import distributions as D
 
-from rlloss.functional._checks import check_same_shape
+from rlloss._checks import check_same_shape
 
 Scalar = float | torch.Tensor
 CATEGORICALS = (D.Categorical, D.OneHotCategorical)

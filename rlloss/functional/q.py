@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rlloss.functional._checks import check_same_shape
+from rlloss._checks import check_same_shape
 
 Scalar = float | torch.Tensor
 

@@ -1,0 +1,97 @@
+"""Keys, errors and argument checks: the leaf every rlloss module may import.
+
+This module imports nothing from rlloss (a test holds it to that), so no import loop can pass
+through it. The checks compare Python numbers and shapes only: they never synchronise host and
+device, and under ``torch.compile`` they run once, at trace time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes its argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def missing_key_message(owner: str, name: str, key: NestedKey, tensordict: TensorDictBase) -> str:
+    """The text of the ``KeyError`` raised for a missing input entry: the owner, the key, the
+    entries present and the ``set_keys`` call that remaps it."""
+    present = sorted(str(k) for k in tensordict.keys(include_nested=True, leaves_only=True))
+    return (
+        f"{owner}: the input TensorDict has no entry {key!r} (tensor_keys.{name}). "
+        f"Entries present: {present}. If the data is stored under another key, remap it with "
+        f"loss.set_keys({name}=<your key>)."
+    )
+
+
+def next_key(key: NestedKey, nested: bool = True) -> NestedKey:
+    """``("next", *key)`` when ``nested``, else ``key``."""
+    if not nested:
+        return key
+    return ("next", *((key,) if isinstance(key, str) else key))
+
+
+def remap_keys(owner: str, tensor_keys, accepted_keys: type, **kwargs: NestedKey | None) -> None:
+    """``set_keys`` of losses and estimators: set ``tensor_keys.<name> = key`` for each keyword
+    (``None`` restores the default); an unknown name raises ``ValueError`` listing the valid ones.
+
+    Args:
+        owner: the class name, for the message.
+        tensor_keys: the instance of ``accepted_keys`` to update in place.
+        accepted_keys: the ``_AcceptedKeys`` dataclass declaring the names and their defaults.
+    """
+    valid = [field.name for field in dataclasses.fields(accepted_keys)]
+    unknown = [name for name in kwargs if name not in valid]
+    if unknown:
+        raise ValueError(
+            f"{owner}.set_keys got unknown key name(s) {unknown}; valid names are {valid}."
+        )
+    defaults = accepted_keys()
+    for name, key in kwargs.items():
+        setattr(tensor_keys, name, getattr(defaults, name) if key is None else key)
+
+
+def check_in_range(name: str, value, low=None, high=None, *, low_open=False, high_open=False):
+    """Raise ``ValueError`` naming ``name`` and the accepted range if ``value`` is outside it."""
+    value = float(value)
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if below or above:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        low_text = "-inf" if low is None else low
+        high_text = "inf" if high is None else high
+        raise ValueError(f"{name} must be in {left}{low_text}, {high_text}{right}, got {value}.")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """Raise ``ValueError`` naming ``name`` and the accepted values if ``value`` is not one."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
+
+
+def check_same_shape(**tensors: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless every tensor has the shape of the first one.
+
+    Silent broadcasting between ``[B]`` and ``[B, 1]`` turns an elementwise loss into a ``[B, B]``
+    matrix; this check refuses it and names both shapes.
+    """
+    names = list(tensors)
+    reference = tensors[names[0]].shape
+    for name in names[1:]:
+        shape = tensors[name].shape
+        if shape != reference:
+            raise ValueError(
+                f"shape mismatch: {names[0]} has shape {tuple(reference)} but {name} has shape "
+                f"{tuple(shape)}; they must be equal (rlloss never broadcasts [B] against [B, 1]: "
+                "reward, done, value and advantage tensors carry a trailing singleton dim, "
+                "log-probs do not)."
+            )

@@ -1,0 +1,213 @@
+"""The one place where rlloss touches private names of tensordict, torchrl and torch.
+
+Each private name sits behind a small function saying why it is used; ``tests/test_compat.py``
+checks every function against the installed releases, so an upstream change fails there, loudly
+and in one place, instead of deep inside a loss. This module imports nothing from rlloss.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from tensordict.utils import NestedKey, _unravel_key_to_tuple
+from torch import nn
+from torchrl.objectives import LossModule as TorchRLLossModule
+from torchrl.objectives.common import _updater_check_forward_prehook
+
+# ----------------------------------------------------------------------------- tensordict
+
+
+def output_tensordict(entries: dict[str, torch.Tensor]) -> TensorDict:
+    """A TensorDict of batch size ``[]`` holding ``entries`` as they are.
+
+    Why private: ``TensorDict(entries, batch_size=[])`` validates every entry (device, batch
+    size, nesting), several microseconds per entry on each forward, for tensors a loss just
+    computed and that are valid by construction. ``TensorDict._new_unsafe`` skips that.
+    """
+    return TensorDict._new_unsafe(entries, batch_size=torch.Size([]))
+
+
+def unravel_key(key: NestedKey) -> tuple[str, ...]:
+    """``("a", ("b", "c"))`` -> ``("a", "b", "c")``; ``"a"`` -> ``("a",)``.
+
+    Why private: tensordict has no public function that returns the flat tuple of a key
+    (``unravel_key`` returns a string for a one-element key); the loss caches it per key.
+    """
+    return _unravel_key_to_tuple(key)
+
+
+def get_path(tensordict: TensorDictBase, path: tuple[str, ...], default=None):
+    """``tensordict.get(path, default)`` for an already unravelled ``path``.
+
+    Why private: ``get`` unravels (and validates) its key on every call; with the path unravelled
+    once per key, ``_get_tuple`` is the lookup alone (a few microseconds per entry and forward).
+    """
+    return tensordict._get_tuple(path, default)
+
+
+def set_computed(tensordict: TensorDictBase, path: tuple[str, ...], value: torch.Tensor) -> None:
+    """``tensordict.set(path, value)`` for a ``value`` computed from the batch's own entries (so
+    of its batch shape and device).
+
+    Why private: for a plain ``TensorDict``, ``_set_tuple(..., validated=True)`` stores the
+    tensor without re-checking its batch shape and device; other TensorDict types take ``set``.
+    """
+    if type(tensordict) is TensorDict and path:
+        tensordict._set_tuple(path, value, inplace=False, validated=True, non_blocking=False)
+    else:
+        tensordict.set(path, value)
+
+
+def is_plain_tensordict_module(module: nn.Module) -> bool:
+    """Whether ``module(td)`` of a ``TensorDictModule`` is exactly ``module.module(*inputs)`` on
+    its ``in_keys`` with the outputs written to its ``out_keys`` (no keyword inputs, no method
+    redirection, no hooks), so a loss may call the inner module on tensors directly.
+
+    Why private: ``TensorDictModule`` keeps its keyword-input and ``get`` options in private
+    fields (``_kwargs``, ``_get_kwargs``) and ``nn.Module`` its hooks in ``_forward_hooks`` and
+    ``_forward_pre_hooks``; no public accessor says "this module is a plain call".
+    """
+    return (
+        isinstance(module, TensorDictModule)
+        and type(module).forward is TensorDictModule.forward
+        and module._kwargs is None
+        and module.method is None
+        and not module.method_kwargs
+        and not module._get_kwargs
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+    )
+
+
+def selects_out_keys(module: nn.Module) -> bool:
+    """Whether a ``TensorDictSequential`` was narrowed with ``select_out_keys`` (it then writes
+    fewer entries than its children do).
+
+    Why private: the selection lives in ``_selected_out_keys`` only.
+    """
+    return bool(getattr(module, "_selected_out_keys", None))
+
+
+# ----------------------------------------------------------------------------- torchrl
+
+
+def mlp_reshapes_output(mlp: nn.Module) -> bool:
+    """Whether a TorchRL ``MLP`` reshapes its output (``out_features`` given as a shape), which
+    a batched ensemble evaluation must not bypass.
+
+    Why private: ``MLP`` keeps that flag in ``_reshape_out`` only.
+    """
+    return bool(getattr(mlp, "_reshape_out", False))
+
+
+class LossMeta(type(TorchRLLossModule)):
+    """TorchRL's loss metaclass without its per-call wrapping.
+
+    TorchRL's metaclass wraps ``forward`` (and every public ``*loss`` method) in two context
+    managers on each call; rlloss losses never sample through ``actor(td)`` in a forward, so
+    they keep only the class-level bookkeeping TorchRL's ``__setattr__`` reads.
+
+    Why private: that bookkeeping is the merged ``_all_schedulable_buffers`` set (scalar
+    assignment to a listed buffer updates it in place).
+    """
+
+    def __init__(cls, name, bases, attr_dict):
+        abc.ABCMeta.__init__(cls, name, bases, attr_dict)
+        merged = set()
+        for base in cls.__mro__:
+            merged |= getattr(base, "_schedulable_buffers", frozenset())
+        cls._all_schedulable_buffers = frozenset(merged)
+
+
+def expect_updater(loss: nn.Module, name: str) -> None:
+    """Record that the target network ``name`` of ``loss`` has no updater yet (TorchRL's
+    updaters mark it when they are built on the loss).
+
+    Why private: TorchRL's ``LossModule`` and updaters share this through
+    ``_has_update_associated``.
+    """
+    loss._has_update_associated[name] = False
+
+
+def every_target_has_updater(loss: nn.Module) -> bool:
+    """Whether an updater was built for every target network of ``loss`` (see
+    :func:`expect_updater`)."""
+    return all(loss._has_update_associated.values())
+
+
+def warn_without_updater(loss: nn.Module, args: tuple) -> None:
+    """TorchRL's warning that a loss with target networks is run without a target updater.
+
+    Why private: TorchRL registers it as ``_updater_check_forward_prehook``.
+    """
+    _updater_check_forward_prehook(loss, *args)
+
+
+def stored_value_estimator(loss: nn.Module):
+    """The value estimator a TorchRL ``LossModule`` holds, or ``None``.
+
+    Why private: TorchRL's ``LossModule`` stores it as ``_value_estimator`` (its own methods and
+    ``value_estimator`` property read it there).
+    """
+    return loss._value_estimator
+
+
+def store_value_estimator(loss: nn.Module, estimator) -> None:
+    """Store ``estimator`` where TorchRL's ``LossModule`` keeps it (see
+    :func:`stored_value_estimator`)."""
+    loss._value_estimator = estimator
+
+
+def updater_pairs(updater) -> Iterator[tuple[str, NestedKey]]:
+    """``(attribute, key)`` of each distinct target tensor of an initialised TorchRL target
+    updater: the tensor is ``getattr(loss, attribute)[key]`` and its source
+    ``getattr(loss, attribute[len("target_"):])[key]``.
+
+    Why private: TorchRL's ``SoftUpdate``/``HardUpdate`` list them in ``_distinct_and_params``.
+    """
+    for (name, *rest), distinct in updater._distinct_and_params.items():
+        if distinct:
+            yield name, tuple(rest) if len(rest) > 1 else rest[0]
+
+
+# ----------------------------------------------------------------------------- torch
+
+
+def clear_forward_pre_hooks(module: nn.Module) -> None:
+    """Remove every forward pre-hook of ``module``.
+
+    Why private: a hook registered without keeping its handle (TorchRL's ``LossModule`` does so
+    for its updater warning) can only be removed through ``_forward_pre_hooks``.
+    """
+    module._forward_pre_hooks.clear()
+
+
+def remove_forward_pre_hook(module: nn.Module, hook: Callable) -> None:
+    """Remove ``hook`` from ``module``'s forward pre-hooks (see :func:`clear_forward_pre_hooks`)."""
+    hooks = module._forward_pre_hooks
+    for hook_id in [i for i, registered in hooks.items() if registered is hook]:
+        del hooks[hook_id]
+
+
+def has_forward_pre_hook(module: nn.Module, hook: Callable) -> bool:
+    """Whether ``hook`` is one of ``module``'s forward pre-hooks."""
+    return any(registered is hook for registered in module._forward_pre_hooks.values())
+
+
+def lerp_(targets: list[torch.Tensor], sources: list[torch.Tensor], weight: float) -> None:
+    """``target += weight * (source - target)`` for every pair, in one fused call.
+
+    Why private: ``torch._foreach_lerp_`` is the multi-tensor kernel behind the fused optimizers;
+    a Python loop of ``lerp_`` costs a dispatch per tensor.
+    """
+    torch._foreach_lerp_(targets, sources, weight)
+
+
+def copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """``target.copy_(source)`` for every pair, in one fused call (``torch._foreach_copy_``, as
+    :func:`lerp_`)."""
+    torch._foreach_copy_(targets, sources)

@@ -1,0 +1,268 @@
+"""``TDTargetLoss``: the base of the off-policy losses (DQN, DDPG, TD3, SAC, MPO).
+
+Each of them regresses a critic onto one-step targets ``y = r + gamma^n (1 - terminated)
+V(s')`` built from replayed transitions. What they share lives here, once:
+
+- the discount ``gamma`` (one default, TorchRL's 0.99) and ``make_value_estimator``, which sets
+  it (these losses build their targets themselves; n-step through ``steps_to_next_obs``);
+- the replay keys (``reward``, ``done``, ``terminated`` under ``"next"``, ``priority_weight``,
+  ``steps_to_next_obs``, the written ``priority``), which each loss's ``_AcceptedKeys`` extends;
+- the argument checks of ``loss_function``, ``reduction`` and the prioritized-replay options;
+- the prioritized-replay weighting of per-sample losses and the ``td_error`` write-back;
+- the critic regression, for one critic or an ensemble;
+- target networks (``target_<name>_params``, found and updated by TorchRL's ``SoftUpdate`` and
+  ``HardUpdate``), detached views of online networks and ensembles of Q networks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_choice, check_in_range, next_key
+from rlloss._networks import Ensemble, FrozenCopy, reinitialised
+from rlloss.common import LossModule
+from rlloss.estimators import DEFAULT_GAMMA
+from rlloss.functional.critic import DISTANCES
+
+PRIORITY_WEIGHTINGS = ("mean", "normalized")
+ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
+
+
+class TDTargetLoss(LossModule):
+    """Base of the losses that regress a critic onto one-step TD targets of replayed
+    transitions (see the module docstring).
+
+    Args:
+        loss_function: the critic's distance, ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        gamma: the discount (default 0.99; ``make_value_estimator(ValueEstimators.TD0,
+            gamma=...)`` sets it too, as in TorchRL).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        use_prioritized_weights: ``"auto"`` (use ``priority_weight`` when present), ``True`` or
+            ``False``.
+        priority_weighting: ``"mean"``, the mean of ``w l`` (Schaul et al., arXiv:1511.05952), or
+            ``"normalized"``, ``sum(w l) / sum(w)`` (TorchRL's).
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """The replay keys of every off-policy loss."""
+
+        priority: NestedKey = "td_error"  # written: the per-sample TD error, for PER
+        reward: NestedKey = "reward"  # read under "next"
+        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+
+    default_keys = _AcceptedKeys
+    default_value_estimator = ValueEstimators.TD0
+
+    def __init__(
+        self,
+        *,
+        loss_function: str,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        super().__init__()
+        check_choice("loss_function", loss_function, DISTANCES)
+        check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
+        check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
+        self.gamma = DEFAULT_GAMMA if gamma is None else gamma
+        check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self.reduction = self._check_reduction(reduction)
+        self.loss_function = loss_function
+        self.use_prioritized_weights = use_prioritized_weights
+        self.priority_weighting = priority_weighting
+        self._targets: list[tuple[str, FrozenCopy]] = []
+        self._detached_views: list[tuple[str, FrozenCopy]] = []
+        self._ensembles: list[tuple[str, Ensemble]] = []
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """Set the discount: ``make_value_estimator(ValueEstimators.TD0, gamma=0.99)``.
+
+        The off-policy losses build one-step targets themselves (n-step through
+        ``steps_to_next_obs``), so ``value_type`` must be ``TD0`` (or ``None``).
+        """
+        if value_type not in (None, ValueEstimators.TD0):
+            raise ValueError(
+                f"{type(self).__name__} builds one-step targets (n-step through "
+                f"steps_to_next_obs); value_type must be ValueEstimators.TD0, got {value_type!r}."
+            )
+        unknown = set(hyperparams) - {"gamma", "differentiable", "device"}
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.make_value_estimator got unexpected keywords "
+                f"{sorted(unknown)}"
+            )
+        gamma = hyperparams.get("gamma", DEFAULT_GAMMA)
+        check_in_range("gamma", gamma, 0.0, 1.0)
+        self.gamma = gamma
+        return self
+
+    def _transition_keys(self, keys: list[NestedKey], next_keys: list[NestedKey]) -> list:
+        """``in_keys``: ``keys`` of the current step, ``next_keys`` under ``"next"``, and the
+        reward and termination flag under ``"next"``, without repeats."""
+        reward, terminated = self.tensor_keys.reward, self.tensor_keys.terminated
+        keys = [*keys, *(next_key(k) for k in [*next_keys, reward, terminated])]
+        return list(dict.fromkeys(keys))
+
+    # ----------------------------------------------------------------------------- targets
+    def _td_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
+        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``n``: ``steps_to_next_obs``
+        when the batch has it, else 1)."""
+        reward = self._get(tensordict, "reward", nested=True)
+        terminated = self._get(tensordict, "terminated", nested=True)
+        steps = self._read(tensordict, "steps_to_next_obs")
+        steps = None if steps is None else steps.view_as(reward)
+        discount = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
+        return rlf.td0_return(reward, next_value, terminated, discount)
+
+    # ----------------------------------------------------------------------------- critic
+    def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        """Reduce a per-transition loss ``[*B, 1]``, weighted by ``priority_weight`` when the
+        batch has it (``use_prioritized_weights``), as ``priority_weighting`` says; ``"none"``
+        gives ``[*B]`` as TorchRL does."""
+        weights = None
+        if self.use_prioritized_weights is not False:
+            weights = self._read(tensordict, "priority_weight")
+            if weights is None and self.use_prioritized_weights is True:
+                self._get(tensordict, "priority_weight")  # raises: weights asked for, none given
+        loss = rlf.reduce(
+            loss,
+            self.reduction,
+            weights=weights,
+            normalize_weights=self.priority_weighting == "normalized",
+        )
+        return loss.squeeze(-1) if self.reduction == "none" else loss
+
+    def _critic_loss(
+        self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> torch.Tensor:
+        """``L(Q(s, a), y)`` of one critic (``[*B, 1]``), reduced with the replay weights."""
+        return self._reduce_replayed(rlf.distance(value, target, self.loss_function), tensordict)
+
+    def _ensemble_critic_loss(
+        self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> torch.Tensor:
+        """``sum_i L(Q_i(s, a), y)`` of an ensemble (``[E, *B, 1]``), reduced with the replay
+        weights."""
+        loss = rlf.distance(values, target.expand_as(values), self.loss_function).sum(0)
+        return self._reduce_replayed(loss, tensordict)
+
+    def _write_priority(self, tensordict: TensorDictBase, td_error: torch.Tensor) -> None:
+        """Write the per-sample TD error into the caller's batch, for
+        ``replay_buffer.update_tensordict_priority(batch)``."""
+        self._write(tensordict, "priority", td_error)
+
+    # ----------------------------------------------------------------------------- networks
+    def _register_target_network(self, name: str, until: NestedKey | None = None) -> FrozenCopy:
+        """A target copy of the submodule ``name``, whose tensors are ``target_<name>_params``.
+
+        ``<name>_params`` exposes the online parameters to TorchRL's ``SoftUpdate`` and
+        ``HardUpdate``, which update the target tensors in place. ``until``: the output key the
+        loss needs (see :class:`rlloss._networks.NetworkCall`). Returns the copy, to be held in
+        a named attribute and called (under ``torch.no_grad()``) to build targets.
+        """
+        _compat.expect_updater(self, name)
+        target = FrozenCopy(getattr(self, name), until)
+        setattr(
+            self,
+            f"target_{name}_params",
+            TensorDictParams(TensorDict.from_module(target.module), no_convert=True),
+        )
+        self._targets.append((name, target))
+        self._refresh_views()
+        self._warn_until_every_target_has_an_updater()
+        return target
+
+    def _register_detached_view(self, name: str, until: NestedKey | None = None) -> FrozenCopy:
+        """A copy of the submodule ``name`` whose tensors are detached views of its parameters:
+        always current, never trained, free to call (e.g. the critic inside an actor loss)."""
+        view = FrozenCopy(getattr(self, name), until)
+        self._detached_views.append((name, view))
+        self._refresh_views()
+        return view
+
+    def _register_ensemble(
+        self, name: str, networks, size: int, *, target: bool, until: NestedKey | None = None
+    ) -> Ensemble:
+        """``size`` copies of a network held as stacked tensors and evaluated in one batched
+        call (:class:`rlloss._networks.Ensemble`).
+
+        ``networks`` is one module (its copies are re-initialised with ``reset_parameters``, so
+        they differ) or a list of ``size`` modules (their weights are kept). The stacked
+        parameters, ``<name>_params`` (``[size, ...]``), are the loss's trainable parameters;
+        with ``target``, ``target_<name>_params`` holds stacked target buffers for TorchRL's
+        updaters. The given modules themselves are not trained: read the trained weights from
+        the loss.
+        """
+        modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+        if len(modules) == 1:
+            modules += [reinitialised(modules[0]) for _ in range(size - 1)]
+        if len(modules) != size:
+            raise ValueError(
+                f"{type(self).__name__}: got {len(modules)} {name} modules for "
+                f"num_qvalue_nets={size}; pass one module or a list of num_qvalue_nets modules."
+            )
+        parameter_names = {n for n, _ in modules[0].named_parameters()}
+        stacked = TensorDict.from_modules(*modules).flatten_keys(".")
+        stacked = TensorDict(
+            {
+                k: nn.Parameter(v.detach().clone()) if k in parameter_names else v.detach().clone()
+                for k, v in stacked.items()
+            },
+            batch_size=[size],
+        ).unflatten_keys(".")
+        ensemble = Ensemble(modules[0], until)
+        setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
+        if target:
+            _compat.expect_updater(self, name)
+            setattr(
+                self,
+                f"target_{name}_params",
+                TensorDictParams(stacked.detach().clone(), no_convert=True),
+            )
+            self._warn_until_every_target_has_an_updater()
+        self._ensembles.append((name, ensemble))
+        self._refresh_views()
+        return ensemble
+
+    def _refresh_views(self) -> None:
+        """Point the target copies at ``target_<name>_params`` and ``<name>_params`` at the
+        online tensors, the detached views at the online parameters and the ensembles at their
+        stacked tensors (after construction, ``.to()``, ``.double()`` or a deep copy)."""
+        # the target tensors are read from the module tree: ``getattr`` would go through
+        # TorchRL's ``__getattr__``, which warns while no updater is associated
+        children = dict(self.named_children())
+        for name, target in self._targets:
+            setattr(self, f"{name}_params", TensorDict.from_module(getattr(self, name)))
+            target.use(children[f"target_{name}_params"].flatten_keys("."))
+        for name, view in self._detached_views:
+            view.use({k: p.detach() for k, p in getattr(self, name).named_parameters()})
+        for name, ensemble in self._ensembles:
+            ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
+
+    def _warn_until_every_target_has_an_updater(self) -> None:
+        if not _compat.has_forward_pre_hook(self, _warn_without_updater):
+            self.register_forward_pre_hook(_warn_without_updater)
+
+
+def _warn_without_updater(loss: TDTargetLoss, args) -> None:
+    """TorchRL's forward pre-hook (a warning while a target network has no updater), removed in
+    eager mode once every target network has one: an updater stays associated, so the check
+    would pass on every later call, and a module with a hook takes ``nn.Module``'s slower call
+    path."""
+    _compat.warn_without_updater(loss, args)
+    if _compat.every_target_has_updater(loss) and not torch.compiler.is_compiling():
+        _compat.remove_forward_pre_hook(loss, _warn_without_updater)
