@@ -68,8 +68,7 @@ def is_plain_tensordict_module(module: nn.Module) -> bool:
     redirection, no hooks), so a loss may call the inner module on tensors directly.
 
     Why private: ``TensorDictModule`` keeps its keyword-input and ``get`` options in private
-    fields (``_kwargs``, ``_get_kwargs``) and ``nn.Module`` its hooks in ``_forward_hooks`` and
-    ``_forward_pre_hooks``; no public accessor says "this module is a plain call".
+    fields (``_kwargs``, ``_get_kwargs``); no public accessor says "this module is a plain call".
     """
     return (
         isinstance(module, TensorDictModule)
@@ -78,18 +77,27 @@ def is_plain_tensordict_module(module: nn.Module) -> bool:
         and module.method is None
         and not module.method_kwargs
         and not module._get_kwargs
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
+        and not has_call_hooks(module)
     )
+
+
+def has_call_hooks(module: nn.Module) -> bool:
+    """Whether ``module`` has forward hooks or pre-hooks (e.g. tensordict's ``select_out_keys``
+    registers one), which a direct call of its children would skip.
+
+    Why private: ``nn.Module`` keeps them in ``_forward_hooks`` and ``_forward_pre_hooks``.
+    """
+    return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 def selects_out_keys(module: nn.Module) -> bool:
     """Whether a ``TensorDictSequential`` was narrowed with ``select_out_keys`` (it then writes
     fewer entries than its children do).
 
-    Why private: the selection lives in ``_selected_out_keys`` only.
+    Why private: tensordict 0.14 records the selection in ``_select_before_return`` only (the
+    ``_selected_out_keys`` that rlloss read before no longer exists).
     """
-    return bool(getattr(module, "_selected_out_keys", None))
+    return bool(getattr(module, "_select_before_return", False))
 
 
 # ----------------------------------------------------------------------------- torchrl
@@ -112,11 +120,13 @@ class LossMeta(type(TorchRLLossModule)):
     they keep only the class-level bookkeeping TorchRL's ``__setattr__`` reads.
 
     Why private: that bookkeeping is the merged ``_all_schedulable_buffers`` set (scalar
-    assignment to a listed buffer updates it in place).
+    assignment to a listed buffer updates it in place). It also sets TorchRL's ``default_keys``
+    to the class's ``_AcceptedKeys``, as every TorchRL loss does by hand.
     """
 
     def __init__(cls, name, bases, attr_dict):
         abc.ABCMeta.__init__(cls, name, bases, attr_dict)
+        cls.default_keys = cls._AcceptedKeys
         merged = set()
         for base in cls.__mro__:
             merged |= getattr(base, "_schedulable_buffers", frozenset())

@@ -42,8 +42,11 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
     if isinstance(module, ProbabilisticTensorDictModule):
         return None
     if isinstance(module, TensorDictSequential):
-        if (until is None and type(module).forward is not TensorDictSequential.forward) or getattr(
-            module, "partial_tolerant", False
+        if (
+            (until is None and type(module).forward is not TensorDictSequential.forward)
+            or getattr(module, "partial_tolerant", False)
+            or _compat.has_call_hooks(module)
+            or _compat.selects_out_keys(module)
         ):
             return None
         steps = []
@@ -54,9 +57,7 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
             steps += child_steps
             if until is not None and until in child.out_keys:
                 return steps
-        if until is not None or _compat.selects_out_keys(module):
-            return None
-        return steps
+        return None if until is not None else steps
     if _compat.is_plain_tensordict_module(module):
         return [(module.module, list(module.in_keys), list(module.out_keys))]
     return None
@@ -329,6 +330,7 @@ class Ensemble:
 
     def __init__(self, template: nn.Module, until: NestedKey | None = None) -> None:
         self.template = frozen_copy(template)
+        self.in_keys = list(template.in_keys)
         self.stacked = StackedMLP.of(self.template, until, key_prefix="network.")
         self.member = _MemberCall(NetworkCall(self.template, until))
         self.online: dict[str, torch.Tensor] = {}

@@ -44,7 +44,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
     class _AcceptedKeys:
         pass
 
-    default_keys = _AcceptedKeys
     _value_network_name: str | None = None
 
     def __init__(self) -> None:

@@ -49,7 +49,6 @@ class DDPGLoss(TDTargetLoss):
         action: NestedKey = "action"  # the action taken, and the actor's output
         state_action_value: NestedKey = "state_action_value"  # written by the critic
 
-    default_keys = _AcceptedKeys
     out_keys = [
         "loss_actor",
         "loss_value",
@@ -68,18 +67,9 @@ class DDPGLoss(TDTargetLoss):
         loss_function: str = "l2",
         delay_actor: bool = False,
         delay_value: bool = True,
-        gamma: float | None = None,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **replay,
     ) -> None:
-        super().__init__(
-            loss_function=loss_function,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(loss_function=loss_function, **replay)
         self.delay_actor, self.delay_value = delay_actor, delay_value
         self.actor_network = actor_network
         self.value_network = value_network

@@ -61,7 +61,6 @@ class DQNLoss(TDTargetLoss):
         action_value: NestedKey = "action_value"  # Q(s, .) written by the value network
         action: NestedKey = "action"  # the action taken: index or one-hot
 
-    default_keys = _AcceptedKeys
     out_keys = ["loss"]
 
     def __init__(
@@ -71,19 +70,10 @@ class DQNLoss(TDTargetLoss):
         loss_function: str = "l2",
         delay_value: bool = True,
         double_dqn: bool = False,
-        gamma: float | None = None,
         action_space: str | None = None,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **replay,
     ) -> None:
-        super().__init__(
-            loss_function=loss_function,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(loss_function=loss_function, **replay)
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
         if double_dqn and not delay_value:

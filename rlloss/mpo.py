@@ -40,14 +40,23 @@ class _MaximumAPosteriori(TDTargetLoss):
     """What both MPO losses share: online and target actor and critic, the dual parameters and
     their floor, and ``forward``.
 
-    ``value``: the name of the key the Q network writes (``tensor_keys.<value>``); ``replay``:
-    the keywords of :class:`rlloss.offpolicy.TDTargetLoss`.
+    ``value``: the name of the key the Q network writes (``tensor_keys.<value>``); the other
+    keywords are documented in :class:`MPOLoss`, ``replay`` in
+    :class:`rlloss.offpolicy.TDTargetLoss`.
     """
 
     def __init__(
-        self, actor_network, qvalue_network, *, value: str, delay_actor, delay_qvalue, **replay
+        self,
+        actor_network,
+        qvalue_network,
+        *,
+        value: str,
+        loss_function: str = "l2",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        **replay,
     ) -> None:
-        super().__init__(**replay)
+        super().__init__(loss_function=loss_function, **replay)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         self._dual_names: list[str] = []
         value_key = getattr(self.tensor_keys, value)
@@ -206,8 +215,6 @@ class MPOLoss(_MaximumAPosteriori):
         action: NestedKey = "action"  # the action taken (and the Q network's action input)
         state_action_value: NestedKey = "state_action_value"  # written by the Q network
 
-    default_keys = _AcceptedKeys
-
     def __init__(
         self,
         actor_network: nn.Module,
@@ -223,14 +230,8 @@ class MPOLoss(_MaximumAPosteriori):
         init_log_alpha_stddev: float = 1000.0,
         action_penalization: bool = False,
         epsilon_penalty: float = 1e-3,
-        gamma: float | None = None,
-        loss_function: str = "l2",
-        delay_actor: bool = True,
-        delay_qvalue: bool = True,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
         action_spec=None,
+        **options,
     ) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
@@ -242,18 +243,7 @@ class MPOLoss(_MaximumAPosteriori):
             ("epsilon_penalty", epsilon_penalty),
         ):
             check_in_range(name, value, 0.0, low_open=True)
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            value="state_action_value",
-            loss_function=loss_function,
-            delay_actor=delay_actor,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
         self.num_samples = num_samples
         self.epsilon, self.epsilon_penalty = epsilon, epsilon_penalty
         self.epsilon_mean, self.epsilon_stddev = epsilon_mean, epsilon_stddev
@@ -484,7 +474,6 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         action: NestedKey = "action"  # the action taken: index or one-hot
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
 
-    default_keys = _AcceptedKeys
     out_keys = [
         "loss_actor",
         "loss_qvalue",
@@ -506,28 +495,11 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         epsilon_policy: float = 2.5e-3,
         init_log_temperature: float = 3.0,
         init_log_alpha: float = 3.0,
-        gamma: float | None = None,
-        loss_function: str = "l2",
-        delay_actor: bool = True,
-        delay_qvalue: bool = True,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **options,
     ) -> None:
         check_in_range("epsilon", epsilon, 0.0, low_open=True)
         check_in_range("epsilon_policy", epsilon_policy, 0.0, low_open=True)
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            value="action_value",
-            loss_function=loss_function,
-            delay_actor=delay_actor,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None

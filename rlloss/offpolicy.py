@@ -62,7 +62,6 @@ class TDTargetLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"  # optional importance weights
         steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
-    default_keys = _AcceptedKeys
     default_value_estimator = ValueEstimators.TD0
 
     def __init__(
@@ -256,6 +255,20 @@ class TDTargetLoss(LossModule):
     def _warn_until_every_target_has_an_updater(self) -> None:
         if not _compat.has_forward_pre_hook(self, _warn_without_updater):
             self.register_forward_pre_hook(_warn_without_updater)
+
+
+def ensemble_architecture(attribute: str, params: str) -> property:
+    """A read-only property returning the architecture of the :class:`Ensemble` held in
+    ``attribute`` (e.g. TorchRL's ``loss.qvalue_network``): a module whose own tensors are not
+    trained; the ensemble's trained tensors are the loss's ``params``."""
+
+    def architecture(self) -> nn.Module:
+        return getattr(self, attribute).template
+
+    architecture.__doc__ = (
+        f"The ensemble's architecture (not trained: the trained tensors are ``{params}``)."
+    )
+    return property(architecture)
 
 
 def _warn_without_updater(loss: TDTargetLoss, args) -> None:

@@ -21,7 +21,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import DistributionCall, entry
-from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
 class _SoftActorCritic(TDTargetLoss):
@@ -29,9 +29,16 @@ class _SoftActorCritic(TDTargetLoss):
     (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
     before each use, as TorchRL does), its loss and the outputs.
 
-    ``value``: the name of the key the Q networks write (``tensor_keys.<value>``); ``replay``:
-    the keywords of :class:`rlloss.offpolicy.TDTargetLoss`.
+    ``value``: the name of the key the Q networks write (``tensor_keys.<value>``); the other
+    keywords are documented in :class:`SACLoss`, ``replay`` in
+    :class:`rlloss.offpolicy.TDTargetLoss`.
     """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """The keys both SAC losses have (besides the replay keys)."""
+
+        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
 
     out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
     # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
@@ -45,15 +52,16 @@ class _SoftActorCritic(TDTargetLoss):
         qvalue_network,
         *,
         value: str,
-        num_qvalue_nets,
-        alpha_init,
-        min_alpha,
-        max_alpha,
-        fixed_alpha,
-        delay_qvalue,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
+        delay_qvalue: bool = True,
         **replay,
     ) -> None:
-        super().__init__(**replay)
+        super().__init__(loss_function=loss_function, **replay)
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
         for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
@@ -86,19 +94,13 @@ class _SoftActorCritic(TDTargetLoss):
             target=delay_qvalue,
             until=getattr(self.tensor_keys, value),
         )
-        modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
-        self._qvalue_in_keys = list(modules[0].in_keys)
 
-    @property
-    def qvalue_network(self) -> nn.Module:
-        """The Q networks' architecture (its tensors are not trained: the ensemble's are
-        ``qvalue_network_params``)."""
-        return self._qvalue.template
+    qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
 
     @property
     def in_keys(self) -> list[NestedKey]:
         actor_in_keys = self.actor_network.in_keys
-        keys = [*actor_in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
+        keys = [*actor_in_keys, *self._qvalue.in_keys, self.tensor_keys.action]
         return self._transition_keys(keys, actor_in_keys)
 
     def _alpha(self) -> torch.Tensor:
@@ -190,15 +192,12 @@ class SACLoss(_SoftActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+    class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
         """Keys read by SACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken, and the actor's sample key
-        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
         log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
-
-    default_keys = _AcceptedKeys
 
     def __init__(
         self,
@@ -206,23 +205,13 @@ class SACLoss(_SoftActorCritic):
         qvalue_network: nn.Module | list[nn.Module],
         value_network: nn.Module | None = None,
         *,
-        num_qvalue_nets: int = 2,
-        loss_function: str = "smooth_l1",
-        alpha_init: float = 1.0,
-        min_alpha: float | None = None,
-        max_alpha: float | None = None,
         action_spec=None,
-        fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
         delay_actor: bool = False,
-        delay_qvalue: bool = True,
-        gamma: float | None = None,
         priority_key: str | None = None,
         separate_losses: bool = False,
-        reduction: str | None = None,
         skip_done_states: bool = False,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **options,
     ) -> None:
         if value_network is not None:
             raise TypeError(
@@ -245,22 +234,7 @@ class SACLoss(_SoftActorCritic):
                 raise TypeError(
                     f"SACLoss: {name} is not supported by rlloss (see the class docstring)."
                 )
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            value="state_action_value",
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function=loss_function,
-            alpha_init=alpha_init,
-            min_alpha=min_alpha,
-            max_alpha=max_alpha,
-            fixed_alpha=fixed_alpha,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
         sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
         if len(sample_keys) == 1:
             self.set_keys(action=sample_keys[0])
@@ -327,7 +301,7 @@ class SACLoss(_SoftActorCritic):
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
-        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != key}
+        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys if k != key}
         inputs[key] = action
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 
@@ -396,15 +370,12 @@ class DiscreteSACLoss(_SoftActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+    class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
         """Keys read by DiscreteSACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
         action: NestedKey = "action"  # the action taken: index or one-hot
-        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
-
-    default_keys = _AcceptedKeys
 
     def __init__(
         self,
@@ -413,19 +384,9 @@ class DiscreteSACLoss(_SoftActorCritic):
         *,
         action_space=None,
         num_actions: int | None = None,
-        num_qvalue_nets: int = 2,
-        loss_function: str = "smooth_l1",
-        alpha_init: float = 1.0,
-        min_alpha: float | None = None,
-        max_alpha: float | None = None,
-        fixed_alpha: bool = False,
         target_entropy_weight: float = 0.98,
         target_entropy: str | float = "auto",
-        delay_qvalue: bool = True,
-        gamma: float | None = None,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **options,
     ) -> None:
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
@@ -434,22 +395,7 @@ class DiscreteSACLoss(_SoftActorCritic):
                 raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
             check_in_range("num_actions", num_actions, 1)
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            value="action_value",
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function=loss_function,
-            alpha_init=alpha_init,
-            min_alpha=min_alpha,
-            max_alpha=max_alpha,
-            fixed_alpha=fixed_alpha,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.num_actions = num_actions
         self.register_buffer(
             "target_entropy", torch.tensor(float(target_entropy), device=self.log_alpha.device)
@@ -466,7 +412,7 @@ class DiscreteSACLoss(_SoftActorCritic):
 
     def _action_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, num_actions]`` action values at the batch's observations."""
-        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys}
+        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys}
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:

@@ -15,7 +15,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss._networks import NetworkCall, entry
-from rlloss.offpolicy import TDTargetLoss
+from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
 
 
 def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +86,6 @@ class TD3Loss(TDTargetLoss):
         action: NestedKey = "action"  # the action taken, and the actor's output
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
-    default_keys = _AcceptedKeys
     _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
 
     def __init__(
@@ -102,18 +101,9 @@ class TD3Loss(TDTargetLoss):
         loss_function: str = "smooth_l1",
         delay_actor: bool = True,
         delay_qvalue: bool = True,
-        gamma: float | None = None,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
+        **replay,
     ) -> None:
-        super().__init__(
-            loss_function=loss_function,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-        )
+        super().__init__(loss_function=loss_function, **replay)
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
         check_in_range("policy_noise", policy_noise, 0.0)
         check_in_range("noise_clip", noise_clip, 0.0)
@@ -141,19 +131,13 @@ class TD3Loss(TDTargetLoss):
             target=delay_qvalue,
             until=self.tensor_keys.state_action_value,
         )
-        modules = qvalue_network if isinstance(qvalue_network, (list, tuple)) else [qvalue_network]
-        self._qvalue_in_keys = list(modules[0].in_keys)
 
-    @property
-    def qvalue_network(self) -> nn.Module:
-        """The Q networks' architecture (its tensors are not trained: the ensemble's are
-        ``qvalue_network_params``)."""
-        return self._qvalue.template
+    qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
 
     @property
     def in_keys(self) -> list[NestedKey]:
         actor_in_keys = self.actor_network.in_keys
-        return self._transition_keys([*actor_in_keys, *self._qvalue_in_keys], actor_in_keys)
+        return self._transition_keys([*actor_in_keys, *self._qvalue.in_keys], actor_in_keys)
 
     @property
     def out_keys(self) -> list[str]:
@@ -168,7 +152,7 @@ class TD3Loss(TDTargetLoss):
 
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
-        inputs = {k: entry(batch, k) for k in self._qvalue_in_keys if k != self.tensor_keys.action}
+        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys if k != self.tensor_keys.action}
         inputs[self.tensor_keys.action] = action
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 

@@ -3,8 +3,8 @@
 TorchRL's updaters walk the loss's target and source TensorDicts and update them entry by entry
 on every ``step()``: 150-350 microseconds per step for a SAC, TD3 or DQN loss on a CPU, often
 more than the rest of a small-batch update's overhead. These subclasses keep TorchRL's
-construction, ``init_()``, checks and counters, and do the update in one ``torch._foreach_lerp_``
-(``_foreach_copy_`` for the hard update) over tensor lists gathered once. They accept any
+construction, ``init_()``, checks and counters, and do the update in one fused multi-tensor
+``lerp_`` (``copy_`` for the hard update) over tensor lists gathered once. They accept any
 TorchRL-style loss (rlloss's or TorchRL's); for rlloss losses the lists are gathered again after
 the loss moves (``.to(device)``, ``.double()``), for other losses that case runs TorchRL's step.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torchrl.objectives import HardUpdate as _TorchRLHardUpdate
 from torchrl.objectives import SoftUpdate as _TorchRLSoftUpdate
+
+from rlloss import _compat
 
 
 class _FusedPairs:
@@ -33,16 +35,31 @@ class _FusedPairs:
             return False
         if version != self.version:
             loss, targets, sources = self.updater.loss_module, [], []
-            for (name, *rest), distinct in self.updater._distinct_and_params.items():
-                if distinct:  # read from the loss itself: its tensors change when it moves
-                    key = tuple(rest) if len(rest) > 1 else rest[0]
-                    targets.append(getattr(loss, name)[key].data)
-                    sources.append(getattr(loss, name[len("target_") :])[key].data)
+            for name, key in _compat.updater_pairs(self.updater):
+                # read from the loss itself: its tensors change when it moves
+                targets.append(getattr(loss, name)[key].data)
+                sources.append(getattr(loss, name[len("target_") :])[key].data)
             self.targets, self.sources, self.version = targets, sources, version
         return True
 
 
-class SoftUpdate(_TorchRLSoftUpdate):
+class _FusedStep:
+    """``init_`` and ``step`` of a TorchRL updater whose update is one fused call over the
+    (target, source) lists (:meth:`_fused_update`), or TorchRL's own step when the lists cannot
+    be kept current."""
+
+    def init_(self) -> None:
+        super().init_()
+        self._fused = _FusedPairs(self)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if not self._fused.current():
+            return super().step()
+        self._fused_update(self._fused.targets, self._fused.sources)
+
+
+class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
     """Polyak averaging of the target networks, ``target <- (1 - tau) target + tau source``
     (``eps = 1 - tau``): TorchRL's ``SoftUpdate`` (same arguments) in one fused call.
 
@@ -51,31 +68,17 @@ class SoftUpdate(_TorchRLSoftUpdate):
         >>> ...; optimizer.step(); updater.step()
     """
 
-    def init_(self) -> None:
-        super().init_()
-        self._fused = _FusedPairs(self)
-
-    @torch.no_grad()
-    def step(self) -> None:
-        if not self._fused.current():
-            return super().step()
-        torch._foreach_lerp_(self._fused.targets, self._fused.sources, 1.0 - self.eps)
+    def _fused_update(self, targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+        _compat.lerp_(targets, sources, 1.0 - self.eps)
 
 
-class HardUpdate(_TorchRLHardUpdate):
+class HardUpdate(_FusedStep, _TorchRLHardUpdate):
     """A copy of the online networks into the targets every ``value_network_update_interval``
     steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call."""
 
-    def init_(self) -> None:
-        super().init_()
-        self._fused = _FusedPairs(self)
-
-    @torch.no_grad()
-    def step(self) -> None:
-        if not self._fused.current():
-            return super().step()
+    def _fused_update(self, targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
         if self.counter == self.value_network_update_interval:
-            torch._foreach_copy_(self._fused.targets, self._fused.sources)
+            _compat.copy_(targets, sources)
             self.counter = 0
         else:
             self.counter += 1

@@ -1,0 +1,178 @@
+"""rlloss._compat: one test per wrapper of a private tensordict / torchrl / torch name.
+
+Each test pins what rlloss relies on; when an upstream release changes the private name, the
+failure shows up here, next to the one function to fix.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import MLP
+from torchrl.objectives import LossModule as TorchRLLossModule
+
+import rlloss
+from rlloss import _compat
+from tests.nets import make_critic
+
+
+def test_output_tensordict_holds_the_entries_as_given():
+    loss, entropy = torch.tensor(1.5), torch.tensor(0.25)
+    out = _compat.output_tensordict({"loss": loss, "entropy": entropy})
+    assert type(out) is TensorDict and out.batch_size == torch.Size([])
+    assert out["loss"] is loss and out["entropy"] is entropy
+    assert set(out.keys()) == {"loss", "entropy"}
+
+
+@pytest.mark.parametrize(
+    "key, path",
+    [("a", ("a",)), (("a", "b"), ("a", "b")), (("a", ("b", "c")), ("a", "b", "c"))],
+)
+def test_unravel_key_flattens_nested_keys(key, path):
+    assert _compat.unravel_key(key) == path
+
+
+def test_get_path_reads_nested_entries_and_defaults():
+    value = torch.randn(4, 1)
+    batch = TensorDict({"next": {"reward": value}}, [4])
+    assert _compat.get_path(batch, ("next", "reward")) is value
+    assert _compat.get_path(batch, ("next", "missing")) is None
+    assert _compat.get_path(batch, ("missing",), "default") == "default"
+
+
+def test_set_computed_writes_into_plain_and_other_tensordicts():
+    batch = TensorDict({"observation": torch.randn(4, 3), "next": {}}, [4])
+    value = torch.randn(4)
+    _compat.set_computed(batch, ("stats", "td_error"), value)
+    assert batch["stats", "td_error"] is value
+    stacked = LazyStackedTensorDict.lazy_stack([TensorDict({"x": torch.ones(2)}, [2])] * 2)
+    _compat.set_computed(stacked, ("td_error",), torch.zeros(2, 2))
+    torch.testing.assert_close(stacked["td_error"], torch.zeros(2, 2))
+
+
+def test_is_plain_tensordict_module_recognises_a_plain_call_only():
+    plain = TensorDictModule(nn.Linear(3, 1), in_keys=["x"], out_keys=["y"])
+    assert _compat.is_plain_tensordict_module(plain)
+    with_kwargs = TensorDictModule(
+        lambda x: x, in_keys={"x": "x"}, out_keys=["y"]
+    )  # keyword inputs
+    assert not _compat.is_plain_tensordict_module(with_kwargs)
+    hooked = TensorDictModule(nn.Linear(3, 1), in_keys=["x"], out_keys=["y"])
+    hooked.register_forward_hook(lambda module, args, out: out)
+    assert not _compat.is_plain_tensordict_module(hooked)
+    assert not _compat.is_plain_tensordict_module(nn.Linear(3, 1))
+
+
+def test_selects_out_keys_detects_a_narrowed_sequence():
+    first = TensorDictModule(nn.Linear(3, 4), in_keys=["x"], out_keys=["h"])
+    second = TensorDictModule(nn.Linear(4, 1), in_keys=["h"], out_keys=["y"])
+    sequence = TensorDictSequential(first, second)
+    assert not _compat.selects_out_keys(sequence)
+    assert _compat.selects_out_keys(sequence.select_out_keys("y"))
+
+
+def test_has_call_hooks_sees_forward_hooks_and_pre_hooks():
+    module = TensorDictModule(nn.Linear(3, 1), in_keys=["x"], out_keys=["y"])
+    assert not _compat.has_call_hooks(module)
+    assert _compat.has_call_hooks(module.select_out_keys("y"))  # tensordict: a forward hook
+    module = nn.Linear(2, 2)
+    module.register_forward_pre_hook(lambda module, args: None)
+    assert _compat.has_call_hooks(module)
+
+
+def test_mlp_reshapes_output_reads_the_mlp_flag():
+    assert not _compat.mlp_reshapes_output(MLP(in_features=3, out_features=2, num_cells=[4]))
+    assert _compat.mlp_reshapes_output(MLP(in_features=3, out_features=(2, 2), num_cells=[4]))
+
+
+def test_loss_meta_keeps_schedulable_buffers_and_default_keys_without_wrapping():
+    assert isinstance(rlloss.LossModule, type(TorchRLLossModule))
+    loss = rlloss.ClipPPOLoss(rlloss_actor(), make_critic())
+    assert "entropy_coeff" in type(loss)._all_schedulable_buffers
+    assert "clip_epsilon" in type(loss)._all_schedulable_buffers
+    buffer = loss.entropy_coeff
+    loss.entropy_coeff = 0.5  # TorchRL's __setattr__ updates the listed buffer in place
+    assert loss.entropy_coeff is buffer and float(buffer) == 0.5
+    assert rlloss.ClipPPOLoss.default_keys is rlloss.ClipPPOLoss._AcceptedKeys
+    # TorchRL's metaclass wraps forward; rlloss's keeps the function as written
+    assert rlloss.PPOLoss.forward is rlloss.PPOLoss.__dict__["forward"]
+
+
+def rlloss_actor():
+    from tests.nets import make_actor
+
+    return make_actor()
+
+
+def test_updater_bookkeeping_and_warning():
+    loss = rlloss.DQNLoss(_q_actor())
+    assert not _compat.every_target_has_updater(loss)
+    with pytest.warns(UserWarning, match="target network"):
+        _compat.warn_without_updater(loss, ())
+    rlloss.SoftUpdate(loss, tau=0.1)
+    assert _compat.every_target_has_updater(loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _compat.warn_without_updater(loss, ())
+    other = rlloss.DQNLoss(_q_actor(), delay_value=False)
+    _compat.expect_updater(other, "value_network")
+    assert not _compat.every_target_has_updater(other)
+
+
+def _q_actor():
+    from torchrl.data import OneHot
+    from torchrl.modules import QValueActor
+
+    return QValueActor(nn.Linear(5, 3), in_keys=["observation"], spec=OneHot(3))
+
+
+def test_value_estimator_slot_is_torchrls():
+    loss = rlloss.ClipPPOLoss(rlloss_actor(), make_critic())
+    assert _compat.stored_value_estimator(loss) is None
+    estimator = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=make_critic())
+    _compat.store_value_estimator(loss, estimator)
+    assert TorchRLLossModule.value_estimator.fget(loss) is estimator
+
+
+def test_updater_pairs_name_every_target_tensor():
+    loss = rlloss.DQNLoss(_q_actor())
+    updater = rlloss.SoftUpdate(loss, tau=0.1)
+    pairs = list(_compat.updater_pairs(updater))
+    targets = loss.target_value_network_params.flatten_keys(".")
+    assert len(pairs) == len(list(targets.keys())) > 0
+    for name, key in pairs:
+        assert name == "target_value_network_params"
+        assert getattr(loss, name)[key].shape == loss.value_network_params[key].shape
+
+
+def test_forward_pre_hook_helpers():
+    module = nn.Linear(2, 2)
+
+    def hook(module, args):
+        return None
+
+    module.register_forward_pre_hook(hook)
+    assert _compat.has_forward_pre_hook(module, hook)
+    _compat.remove_forward_pre_hook(module, hook)
+    assert not _compat.has_forward_pre_hook(module, hook)
+    module.register_forward_pre_hook(hook)
+    _compat.clear_forward_pre_hooks(module)
+    assert not _compat.has_forward_pre_hook(module, hook)
+
+
+def test_fused_lerp_and_copy_update_every_pair_in_place():
+    targets = [torch.zeros(3), torch.ones(2, 2)]
+    sources = [torch.ones(3), torch.zeros(2, 2)]
+    storage = [t.data_ptr() for t in targets]
+    _compat.lerp_(targets, sources, 0.25)
+    torch.testing.assert_close(targets[0], torch.full((3,), 0.25))
+    torch.testing.assert_close(targets[1], torch.full((2, 2), 0.75))
+    _compat.copy_(targets, sources)
+    torch.testing.assert_close(targets[0], sources[0])
+    torch.testing.assert_close(targets[1], sources[1])
+    assert [t.data_ptr() for t in targets] == storage
