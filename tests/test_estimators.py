@@ -8,7 +8,7 @@ from torchrl.objectives import value as torchrl_value
 from torchrl.objectives.utils import ValueEstimators
 
 import rlloss
-from rlloss import functional as F
+from rlloss import functional as rlf
 from tests.nets import make_actor, make_critic, rollout
 
 ESTIMATORS = [
@@ -77,7 +77,7 @@ def test_time_dim_other_than_last():
     batch["next", "state_value"] = torch.randn(25, 4, 1)
     out = rlloss.GAE(gamma=0.9, lmbda=0.8)(batch.clone(), time_dim=0)
     transposed = batch.transpose(0, 1)
-    reference = F.gae_advantage(
+    reference = rlf.gae_advantage(
         transposed["next", "reward"],
         transposed["state_value"],
         transposed["next", "state_value"],

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 import rlloss
-from rlloss import functional as F
+from rlloss import functional as rlf
 from tests.nets import make_actor, make_critic, perturbed, rollout
 from tests.test_ppo import assert_parity, pair
 
@@ -164,8 +164,8 @@ def test_rpo_noise_reaches_the_new_log_prob_only():
         torch.distributions.Normal(loc + (2 * torch.rand_like(loc) - 1) * 0.5, scale), 1
     )
     log_ratio = (noisy.log_prob(batch["action"]) - batch["action_log_prob"]).unsqueeze(-1)
-    low, high = F.clip_bounds(0.2, 0.2)
-    expected = -F.clipped_surrogate(log_ratio, batch["advantage"], low, high).mean()
+    low, high = rlf.clip_bounds(0.2, 0.2)
+    expected = -rlf.clipped_surrogate(log_ratio, batch["advantage"], low, high).mean()
     torch.testing.assert_close(out["loss_objective"], expected)
     reference = clip(batch)
     torch.testing.assert_close(out["loss_critic"], reference["loss_critic"])
@@ -180,7 +180,7 @@ def rollout_loc(batch):
 
 def test_rpo_perturbation_bounds():
     loc = torch.zeros(200_000)
-    noisy = F.rpo_perturbation(loc, 0.3)
+    noisy = rlf.rpo_perturbation(loc, 0.3)
     assert noisy.abs().max() <= 0.3
     assert noisy.min() < -0.29 and noisy.max() > 0.29
     assert abs(float(noisy.mean())) < 0.005
