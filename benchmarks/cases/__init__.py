@@ -1,0 +1,28 @@
+"""Every benchmark case: one loss configuration, built at a batch size.
+
+A case is a function ``build(batch_size, seed) -> CaseSetup`` (see
+:class:`benchmarks.harness.CaseSetup`): it builds the template networks, the batch(es) and one
+method factory per implementation (``plain``, ``plain-min``, ``rlloss``, ``torchrl``). Each
+family module holds its cases' builders beside the hand-written plain-torch baseline they time
+against, and exports ``CASES`` (name -> builder) and ``BATCH_SIZES`` (its small, overhead-bound
+and large, compute-bound batch sizes).
+
+Adding a loss: write its builder and baseline in the module of its family (or a new module
+listed in ``FAMILIES``) and add it to that module's ``CASES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from benchmarks.cases import ddpg_td3, dqn, mpo, ppo, sac
+from benchmarks.harness import CaseSetup
+
+FAMILIES = (ppo, dqn, ddpg_td3, sac, mpo)  # in the order the reports list them
+CASES: dict[str, Callable[[int, int], CaseSetup]] = {
+    name: build for family in FAMILIES for name, build in family.CASES.items()
+}
+# Each case's (small, large) default batch sizes: overhead-bound and compute-bound.
+BATCH_SIZES: dict[str, tuple[int, int]] = {
+    name: family.BATCH_SIZES for family in FAMILIES for name in family.CASES
+}

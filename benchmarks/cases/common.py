@@ -1,0 +1,172 @@
+"""What the families of cases share: the library loss wrapped as a method, the hand-written
+target update, the replay batch, and the networks of the off-policy cases."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torchrl.objectives
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torch import nn
+from torchrl.modules import MLP, ValueOperator
+
+from benchmarks import harness
+from benchmarks.harness import Method, MethodUnavailable
+
+TAU = 0.005  # soft target update of the "update" level
+# The off-policy continuous-control cases (DDPG, TD3, SAC, MPO): sizes and discount.
+OBS_DIM, ACT_DIM, HIDDEN, GAMMA = 17, 6, (256, 256), 0.99
+HIDDEN_TEXT = "x".join(map(str, HIDDEN))  # for the descriptions
+DISCRETE_ACTIONS = 6  # discrete SAC and categorical MPO
+
+
+# --------------------------------------------------------------------------- #
+# Methods
+# --------------------------------------------------------------------------- #
+def rlloss_module():
+    """The ``rlloss`` package of the working tree, or MethodUnavailable."""
+    try:
+        import rlloss
+    except ImportError as err:
+        raise MethodUnavailable(f"cannot import rlloss: {err}") from err
+    return rlloss
+
+
+def rlloss_attr(name: str):
+    """``rlloss.<name>`` from the working tree, or MethodUnavailable if it does not exist yet."""
+    try:
+        return getattr(rlloss_module(), name)
+    except AttributeError as err:
+        raise MethodUnavailable(f"rlloss has no attribute {name!r}") from err
+
+
+def soft_update_of(sources: list[nn.Module], targets: list[nn.Module]) -> Callable[[], None]:
+    """Polyak averaging ``target <- (1 - tau) target + tau source`` written by hand."""
+    src = [p for m in sources for p in m.parameters()]
+    tgt = [p for m in targets for p in m.parameters()]
+
+    @torch.no_grad()
+    def update() -> None:
+        torch._foreach_lerp_(tgt, src, TAU)
+
+    return update
+
+
+def loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) -> Method:
+    """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``; its target
+    networks, if any, are updated with its library's ``SoftUpdate``."""
+    k0, *rest = loss_keys
+
+    def loss() -> torch.Tensor:
+        out = loss_module(batch)
+        total = out[k0]
+        for k in rest:
+            total = total + out[k]
+        return total
+
+    has_targets = any("target_" in name for name, _ in loss_module.named_buffers()) or any(
+        name.startswith("target_") for name, _ in loss_module.named_children()
+    )
+    # each library's own updater: rlloss.SoftUpdate for rlloss losses, TorchRL's for TorchRL's
+    ours = type(loss_module).__module__.startswith("rlloss")
+    updater_class = rlloss_attr("SoftUpdate") if ours else torchrl.objectives.SoftUpdate
+    updater = updater_class(loss_module, tau=TAU) if has_targets else None
+    return Method(
+        loss=loss,
+        params=named_params,
+        trainable=tuple(loss_module.parameters()),
+        update_targets=updater.step if updater is not None else None,
+    )
+
+
+def library_factories(
+    plain: Callable[[Any], Method], library_method: Callable[[Any], Callable[[Any], Method]]
+) -> dict[str, Callable[[Any], Method]]:
+    """The factories of a case both libraries have the loss of: the hand-written ``plain`` and
+    ``library_method(library)`` for rlloss and for ``torchrl.objectives``."""
+    return {
+        "plain": plain,
+        "rlloss": library_method(rlloss_module()),
+        "torchrl": library_method(torchrl.objectives),
+    }
+
+
+def detached_call(module: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+    """``module(*inputs)`` with its parameters detached: the actor's gradient through a critic
+    that must not train (what CleanRL gets by stepping only the actor's optimizer)."""
+    params = {k: p.detach() for k, p in module.named_parameters()}
+    return torch.func.functional_call(module, params, inputs)
+
+
+def frozen_copies(modules: list[nn.Module]) -> list[nn.Module]:
+    """Target networks: a copy of each module that no gradient reaches."""
+    return [copy.deepcopy(m).requires_grad_(False) for m in modules]
+
+
+def prefixed(prefix: str, module: nn.Module) -> dict[str, torch.Tensor]:
+    """``module``'s parameters named ``<prefix>.<name>``, as the gate reports them."""
+    return {f"{prefix}.{n}": p for n, p in module.named_parameters()}
+
+
+def described(name: str, kwargs: dict) -> str:
+    """``Name(k=v, ...)``: a loss constructed with ``kwargs``."""
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+
+
+# --------------------------------------------------------------------------- #
+# Batches and networks
+# --------------------------------------------------------------------------- #
+def replay_batch(
+    observation: torch.Tensor, action: torch.Tensor, generator: torch.Generator
+) -> TensorDict:
+    """A replay sample on the harness's device: ``observation`` and ``action`` as drawn by the
+    case, then the next observation, reward, terminated (10 %) and done (20 %) drawn here."""
+    batch_size, obs_dim = observation.shape
+    return TensorDict(
+        {
+            "observation": observation,
+            "action": action,
+            "next": {
+                "observation": torch.randn(batch_size, obs_dim, generator=generator),
+                "reward": torch.randn(batch_size, 1, generator=generator),
+                "terminated": torch.rand(batch_size, 1, generator=generator) < 0.1,
+                "done": torch.rand(batch_size, 1, generator=generator) < 0.2,
+            },
+        },
+        [batch_size],
+    ).to(harness.DEVICE)
+
+
+def mlp(in_features: int, out_features: int) -> MLP:
+    """An off-policy case's network: ``HIDDEN`` relu layers."""
+    return MLP(in_features=in_features, out_features=out_features, num_cells=list(HIDDEN))
+
+
+def policy_net(discrete: bool, act_dim: int) -> nn.Module:
+    """The actor's network: logits over ``act_dim`` actions, or a Gaussian's ``(loc, scale)``."""
+    if discrete:
+        return mlp(OBS_DIM, act_dim)
+    return nn.Sequential(mlp(OBS_DIM, 2 * act_dim), NormalParamExtractor())
+
+
+def q_net(discrete: bool, act_dim: int) -> nn.Module:
+    """A critic's network: ``Q(s, .)`` over ``act_dim`` actions, or ``Q(s, a)``."""
+    return mlp(OBS_DIM, act_dim) if discrete else mlp(OBS_DIM + act_dim, 1)
+
+
+def q_module(net: nn.Module, discrete: bool) -> nn.Module:
+    """A critic network as the libraries read it: ``action_value`` from the observation, or
+    ``state_action_value`` from the observation and the action."""
+    if discrete:
+        return TensorDictModule(net, in_keys=["observation"], out_keys=["action_value"])
+    return ValueOperator(net, in_keys=["observation", "action"])
+
+
+def on_device(*modules: nn.Module) -> None:
+    """Move the template networks to the harness's device."""
+    for module in modules:
+        module.to(harness.DEVICE)

@@ -1,0 +1,127 @@
+"""DDPG and TD3 (deterministic actor, Q critics over [observation, action]): DDPGLoss and
+TD3Loss, and their hand-written plain-torch baseline."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+import torchrl.objectives
+from torch import nn
+from torchrl.modules import Actor, ValueOperator
+
+from benchmarks.cases.common import (
+    ACT_DIM,
+    GAMMA,
+    HIDDEN_TEXT,
+    OBS_DIM,
+    detached_call,
+    frozen_copies,
+    library_factories,
+    loss_module_method,
+    mlp,
+    on_device,
+    prefixed,
+    q_net,
+    replay_batch,
+    soft_update_of,
+)
+from benchmarks.harness import CaseSetup, Method
+
+BATCH_SIZES = (256, 4096)
+CRITICS = {"DDPGLoss": 1, "TD3Loss": 2}
+
+
+def plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Method:
+    """DDPG / TD3 (policy_noise=0) written by hand as CleanRL does: one module per critic, target
+    copies, ``-Q_1(s, mu(s))`` for the actor."""
+    actor, critics = nets["actor"], nets["critics"]
+    target_actor, *target_critics = frozen_copies([actor, *critics])
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+    distance = F.mse_loss if name == "DDPGLoss" else F.smooth_l1_loss
+
+    def loss() -> torch.Tensor:
+        with torch.no_grad():
+            next_action = target_actor(next_obs)
+            if name == "TD3Loss":
+                next_action = next_action.clamp(-1.0, 1.0)
+            next_inputs = torch.cat([next_obs, next_action], -1)
+            next_value = torch.stack([c(next_inputs) for c in target_critics]).min(0).values
+            target = reward + GAMMA * (~terminated) * next_value
+        inputs = torch.cat([obs, action], -1)
+        values = [c(inputs) for c in critics]
+        critic_loss = sum(distance(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().square() for v in values]).max(0)  # noqa: F841
+        new_inputs = torch.cat([obs, actor(obs)], -1)
+        actor_loss = -detached_call(critics[0], new_inputs).mean()
+        return actor_loss + critic_loss
+
+    return Method(
+        loss=loss,
+        params=params,
+        trainable=(*actor.parameters(), *(p for c in critics for p in c.parameters())),
+        update_targets=soft_update_of([actor, *critics], [target_actor, *target_critics]),
+    )
+
+
+def library_loss(library, name: str, nets: dict) -> tuple[nn.Module, tuple[str, ...]]:
+    """``library``'s (rlloss or TorchRL) loss ``name`` on ``nets``, and its loss keys."""
+    actor = Actor(nets["actor"], in_keys=["observation"])
+    qs = [ValueOperator(c, in_keys=["observation", "action"]) for c in nets["critics"]]
+    if name == "DDPGLoss":
+        gamma = {"gamma": GAMMA} if library is not torchrl.objectives else {}
+        loss, keys = library.DDPGLoss(actor, qs[0], **gamma), ("loss_actor", "loss_value")
+    else:
+        kwargs = {"bounds": (-1.0, 1.0), "policy_noise": 0.0, "num_qvalue_nets": 2}
+        loss, keys = library.TD3Loss(actor, qs, **kwargs), ("loss_actor", "loss_qvalue")
+    loss.make_value_estimator(gamma=GAMMA)
+    return loss, keys
+
+
+def gated(name: str, nets: dict) -> dict[str, torch.Tensor]:
+    """The parameters the gate compares. TD3's libraries train stacked copies of the critics
+    (an ensemble): the gate then compares the total loss and the actor's gradients only."""
+    params = prefixed("actor", nets["actor"])
+    if name == "DDPGLoss":
+        for i, critic in enumerate(nets["critics"]):
+            params.update(prefixed(f"critic{i}", critic))
+    return params
+
+
+def build(name: str, batch_size: int, seed: int) -> CaseSetup:
+    """The case ``name`` of the family at ``batch_size``."""
+    torch.manual_seed(seed)
+    actor_net = nn.Sequential(mlp(OBS_DIM, ACT_DIM), nn.Tanh())
+    critics = [q_net(False, ACT_DIM) for _ in range(CRITICS[name])]
+    g = torch.Generator().manual_seed(seed + 1)
+    observation = torch.randn(batch_size, OBS_DIM, generator=g)
+    batch = replay_batch(observation, torch.rand(batch_size, ACT_DIM, generator=g) * 2 - 1, g)
+    on_device(actor_net, *critics)
+
+    def loss_method(library) -> Callable:
+        def make(batch) -> Method:
+            nets = copy.deepcopy({"actor": actor_net, "critics": critics})
+            loss, keys = library_loss(library, name, nets)
+            return loss_module_method(loss, batch, gated(name, nets), keys)
+
+        return make
+
+    def plain(batch) -> Method:
+        nets = copy.deepcopy({"actor": actor_net, "critics": critics})
+        return plain_actor_critic_method(nets, batch, name, gated(name, nets))
+
+    return CaseSetup(
+        batches={"replay": batch},
+        factories=library_factories(plain, loss_method),
+        description=(
+            f"{name}; MLP actor and {CRITICS[name]} critic(s) {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
+            f"action {ACT_DIM}, target networks" + (", policy_noise=0" if name == "TD3Loss" else "")
+        ),
+    )
+
+
+CASES = {name: partial(build, name) for name in CRITICS}

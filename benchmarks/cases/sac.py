@@ -1,0 +1,196 @@
+"""SAC (TanhNormal actor, two Q critics) and discrete SAC (categorical actor, Q(s, .) critics):
+SACLoss and DiscreteSACLoss, and their hand-written plain-torch baseline."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import OneHotCategorical, ProbabilisticActor, TanhNormal
+
+from benchmarks import harness
+from benchmarks.cases.common import (
+    ACT_DIM,
+    DISCRETE_ACTIONS,
+    GAMMA,
+    HIDDEN_TEXT,
+    OBS_DIM,
+    detached_call,
+    frozen_copies,
+    library_factories,
+    loss_module_method,
+    on_device,
+    policy_net,
+    q_module,
+    q_net,
+    replay_batch,
+    soft_update_of,
+)
+from benchmarks.harness import CaseSetup, Method
+
+BATCH_SIZES = (256, 4096)
+LOG2 = math.log(2.0)
+
+
+def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
+    """SAC / discrete SAC written by hand (CleanRL's structure, TorchRL's loss terms): one module
+    per critic, target copies of the critics, ``log_alpha`` a parameter."""
+    actor_net, critics = nets["actor_net"], nets["critics"]
+    target_critics = frozen_copies(critics)
+    log_alpha = nets["log_alpha"]
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, not_terminated = batch["next", "reward"], ~batch["next", "terminated"]
+    if discrete:
+        target_entropy = -math.log(1.0 / DISCRETE_ACTIONS) * 0.98
+    else:
+        target_entropy = -float(ACT_DIM)
+
+    def sample(o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised tanh-Gaussian action and its log-probability [B]."""
+        loc, scale = actor_net(o)
+        eps = torch.randn_like(loc)
+        u = loc + scale * eps
+        log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
+        log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
+        return torch.tanh(u), log_prob.sum(-1)
+
+    def continuous_loss() -> torch.Tensor:
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_action, next_log_prob = sample(next_obs)
+            inputs = torch.cat([next_obs, next_action], -1)
+            next_q = torch.stack([c(inputs) for c in target_critics]).min(0).values
+            next_value = next_q - alpha * next_log_prob.unsqueeze(-1)
+            target = reward + GAMMA * not_terminated * next_value
+        inputs = torch.cat([obs, action], -1)
+        values = [c(inputs) for c in critics]
+        critic_loss = sum(F.mse_loss(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().abs() for v in values]).max(0)  # noqa: F841
+        new_action, log_prob = sample(obs)
+        inputs = torch.cat([obs, new_action], -1)
+        q = torch.stack([detached_call(c, inputs) for c in critics]).min(0).values.squeeze(-1)
+        actor_loss = (alpha * log_prob - q).mean()
+        alpha_loss = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+        entropy = -log_prob.detach().mean()  # noqa: F841 - reported by the libraries
+        return actor_loss + critic_loss + alpha_loss
+
+    def discrete_loss() -> torch.Tensor:
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_log_p = actor_net(next_obs).log_softmax(-1)
+            next_q = torch.stack([c(next_obs) for c in target_critics]).min(0).values
+            next_value = (next_log_p.exp() * (next_q - alpha * next_log_p)).sum(-1, keepdim=True)
+            target = reward + GAMMA * not_terminated * next_value
+        values = [(c(obs) * action).sum(-1, keepdim=True) for c in critics]
+        critic_loss = sum(F.mse_loss(v, target, reduction="none") for v in values).mean()
+        td_error = torch.stack([(v - target).detach().abs() for v in values]).max(0)  # noqa: F841
+        log_p = actor_net(obs).log_softmax(-1)
+        p = log_p.exp()
+        q = torch.stack([detached_call(c, obs) for c in critics]).min(0).values
+        actor_loss = (p * (alpha * log_p - q)).sum(-1).mean()
+        neg_entropy = (p * log_p).sum(-1).detach()
+        alpha_loss = -(log_alpha * (neg_entropy + target_entropy)).mean()
+        return actor_loss + critic_loss + alpha_loss
+
+    return Method(
+        loss=discrete_loss if discrete else continuous_loss,
+        params=params,
+        trainable=(
+            log_alpha,
+            *actor_net.parameters(),
+            *(p for c in critics for p in c.parameters()),
+        ),
+        update_targets=soft_update_of(critics, target_critics),
+    )
+
+
+def actor_of(net: nn.Module, discrete: bool) -> ProbabilisticActor:
+    """The policy: one-hot categorical over logits, or a TanhNormal on [-1, 1]."""
+    if discrete:
+        head = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
+        return ProbabilisticActor(head, in_keys=["logits"], distribution_class=OneHotCategorical)
+    head = TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"])
+    return ProbabilisticActor(
+        head,
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+    )
+
+
+def named(actor_net: nn.Module, log_alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gated parameters. The libraries train stacked copies of the critics: the gate compares
+    the total loss and the actor's and temperature's gradients."""
+    out = {f"actor.{n}": p for n, p in actor_net.named_parameters()}
+    out["log_alpha"] = log_alpha
+    return out
+
+
+def library_loss(library, nets: dict, discrete: bool) -> nn.Module:
+    """``library``'s (rlloss or TorchRL) SAC or discrete SAC loss on ``nets``."""
+    actor = actor_of(nets["actor_net"], discrete)
+    qs = [q_module(c, discrete) for c in nets["critics"]]
+    kwargs = {"num_qvalue_nets": 2, "loss_function": "l2", "alpha_init": 1.0}
+    if discrete:
+        loss = library.DiscreteSACLoss(
+            actor, qs, num_actions=DISCRETE_ACTIONS, action_space="one-hot", **kwargs
+        )
+    else:
+        loss = library.SACLoss(actor, qs, target_entropy=-float(ACT_DIM), **kwargs)
+    loss.make_value_estimator(gamma=GAMMA)
+    return loss
+
+
+def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
+    """The case ``name`` (discrete SAC with ``discrete``) at ``batch_size``."""
+    torch.manual_seed(seed)
+    act_dim = DISCRETE_ACTIONS if discrete else ACT_DIM
+    actor_net = policy_net(discrete, act_dim)
+    critics = [q_net(discrete, act_dim) for _ in range(2)]
+    g = torch.Generator().manual_seed(seed + 1)
+    if discrete:
+        index = torch.randint(0, act_dim, (batch_size,), generator=g)
+        action = nn.functional.one_hot(index, act_dim)
+    else:
+        action = torch.rand(batch_size, act_dim, generator=g) * 2 - 1
+    batch = replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
+    on_device(actor_net, *critics)
+    template = {"actor_net": actor_net, "critics": critics}
+
+    def loss_method(library) -> Callable:
+        def make(batch) -> Method:
+            nets = copy.deepcopy(template)
+            loss = library_loss(library, nets, discrete)
+            keys = ("loss_actor", "loss_qvalue", "loss_alpha")
+            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
+
+        return make
+
+    def plain(batch) -> Method:
+        nets = copy.deepcopy(template)
+        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
+        params = named(nets["actor_net"], nets["log_alpha"])
+        return plain_sac_method(nets, batch, params, discrete)
+
+    return CaseSetup(
+        batches={"replay": batch},
+        factories=library_factories(plain, loss_method),
+        description=(
+            f"{name}(loss_function='l2', alpha_init=1); "
+            + ("categorical actor, Q(s, .) critics" if discrete else "TanhNormal actor")
+            + f", 2 critics, MLPs {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
+            f"{'actions' if discrete else 'action dim'} {act_dim}, target critics"
+        ),
+    )
+
+
+CASES = {
+    "SACLoss": partial(build, "SACLoss", False),
+    "DiscreteSACLoss": partial(build, "DiscreteSACLoss", True),
+}

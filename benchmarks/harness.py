@@ -1,0 +1,497 @@
+"""The overhead harness: one case's methods gated against each other, then timed interleaved.
+
+What is measured
+----------------
+For every *case* (one loss configuration, e.g. ``ClipPPOLoss``; see :mod:`benchmarks.cases`) and
+every batch size, four implementations of the same math are run on the same networks:
+
+* ``plain``   -- the same outputs written by hand: straight tensors, no TensorDict; the
+  losses plus the diagnostics both libraries return with them (clip fraction, ESS,
+  ratios, approximate KL, entropy, explained variance). It calls the very same
+  ``nn.Sequential`` modules and the actor's own distribution class. This is the floor:
+  what the math costs with zero framework overhead, and the baseline of the targets.
+* ``plain-min`` -- the same without the diagnostics (the losses only), for reference.
+* ``rlloss``  -- the rlloss loss module (TorchRL's keyword API and output keys).
+* ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
+
+One timed *step* is what an optimisation step costs minus the optimizer itself:
+``zero_grad`` (grads set to ``None``) + forward + ``total.backward()``, where
+``total`` is the sum of the loss terms. Each method gets its own deep copy of the
+networks (identical weights), and all methods read the same batch.
+
+Method
+------
+* CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
+  timed blocks (as :mod:`timeit` does) and run between them.
+* Equality gate, before any timing: every method must reproduce the TorchRL total
+  loss and the gradient of every network parameter to ``--rtol`` (relative; the
+  gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor). It runs
+  on the timed batch and on gate-only variants (for PPO: an off-policy batch whose
+  stored log-probs are shifted so that the clipping branch is active). A method that
+  fails is reported as FAILED, is not timed, and the script exits with status 1.
+* Warm-up: ``--warmup`` steps per method. Then ``--repeats`` rounds; in round ``r``
+  the methods run in an order rotated by ``r`` (interleaving spreads machine-load
+  drift evenly over the methods), each for ``--inner`` consecutive steps timed with
+  :func:`time.perf_counter`; one sample = block time / inner. ``--inner 0`` (the
+  default) picks, per case and batch size, the count that makes the slowest method's
+  block last about ``--block-ms``.
+* Reported: per method the median of the samples with its interquartile range
+  (p25-p75) and min; ratios are medians (and IQR) of the *paired* per-round ratios,
+  which cancel most of the load drift between rounds.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import gc
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("plain", "plain-min", "rlloss", "torchrl")
+LEVELS = ("forward", "backward", "update")  # "update" last: it changes the weights
+MODES = ("eager", "compiled")
+RATIOS = (("rlloss", "plain"), ("rlloss", "plain-min"), ("torchrl", "rlloss"), ("torchrl", "plain"))
+METHOD_TEXT = (
+    "per step: forward (loss, graph built) | backward (zero_grad(set_to_none) + forward + "
+    "backward) | update (backward + Adam step + soft target update); eager or torch.compile'd "
+    "loss; 1 CPU thread; interleaved rotated rounds; microseconds per step"
+)
+DEVICE = torch.device("cpu")  # where the case builders place networks and batches
+
+
+def use_device(name: str) -> None:
+    """Place the networks and batches of the cases built from now on on device ``name``."""
+    global DEVICE
+    DEVICE = torch.device(name)
+
+
+# --------------------------------------------------------------------------- #
+# What a case is
+# --------------------------------------------------------------------------- #
+class MethodUnavailable(Exception):
+    """Raised by a method factory when that implementation cannot be built (e.g. not written yet)."""
+
+
+@dataclass
+class Method:
+    """One implementation, bound to its own copy of the networks and to one batch."""
+
+    loss: Callable[[], torch.Tensor]  # the forward: the sum of the loss terms
+    params: dict[str, torch.Tensor]  # named parameters whose .grad the gate compares
+    trainable: tuple[torch.Tensor, ...]  # what the optimizer steps (targets excluded)
+    update_targets: Callable[[], None] | None = None  # the target-network update, if any
+
+
+@dataclass
+class CaseSetup:
+    """What a case builder returns: its batches and one method factory per implementation."""
+
+    # Batches by name. The first one is timed; all of them go through the gate.
+    batches: dict[str, Any]
+    # Method name -> (batch -> Method). Each call must build fresh copies of the networks.
+    factories: dict[str, Callable[[Any], Method]]
+    description: str = ""
+    # The method the others must reproduce (TorchRL where it has the loss).
+    reference: str = "torchrl"
+
+
+# --------------------------------------------------------------------------- #
+# The timed steps and the gate
+# --------------------------------------------------------------------------- #
+def level_steps(method: Method, compiled: bool) -> dict[str, Callable[[], torch.Tensor]]:
+    """The three timed levels of one method: ``forward`` (the loss, autograd graph built),
+    ``backward`` (zero_grad + forward + backward) and ``update`` (backward + Adam step + target
+    update). ``compiled`` wraps the loss in ``torch.compile`` (the same for every method)."""
+    loss = torch.compile(method.loss) if compiled else method.loss
+    params = method.trainable
+    optimizer = torch.optim.Adam(params, lr=1e-6, foreach=True)
+
+    def backward() -> torch.Tensor:
+        _zero_grad(params)
+        total = loss()
+        total.backward()
+        return total
+
+    def update() -> torch.Tensor:
+        total = backward()
+        optimizer.step()
+        if method.update_targets is not None:
+            method.update_targets()
+        return total
+
+    return {"forward": loss, "backward": backward, "update": update}
+
+
+def _zero_grad(params: tuple[torch.Tensor, ...]) -> None:
+    for p in params:
+        p.grad = None
+
+
+def _values(backward: Callable[[], torch.Tensor], method: Method) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)  # methods that draw noise draw the same
+    total = backward()
+    vals = {"loss": total.detach().clone()}
+    for name, p in method.params.items():
+        if p.grad is None:
+            raise AssertionError(f"no gradient reached parameter {name}")
+        vals[f"grad/{name}"] = p.grad.detach().clone()
+    return vals
+
+
+def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _compare(vals: dict, ref: dict, rtol: float, batch_name: str, entry: dict) -> None:
+    for key, r in ref.items():
+        err = _rel_err(vals[key], r)
+        if err > entry["max_rel_err"] or math.isnan(err):
+            entry["max_rel_err"], entry["worst"] = err, f"{batch_name}:{key}"
+        if not err <= rtol:
+            entry["ok"] = False
+
+
+def gate(
+    setup: CaseSetup, names: list[str], rtol: float, compiled: bool
+) -> tuple[dict[str, dict], dict[str, Method]]:
+    """Compare every method with the case's eager reference on every batch: the total loss and
+    the gradient of every gated parameter. ``compiled``: the methods' compiled losses are
+    compared (with the same eager reference). Returns the per-method report and, for the methods
+    that passed, fresh instances on the timed batch (compiled ones already warm)."""
+    report: dict[str, dict] = {}
+    # Compiled losses draw their noise (RPO, TD3 smoothing, SAC) with inductor's own generator
+    # unless told to fall back to eager's; the gate checks the math, so it uses eager's stream.
+    with torch._inductor.config.patch(fallback_random=True):
+        for batch_name, batch in setup.batches.items():
+            reference = setup.factories[setup.reference](batch)
+            ref = _values(level_steps(reference, False)["backward"], reference)
+            for name in names:
+                entry = report.setdefault(name, {"ok": True, "max_rel_err": 0.0, "worst": None})
+                if name == setup.reference and not compiled or "unsupported" in entry:
+                    continue
+                try:
+                    method = setup.factories[name](batch)
+                    _compare(
+                        _values(level_steps(method, compiled)["backward"], method),
+                        ref,
+                        rtol,
+                        batch_name,
+                        entry,
+                    )
+                except Exception as err:  # noqa: BLE001 - any failure of a method fails its gate
+                    message = f"{type(err).__name__}: {err}"[:500]
+                    if compiled and name == "torchrl" and _is_compile_error(err):
+                        # TorchRL's own loss does not compile: a row without it, not a failure
+                        entry["unsupported"] = f"does not compile: {message}"
+                        continue
+                    entry["ok"], entry["error"] = False, message
+                    traceback.print_exc()
+    if compiled:
+        torch._dynamo.reset()  # the timed methods compile afresh, with the default generator
+    names = [n for n in names if report[n]["ok"] and "unsupported" not in report[n]]
+    timed_batch = next(iter(setup.batches.values()))
+    fresh = {name: setup.factories[name](timed_batch) for name in names}
+    return report, fresh
+
+
+def _is_compile_error(err: BaseException) -> bool:
+    """Whether ``err`` was raised by torch.compile (dynamo or a backend) rather than the loss."""
+    import torch._dynamo.exc as dynamo_exc
+
+    return isinstance(err, (dynamo_exc.BackendCompilerFailed, dynamo_exc.Unsupported))
+
+
+# --------------------------------------------------------------------------- #
+# Timing
+# --------------------------------------------------------------------------- #
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_block(step: Callable[[], Any], inner: int) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            step()
+        _sync()
+        return (time.perf_counter() - t0) / inner
+    finally:
+        gc.enable()
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _summary(xs: list[float], scale: float = 1.0) -> dict[str, float]:
+    return {
+        "median": _quantile(xs, 0.5) * scale,
+        "p25": _quantile(xs, 0.25) * scale,
+        "p75": _quantile(xs, 0.75) * scale,
+        "min": min(xs) * scale,
+        "max": max(xs) * scale,
+    }
+
+
+def time_methods(
+    steps: dict[str, Callable[[], Any]], repeats: int, inner: int, warmup: int, block_ms: float
+) -> tuple[dict[str, list[float]], int]:
+    """``repeats`` interleaved rounds of every step, rotated one place a round; per step the
+    per-step seconds of each round's block, and the block length used."""
+    names = list(steps)
+    if not names:
+        return {}, 0
+    for name in names:
+        for _ in range(warmup):
+            steps[name]()
+    if inner <= 0:  # calibrate on the slowest method
+        slowest = max(_time_block(steps[n], 3) for n in names)
+        inner = max(1, round(block_ms / 1e3 / slowest))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(_time_block(steps[name], inner))
+    return samples, inner
+
+
+# --------------------------------------------------------------------------- #
+# One case: gate, then time every level
+# --------------------------------------------------------------------------- #
+@dataclass
+class Config:
+    cases: list[str]
+    batch_sizes: list[int]
+    levels: list[str]
+    modes: list[str]
+    repeats: int
+    inner: int
+    warmup: int
+    block_ms: float
+    rtol: float
+    compiled_rtol: float
+    seed: int
+    require_all: bool
+    out: Path
+    device: str = "cpu"
+    smoke: bool = False
+
+
+def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str, dict]]:
+    """The methods of ``setup`` that can be built, and the status of those that cannot."""
+    statuses: dict[str, dict] = {}
+    available = []
+    for name in METHODS:
+        if name not in setup.factories:
+            statuses[name] = {"status": "n/a", "reason": "no such loss in that library"}
+            continue
+        try:
+            setup.factories[name](next(iter(setup.batches.values())))
+            available.append(name)
+        except MethodUnavailable as err:
+            statuses[name] = {"status": "skipped", "reason": str(err)}
+            print(f"[{label}] {name}: skipped ({err})", file=sys.stderr)
+    return available, statuses
+
+
+def gated_statuses(report: dict[str, dict], statuses: dict[str, dict], label: str) -> dict:
+    """``statuses`` completed with the gate's verdict on every gated method."""
+    methods_status = dict(statuses)
+    for name, rep in report.items():
+        if "unsupported" in rep:
+            methods_status[name] = {"status": "n/a", "reason": rep["unsupported"]}
+            print(f"[{label}] {name}: {rep['unsupported']}", file=sys.stderr)
+            continue
+        methods_status[name] = {"status": "ok" if rep["ok"] else "FAILED", "gate": rep}
+        if not rep["ok"]:
+            print(f"[{label}] {name}: gate FAILED {rep}", file=sys.stderr)
+    return methods_status
+
+
+def timed_row(samples: dict[str, list[float]], row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each method's time summary and samples, and the paired ratios."""
+    for name, xs in samples.items():
+        row["methods"][name]["time_us"] = _summary(xs, 1e6)
+        row["methods"][name]["samples_us"] = [x * 1e6 for x in xs]
+    for num, den in RATIOS:
+        if num in samples and den in samples:
+            paired = [a / b for a, b in zip(samples[num], samples[den], strict=True)]
+            row["ratios"][f"{num}/{den}"] = _summary(paired)
+    return row
+
+
+def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[dict]:
+    """One row per (mode, level) of ``case`` built at ``batch_size``: every method gated, then
+    timed interleaved."""
+    available, statuses = available_methods(setup, f"{case} B={batch_size}")
+    rows = []
+    for mode in cfg.modes:
+        compiled = mode == "compiled"
+        names = [n for n in available if not (compiled and n == "plain-min")]
+        if compiled:
+            torch._dynamo.reset()  # every method compiles afresh, none hits a cache limit
+        t0 = time.perf_counter()
+        report, methods = gate(setup, names, cfg.compiled_rtol if compiled else cfg.rtol, compiled)
+        gate_s = time.perf_counter() - t0
+        methods_status = gated_statuses(report, statuses, f"{case} B={batch_size} {mode}")
+        if compiled and "plain-min" in available:
+            methods_status["plain-min"] = {"status": "n/a", "reason": "eager only"}
+        skipped = [n for n, m in methods_status.items() if m["status"] == "skipped"]
+        failed = [n for n, m in methods_status.items() if m["status"] == "FAILED"]
+        status = "FAILED" if failed or (skipped and cfg.require_all) else "ok"
+        steps = {n: level_steps(m, compiled) for n, m in methods.items()}
+        for level in cfg.levels:
+            samples, inner = time_methods(
+                {n: s[level] for n, s in steps.items()},
+                cfg.repeats,
+                cfg.inner,
+                cfg.warmup,
+                cfg.block_ms,
+            )
+            row: dict[str, Any] = {
+                "case": case,
+                "description": setup.description,
+                "batch_size": batch_size,
+                "mode": mode,
+                "level": level,
+                "device": str(DEVICE),
+                "status": status,
+                "inner": inner,
+                "gate_and_compile_s": gate_s,
+                "methods": copy.deepcopy(methods_status),
+                "ratios": {},
+            }
+            rows.append(timed_row(samples, row))
+    return rows
+
+
+# --------------------------------------------------------------------------- #
+# Printing and the machine block
+# --------------------------------------------------------------------------- #
+def text_table(header: list[str], body: list[list[str]], right: bool = False) -> list[str]:
+    """A Markdown table padded to its columns' widths, cells right-aligned with ``right``."""
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        padded = (c.rjust(w) if right else c.ljust(w) for c, w in zip(cells, widths, strict=True))
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return [line(header), rule, *(line(cells) for cells in body)]
+
+
+def _fmt_time(row: dict, name: str) -> str:
+    m = row["methods"].get(name, {})
+    if m.get("status") in ("FAILED", "n/a"):
+        return m["status"]
+    if "time_us" not in m:
+        return "skipped"
+    t = m["time_us"]
+    return f"{t['median']:.1f} [{t['p25']:.1f}-{t['p75']:.1f}]"
+
+
+def _fmt_ratio(row: dict, key: str) -> str:
+    r = row["ratios"].get(key)
+    return "-" if r is None else f"{r['median']:.2f}x [{r['p25']:.2f}-{r['p75']:.2f}]"
+
+
+def print_table(case: str, description: str, rows: list[dict]) -> None:
+    """One case's rows as a text table: every method's time and the two headline ratios."""
+    header = [
+        "mode",
+        "level",
+        "batch",
+        *(f"{m} (us)" for m in METHODS),
+        "rlloss/plain",
+        "torchrl/rlloss",
+    ]
+    body = [
+        [
+            row["mode"],
+            row["level"],
+            str(row["batch_size"]) + ("" if row["status"] == "ok" else " FAILED"),
+            *(_fmt_time(row, m) for m in METHODS),
+            _fmt_ratio(row, "rlloss/plain"),
+            _fmt_ratio(row, "torchrl/rlloss"),
+        ]
+        for row in rows
+    ]
+    print(f"\n{case}: {description}")
+    print("median per step [p25-p75]; ratios: median [IQR] of paired per-round ratios")
+    print("\n".join(text_table(header, body, right=True)))
+
+
+def _git_state() -> dict[str, Any] | None:
+    """The commit of the working tree and whether it has uncommitted changes."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"commit": rev, "dirty": bool(dirty)}
+
+
+def machine_info() -> dict[str, Any]:
+    """Date, command, CPU, library versions and git state: every result file's ``machine``."""
+    cpu_model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "tensordict": version("tensordict"),
+        "torchrl": version("torchrl"),
+        "git": _git_state(),
+    }
+
+
+def single_thread() -> None:
+    """One intra-op and one inter-op thread, as every timing here is taken."""
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set, or parallel work already started

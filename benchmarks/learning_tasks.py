@@ -1,0 +1,61 @@
+"""The learning benchmark's tasks: one tutorial run each, with a frame budget, a target on the
+final return and a published reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RL_ZOO = "rl-baselines3-zoo"  # benchmark.md: one training run each, deterministic evaluation
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tutorial run: its script, extra arguments, frame budget, target and reference."""
+
+    script: str
+    extra_args: tuple[str, ...]
+    total_frames: int
+    target: float
+    reference: str
+
+
+TASKS: dict[str, Task] = {
+    "ppo_cartpole": Task(
+        "ppo_cartpole.py", (), 100_000, 475.0, f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
+    ),
+    "klpen_cartpole": Task(
+        "klpen_cartpole.py",
+        (),
+        150_000,
+        475.0,
+        f"none for KLPEN; {RL_ZOO} clipped PPO: 500.0 +- 0.0 at 100k",
+    ),
+    "torchrl_pipeline": Task(
+        "torchrl_pipeline.py", (), 100_000, 475.0, f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
+    ),
+    "rpo_pendulum": Task(
+        "rpo_pendulum.py",
+        (),
+        300_000,
+        -250.0,
+        f"none for RPO; {RL_ZOO} PPO: -172.2 +- 104.2 at 100k",
+    ),
+    "dqn_cartpole": Task(
+        "dqn_cartpole.py", (), 50_000, 475.0, f"{RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
+    ),
+    "sac_pendulum": Task(
+        "sac_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} SAC: -157.0 +- 88.7 at 20k"
+    ),
+    "td3_pendulum": Task(
+        "td3_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} TD3: -151.9 +- 90.2 at 20k"
+    ),
+    "ddpg_pendulum": Task(
+        "td3_pendulum.py", ("--ddpg",), 20_000, -200.0, f"{RL_ZOO} DDPG: -152.1 +- 94.3 at 20k"
+    ),
+    "mpo_pendulum": Task(
+        "mpo_pendulum.py", (), 30_000, -200.0, "none found for MPO on Pendulum-v1"
+    ),
+    "mpo_cartpole": Task(
+        "mpo_cartpole.py", (), 100_000, 475.0, "none found for categorical MPO on CartPole-v1"
+    ),
+}
