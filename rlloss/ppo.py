@@ -224,7 +224,7 @@ class PPOLoss(LossModule):
         distribution: D.Distribution,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The per-element surrogate objective (to maximise) and its diagnostics."""
-        return log_ratio.exp() * advantage, {}
+        return rlf.surrogate(log_ratio, advantage), {}
 
     def loss_entropy(
         self, distribution: D.Distribution, mask: torch.Tensor | None
@@ -470,7 +470,8 @@ class KLPENPPOLoss(PPOLoss):
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
             self.update_beta(mean_kl)
-        return surrogate - beta * kl, {**info, "kl": mean_kl, "beta": beta}
+        objective = rlf.kl_penalized_surrogate(surrogate, kl, beta)
+        return objective, {**info, "kl": mean_kl, "beta": beta}
 
     @torch.no_grad()
     def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:

@@ -140,6 +140,16 @@ def reverse_discounted_sum(x: Sequence[float], discount: Sequence[float]) -> lis
 # --------------------------------------------------------------------------- policy
 
 
+def surrogate(log_ratio: float, advantage: float) -> float:
+    """The importance-weighted surrogate ``r A`` (Schulman et al., arXiv:1707.06347, eq. 6)."""
+    return math.exp(log_ratio) * advantage
+
+
+def kl_penalized_surrogate(log_ratio: float, advantage: float, kl: float, beta: float) -> float:
+    """PPO's adaptive-KL objective ``r A - beta KL`` (arXiv:1707.06347, eq. 8)."""
+    return math.exp(log_ratio) * advantage - beta * kl
+
+
 def clipped_surrogate(
     log_ratio: float,
     advantage: float,

@@ -38,8 +38,10 @@ from rlloss.functional.policy import (
     has_analytic_entropy,
     kl_divergence,
     kl_k3,
+    kl_penalized_surrogate,
     log_ratio,
     rpo_perturbation,
+    surrogate,
 )
 from rlloss.functional.q import (
     categorical_entropy,
@@ -100,6 +102,7 @@ __all__ = [
     "has_analytic_entropy",
     "kl_divergence",
     "kl_k3",
+    "kl_penalized_surrogate",
     "kl_penalty",
     "lagrange_dual_loss",
     "log_ratio",
@@ -115,6 +118,7 @@ __all__ = [
     "squash",
     "squash_log_abs_det_jacobian",
     "standardize",
+    "surrogate",
     "tanh_normal_log_prob",
     "tanh_normal_sample_and_log_prob",
     "td0_error",

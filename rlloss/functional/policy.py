@@ -32,6 +32,36 @@ def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scal
     return math.log1p(-epsilon_low), math.log1p(epsilon_high)
 
 
+def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
+    ``r = pi(a|s) / pi_old(a|s) = exp(log_ratio)`` (Schulman et al., "Proximal Policy
+    Optimization Algorithms", arXiv:1707.06347, eq. 6: the objective of conservative policy
+    iteration).
+
+    Args:
+        log_ratio: ``log r``, any shape.
+        advantage: same shape as ``log_ratio``.
+
+    Returns:
+        The per-element surrogate, same shape as the inputs.
+    """
+    check_same_shape(log_ratio=log_ratio, advantage=advantage)
+    return log_ratio.exp() * advantage
+
+
+def kl_penalized_surrogate(surrogate: torch.Tensor, kl: torch.Tensor, beta: Scalar) -> torch.Tensor:
+    """PPO's KL-penalised objective (to maximise), elementwise: ``r A - beta KL(pi_old || pi)``
+    (arXiv:1707.06347, eq. 8).
+
+    Args:
+        surrogate: ``r A``, see :func:`surrogate`.
+        kl: the per-element ``KL(pi_old || pi)``, same shape as ``surrogate``.
+        beta: the penalty coefficient (a scalar or a 0-d tensor).
+    """
+    check_same_shape(surrogate=surrogate, kl=kl)
+    return surrogate - beta * kl
+
+
 def clipped_surrogate(
     log_ratio: torch.Tensor,
     advantage: torch.Tensor,
@@ -55,13 +85,12 @@ def clipped_surrogate(
     Returns:
         The per-element surrogate, same shape as the inputs.
     """
-    check_same_shape(log_ratio=log_ratio, advantage=advantage)
-    unclipped = log_ratio.exp() * advantage
+    unclipped = surrogate(log_ratio, advantage)
     clipped = log_ratio.clamp(log_low, log_high).exp() * advantage
-    surrogate = torch.minimum(unclipped, clipped)
+    objective = torch.minimum(unclipped, clipped)
     if dual_clip is None:
-        return surrogate
-    return torch.where(advantage < 0, torch.maximum(surrogate, dual_clip * advantage), surrogate)
+        return objective
+    return torch.where(advantage < 0, torch.maximum(objective, dual_clip * advantage), objective)
 
 
 def clipped(log_ratio: torch.Tensor, log_low: Scalar, log_high: Scalar) -> torch.Tensor:

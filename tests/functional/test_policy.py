@@ -21,8 +21,10 @@ from rlloss.functional import (
     has_analytic_entropy,
     kl_divergence,
     kl_k3,
+    kl_penalized_surrogate,
     log_ratio,
     rpo_perturbation,
+    surrogate,
 )
 from tests import reference
 
@@ -116,6 +118,37 @@ def test_clipped_surrogate_matches_reference(shape, dtype):
                 partial(reference.is_clipped, epsilon_low=low, epsilon_high=high), ratio
             )
             assert_matches(indicator, expected, dtype, eps=(low, high))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_surrogate_and_kl_penalized_surrogate_match_reference(shape, dtype):
+    ratio, advantage = ratios_and_advantages(shape, dtype)
+    kl = ratio.square()  # any non-negative per-element KL
+    expected = reference.elementwise(reference.surrogate, ratio, advantage)
+    assert_matches(surrogate(ratio, advantage), expected, dtype)
+    for beta in (0.0, 0.5, torch.tensor(2.0, dtype=dtype)):
+        actual = kl_penalized_surrogate(surrogate(ratio, advantage), kl, beta)
+        expected = reference.elementwise(
+            partial(reference.kl_penalized_surrogate, beta=float(beta)), ratio, advantage, kl
+        )
+        assert_matches(actual, expected, dtype, beta=beta)
+
+
+def test_identities_of_the_surrogates():
+    """Clipping that never binds is the plain surrogate; a KL penalty with beta = 0 is too."""
+    ratio, advantage = ratios_and_advantages((64,), torch.float64)
+    plain = surrogate(ratio, advantage)
+    never_clipped = clipped_surrogate(ratio, advantage, -math.inf, math.inf)
+    torch.testing.assert_close(never_clipped, plain, rtol=0, atol=0)
+    torch.testing.assert_close(kl_penalized_surrogate(plain, ratio.abs(), 0.0), plain)
+
+
+def test_surrogate_refuses_broadcasting():
+    with pytest.raises(ValueError, match="shape"):
+        surrogate(torch.zeros(4), torch.zeros(4, 1))
+    with pytest.raises(ValueError, match="shape"):
+        kl_penalized_surrogate(torch.zeros(4, 1), torch.zeros(4), 1.0)
 
 
 def test_clipped_surrogate_accepts_tensor_hyperparameters():
