@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Rerun TorchRL's objective tests with TorchRL's own classes (RLLOSS_SWAP=0, the reference)
+# and with rlloss's classes patched in (RLLOSS_SWAP=1), then regenerate REPORT.md.
+#
+#   ./run.sh                    # all six files, both settings
+#   ONLY="dqn values" ./run.sh  # a subset of files (others keep their previous raw results)
+#   REPORT_ONLY=1 ./run.sh      # just rebuild REPORT.md / results_*.json from raw/
+#
+# Env: BUDGET (s per file per setting, default 1500), WAIT_FILE (wait until it exists before
+# starting, checked every 60 s), VENV (a virtualenv to activate; default: the current python),
+# TESTS (default ./rl_tests, the
+# extracted `test/` of pytorch/rl; see raw/meta.txt for the commit).
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$HERE"
+REPO="$(cd "$HERE/../.." && pwd)"
+if [ -n "${VENV:-}" ]; then . "$VENV/bin/activate"; fi
+BUDGET="${BUDGET:-1500}"
+TESTS="${TESTS:-$HERE/rl_tests}"
+ONLY="${ONLY:-ppo dqn ddpg sac values loss_module}"
+mkdir -p raw logs
+
+if [ -n "${WAIT_FILE:-}" ]; then
+  while [ ! -f "$WAIT_FILE" ]; do sleep 60; done
+fi
+
+# Selection: the test classes/functions that target the 14 swapped classes.
+sel() {
+  local o=test/objectives
+  case "$1" in
+    ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
+    dqn) echo "$o/test_dqn.py::TestDQN" ;;
+    ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3" ;;
+    sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC" ;;
+    values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
+    loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;
+  esac
+}
+
+if [ -z "${REPORT_ONLY:-}" ]; then
+  {
+    echo "tests: $(cat "$TESTS/SOURCE" 2>/dev/null)"
+    python -c "import torch, tensordict, torchrl; print('torch', torch.__version__, '| tensordict', tensordict.__version__, '| torchrl', torchrl.__version__)" 2>/dev/null
+    echo "rlloss: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null) $(git -C "$REPO" status --porcelain 2>/dev/null | wc -l) uncommitted changes"
+    echo "run: $(date -u +%FT%TZ), BUDGET=${BUDGET}s per file per setting"
+  } > raw/meta.txt
+  for name in $ONLY; do
+    for setting in torchrl rlloss; do
+      swap=0; [ "$setting" = rlloss ] && swap=1
+      rm -f "raw/${setting}_${name}.jsonl"
+      sed -i "/^${setting}\t${name}\t/d" raw/runs.tsv 2>/dev/null
+      t0=$(date +%s.%N)
+      ( cd "$TESTS" && \
+        PYTHONPATH="$HERE" RLLOSS_SWAP=$swap RLLOSS_RESULTS="$HERE/raw/${setting}_${name}.jsonl" \
+        timeout -k 30 "$BUDGET" python -m pytest -p swap_plugin -p no:cacheprovider -q -rA \
+          $(sel "$name") ) > "logs/${setting}_${name}.log" 2>&1
+      rc=$?
+      t1=$(date +%s.%N)
+      rl="$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)+$(git -C "$REPO" status --porcelain 2>/dev/null | wc -l)dirty"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$setting" "$name" "$rc" "$(echo "$t1 - $t0" | bc)" "$rl" "$(date -u +%FT%TZ)" >> raw/runs.tsv
+      echo "$setting $name rc=$rc $(tail -1 "logs/${setting}_${name}.log")"
+    done
+  done
+fi
+python make_report.py

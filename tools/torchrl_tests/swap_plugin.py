@@ -1,0 +1,222 @@
+"""pytest plugin: run TorchRL's own objective tests against rlloss's classes.
+
+Load with ``-p swap_plugin`` (this folder on ``PYTHONPATH``).  Plugins given with ``-p``
+are imported before any conftest or test module, so the swap is in place when the test
+modules execute ``from torchrl.objectives import PPOLoss`` and friends.
+
+Environment:
+  RLLOSS_SWAP=1     patch rlloss's classes into torchrl's namespaces (default 0: TorchRL's own).
+  RLLOSS_RESULTS=F  append one JSON line per test to F (nodeid, outcome, message, ...).
+                    Written as each test finishes, so a run killed by ``timeout`` keeps what
+                    it had done.
+
+Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
+at least one instance of the 14 swapped classes (whichever implementation is active), so
+tests that only exercise other TorchRL code can be told apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import pytest
+
+SWAP = os.environ.get("RLLOSS_SWAP", "0") == "1"
+RESULTS = os.environ.get("RLLOSS_RESULTS")
+
+# name -> torchrl modules whose attribute is replaced: the defining module plus the package
+# namespaces that re-export it (the ones the tests import from).
+TARGETS = {
+    "PPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
+    "ClipPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
+    "KLPENPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
+    "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
+    "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
+    "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],
+    "SACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
+    "DiscreteSACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
+    "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "TDLambdaEstimator": [
+        "torchrl.objectives.value.advantages",
+        "torchrl.objectives.value",
+    ],
+    "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
+    "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
+}
+
+_TOUCHED = [0]
+ACTIVE = {}
+
+
+def _track(cls):
+    """Count constructions of ``cls`` (wraps ``__init__``; signature preserved via __wrapped__)."""
+    orig = cls.__init__
+    if getattr(orig, "_dropin_tracked", False) and "__init__" in cls.__dict__:
+        return
+
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        _TOUCHED[0] += 1
+        return orig(self, *args, **kwargs)
+
+    __init__._dropin_tracked = True
+    cls.__init__ = __init__
+
+
+def _install():
+    import importlib
+
+    import torchrl.objectives  # noqa: F401
+    import torchrl.objectives.value.advantages  # noqa: F401
+
+    if SWAP:
+        import rlloss  # imported first: rlloss subclasses some of TorchRL's classes
+
+    for name, modnames in TARGETS.items():
+        mods = [importlib.import_module(m) for m in modnames]
+        orig = getattr(mods[0], name)
+        new = getattr(rlloss, name) if SWAP else orig
+        for m in mods:
+            setattr(m, name, new)
+        ACTIVE[name] = new
+    for cls in set(ACTIVE.values()):
+        _track(cls)
+
+
+_install()
+
+
+def pytest_report_header(config):
+    lines = [f"dropin swap_plugin: RLLOSS_SWAP={int(SWAP)}"]
+    for name, cls in sorted(ACTIVE.items()):
+        lines.append(f"  {name} -> {cls.__module__}.{cls.__qualname__}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- recording
+
+_state = {}
+
+
+def _where(excinfo):
+    """Deepest traceback frame inside rlloss, else inside torchrl/tensordict, else the test."""
+    if excinfo is None:
+        return None
+    best = {}
+    for entry in excinfo.traceback:
+        p = str(entry.path)
+        loc = f"{p}:{entry.lineno + 1}"
+        if "/rlloss/" in p:
+            best["rlloss"] = loc
+        elif "/site-packages/torchrl/" in p:
+            best["torchrl"] = loc
+        elif "/site-packages/tensordict/" in p:
+            best["tensordict"] = loc
+        elif "rl_tests/" in p:
+            best["test"] = loc
+    for k in ("rlloss", "torchrl", "tensordict", "test"):
+        if k in best:
+            location = best[k].split("site-packages/")[-1].split("rl_tests/")[-1]
+            return location[location.find("rlloss/") :] if k == "rlloss" else location
+    return None
+
+
+def _message(excinfo, report):
+    if excinfo is not None:
+        try:
+            text = f"{excinfo.typename}: {excinfo.value}"
+        except Exception:  # noqa: BLE001
+            text = excinfo.typename
+    else:
+        text = str(getattr(report, "longrepr", "") or "")
+        text = text.strip().splitlines()[-1] if text.strip() else ""
+    return text[:2000]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    st = _state.setdefault(item.nodeid, {"outcome": None})
+    if rep.failed and st.get("message") is None:
+        st["message"] = _message(call.excinfo, rep)
+        st["where"] = _where(call.excinfo)
+        st["when"] = call.when
+    if rep.skipped and call.when in ("setup", "call"):
+        if hasattr(rep, "wasxfail"):
+            st["outcome"] = "xfailed"
+        else:
+            st["outcome"] = "skipped"
+            lr = rep.longrepr
+            if isinstance(lr, tuple) and len(lr) == 3:
+                st["message"] = str(lr[2])[:500]
+    elif rep.failed:
+        if call.when == "call":
+            st["outcome"] = "failed"
+        elif st["outcome"] in (None, "passed"):
+            st["outcome"] = "error"
+    elif rep.passed and call.when == "call":
+        st["outcome"] = "xpassed" if hasattr(rep, "wasxfail") else "passed"
+    st["duration"] = st.get("duration", 0.0) + rep.duration
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _TOUCHED[0] = 0
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    st = _state.pop(nodeid, None)
+    if st is None or RESULTS is None:
+        return
+    rec = {"nodeid": nodeid, "touched": _TOUCHED[0] > 0, **st}
+    rec["duration"] = round(rec.get("duration", 0.0), 3)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def pytest_collectreport(report):
+    # collection errors: record so a module that fails to import is visible
+    if report.failed and RESULTS is not None:
+        text = str(report.longrepr)
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        with open(RESULTS, "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "nodeid": report.nodeid + "::<collection>",
+                        "outcome": "collection_error",
+                        "message": last[:2000],
+                        "touched": False,
+                    }
+                )
+                + "\n"
+            )
+
+
+# ----------------------------------------------------------------------------- unskip
+# test_ppo.py gates the whole TestPPO class on `transformers` being importable
+# (`@pytest.mark.skipif(not _has_transformers, reason="requires transformers lib")`), although
+# no TestPPO test uses it; transformers is not installed here. DROPIN_UNSKIP_TRANSFORMERS=1
+# (the default) drops that one marker, in both settings, so TestPPO runs.
+UNSKIP = os.environ.get("DROPIN_UNSKIP_TRANSFORMERS", "1") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not UNSKIP:
+        return
+    for item in items:
+        for node in item.listchain():
+            own = getattr(node, "own_markers", None)
+            if own:
+                node.own_markers = [
+                    m
+                    for m in own
+                    if not (
+                        m.name == "skipif" and m.kwargs.get("reason") == "requires transformers lib"
+                    )
+                ]
