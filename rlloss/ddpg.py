@@ -73,6 +73,7 @@ class DDPGLoss(TDTargetLoss):
         self.delay_actor, self.delay_value = delay_actor, delay_value
         self.actor_network = actor_network
         self.value_network = value_network
+        self._expose_parameters("actor_network", "value_network")
         action_key, value_key = self.tensor_keys.action, self.tensor_keys.state_action_value
         self._actor_call = NetworkCall(actor_network, until=action_key)
         self._value_call = NetworkCall(value_network, until=value_key)

@@ -81,6 +81,7 @@ class DQNLoss(TDTargetLoss):
         self.double_dqn = double_dqn
         self.delay_value = delay_value
         self.value_network = value_network
+        self._expose_parameters("value_network")
         self._value_call = NetworkCall(value_network, until=self.tensor_keys.action_value)
         self._target_value_call = None
         if delay_value:

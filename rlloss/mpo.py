@@ -64,6 +64,7 @@ class _MaximumAPosteriori(TDTargetLoss):
         self.actor_network = actor_network
         self._actor_call = DistributionCall(actor_network)
         self.qvalue_network = qvalue_network
+        self._expose_parameters("actor_network", "qvalue_network")
         self._qvalue_call = NetworkCall(qvalue_network, until=value_key)
         self._qvalue_in_keys = list(qvalue_network.in_keys)
         # without target copies, the online networks' outputs are used (no gradient)

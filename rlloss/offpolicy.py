@@ -83,6 +83,7 @@ class TDTargetLoss(LossModule):
         self.loss_function = loss_function
         self.use_prioritized_weights = use_prioritized_weights
         self.priority_weighting = priority_weighting
+        self._exposed: list[str] = []  # online networks whose ``<name>_params`` are exposed
         self._targets: list[tuple[str, FrozenCopy]] = []
         self._detached_views: list[tuple[str, FrozenCopy]] = []
         self._ensembles: list[tuple[str, Ensemble]] = []
@@ -165,6 +166,13 @@ class TDTargetLoss(LossModule):
         self._write(tensordict, "priority", td_error)
 
     # ----------------------------------------------------------------------------- networks
+    def _expose_parameters(self, *names: str) -> None:
+        """Expose the parameters of the submodules ``names`` as ``<name>_params`` (a TensorDict
+        of views, refreshed when the loss moves), as TorchRL's losses do: its updaters and
+        training scripts read them (``Adam(loss.actor_network_params.values(True, True))``)."""
+        self._exposed += [name for name in names if name not in self._exposed]
+        self._refresh_views()
+
     def _register_target_network(self, name: str, until: NestedKey | None = None) -> FrozenCopy:
         """A target copy of the submodule ``name``, whose tensors are ``target_<name>_params``.
 
@@ -175,6 +183,7 @@ class TDTargetLoss(LossModule):
         """
         _compat.expect_updater(self, name)
         target = FrozenCopy(getattr(self, name), until)
+        self._exposed += [name] if name not in self._exposed else []
         setattr(
             self,
             f"target_{name}_params",
@@ -244,8 +253,9 @@ class TDTargetLoss(LossModule):
         # the target tensors are read from the module tree: ``getattr`` would go through
         # TorchRL's ``__getattr__``, which warns while no updater is associated
         children = dict(self.named_children())
-        for name, target in self._targets:
+        for name in self._exposed:
             setattr(self, f"{name}_params", TensorDict.from_module(getattr(self, name)))
+        for name, target in self._targets:
             target.use(children[f"target_{name}_params"].flatten_keys("."))
         for name, view in self._detached_views:
             view.use({k: p.detach() for k, p in getattr(self, name).named_parameters()})

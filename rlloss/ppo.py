@@ -51,6 +51,12 @@ class PPOLoss(LossModule):
             actor.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius (``None``: off).
+        functional: TorchRL's switch between functional parameters (``True``) and plain
+            modules. rlloss always calls the networks directly (the same numbers); with
+            ``True`` the loss exposes ``actor_network_params`` / ``critic_network_params`` (views
+            of the networks' parameters, e.g. for optimizer groups) as TorchRL does, with
+            ``False`` they are ``None``.
+        device: where the coefficient buffers live (default: the actor's device).
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
@@ -100,6 +106,8 @@ class PPOLoss(LossModule):
         separate_losses: bool = False,
         reduction: str | None = None,
         clip_value: float | None = None,
+        functional: bool = True,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         if critic_coeff is None and critic_network is not None:
@@ -128,7 +136,8 @@ class PPOLoss(LossModule):
         self.normalize_advantage = normalize_advantage
         self.separate_losses = separate_losses
         self._has_critic = critic_network is not None and bool(critic_coeff)
-        device = _device_of(actor_network)
+        self._functional = functional
+        device = _device_of(actor_network) if device is None else torch.device(device)
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
         self._register_optional_buffer("critic_coeff", critic_coeff if self._has_critic else None)
         self._register_optional_buffer("clip_value", clip_value)
@@ -145,6 +154,26 @@ class PPOLoss(LossModule):
             setattr(self, name, None)
         else:
             self.register_buffer(name, torch.tensor(float(value), device=self.entropy_coeff.device))
+
+    @property
+    def functional(self) -> bool:
+        """TorchRL's ``functional`` flag, as given (see the class docstring)."""
+        return self._functional
+
+    @property
+    def actor_network_params(self) -> TensorDict | None:
+        """The actor's parameters as a TensorDict of views (``None`` with ``functional=False``),
+        as TorchRL exposes them: ``optimizer = Adam(loss.actor_network_params.values(True,
+        True))``."""
+        return TensorDict.from_module(self.actor_network) if self._functional else None
+
+    @property
+    def critic_network_params(self) -> TensorDict | None:
+        """The critic's parameters as a TensorDict of views (``None`` with ``functional=False``
+        or without a critic)."""
+        if not self._functional or self.critic_network is None:
+            return None
+        return TensorDict.from_module(self.critic_network)
 
     def _critic_params_detached_from_actor(self) -> TensorDict | None:
         """With ``separate_losses``, the critic's parameters with those it shares with the actor

@@ -86,6 +86,7 @@ class _SoftActorCritic(TDTargetLoss):
         self.register_buffer("max_log_alpha", log_of(max_alpha))
 
         self.actor_network = actor_network
+        self._expose_parameters("actor_network")
         self._actor_call = DistributionCall(actor_network)
         self._qvalue = self._register_ensemble(
             "qvalue_network",
@@ -173,6 +174,8 @@ class SACLoss(_SoftActorCritic):
             the actor's ``spec``, else the batch's action shape at the first call.
         target_entropy: ``"auto"`` or a number.
         delay_actor: not supported (SAC v2 samples target actions from the current policy).
+        delay_value: accepted and ignored, as TorchRL does for SAC v2 (it concerns the state-value
+            network of SAC v1, which SAC v2 does not have).
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
         gamma, reduction, use_prioritized_weights, priority_weighting: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
@@ -208,6 +211,7 @@ class SACLoss(_SoftActorCritic):
         action_spec=None,
         target_entropy: str | float = "auto",
         delay_actor: bool = False,
+        delay_value: bool = True,
         priority_key: str | None = None,
         separate_losses: bool = False,
         skip_done_states: bool = False,

@@ -117,6 +117,7 @@ class TD3Loss(TDTargetLoss):
         self.register_buffer("noise_clip", torch.tensor(float(noise_clip), device=device))
 
         self.actor_network = actor_network
+        self._expose_parameters("actor_network")
         self._actor_call = NetworkCall(actor_network, until=self.tensor_keys.action)
         # without a target copy, the next action comes from the online actor (no gradient)
         self._target_actor_call = self._actor_call

@@ -1,0 +1,140 @@
+"""TorchRL's keyword and attribute surface on rlloss's losses, compared with TorchRL's own class
+on the same networks (what TorchRL's tests, run with rlloss swapped in, showed missing; see
+tools/torchrl_tests/)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchrl.objectives as torchrl_objectives
+from torchrl.data import Bounded
+from torchrl.objectives import SoftUpdate
+
+import rlloss
+from tests import test_dqn, test_sac, test_td3
+from tests.nets import make_actor, make_critic, rollout
+
+PPO_LOSSES = ["PPOLoss", "ClipPPOLoss", "KLPENPPOLoss"]
+SAC_SPEC = Bounded(-1.0, 1.0, (test_sac.ACT,))
+
+
+def flat_keys(params) -> set:
+    return set(params.flatten_keys(".").keys())
+
+
+@pytest.mark.parametrize("name", PPO_LOSSES)
+def test_ppo_functional_exposes_the_parameters_torchrl_does(name):
+    actor, critic = make_actor(), make_critic()
+    ours = getattr(rlloss, name)(actor, critic, functional=True)
+    theirs = getattr(torchrl_objectives, name)(actor, critic, functional=True)
+    for attribute in ("actor_network_params", "critic_network_params"):
+        assert flat_keys(getattr(ours, attribute)) == flat_keys(getattr(theirs, attribute))
+    # views of the networks' own parameters: an optimizer built from them trains the loss
+    ours_ids = {id(p) for p in ours.actor_network_params.values(True, True)}
+    assert ours_ids == {id(p) for p in actor.parameters()}
+    # TorchRL's fallback gives detached copies for a loss without target parameters
+    target = ours.target_critic_network_params
+    assert flat_keys(target) == flat_keys(ours.critic_network_params)
+    assert not any(t.requires_grad for t in target.values(True, True))
+
+
+@pytest.mark.parametrize("name", PPO_LOSSES)
+def test_ppo_functional_false_gives_the_same_losses_and_no_params(name):
+    actor, critic = make_actor(), make_critic()
+    batch = rollout(actor, critic=critic)
+    functional = getattr(rlloss, name)(actor, critic, functional=True)(batch.clone())
+    plain_loss = getattr(rlloss, name)(actor, critic, functional=False)
+    plain = plain_loss(batch.clone())
+    assert plain_loss.actor_network_params is None and plain_loss.critic_network_params is None
+    for key in ("loss_objective", "loss_critic", "loss_entropy"):
+        torch.testing.assert_close(plain[key], functional[key])
+
+
+@pytest.mark.parametrize("name", PPO_LOSSES)
+def test_ppo_device_keyword_places_the_coefficients(name):
+    loss = getattr(rlloss, name)(make_actor(), make_critic(), device="cpu")
+    assert loss.entropy_coeff.device == torch.device("cpu")
+    assert loss.critic_coeff.device == torch.device("cpu")
+
+
+def offpolicy_pairs():
+    """(name, rlloss loss, TorchRL loss) on the same networks."""
+    q_actor = test_dqn.q_actor()
+    yield (
+        "DQNLoss",
+        rlloss.DQNLoss(q_actor),
+        torchrl_objectives.DQNLoss(q_actor, action_space="one-hot"),
+    )
+    actor, qvalue = test_td3.actor(), test_td3.qvalue()
+    yield (
+        "DDPGLoss",
+        rlloss.DDPGLoss(actor, qvalue),
+        torchrl_objectives.DDPGLoss(actor, qvalue),
+    )
+    yield (
+        "TD3Loss",
+        rlloss.TD3Loss(actor, qvalue, bounds=(-1.0, 1.0), delay_actor=False),
+        torchrl_objectives.TD3Loss(actor, qvalue, bounds=(-1.0, 1.0), delay_actor=False),
+    )
+    sac_actor, sac_qvalue = test_sac.actor(), test_sac.qvalue()
+    yield (
+        "SACLoss",
+        rlloss.SACLoss(sac_actor, sac_qvalue, action_spec=SAC_SPEC),
+        torchrl_objectives.SACLoss(sac_actor, sac_qvalue, action_spec=SAC_SPEC),
+    )
+
+
+@pytest.mark.parametrize("pair", list(offpolicy_pairs()), ids=lambda pair: pair[0])
+def test_offpolicy_losses_expose_torchrls_parameter_attributes(pair):
+    _, ours, theirs = pair
+    attributes = [
+        name
+        for name in (
+            "actor_network_params",
+            "value_network_params",
+            "qvalue_network_params",
+            "target_value_network_params",
+            "target_qvalue_network_params",
+        )
+        if getattr(theirs, name, None) is not None
+    ]
+    assert attributes
+    for attribute in attributes:
+        mine = getattr(ours, attribute)
+        assert flat_keys(mine) == flat_keys(getattr(theirs, attribute)), attribute
+        assert mine.batch_size == getattr(theirs, attribute).batch_size, attribute
+
+
+def test_optimizer_from_actor_network_params_trains_the_actor():
+    """TorchRL's example scripts build their optimizers from these attributes."""
+    loss = rlloss.SACLoss(test_sac.actor(), test_sac.qvalue(), action_spec=SAC_SPEC)
+    SoftUpdate(loss, tau=0.1)
+    optimizer = torch.optim.SGD(list(loss.actor_network_params.values(True, True)), lr=0.1)
+    before = [p.detach().clone() for p in loss.actor_network.parameters()]
+    loss(test_sac.transitions())["loss_actor"].backward()
+    optimizer.step()
+    after = list(loss.actor_network.parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+
+
+def test_parameter_views_follow_a_dtype_change():
+    loss = rlloss.DDPGLoss(test_td3.actor(), test_td3.qvalue()).double()
+    for attribute in ("actor_network_params", "value_network_params"):
+        tensors = list(getattr(loss, attribute).values(True, True))
+        assert all(t.dtype == torch.float64 for t in tensors), attribute
+    assert {id(p) for p in loss.actor_network_params.values(True, True)} == {
+        id(p) for p in loss.actor_network.parameters()
+    }
+
+
+def test_sac_accepts_and_ignores_delay_value_as_torchrl_does():
+    actor, qvalue = test_sac.actor(), test_sac.qvalue()
+    batch = test_sac.transitions()
+    outputs = []
+    for delay_value in (True, False):
+        torch.manual_seed(0)  # the same re-initialised second Q network
+        loss = rlloss.SACLoss(actor, qvalue, action_spec=SAC_SPEC, delay_value=delay_value)
+        torch.manual_seed(1)  # the same policy samples
+        outputs.append(loss(batch.clone()))
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+        torch.testing.assert_close(outputs[0][key], outputs[1][key], rtol=0, atol=0)
