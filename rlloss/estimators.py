@@ -51,6 +51,7 @@ class ValueEstimator(TensorDictModuleBase):
         done: NestedKey = "done"  # read under "next": cuts traces
         terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
         steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n-step discount gamma**n
+        sample_log_prob: NestedKey = "action_log_prob"  # TorchRL's key name (V-trace reads it)
 
     def __init__(
         self,

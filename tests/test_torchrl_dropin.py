@@ -138,3 +138,19 @@ def test_sac_accepts_and_ignores_delay_value_as_torchrl_does():
         outputs.append(loss(batch.clone()))
     for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
         torch.testing.assert_close(outputs[0][key], outputs[1][key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", PPO_LOSSES)
+def test_the_loss_shares_its_sample_log_prob_key_with_its_estimator(name):
+    """TorchRL's estimators declare ``sample_log_prob`` (V-trace reads it) and a PPO loss
+    passes its own key on, as TorchRL's does."""
+    ours = getattr(rlloss, name)(make_actor(), make_critic())
+    theirs = getattr(torchrl_objectives, name)(make_actor(), make_critic())
+    for loss in (ours, theirs):
+        loss.make_value_estimator(gamma=0.9, lmbda=0.9)
+        loss.set_keys(sample_log_prob="my_log_prob")
+        assert loss.value_estimator.tensor_keys.sample_log_prob == "my_log_prob"
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.9)
+    assert gae.tensor_keys.sample_log_prob == "action_log_prob"
+    gae.set_keys(sample_log_prob=("stats", "log_prob"))
+    assert gae.tensor_keys.sample_log_prob == ("stats", "log_prob")
