@@ -4,6 +4,7 @@ reinforcement learning", arXiv:1509.02971)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -91,7 +92,7 @@ class DDPGLoss(TDTargetLoss):
         actor_in_keys = self.actor_network.in_keys
         return self._transition_keys([*actor_in_keys, *self.value_network.in_keys], actor_in_keys)
 
-    def _value(self, call: NetworkCall, batch: TensorDictBase, action: torch.Tensor):
+    def _value(self, call: Callable, batch: TensorDictBase, action: torch.Tensor):
         """``Q(s, action)``, ``[*B, 1]``, from ``call``: the online critic, its target copy or
         its detached view."""
         inputs = {k: entry(batch, k) for k in self.value_network.in_keys}
@@ -113,15 +114,12 @@ class DDPGLoss(TDTargetLoss):
             target = self._td_target(tensordict, next_value)
         value = self._value(self._value_call, tensordict, self._get(tensordict, "action"))
         loss = self._critic_loss(value, target, tensordict)
-        td_error = rlf.td_error(value, target, "squared").squeeze(-1)
-        value, target = value.detach().squeeze(-1), target.squeeze(-1)
         info = {
-            "td_error": td_error,
-            "pred_value": value,
-            "target_value": target,
-            "pred_value_max": value.max(),
-            "target_value_max": target.max(),
+            "td_error": rlf.td_error(value, target, "squared").squeeze(-1),
+            **self._regression_diagnostics(value, target),
         }
+        info["pred_value_max"] = info["pred_value"].max()
+        info["target_value_max"] = info["target_value"].max()
         return loss, info
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:

@@ -111,8 +111,7 @@ class _MaximumAPosteriori(TDTargetLoss):
         ``pred_value`` (``[*B]``, detached)."""
         info = {
             "td_error": rlf.td_error(value, target, "absolute").squeeze(-1),
-            "target_value": target.squeeze(-1),
-            "pred_value": value.detach().squeeze(-1),
+            **self._regression_diagnostics(value, target),
         }
         return self._critic_loss(value, target, tensordict), info
 

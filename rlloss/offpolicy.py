@@ -160,6 +160,12 @@ class TDTargetLoss(LossModule):
         loss = rlf.distance(values, target.expand_as(values), self.loss_function).sum(0)
         return self._reduce_replayed(loss, tensordict)
 
+    @staticmethod
+    def _regression_diagnostics(values: torch.Tensor, target: torch.Tensor) -> dict:
+        """``pred_value`` (``[*B]``, or ``[E, *B]`` for an ensemble) and ``target_value``
+        (``[*B]``), detached, as TorchRL reports them."""
+        return {"pred_value": values.detach().squeeze(-1), "target_value": target.squeeze(-1)}
+
     def _write_priority(self, tensordict: TensorDictBase, td_error: torch.Tensor) -> None:
         """Write the per-sample TD error into the caller's batch, for
         ``replay_buffer.update_tensordict_priority(batch)``."""

@@ -119,8 +119,7 @@ class _SoftActorCritic(TDTargetLoss):
         ``[*B]`` and the values ``[num_qvalue_nets, *B]`` (detached)."""
         info = {
             "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
-            "target_value": target.squeeze(-1),
-            "pred_value": values.detach().squeeze(-1),
+            **self._regression_diagnostics(values, target),
         }
         return self._ensemble_critic_loss(values, target, tensordict), info
 
