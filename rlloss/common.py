@@ -23,12 +23,11 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
-from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
 from rlloss._checks import MissingKeyError, check_choice, missing_key_message, next_key, remap_keys
-from rlloss.estimators import DEFAULT_VALUE_HYPERPARAMS, ESTIMATORS
+from rlloss.estimators import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
 
 
@@ -141,22 +140,7 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
             **hyperparams: estimator keywords (``gamma``, ``lmbda``...), over TorchRL's defaults
                 (``gamma=0.99``, ``lmbda=0.95``).
         """
-        if isinstance(value_type, nn.Module):
-            _compat.store_value_estimator(self, value_type)
-            self.value_type = type(value_type)
-            self._forward_value_estimator_keys()
-            return self
-        value_type = self.default_value_estimator if value_type is None else value_type
-        if value_type not in ESTIMATORS:
-            raise ValueError(
-                f"{type(self).__name__}.make_value_estimator: unsupported value_type "
-                f"{value_type!r}; expected one of {list(ESTIMATORS)} or an estimator instance."
-            )
-        hyperparams = {**DEFAULT_VALUE_HYPERPARAMS[value_type], **hyperparams}
-        value_network = (
-            getattr(self, self._value_network_name) if self._value_network_name else None
-        )
-        estimator = ESTIMATORS[value_type](value_network=value_network, **hyperparams)
+        estimator, value_type = build_value_estimator(self, value_type, hyperparams)
         _compat.store_value_estimator(self, estimator)
         self.value_type = value_type
         self._forward_value_estimator_keys()

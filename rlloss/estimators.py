@@ -211,3 +211,22 @@ DEFAULT_VALUE_HYPERPARAMS = {
     ValueEstimators.TDLambda: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
     ValueEstimators.GAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
 }
+
+
+def build_value_estimator(loss: nn.Module, value_type, hyperparams: dict) -> tuple:
+    """``(estimator, value_type)`` for ``loss.make_value_estimator(value_type, **hyperparams)``:
+    an estimator instance is used as is; a ``ValueEstimators`` member (``None``: the loss's
+    ``default_value_estimator``) builds rlloss's estimator over TorchRL's default keywords, with
+    the loss's value network (its ``_value_network_name`` attribute) when it has one."""
+    if isinstance(value_type, nn.Module):
+        return value_type, type(value_type)
+    value_type = loss.default_value_estimator if value_type is None else value_type
+    if value_type not in ESTIMATORS:
+        raise ValueError(
+            f"{type(loss).__name__}.make_value_estimator: unsupported value_type "
+            f"{value_type!r}; expected one of {list(ESTIMATORS)} or an estimator instance."
+        )
+    hyperparams = {**DEFAULT_VALUE_HYPERPARAMS[value_type], **hyperparams}
+    name = loss._value_network_name
+    value_network = getattr(loss, name) if name else None
+    return ESTIMATORS[value_type](value_network=value_network, **hyperparams), value_type
