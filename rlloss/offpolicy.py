@@ -29,10 +29,11 @@ from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, next_key
 from rlloss._networks import Ensemble, FrozenCopy, reinitialised
 from rlloss.common import LossModule
-from rlloss.estimators import DEFAULT_GAMMA
+from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
+_ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 
 
@@ -79,6 +80,7 @@ class TDTargetLoss(LossModule):
         check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
         self.gamma = DEFAULT_GAMMA if gamma is None else gamma
         check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self._lmbda: float | None = None  # TD(lambda) targets when set (make_value_estimator)
         self.reduction = self._check_reduction(reduction)
         self.loss_function = loss_function
         self.use_prioritized_weights = use_prioritized_weights
@@ -89,44 +91,53 @@ class TDTargetLoss(LossModule):
         self._ensembles: list[tuple[str, Ensemble]] = []
 
     def make_value_estimator(self, value_type=None, **hyperparams):
-        """Set the discount: ``make_value_estimator(ValueEstimators.TD0, gamma=0.99)``.
+        """Choose how targets are built, as TorchRL's off-policy losses do.
 
-        The off-policy losses build one-step targets themselves (n-step through
-        ``steps_to_next_obs``), so ``value_type`` must be ``TD0`` (or ``None``).
+        ``ValueEstimators.TD0`` (the default): one-step targets, n-step through
+        ``steps_to_next_obs``. ``TD1`` / ``TDLambda`` (``lmbda``): the batch's last dimension is
+        read as time and the targets are TD(1) / TD(lambda) returns over it (``done`` cuts the
+        traces, ``terminated`` stops bootstrapping). ``gamma`` defaults to the loss's.
+        ``GAE``, ``VTrace`` and ``MAGAE`` need a state-value baseline and on-policy data:
+        ``NotImplementedError``, as in TorchRL.
         """
-        if value_type not in (None, ValueEstimators.TD0):
-            raise ValueError(
-                f"{type(self).__name__} builds one-step targets (n-step through "
-                f"steps_to_next_obs); value_type must be ValueEstimators.TD0, got {value_type!r}."
+        value_type = self.default_value_estimator if value_type is None else value_type
+        if value_type in _ON_POLICY_ESTIMATORS:
+            raise NotImplementedError(
+                f"{type(self).__name__} builds targets from replayed transitions; "
+                f"{value_type!r} is not supported: use ValueEstimators.TD0, TD1 or TDLambda."
             )
-        unknown = set(hyperparams) - {"gamma", "differentiable", "device"}
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}.make_value_estimator got unexpected keywords "
-                f"{sorted(unknown)}"
-            )
-        gamma = hyperparams.get("gamma", DEFAULT_GAMMA)
-        check_in_range("gamma", gamma, 0.0, 1.0)
-        self.gamma = gamma
+        estimator, value_type = build_value_estimator(
+            self, value_type, {"gamma": self.gamma, **hyperparams}
+        )
+        _compat.store_value_estimator(self, estimator)
+        self.value_type = value_type
+        self.gamma = estimator.gamma
+        self._lmbda = getattr(estimator, "lmbda", None)
+        self._forward_value_estimator_keys()
         return self
 
     def _transition_keys(self, keys: list[NestedKey], next_keys: list[NestedKey]) -> list:
         """``in_keys``: ``keys`` of the current step, ``next_keys`` under ``"next"``, and the
-        reward and termination flag under ``"next"``, without repeats."""
-        reward, terminated = self.tensor_keys.reward, self.tensor_keys.terminated
-        keys = [*keys, *(next_key(k) for k in [*next_keys, reward, terminated])]
+        reward and done / termination flags under ``"next"``, without repeats."""
+        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
+        keys = [*keys, *(next_key(k) for k in [*next_keys, *flags])]
         return list(dict.fromkeys(keys))
 
     # ----------------------------------------------------------------------------- targets
     def _td_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
         """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``n``: ``steps_to_next_obs``
-        when the batch has it, else 1)."""
+        when the batch has it, else 1); with a TD(1) / TD(lambda) estimator, the lambda-return
+        over the batch's last dimension (see :meth:`make_value_estimator`)."""
         reward = self._get(tensordict, "reward", nested=True)
         terminated = self._get(tensordict, "terminated", nested=True)
         steps = self._read(tensordict, "steps_to_next_obs")
         steps = None if steps is None else steps.view_as(reward)
         discount = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
-        return rlf.td0_return(reward, next_value, terminated, discount)
+        if self._lmbda is None:
+            return rlf.td0_return(reward, next_value, terminated, discount)
+        done = self._get(tensordict, "done", nested=True)
+        next_value = next_value.view_as(reward)
+        return rlf.td_lambda_return(reward, next_value, done, terminated, discount, self._lmbda)
 
     # ----------------------------------------------------------------------------- critic
     def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:

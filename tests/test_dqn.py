@@ -217,7 +217,7 @@ def test_bad_arguments():
         rlloss.DQNLoss(q_actor(), loss_function="huber")
     with pytest.raises(ValueError, match="gamma must be in"):
         rlloss.DQNLoss(q_actor(), gamma=1.5)
-    with pytest.raises(ValueError, match="value_type must be ValueEstimators.TD0"):
+    with pytest.raises(NotImplementedError, match="use ValueEstimators.TD0, TD1 or TDLambda"):
         from torchrl.objectives.utils import ValueEstimators
 
         rlloss.DQNLoss(q_actor()).make_value_estimator(ValueEstimators.GAE)
