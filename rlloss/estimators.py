@@ -10,6 +10,7 @@ traces; a missing ``terminated`` is an error, never silently taken to be ``done`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -17,7 +18,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.objectives.utils import ValueEstimators
+from torchrl.objectives.utils import ValueEstimators, hold_out_net
 
 from rlloss import functional as rlf
 from rlloss._checks import (
@@ -88,11 +89,19 @@ class ValueEstimator(TensorDictModuleBase):
         return value
 
     def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V(s)`` and ``V(s')``: read from the batch, or written there by ``value_network``.
+
+        A differentiable estimator lets gradients reach the inputs of ``V(s)`` but never the
+        value network's weights (they are held out of the graph, as in TorchRL), nor ``V(s')``.
+        """
         if self._value_call is not None:
             key = self.tensor_keys.value
-            tensordict.set(key, self._value_call(tensordict)[key])
-            next_tensordict = tensordict.get("next")
-            next_tensordict.set(key, self._value_call(next_tensordict)[key])
+            held_out = self.differentiable and torch.is_grad_enabled()
+            with hold_out_net(self.value_network) if held_out else contextlib.nullcontext():
+                tensordict.set(key, self._value_call(tensordict)[key])
+                next_tensordict = tensordict.get("next")
+                next_value = self._value_call(next_tensordict)[key]
+                next_tensordict.set(key, next_value.detach() if held_out else next_value)
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
 
     def forward(self, tensordict: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
