@@ -50,6 +50,8 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         super().__init_subclass__(**kwargs)
         if "forward" in cls.__dict__:
             cls.forward = accepts_tensor_arguments(cls.__dict__["forward"])
+        if "out_keys" in cls.__dict__:
+            cls.out_keys = selectable_out_keys(cls.__dict__["out_keys"])
 
     def __init__(self) -> None:
         super().__init__()
@@ -205,3 +207,19 @@ def accepts_tensor_arguments(forward):
         return outputs[0] if len(outputs) == 1 else outputs
 
     return forward_with_tensors
+
+
+def selectable_out_keys(declared) -> property:
+    """``out_keys`` (a class's list or property) that ``loss.select_out_keys(...)`` can narrow,
+    as tensordict's ``select_out_keys`` expects of TorchRL's losses: an assigned list replaces
+    the declared keys on that instance."""
+    declared_keys = declared.fget if isinstance(declared, property) else lambda self: declared
+
+    def get(self) -> list:
+        selected = self.__dict__.get("_selected_out_keys")
+        return list(declared_keys(self)) if selected is None else selected
+
+    def set(self, keys) -> None:
+        self.__dict__["_selected_out_keys"] = list(keys)
+
+    return property(get, set, doc="The entries of the output TensorDict.")

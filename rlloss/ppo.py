@@ -18,7 +18,7 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range
+from rlloss._checks import check_choice, check_in_range, next_key
 from rlloss._networks import DistributionCall, NetworkCall
 from rlloss.common import LossModule
 from rlloss.functional.critic import DISTANCES
@@ -197,12 +197,17 @@ class PPOLoss(LossModule):
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        """The entries the loss reads (those of the value estimator excepted)."""
+        """The entries the loss reads, with those its value estimator reads when the batch has
+        no advantage (the networks' inputs under ``"next"``, reward, done, terminated)."""
         keys = [*self.actor_network.in_keys, self.tensor_keys.action]
         keys += [self.tensor_keys.sample_log_prob, self.tensor_keys.advantage]
+        next_inputs = list(self.actor_network.in_keys)
         if self._has_critic:
             keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
             keys += [self.tensor_keys.value] if self.clip_value is not None else []
+            next_inputs += self.critic_network.in_keys
+        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
+        keys += [next_key(key) for key in [*next_inputs, *flags]]
         return list(dict.fromkeys(keys))
 
     @property
