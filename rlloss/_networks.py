@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import (
+    CompositeDistribution,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictSequential,
@@ -116,6 +117,7 @@ class DistributionCall:
             self.head is not None
             and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
             and not actor.return_composite
+            and not _is_composite(self.head)
             and actor.module[-1] is self.head
         ):
             steps = [_plan(child) for child in actor.module[:-1]]
@@ -157,6 +159,13 @@ class DistributionCall:
                 "writes them into the rollout TensorDict)."
             )
         return self.head.get_dist(batch)
+
+
+def _is_composite(head: ProbabilisticTensorDictModule) -> bool:
+    """Whether ``head`` builds a ``CompositeDistribution`` (its parameters are nested
+    TensorDicts: the generic ``get_dist`` path reads them)."""
+    cls = getattr(head.distribution_class, "func", head.distribution_class)
+    return isinstance(cls, type) and issubclass(cls, CompositeDistribution)
 
 
 def _last(key: NestedKey) -> str:

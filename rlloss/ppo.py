@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict.nn import CompositeDistribution, set_composite_lp_aggregate
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
+from torchrl.modules.distributions.utils import composite_entropy
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
@@ -98,7 +100,7 @@ class PPOLoss(LossModule):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coeff: float = 0.01,
+        entropy_coeff: float | dict[NestedKey, float] = 0.01,
         log_explained_variance: bool = True,
         critic_coeff: float | None = None,
         loss_critic_type: str = "smooth_l1",
@@ -116,6 +118,14 @@ class PPOLoss(LossModule):
             raise TypeError(
                 f"{type(self).__name__}: critic_coeff={critic_coeff} needs a critic_network."
             )
+        self._entropy_coeff_map = None
+        if isinstance(entropy_coeff, dict):  # per head of a composite action: TorchRL's map
+            for head, coeff in entropy_coeff.items():
+                check_in_range(f"entropy_coeff[{head!r}]", coeff, 0.0)
+            self._entropy_coeff_map = {
+                _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
+            }
+            entropy_coeff = 0.0
         check_in_range("entropy_coeff", entropy_coeff, 0.0)
         check_in_range("samples_mc_entropy", samples_mc_entropy, 1)
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
@@ -199,8 +209,8 @@ class PPOLoss(LossModule):
     def in_keys(self) -> list[NestedKey]:
         """The entries the loss reads, with those its value estimator reads when the batch has
         no advantage (the networks' inputs under ``"next"``, reward, done, terminated)."""
-        keys = [*self.actor_network.in_keys, self.tensor_keys.action]
-        keys += [self.tensor_keys.sample_log_prob, self.tensor_keys.advantage]
+        keys = [*self.actor_network.in_keys, *_as_list(self.tensor_keys.action)]
+        keys += [*_as_list(self.tensor_keys.sample_log_prob), self.tensor_keys.advantage]
         next_inputs = list(self.actor_network.in_keys)
         if self._has_critic:
             keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
@@ -238,12 +248,29 @@ class PPOLoss(LossModule):
 
     def _policy(self, batch: TensorDictBase) -> tuple[D.Distribution, torch.Tensor]:
         """The current policy and the log-ratio ``log pi(a|s) - log pi_old(a|s)``, ``[*B, 1]``."""
-        old_log_prob = self._get(batch, "sample_log_prob")
-        action = self._get(batch, "action")
+        old_log_prob = self._old_log_prob(batch)
         distribution = self._distribution(batch)
-        return distribution, rlf.log_ratio(distribution.log_prob(action), old_log_prob).unsqueeze(
-            -1
+        log_prob = self._log_prob(distribution, batch)
+        return distribution, rlf.log_ratio(log_prob, old_log_prob).unsqueeze(-1)
+
+    def _old_log_prob(self, batch: TensorDictBase) -> torch.Tensor:
+        """``log pi_old(a|s)``, ``[*B]``: the stored entry, or the sum over the heads of a
+        composite action (a list of keys, or an entry holding one log-prob per head)."""
+        key = self.tensor_keys.sample_log_prob
+        if isinstance(key, list):
+            return _sum_heads(_select(batch, key, type(self).__name__), batch.batch_size)
+        log_prob = self._get(batch, "sample_log_prob")
+        return (
+            _sum_heads(log_prob, batch.batch_size) if is_tensor_collection(log_prob) else log_prob
         )
+
+    def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
+        """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
+        if not isinstance(distribution, CompositeDistribution):
+            return distribution.log_prob(self._get(batch, "action"))
+        actions = _select(batch, _as_list(self.tensor_keys.action), type(self).__name__)
+        with set_composite_lp_aggregate(False):
+            return _sum_heads(distribution.log_prob(actions), batch.batch_size)
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
@@ -264,10 +291,41 @@ class PPOLoss(LossModule):
         self, distribution: D.Distribution, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
+        if isinstance(distribution, CompositeDistribution):
+            return self._composite_loss_entropy(distribution, mask)
         entropy = rlf.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
         reduced = rlf.reduce(entropy, self.reduction, mask)
         mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
         return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
+
+    def _composite_loss_entropy(
+        self, distribution: CompositeDistribution, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The entropy loss of a multi-head action: ``-sum_h c_h H_h`` reduced, with ``c_h``
+        from the ``entropy_coeff`` map (TorchRL's), or ``entropy_coeff`` for every head; the
+        per-head entropies are reported as ``composite_entropy``."""
+        with set_composite_lp_aggregate(False):
+            heads = composite_entropy(distribution, self.samples_mc_entropy)
+        shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
+        if self._entropy_coeff_map is None:
+            weighted = self.entropy_coeff * _sum_heads(heads, shape)
+        else:
+            weighted = sum(
+                self._entropy_coeff_of(key) * _sum_heads(value, shape)
+                for key, value in heads.items(True, True)
+            )
+        reduced = rlf.reduce(weighted, self.reduction, mask)
+        entropy = rlf.reduce(_sum_heads(heads, shape), "mean", mask)
+        return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
+
+    def _entropy_coeff_of(self, head: NestedKey) -> float:
+        head = _compat.unravel_key(head)
+        if head not in self._entropy_coeff_map:
+            raise KeyError(
+                f"{type(self).__name__}: entropy_coeff has no coefficient for the head {head!r}; "
+                f"its keys are {list(self._entropy_coeff_map)}."
+            )
+        return self._entropy_coeff_map[head]
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
         params = self._critic_params_without_shared
@@ -584,3 +642,24 @@ class RPOLoss(ClipPPOLoss):
             }
 
         return self._actor_call(batch, perturb)
+
+
+def _as_list(key) -> list:
+    return key if isinstance(key, list) else [key]
+
+
+def _select(batch: TensorDictBase, keys: list, loss: str) -> TensorDictBase:
+    missing = [k for k in keys if batch.get(k, None) is None]
+    if missing:
+        raise KeyError(
+            f"{loss}: the batch has no {missing} (keys present: {list(batch.keys(True))})."
+        )
+    return batch.select(*keys)
+
+
+def _sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:
+    """The sum over the leaves of a TensorDict of per-head values (each ``[*B, ...]``), summing
+    their feature dimensions: ``[*B]``."""
+    if not is_tensor_collection(values):
+        return values.reshape(*batch_shape, -1).sum(-1)
+    return sum(v.reshape(*batch_shape, -1).sum(-1) for v in values.values(True, True))
