@@ -556,14 +556,28 @@ class KLPENPPOLoss(PPOLoss):
 
     def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         surrogate, info = super()._surrogate(log_ratio, advantage, mask, batch, distribution)
-        previous = self._actor_call.stored(batch)
-        kl = rlf.kl_divergence(previous, distribution, self.samples_mc_kl).unsqueeze(-1)
+        kl = self._kl_from_collecting_policy(batch, distribution).unsqueeze(-1)
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
             self.update_beta(mean_kl)
         objective = rlf.kl_penalized_surrogate(surrogate, kl, beta)
         return objective, {**info, "kl": mean_kl, "beta": beta}
+
+    def _kl_from_collecting_policy(
+        self, batch: TensorDictBase, distribution: D.Distribution
+    ) -> torch.Tensor:
+        """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters;
+        summed over the heads of a composite distribution."""
+        previous = self._actor_call.stored(batch)
+        if not isinstance(distribution, CompositeDistribution):
+            return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
+        return sum(
+            _sum_heads(
+                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl), batch.batch_size
+            )
+            for name, head in distribution.dists.items()
+        )
 
     @torch.no_grad()
     def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:
