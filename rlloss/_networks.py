@@ -18,7 +18,7 @@ import copy
 from collections.abc import Callable, Mapping
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 from tensordict.nn import (
     CompositeDistribution,
     ProbabilisticTensorDictModule,
@@ -159,6 +159,14 @@ class DistributionCall:
                 "writes them into the rollout TensorDict)."
             )
         return self.head.get_dist(batch)
+
+
+def sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:
+    """The sum over the leaves of a TensorDict of per-head values (each ``[*B, ...]``), summing
+    their feature dimensions: ``[*B]``."""
+    if not is_tensor_collection(values):
+        return values.reshape(*batch_shape, -1).sum(-1)
+    return sum(v.reshape(*batch_shape, -1).sum(-1) for v in values.values(True, True))
 
 
 def _is_composite(head: ProbabilisticTensorDictModule) -> bool:

@@ -21,7 +21,7 @@ from torchrl.objectives.utils import ValueEstimators
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, next_key
-from rlloss._networks import DistributionCall, NetworkCall
+from rlloss._networks import DistributionCall, NetworkCall, sum_heads
 from rlloss.common import LossModule
 from rlloss.functional.critic import DISTANCES
 
@@ -258,11 +258,9 @@ class PPOLoss(LossModule):
         composite action (a list of keys, or an entry holding one log-prob per head)."""
         key = self.tensor_keys.sample_log_prob
         if isinstance(key, list):
-            return _sum_heads(_select(batch, key, type(self).__name__), batch.batch_size)
+            return sum_heads(_select(batch, key, type(self).__name__), batch.batch_size)
         log_prob = self._get(batch, "sample_log_prob")
-        return (
-            _sum_heads(log_prob, batch.batch_size) if is_tensor_collection(log_prob) else log_prob
-        )
+        return sum_heads(log_prob, batch.batch_size) if is_tensor_collection(log_prob) else log_prob
 
     def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
         """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
@@ -270,7 +268,7 @@ class PPOLoss(LossModule):
             return distribution.log_prob(self._get(batch, "action"))
         actions = _select(batch, _as_list(self.tensor_keys.action), type(self).__name__)
         with set_composite_lp_aggregate(False):
-            return _sum_heads(distribution.log_prob(actions), batch.batch_size)
+            return sum_heads(distribution.log_prob(actions), batch.batch_size)
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
@@ -308,14 +306,14 @@ class PPOLoss(LossModule):
             heads = composite_entropy(distribution, self.samples_mc_entropy)
         shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
         if self._entropy_coeff_map is None:
-            weighted = self.entropy_coeff * _sum_heads(heads, shape)
+            weighted = self.entropy_coeff * sum_heads(heads, shape)
         else:
             weighted = sum(
-                self._entropy_coeff_of(key) * _sum_heads(value, shape)
+                self._entropy_coeff_of(key) * sum_heads(value, shape)
                 for key, value in heads.items(True, True)
             )
         reduced = rlf.reduce(weighted, self.reduction, mask)
-        entropy = rlf.reduce(_sum_heads(heads, shape), "mean", mask)
+        entropy = rlf.reduce(sum_heads(heads, shape), "mean", mask)
         return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
 
     def _entropy_coeff_of(self, head: NestedKey) -> float:
@@ -573,7 +571,7 @@ class KLPENPPOLoss(PPOLoss):
         if not isinstance(distribution, CompositeDistribution):
             return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
         return sum(
-            _sum_heads(
+            sum_heads(
                 rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl), batch.batch_size
             )
             for name, head in distribution.dists.items()
@@ -669,11 +667,3 @@ def _select(batch: TensorDictBase, keys: list, loss: str) -> TensorDictBase:
             f"{loss}: the batch has no {missing} (keys present: {list(batch.keys(True))})."
         )
     return batch.select(*keys)
-
-
-def _sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:
-    """The sum over the leaves of a TensorDict of per-head values (each ``[*B, ...]``), summing
-    their feature dimensions: ``[*B]``."""
-    if not is_tensor_collection(values):
-        return values.reshape(*batch_shape, -1).sum(-1)
-    return sum(v.reshape(*batch_shape, -1).sum(-1) for v in values.values(True, True))

@@ -12,6 +12,7 @@ import math
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import CompositeDistribution, set_composite_lp_aggregate
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite
@@ -20,7 +21,7 @@ from torchrl.modules import TanhNormal
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range
-from rlloss._networks import DistributionCall, entry
+from rlloss._networks import DistributionCall, entry, sum_heads
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
@@ -59,9 +60,26 @@ class _SoftActorCritic(TDTargetLoss):
         max_alpha: float | None = None,
         fixed_alpha: bool = False,
         delay_qvalue: bool = True,
+        delay_actor: bool = False,
+        separate_losses: bool = False,
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        priority_key: NestedKey | None = None,
         **replay,
     ) -> None:
         super().__init__(loss_function=loss_function, **replay)
+        if scalar_output_mode is not None:
+            check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
+        self.scalar_output_mode = scalar_output_mode or "exclude"
+        self.separate_losses = separate_losses  # the Q ensemble never shares the actor's weights
+        self.skip_done_states = skip_done_states
+        self.deactivate_vmap = deactivate_vmap  # same numbers: the ensemble path is rlloss's own
+        if priority_key is not None:  # removed from TorchRL's constructors: the same error
+            raise RuntimeError(
+                f"{type(self).__name__}: setting priority_key via the constructor is deprecated "
+                f"(as in TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
+            )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
         for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
@@ -87,6 +105,9 @@ class _SoftActorCritic(TDTargetLoss):
 
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
+        self.delay_actor = delay_actor
+        if delay_actor:  # kept for TorchRL's updaters; SAC v2 samples from the current policy
+            self._register_target_network("actor_network")
         self._actor_call = DistributionCall(actor_network)
         self._qvalue = self._register_ensemble(
             "qvalue_network",
@@ -139,10 +160,24 @@ class _SoftActorCritic(TDTargetLoss):
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
             "loss_alpha": self._temperature_loss(log_prob, tensordict),
-            "alpha": self.log_alpha.detach().exp(),
-            "entropy": -log_prob.mean(),
         }
-        return _compat.output_tensordict(out)
+        scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}
+        if self.reduction != "none":
+            return _compat.output_tensordict({**out, **scalars})
+        out = TensorDict(out, batch_size=tensordict.batch_size)  # per-sample losses
+        if self.scalar_output_mode == "non_tensor":
+            for name, value in scalars.items():
+                out.set_non_tensor(name, value)
+        return out
+
+    def _skip_done(self, tensordict: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
+        """With ``skip_done_states``, ``value`` (``[*B, ...]``) is 0 at transitions whose next
+        state is done, as TorchRL's (which does not run the actor there)."""
+        if not self.skip_done_states:
+            return value
+        done = self._get(tensordict, "done", nested=True).reshape(tensordict.batch_size)
+        done = done.reshape(*done.shape, *(1,) * (value.ndim - done.ndim))
+        return torch.where(done, torch.zeros((), dtype=value.dtype, device=value.device), value)
 
 
 class SACLoss(_SoftActorCritic):
@@ -209,11 +244,7 @@ class SACLoss(_SoftActorCritic):
         *,
         action_spec=None,
         target_entropy: str | float = "auto",
-        delay_actor: bool = False,
         delay_value: bool = True,
-        priority_key: str | None = None,
-        separate_losses: bool = False,
-        skip_done_states: bool = False,
         **options,
     ) -> None:
         if value_network is not None:
@@ -222,26 +253,10 @@ class SACLoss(_SoftActorCritic):
                 "which rlloss does not support; drop it to train SAC v2 (soft Q targets from "
                 "the Q ensemble)."
             )
-        if priority_key is not None:
-            raise TypeError(
-                "SACLoss: priority_key is not supported by rlloss; rename td_error with "
-                "loss.set_keys(priority=...)."
-            )
-        unsupported = {
-            "delay_actor=True": delay_actor,
-            "skip_done_states=True": skip_done_states,
-            "separate_losses=True": separate_losses,
-        }
-        for name, given in unsupported.items():
-            if given:
-                raise TypeError(
-                    f"SACLoss: {name} is not supported by rlloss (see the class docstring)."
-                )
         super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
         sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
         if len(sample_keys) == 1:
             self.set_keys(action=sample_keys[0])
-        self.delay_actor = False
         self._qvalue_action_key = self.tensor_keys.action
         self._tanh_normal = self._tanh_normal_bounds(actor_network)
         if target_entropy == "auto":
@@ -298,6 +313,10 @@ class SACLoss(_SoftActorCritic):
                 params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
             )
         distribution = self._actor_call(batch)
+        if isinstance(distribution, CompositeDistribution):  # a TensorDict of actions
+            with set_composite_lp_aggregate(False):
+                action = distribution.rsample()
+                return action, sum_heads(distribution.log_prob(action), batch.batch_size)
         action = distribution.rsample()
         return action, distribution.log_prob(action)
 
@@ -333,6 +352,8 @@ class SACLoss(_SoftActorCritic):
         with torch.no_grad():
             next_batch = entry(tensordict, "next")
             next_action, next_log_prob = self._policy_sample(next_batch)
+            next_action = self._skip_done(tensordict, next_action)
+            next_log_prob = self._skip_done(tensordict, next_log_prob)
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
@@ -439,6 +460,7 @@ class DiscreteSACLoss(_SoftActorCritic):
             next_value = rlf.discrete_soft_value(
                 rlf.clipped_double_q_value(next_values), self._log_probs(next_batch), alpha
             )
+            next_value = self._skip_done(tensordict, next_value)
             target = self._td_target(tensordict, next_value)
         action = self._get(tensordict, "action")
         values = rlf.chosen_action_value(

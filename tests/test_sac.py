@@ -141,6 +141,11 @@ def assert_same_outputs_and_gradients(ours, theirs, batch):
         {"alpha_init": 0.3, "loss_function": "l2", "num": 3, "bounds": (-2.0, 0.5)},
         {"alpha_init": 5.0, "max_alpha": 2.0, "min_alpha": 0.1, "distribution": IndependentNormal},
         {"alpha_init": 0.01, "min_alpha": 0.1, "fixed_alpha": True, "delay_qvalue": False},
+        # TorchRL's other keywords: same numbers (with skip_done_states TorchRL draws fewer
+        # next actions when some next state is done, so the random streams differ: compared on
+        # a batch without done states; test_skip_done_states checks the done case)
+        {"skip_done_states": True, "delay_actor": True, "separate_losses": True, "done": False},
+        {"deactivate_vmap": True},
     ],
 )
 def test_sac_matches_torchrl_exactly(kwargs):
@@ -148,6 +153,7 @@ def test_sac_matches_torchrl_exactly(kwargs):
     policy = actor(kwargs.pop("distribution", TanhNormal), low, high)
     critics = [qvalue() for _ in range(kwargs.pop("num", 2))]
     spec = Bounded(low, high, shape=(ACT,))
+    any_done = kwargs.pop("done", True)
     common = {"num_qvalue_nets": len(critics), "action_spec": spec, **kwargs}
     ours = SACLoss(
         copy.deepcopy(policy), copy.deepcopy(critics), priority_weighting="normalized", **common
@@ -157,8 +163,32 @@ def test_sac_matches_torchrl_exactly(kwargs):
     if common.get("delay_qvalue", True):
         shift_targets(ours), shift_targets(theirs)
     batch = transitions()
+    if not any_done:
+        batch["next", "done"].fill_(False), batch["next", "terminated"].fill_(False)
     batch["priority_weight"] = torch.rand(B)
     assert_same_outputs_and_gradients(ours, theirs, batch)
+
+
+def test_skip_done_states():
+    """TorchRL's skip_done_states: at a done next state the next action and its log-prob are
+    0, so the target is ``r + gamma (1 - terminated) min_i Q_i,target(s', 0)``."""
+    loss = SACLoss(actor(), qvalue(), skip_done_states=True, alpha_init=0.7)
+    batch = transitions()
+    _, info = loss.loss_qvalue(batch)
+    next_obs = batch["next", "observation"]
+    zero_q = torch.stack(
+        [
+            target_network(loss, i)(
+                TensorDict(observation=next_obs, action=torch.zeros(B, ACT), batch_size=[B])
+            )["state_action_value"]
+            for i in range(2)
+        ]
+    ).min(0)[0]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"].float()
+    expected = reward + 0.99 * (1 - terminated) * zero_q
+    done = batch["next", "done"].squeeze(-1)
+    assert done.any()
+    torch.testing.assert_close(info["target_value"].reshape(B, 1)[done], expected[done])
 
 
 @pytest.mark.parametrize(
@@ -173,6 +203,7 @@ def test_sac_matches_torchrl_exactly(kwargs):
             "delay_qvalue": False,
             "target_entropy_weight": 0.5,
         },
+        {"one_hot": True, "skip_done_states": True, "deactivate_vmap": True},
     ],
 )
 def test_discrete_sac_matches_torchrl_exactly(kwargs):
@@ -360,19 +391,15 @@ def test_target_entropy_auto():
         DiscreteSACLoss(discrete_actor(True), discrete_qvalue())
 
 
-def test_unsupported_keywords_raise_type_error():
-    with pytest.raises(TypeError, match="SAC v1"):
-        SACLoss(
-            actor(),
-            qvalue(),
-            value_network=ValueOperator(
-                MLP(in_features=OBS, out_features=1), in_keys=["observation"]
-            ),
-        )
-    for keyword in ("skip_done_states", "delay_actor", "separate_losses"):
-        with pytest.raises(TypeError, match=keyword):
-            SACLoss(actor(), qvalue(), **{keyword: True})
-    with pytest.raises(TypeError, match="priority_key"):
+def test_reduction_none_scalar_output_mode():
+    batch = transitions()
+    for mode, scalars in (("exclude", set()), ("non_tensor", {"alpha", "entropy"})):
+        out = SACLoss(actor(), qvalue(), reduction="none", scalar_output_mode=mode)(batch.clone())
+        assert out.batch_size == batch.batch_size
+        assert set(out.keys()) == {"loss_actor", "loss_qvalue", "loss_alpha", *scalars}
+    with pytest.raises(ValueError, match="scalar_output_mode"):
+        SACLoss(actor(), qvalue(), scalar_output_mode="all")
+    with pytest.raises(RuntimeError, match=r"set_keys\(priority="):
         SACLoss(actor(), qvalue(), priority_key="p")
 
 
