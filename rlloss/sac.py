@@ -21,7 +21,7 @@ from torchrl.modules import TanhNormal
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range
-from rlloss._networks import DistributionCall, entry, sum_heads
+from rlloss._networks import DistributionCall, NetworkCall, entry, sum_heads
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
@@ -106,9 +106,11 @@ class _SoftActorCritic(TDTargetLoss):
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
         self.delay_actor = delay_actor
-        if delay_actor:  # kept for TorchRL's updaters; SAC v2 samples from the current policy
-            self._register_target_network("actor_network")
         self._actor_call = DistributionCall(actor_network)
+        self._target_actor_call = None  # SAC v1's value target samples from it (v2: unused)
+        if delay_actor:
+            target_actor = self._register_target_network("actor_network")
+            self._target_actor_call = DistributionCall(target_actor.module)
         self._qvalue = self._register_ensemble(
             "qvalue_network",
             qvalue_network,
@@ -153,6 +155,7 @@ class _SoftActorCritic(TDTargetLoss):
         """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
         ``td_error`` into ``tensordict``."""
         loss_qvalue, info = self.loss_qvalue(tensordict)
+        value_losses = self._value_losses(tensordict)
         loss_actor, info_actor = self.loss_actor(tensordict)
         log_prob = info_actor["log_prob"]
         self._write_priority(tensordict, info["td_error"])
@@ -160,6 +163,7 @@ class _SoftActorCritic(TDTargetLoss):
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
             "loss_alpha": self._temperature_loss(log_prob, tensordict),
+            **value_losses,
         }
         scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}
         if self.reduction != "none":
@@ -169,6 +173,10 @@ class _SoftActorCritic(TDTargetLoss):
             for name, value in scalars.items():
                 out.set_non_tensor(name, value)
         return out
+
+    def _value_losses(self, tensordict: TensorDictBase) -> dict:
+        """Losses of networks besides the actor, critics and temperature (SAC v1's V)."""
+        return {}
 
     def _skip_done(self, tensordict: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
         """With ``skip_done_states``, ``value`` (``[*B, ...]``) is 0 at transitions whose next
@@ -247,13 +255,18 @@ class SACLoss(_SoftActorCritic):
         delay_value: bool = True,
         **options,
     ) -> None:
-        if value_network is not None:
-            raise TypeError(
-                "SACLoss: value_network is the SAC v1 variant (a separate state-value network), "
-                "which rlloss does not support; drop it to train SAC v2 (soft Q targets from "
-                "the Q ensemble)."
-            )
         super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
+        self._version = 1 if value_network is not None else 2
+        self.value_network = value_network
+        self.delay_value = delay_value
+        if value_network is not None:  # SAC v1 (arXiv:1801.01290): V(s) and its target
+            self._expose_parameters("value_network")
+            self._value_call = NetworkCall(value_network, self.tensor_keys.value)
+            self._target_value = (
+                self._register_target_network("value_network", self.tensor_keys.value)
+                if delay_value
+                else self._register_detached_view("value_network", self.tensor_keys.value)
+            )
         sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
         if len(sample_keys) == 1:
             self.set_keys(action=sample_keys[0])
@@ -303,16 +316,19 @@ class SACLoss(_SoftActorCritic):
             return None
         return -float(action_spec.shape[len(container_shape) :].numel())
 
-    def _policy_sample(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action ``[*B, D]`` from the current policy and its log-prob
-        ``[*B]``."""
+    def _policy_sample(
+        self, batch: TensorDictBase, call: DistributionCall | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``[*B, D]`` from the current policy (or the one ``call``
+        builds) and its log-prob ``[*B]``."""
+        call = self._actor_call if call is None else call
         if self._tanh_normal:
-            params = self._actor_call.distribution_parameters(batch)
-            keys = self._actor_call.parameter_keys
+            params = call.distribution_parameters(batch)
+            keys = call.parameter_keys
             return rlf.tanh_normal_sample_and_log_prob(
                 params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
             )
-        distribution = self._actor_call(batch)
+        distribution = call(batch)
         if isinstance(distribution, CompositeDistribution):  # a TensorDict of actions
             with set_composite_lp_aggregate(False):
                 action = distribution.rsample()
@@ -326,6 +342,60 @@ class SACLoss(_SoftActorCritic):
         inputs = {k: entry(batch, k) for k in self._qvalue.in_keys if k != key}
         inputs[key] = action
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [*_SoftActorCritic.out_keys, *(["loss_value"] if self._version == 1 else [])]
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = super().in_keys
+        return (
+            keys
+            if self._version == 2
+            else list(dict.fromkeys([*keys, *self.value_network.in_keys]))
+        )
+
+    def _value_losses(self, tensordict: TensorDictBase) -> dict:
+        return {} if self._version == 2 else {"loss_value": self.loss_value(tensordict)}
+
+    def loss_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """SAC v1's state-value loss ``L(V(s), min_i Q_i,target(s, a~) - alpha log pi(a~|s))``
+        reduced, ``a~`` from the target policy (the current one without ``delay_actor``), no
+        gradient through the target (arXiv:1801.01290, eq. 5)."""
+        alpha = self._alpha()
+        with torch.no_grad():
+            action, log_prob = self._policy_sample(tensordict, self._target_actor_call)
+            values = self._q_values(
+                tensordict, action, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            target = rlf.soft_value(rlf.clipped_double_q_value(values), log_prob, alpha)
+        value = self._value_call(tensordict)[self.tensor_keys.value]
+        loss = rlf.distance(value, target, self.loss_function)
+        return self._reduce_replayed(loss, tensordict)
+
+    def _qvalue_v1_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """SAC v1's critic loss, as TorchRL computes it: ``y = r + gamma^n (1 - terminated)
+        V_target(s')`` and each Q network regressed on its own ``1 / num_qvalue_nets`` of the
+        batch (the batch size must be a multiple of it); ``td_error = (Q_i - y)^2``."""
+        with torch.no_grad():
+            next_value = self._target_value(entry(tensordict, "next"))[self.tensor_keys.value]
+            target = self._td_target(tensordict, next_value)
+        n, size = self.num_qvalue_nets, tensordict.batch_size
+        if size[0] % n:
+            raise RuntimeError(
+                f"SACLoss (SAC v1): the batch's first dimension ({size[0]}) must be a multiple "
+                f"of num_qvalue_nets={n}: each Q network is trained on its own share of it."
+            )
+        values = self._q_values(tensordict, self._get(tensordict, "action"))  # [n, *B, 1]
+        own = values.reshape(n, n, -1, *values.shape[2:]).diagonal(dim1=0, dim2=1)
+        own = own.movedim(-1, 0).reshape(values.shape[1:])
+        loss = rlf.distance(own, target, self.loss_function)
+        info = {
+            "td_error": (own - target).pow(2).reshape(size),
+            **self._regression_diagnostics(own, target),
+        }
+        return self._reduce_replayed(loss, tensordict), info
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
@@ -348,6 +418,8 @@ class SACLoss(_SoftActorCritic):
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
         (see :meth:`_soft_critic_loss`)."""
+        if self._version == 1:
+            return self._qvalue_v1_loss(tensordict)
         alpha = self._alpha()
         with torch.no_grad():
             next_batch = entry(tensordict, "next")

@@ -120,7 +120,7 @@ def assert_same_outputs_and_gradients(ours, theirs, batch):
     for key in out_theirs.keys():
         torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
     torch.testing.assert_close(mine["td_error"], reference["td_error"])
-    assert mine["td_error"].shape == reference["td_error"].shape == (B,)
+    assert mine["td_error"].shape == reference["td_error"].shape == batch.batch_size
     sum(v for k, v in out_ours.items() if k.startswith("loss_")).backward()
     sum(v for k, v in out_theirs.items() if k.startswith("loss_")).backward()
     theirs_q = theirs.qvalue_network_params.flatten_keys(".")
@@ -146,6 +146,9 @@ def assert_same_outputs_and_gradients(ours, theirs, batch):
         # a batch without done states; test_skip_done_states checks the done case)
         {"skip_done_states": True, "delay_actor": True, "separate_losses": True, "done": False},
         {"deactivate_vmap": True},
+        # SAC v1: a state-value network and its target
+        {"value_network": True, "alpha_init": 0.5},
+        {"value_network": True, "delay_actor": True, "delay_value": False, "num": 3, "b": 6},
     ],
 )
 def test_sac_matches_torchrl_exactly(kwargs):
@@ -154,18 +157,26 @@ def test_sac_matches_torchrl_exactly(kwargs):
     critics = [qvalue() for _ in range(kwargs.pop("num", 2))]
     spec = Bounded(low, high, shape=(ACT,))
     any_done = kwargs.pop("done", True)
+    batch_size = kwargs.pop("b", B)
+    if kwargs.pop("value_network", False):
+        kwargs["value_network"] = ValueOperator(
+            MLP(in_features=OBS, out_features=1), in_keys=["observation"]
+        )
     common = {"num_qvalue_nets": len(critics), "action_spec": spec, **kwargs}
     ours = SACLoss(
-        copy.deepcopy(policy), copy.deepcopy(critics), priority_weighting="normalized", **common
+        copy.deepcopy(policy),
+        copy.deepcopy(critics),
+        priority_weighting="normalized",
+        **copy.deepcopy(common),
     )
     theirs = torchrl_objectives.SACLoss(copy.deepcopy(policy), copy.deepcopy(critics), **common)
     theirs.make_value_estimator(gamma=0.99)
     if common.get("delay_qvalue", True):
         shift_targets(ours), shift_targets(theirs)
-    batch = transitions()
+    batch = transitions(batch_size)
     if not any_done:
         batch["next", "done"].fill_(False), batch["next", "terminated"].fill_(False)
-    batch["priority_weight"] = torch.rand(B)
+    batch["priority_weight"] = torch.rand(batch_size)
     assert_same_outputs_and_gradients(ours, theirs, batch)
 
 
