@@ -25,6 +25,9 @@ from rlloss._networks import DistributionCall, NetworkCall, entry, sum_heads
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
+_OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+
+
 class _SoftActorCritic(TDTargetLoss):
     """What both SAC losses share: the Q ensemble, the temperature ``alpha = exp(log_alpha)``
     (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
@@ -41,7 +44,7 @@ class _SoftActorCritic(TDTargetLoss):
 
         value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
 
-    out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+    out_keys = _OUT_KEYS
     # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
     _schedulable_buffers = frozenset(
         {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
@@ -345,7 +348,7 @@ class SACLoss(_SoftActorCritic):
 
     @property
     def out_keys(self) -> list[str]:
-        return [*_SoftActorCritic.out_keys, *(["loss_value"] if self._version == 1 else [])]
+        return [*_OUT_KEYS, *(["loss_value"] if self._version == 1 else [])]
 
     @property
     def in_keys(self) -> list[NestedKey]:
