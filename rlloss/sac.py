@@ -24,7 +24,6 @@ from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import DistributionCall, NetworkCall, entry, sum_heads
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
-
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 
 
