@@ -45,6 +45,8 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         pass
 
     _value_network_name: str | None = None
+    # estimator key name -> the loss's key name it mirrors, where they differ (TorchRL's)
+    _estimator_keys: dict[str, str] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -77,10 +79,12 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         estimator = _compat.stored_value_estimator(self)
         if estimator is None:
             return
+        names = {field.name: field.name for field in dataclasses.fields(estimator._AcceptedKeys)}
+        names.update(self._estimator_keys)
         shared = {
-            field.name: getattr(self.tensor_keys, field.name)
-            for field in dataclasses.fields(estimator._AcceptedKeys)
-            if hasattr(self.tensor_keys, field.name)
+            name: getattr(self.tensor_keys, own)
+            for name, own in names.items()
+            if hasattr(self.tensor_keys, own)
         }
         estimator.set_keys(**shared)
 

@@ -60,6 +60,8 @@ class DDPGLoss(TDTargetLoss):
         "target_value_max",
     ]
 
+    _estimator_keys = {"value": "state_action_value"}
+
     def __init__(
         self,
         actor_network: nn.Module,
@@ -89,8 +91,9 @@ class DDPGLoss(TDTargetLoss):
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        actor_in_keys = self.actor_network.in_keys
-        return self._transition_keys([*actor_in_keys, *self.value_network.in_keys], actor_in_keys)
+        actor_in_keys, value_in_keys = self.actor_network.in_keys, self.value_network.in_keys
+        next_keys = [*actor_in_keys, *(k for k in value_in_keys if k != self.tensor_keys.action)]
+        return self._transition_keys([*actor_in_keys, *value_in_keys], next_keys)
 
     def _value(self, call: Callable, batch: TensorDictBase, action: torch.Tensor):
         """``Q(s, action)``, ``[*B, 1]``, from ``call``: the online critic, its target copy or

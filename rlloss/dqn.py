@@ -58,6 +58,8 @@ class DQNLoss(TDTargetLoss):
         """Keys read by DQNLoss (``priority``: the squared TD error, ``[*B, 1]``)."""
 
         value: NestedKey = "chosen_action_value"  # Q(s, a) (kept for TorchRL's key names)
+        advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
+        value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)
         action_value: NestedKey = "action_value"  # Q(s, .) written by the value network
         action: NestedKey = "action"  # the action taken: index or one-hot
 

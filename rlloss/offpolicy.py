@@ -73,8 +73,12 @@ class TDTargetLoss(LossModule):
         reduction: str | None = None,
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
+        separate_losses: bool = False,
     ) -> None:
         super().__init__()
+        # TorchRL's flag: keep the critic loss's gradient off weights shared with the actor
+        # (rlloss's critics never share the actor's weights: see the README's differences)
+        self.separate_losses = separate_losses
         check_choice("loss_function", loss_function, DISTANCES)
         check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
         check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)

@@ -63,7 +63,6 @@ class _SoftActorCritic(TDTargetLoss):
         fixed_alpha: bool = False,
         delay_qvalue: bool = True,
         delay_actor: bool = False,
-        separate_losses: bool = False,
         skip_done_states: bool = False,
         deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
@@ -74,7 +73,6 @@ class _SoftActorCritic(TDTargetLoss):
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         self.scalar_output_mode = scalar_output_mode or "exclude"
-        self.separate_losses = separate_losses  # the Q ensemble never shares the actor's weights
         self.skip_done_states = skip_done_states
         self.deactivate_vmap = deactivate_vmap  # same numbers: the ensemble path is rlloss's own
         if priority_key is not None:  # removed from TorchRL's constructors: the same error

@@ -23,7 +23,8 @@ def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
     ``"action"``) or from ``bounds=(low, high)``; exactly one of the two must be given."""
     if (action_spec is None) == (bounds is None):
         raise ValueError(
-            "pass exactly one of action_spec (a TorchRL Bounded spec) and bounds=(low, high); "
+            "pass action_spec (a TorchRL Bounded spec) or bounds=(low, high), but not both "
+            "(one is needed); "
             f"got action_spec={action_spec!r}, bounds={bounds!r}."
         )
     if action_spec is not None:
@@ -88,6 +89,8 @@ class TD3Loss(TDTargetLoss):
 
     _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
 
+    _estimator_keys = {"value": "state_action_value"}
+
     def __init__(
         self,
         actor_network: nn.Module,
@@ -137,8 +140,9 @@ class TD3Loss(TDTargetLoss):
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        actor_in_keys = self.actor_network.in_keys
-        return self._transition_keys([*actor_in_keys, *self._qvalue.in_keys], actor_in_keys)
+        actor_in_keys, value_in_keys = self.actor_network.in_keys, self._qvalue.in_keys
+        next_keys = [*actor_in_keys, *(k for k in value_in_keys if k != self.tensor_keys.action)]
+        return self._transition_keys([*actor_in_keys, *value_in_keys], next_keys)
 
     @property
     def out_keys(self) -> list[str]:
