@@ -39,6 +39,14 @@ def next_key(key: NestedKey, nested: bool = True) -> NestedKey:
     return ("next", *((key,) if isinstance(key, str) else key))
 
 
+class UnknownKeyError(ValueError, KeyError):
+    """``set_keys`` with a name the module does not have (a ``ValueError`` as TorchRL's losses
+    raise, and a ``KeyError`` as its value estimators do)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def remap_keys(owner: str, tensor_keys, accepted_keys: type, **kwargs: NestedKey | None) -> None:
     """``set_keys`` of losses and estimators: set ``tensor_keys.<name> = key`` for each keyword
     (``None`` restores the default); an unknown name raises ``ValueError`` listing the valid ones.
@@ -51,7 +59,7 @@ def remap_keys(owner: str, tensor_keys, accepted_keys: type, **kwargs: NestedKey
     valid = [field.name for field in dataclasses.fields(accepted_keys)]
     unknown = [name for name in kwargs if name not in valid]
     if unknown:
-        raise ValueError(
+        raise UnknownKeyError(
             f"{owner}.set_keys got unknown key name(s) {unknown}; valid names are {valid}."
         )
     defaults = accepted_keys()

@@ -62,14 +62,53 @@ class ValueEstimator(TensorDictModuleBase):
         differentiable: bool = False,
         time_dim: int | None = None,
         device: torch.device | None = None,
+        average_rewards: bool = False,
+        skip_existing: bool | None = None,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted: bool = False,
+        vectorized: bool = True,
+        deactivate_vmap: bool = False,
+        shifted_budget: int = 1,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
     ) -> None:
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
+        for name, key in (
+            ("advantage_key", advantage_key),
+            ("value_target_key", value_target_key),
+            ("value_key", value_key),
+        ):
+            if key is not None:  # TorchRL removed these keywords with the same error
+                raise RuntimeError(
+                    f"{type(self).__name__}: setting {name!r} via constructor is deprecated; "
+                    f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
+                )
+        if value_chunk_size is not None and num_chunks is not None:
+            raise ValueError(
+                f"{type(self).__name__}: value_chunk_size and num_chunks are mutually exclusive."
+            )
+        if num_chunks is not None and num_chunk is not None:
+            raise ValueError(
+                f"{type(self).__name__}: num_chunks and num_chunk are aliases; pass one."
+            )
         self.gamma = float(gamma)
         self.value_network = value_network
         self._value_call = None if value_network is None else NetworkCall(value_network)
         self.differentiable = differentiable
         self.time_dim = time_dim
+        self.average_rewards = average_rewards
+        self.skip_existing = bool(skip_existing)
+        self.value_chunk_size = value_chunk_size
+        self.num_chunks = num_chunks if num_chunks is not None else num_chunk
+        self.value_chunk_dim = value_chunk_dim
+        # TorchRL's implementation switches: the numbers are the same either way
+        self.shifted, self.vectorized, self.deactivate_vmap = shifted, vectorized, deactivate_vmap
+        self.shifted_budget = shifted_budget
         self.tensor_keys = self._AcceptedKeys()
         self.in_keys = []
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
@@ -94,15 +133,40 @@ class ValueEstimator(TensorDictModuleBase):
         A differentiable estimator lets gradients reach the inputs of ``V(s)`` but never the
         value network's weights (they are held out of the graph, as in TorchRL), nor ``V(s')``.
         """
-        if self._value_call is not None:
-            key = self.tensor_keys.value
+        key = self.tensor_keys.value
+        if self._value_call is not None and not (
+            self.skip_existing
+            and key in tensordict.keys(True)
+            and key in tensordict["next"].keys(True)
+        ):
             held_out = self.differentiable and torch.is_grad_enabled()
             with hold_out_net(self.value_network) if held_out else contextlib.nullcontext():
-                tensordict.set(key, self._value_call(tensordict)[key])
+                tensordict.set(key, self._chunked_value(tensordict))
                 next_tensordict = tensordict.get("next")
-                next_value = self._value_call(next_tensordict)[key]
+                next_value = self._chunked_value(next_tensordict)
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
+
+    def _split_value_net_input(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, ...]:
+        """The batch cut along ``value_chunk_dim`` into ``num_chunks`` chunks or chunks of
+        ``value_chunk_size`` (one chunk without either, or for an empty batch)."""
+        dim = self.value_chunk_dim % max(tensordict.batch_dims, 1)
+        size = tensordict.shape[dim] if tensordict.batch_dims else 0
+        if size == 0 or (self.num_chunks is None and self.value_chunk_size is None):
+            return (tensordict,)
+        if self.num_chunks is not None:
+            return tuple(tensordict.chunk(self.num_chunks, dim))
+        return tuple(tensordict.split(self.value_chunk_size, dim))
+
+    def _chunked_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``V`` on the batch, the value network called once per chunk (``num_chunks`` /
+        ``value_chunk_size``: bounded memory on long rollouts)."""
+        key = self.tensor_keys.value
+        chunks = self._split_value_net_input(tensordict)
+        if len(chunks) == 1:
+            return self._value_call(tensordict)[key]
+        dim = self.value_chunk_dim % tensordict.batch_dims
+        return torch.cat([self._value_call(chunk)[key] for chunk in chunks], dim)
 
     def forward(self, tensordict: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
         """Write ``advantage`` and ``value_target`` into ``tensordict`` (returned)."""
@@ -119,6 +183,8 @@ class ValueEstimator(TensorDictModuleBase):
             value, next_value = self._values(tensordict)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
+            if self.average_rewards:  # TorchRL's reward standardisation
+                reward = (reward - reward.mean()) / reward.std().clamp_min(1e-5)
             steps = None if steps is None else steps.view_as(reward)
             gamma = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
             advantage, value_target = self.estimate(
