@@ -154,8 +154,10 @@ class ValueEstimator(TensorDictModuleBase):
         size = tensordict.shape[dim] if tensordict.batch_dims else 0
         if size == 0 or (self.num_chunks is None and self.value_chunk_size is None):
             return (tensordict,)
-        if self.num_chunks is not None:
-            return tuple(tensordict.chunk(self.num_chunks, dim))
+        if self.num_chunks is not None:  # as torch.tensor_split: sizes differ by at most 1
+            base, extra = divmod(size, self.num_chunks)
+            sizes = [base + 1] * extra + [base] * (self.num_chunks - extra)
+            return tuple(tensordict.split([n for n in sizes if n], dim))
         return tuple(tensordict.split(self.value_chunk_size, dim))
 
     def _chunked_value(self, tensordict: TensorDictBase) -> torch.Tensor:
