@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 
 import torch
 from tensordict import TensorDictBase
@@ -20,6 +21,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators, hold_out_net
 
+from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
     MissingKeyError,
@@ -127,12 +129,26 @@ class ValueEstimator(TensorDictModuleBase):
             )
         return value
 
-    def _values(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``V(s)`` and ``V(s')``: read from the batch, or written there by ``value_network``.
+    def _values(
+        self, tensordict: TensorDictBase, params=None, target_params=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V(s)`` and ``V(s')``: read from the batch, or written there by ``value_network``
+        (with ``params`` / ``target_params`` in place of its weights when given, TorchRL's
+        functional call; detached, as TorchRL's).
 
         A differentiable estimator lets gradients reach the inputs of ``V(s)`` but never the
         value network's weights (they are held out of the graph, as in TorchRL), nor ``V(s')``.
         """
+        if params is not None or target_params is not None:
+            params = None if params is None else params.detach()
+            target_params = params if target_params is None else target_params
+            key = self.tensor_keys.value
+            with _weights(self.value_network, params):
+                tensordict.set(key, self._chunked_value(tensordict))
+            next_tensordict = tensordict.get("next")
+            with _weights(self.value_network, target_params):
+                next_tensordict.set(key, self._chunked_value(next_tensordict).detach())
+            return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
         key = self.tensor_keys.value
         if self._value_call is not None and not (
             self.skip_existing
@@ -146,6 +162,25 @@ class ValueEstimator(TensorDictModuleBase):
                 next_value = self._chunked_value(next_tensordict)
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
+
+    def _terminated(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``("next", "terminated")``; without it, ``done`` (TorchRL's fallback: truncations are
+        then taken as terminations), with a warning once per estimator."""
+        key = next_key(self.tensor_keys.terminated)
+        terminated = tensordict.get(key, None)
+        if terminated is not None:
+            return terminated
+        if not self._warned_terminated:
+            self._warned_terminated = True
+            warnings.warn(
+                f"{type(self).__name__}: the batch has no {key!r}; using ('next', "
+                f"{self.tensor_keys.done!r}) instead (as TorchRL does), which treats "
+                "truncations as terminations. Store 'terminated' to bootstrap truncated steps.",
+                stacklevel=3,
+            )
+        return self._read(tensordict, "done", nested=True)
+
+    _warned_terminated = False
 
     def _split_value_net_input(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, ...]:
         """The batch cut along ``value_chunk_dim`` into ``num_chunks`` chunks or chunks of
@@ -170,8 +205,41 @@ class ValueEstimator(TensorDictModuleBase):
         dim = self.value_chunk_dim % tensordict.batch_dims
         return torch.cat([self._value_call(chunk)[key] for chunk in chunks], dim)
 
-    def forward(self, tensordict: TensorDictBase, *, time_dim: int | None = None) -> TensorDictBase:
-        """Write ``advantage`` and ``value_target`` into ``tensordict`` (returned)."""
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params=None,
+        next_value: torch.Tensor | None = None,
+        time_dim: int | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The value target alone (TorchRL's ``value_estimate``), the batch left unchanged;
+        ``next_value``, when given, replaces ``V(s')``."""
+        batch = tensordict.copy()
+        batch.set("next", tensordict.get("next").copy())
+        if next_value is not None:
+            batch.set(("next", *_compat.unravel_key(self.tensor_keys.value)), next_value)
+            if batch.get(self.tensor_keys.value, None) is None:
+                batch.set(self.tensor_keys.value, torch.zeros_like(next_value))
+            call, self._value_call = self._value_call, None
+            try:
+                return self.forward(batch, time_dim=time_dim).get(self.tensor_keys.value_target)
+            finally:
+                self._value_call = call
+        out = self.forward(batch, target_params=target_params, time_dim=time_dim, **kwargs)
+        return out.get(self.tensor_keys.value_target)
+
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        params=None,
+        target_params=None,
+        time_dim: int | None = None,
+    ) -> TensorDictBase:
+        """Write ``advantage`` and ``value_target`` into ``tensordict`` (returned).
+        ``params`` / ``target_params``: weights to call the value network with at ``s`` /
+        ``s'`` (TorchRL's functional call)."""
         if tensordict.batch_dims < 1:
             raise ValueError(
                 f"{type(self).__name__} expects a batch with a time dimension ([*B, T]); got "
@@ -182,7 +250,7 @@ class ValueEstimator(TensorDictModuleBase):
             tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
         )
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            value, next_value = self._values(tensordict)
+            value, next_value = self._values(tensordict, params, target_params)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
             if self.average_rewards:  # TorchRL's reward standardisation
@@ -194,13 +262,18 @@ class ValueEstimator(TensorDictModuleBase):
                 value=value,
                 next_value=next_value,
                 done=self._read(tensordict, "done", nested=True),
-                terminated=self._read(tensordict, "terminated", nested=True),
+                terminated=self._terminated(tensordict),
                 gamma=gamma,
                 time_dim=time_dim,
             )
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
         return tensordict
+
+
+def _weights(network: nn.Module, params):
+    """Call ``network`` with ``params`` in place of its weights (nothing when ``None``)."""
+    return contextlib.nullcontext() if params is None else params.to_module(network)
 
 
 class TD0Estimator(ValueEstimator):

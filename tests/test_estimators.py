@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torchrl.objectives import value as torchrl_value
 from torchrl.objectives.utils import ValueEstimators
 
@@ -89,11 +90,32 @@ def test_time_dim_other_than_last():
     torch.testing.assert_close(out["advantage"], reference.transpose(0, 1))
 
 
-def test_missing_terminated_is_an_error_not_done():
+def test_missing_terminated_falls_back_to_done_with_a_warning():
+    """TorchRL's fallback: without ("next", "terminated"), done stops bootstrapping."""
     batch = sequence_batch()
+    reference = batch.clone()
+    reference["next", "terminated"] = reference["next", "done"].clone()
     del batch["next", "terminated"]
-    with pytest.raises(KeyError, match="terminated"):
-        rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=make_critic())(batch)
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=make_critic())
+    with pytest.warns(UserWarning, match="treats truncations as terminations"):
+        out = gae(batch)
+    expected = gae(reference)
+    torch.testing.assert_close(out["advantage"], expected["advantage"])
+
+
+def test_functional_params_and_value_estimate():
+    """``estimator(batch, params=..., target_params=...)`` calls the value network with those
+    weights, and ``value_estimate`` returns the value target alone."""
+    critic = make_critic()
+    other = make_critic()
+    params = TensorDict.from_module(other)
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=critic)
+    batch = sequence_batch()
+    with_params = gae(batch.clone(), params=params)
+    expected = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=other)(batch.clone())
+    torch.testing.assert_close(with_params["advantage"], expected["advantage"])
+    target = gae.value_estimate(batch.clone())
+    torch.testing.assert_close(target, gae(batch.clone())["value_target"])
 
 
 @pytest.mark.parametrize("kwargs", [{"gamma": 1.5, "lmbda": 0.9}, {"gamma": 0.9, "lmbda": -0.1}])

@@ -22,7 +22,7 @@ ALLOWED = {
     "_compat": set(),
     "functional": {"_checks", "functional"},
     "_networks": {"_compat"},
-    "estimators": {"_checks", "_networks", "functional"},
+    "estimators": {"_checks", "_compat", "_networks", "functional"},
     "normalizers": {"_checks", "functional"},
     "schedulers": {"_checks"},
     "updaters": {"_compat"},
