@@ -329,10 +329,22 @@ class PPOLoss(LossModule):
         params = self._critic_params_without_shared
         if self.separate_losses:
             batch = batch.detach()
+        batch = self._with_actor_features(batch)
         if params is None:
             return self._critic_call(batch)[self.tensor_keys.value]
         with params.to_module(self.critic_network):
             return self._critic_call(batch)[self.tensor_keys.value]
+
+    def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
+        """The batch, with the actor trunk's outputs added when the critic reads some that the
+        batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
+        batch); detached under ``separate_losses``."""
+        if all(batch.get(key, None) is not None for key in self.critic_network.in_keys):
+            return batch
+        batch = batch.copy()
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.separate_losses):
+            self.actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
+        return batch
 
     def loss_critic(
         self, batch: TensorDictBase, mask: torch.Tensor | None = None
