@@ -10,10 +10,12 @@ from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
 from rlloss.estimators import (
     GAE,
+    MultiAgentGAE,
     TD0Estimator,
     TD1Estimator,
     TDLambdaEstimator,
     ValueEstimator,
+    VTrace,
 )
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
@@ -37,6 +39,7 @@ __all__ = [
     "KLPENPPOLoss",
     "LossModule",
     "MPOLoss",
+    "MultiAgentGAE",
     "PPOLoss",
     "PiecewiseSchedule",
     "RPOLoss",
@@ -47,6 +50,7 @@ __all__ = [
     "TD0Estimator",
     "TD1Estimator",
     "TDLambdaEstimator",
+    "VTrace",
     "ValueEstimator",
     "functional",
     "kl_exceeds",

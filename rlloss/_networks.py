@@ -24,6 +24,7 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictSequential,
+    set_composite_lp_aggregate,
 )
 from tensordict.utils import NestedKey
 from torch import distributions as D
@@ -159,6 +160,39 @@ class DistributionCall:
                 "writes them into the rollout TensorDict)."
             )
         return self.head.get_dist(batch)
+
+
+def as_list(key) -> list:
+    """A key, or a list of keys (one per head of a composite action), as a list."""
+    return key if isinstance(key, list) else [key]
+
+
+def _select(batch: TensorDictBase, keys: list, owner: str) -> TensorDictBase:
+    missing = [k for k in keys if batch.get(k, None) is None]
+    if missing:
+        raise KeyError(
+            f"{owner}: the batch has no {missing} (keys present: {list(batch.keys(True))})."
+        )
+    return batch.select(*keys)
+
+
+def stored_log_prob(batch: TensorDictBase, key, owner: str) -> torch.Tensor:
+    """A log-prob stored in the batch, ``[*B]``: summed over heads for a list of keys or an
+    entry holding one log-prob per head."""
+    if isinstance(key, list):
+        return sum_heads(_select(batch, key, owner), batch.batch_size)
+    value = _select(batch, [key], owner).get(key)
+    return sum_heads(value, batch.batch_size) if is_tensor_collection(value) else value
+
+
+def action_log_prob(distribution, batch: TensorDictBase, key, owner: str) -> torch.Tensor:
+    """``log pi(a|s)`` of the batch's action (``key``: one key, or one per head), ``[*B]``;
+    summed over the heads of a composite distribution."""
+    if not isinstance(distribution, CompositeDistribution):
+        return distribution.log_prob(_select(batch, [key], owner).get(key))
+    actions = _select(batch, as_list(key), owner)
+    with set_composite_lp_aggregate(False):
+        return sum_heads(distribution.log_prob(actions), batch.batch_size)
 
 
 def sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:

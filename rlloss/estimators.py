@@ -30,7 +30,7 @@ from rlloss._checks import (
     next_key,
     remap_keys,
 )
-from rlloss._networks import NetworkCall
+from rlloss._networks import DistributionCall, NetworkCall, action_log_prob, stored_log_prob
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
 DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
@@ -163,6 +163,10 @@ class ValueEstimator(TensorDictModuleBase):
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
 
+    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
+        """Inputs of :meth:`estimate` besides the returns' (V-trace's importance ratios)."""
+        return {}
+
     def _terminated(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``("next", "terminated")``; without it, ``done`` (TorchRL's fallback: truncations are
         then taken as terminations), with a warning once per estimator."""
@@ -251,6 +255,7 @@ class ValueEstimator(TensorDictModuleBase):
         )
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             value, next_value = self._values(tensordict, params, target_params)
+            extra = self._estimate_inputs(tensordict, value)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
             if self.average_rewards:  # TorchRL's reward standardisation
@@ -265,6 +270,7 @@ class ValueEstimator(TensorDictModuleBase):
                 terminated=self._terminated(tensordict),
                 gamma=gamma,
                 time_dim=time_dim,
+                **extra,
             )
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
@@ -348,18 +354,115 @@ class GAE(ValueEstimator):
         return advantage, value_target
 
 
+class MultiAgentGAE(GAE):
+    """GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
+    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's.
+
+    Example:
+        >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
+    """
+
+    def __init__(self, *, agent_dim: int = -2, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.agent_dim = agent_dim
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+        if value.ndim > reward.ndim:  # team signals: one copy per agent
+            dim = self.agent_dim % value.ndim
+            reward, done, terminated = (
+                x.unsqueeze(dim).expand_as(value) for x in (reward, done, terminated)
+            )
+            gamma = gamma.unsqueeze(dim) if isinstance(gamma, torch.Tensor) else gamma
+        return super().estimate(
+            reward=reward,
+            value=value,
+            next_value=next_value,
+            done=done,
+            terminated=terminated,
+            gamma=gamma,
+            time_dim=time_dim,
+        )
+
+
+class VTrace(ValueEstimator):
+    """V-trace (Espeholt et al., arXiv:1802.01561): off-policy corrected value targets and
+    advantages (:func:`rlloss.functional.vtrace`), the importance ratio ``pi(a|s) / mu(a|s)``
+    from the current ``actor_network`` (held out of the graph) and the behaviour log-prob
+    ``sample_log_prob`` stored at collection.
+
+    Difference from TorchRL: TorchRL's ``VTrace`` scores a fresh action drawn from the current
+    policy (or its mode) instead of the action taken; rlloss scores the taken action
+    (``tensor_keys.action``), as the paper's ratio is defined.
+
+    Example:
+        >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(ValueEstimator._AcceptedKeys):
+        action: NestedKey = "action"  # the action taken, scored by the current policy
+
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        actor_network: nn.Module,
+        rho_thresh: float = 1.0,
+        c_thresh: float = 1.0,
+        **kwargs,
+    ) -> None:
+        super().__init__(gamma=gamma, **kwargs)
+        check_in_range("rho_thresh", rho_thresh, 0.0, low_open=True)
+        check_in_range("c_thresh", c_thresh, 0.0, low_open=True)
+        self.actor_network = actor_network
+        self._actor_call = DistributionCall(actor_network)
+        sample_keys = getattr(actor_network, "dist_sample_keys", None)
+        if sample_keys:  # the actor's action key is where the batch holds the taken action
+            self.tensor_keys.action = sample_keys[0] if len(sample_keys) == 1 else sample_keys
+        log_prob_keys = getattr(actor_network, "log_prob_keys", None)
+        if log_prob_keys and len(log_prob_keys) == 1:
+            self.tensor_keys.sample_log_prob = log_prob_keys[0]
+        self.rho_thresh, self.c_thresh = float(rho_thresh), float(c_thresh)
+
+    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
+        owner = type(self).__name__
+        with torch.no_grad():
+            distribution = self._actor_call(tensordict)
+            log_pi = action_log_prob(distribution, tensordict, self.tensor_keys.action, owner)
+        log_mu = stored_log_prob(tensordict, self.tensor_keys.sample_log_prob, owner)
+        return {"log_rho": (log_pi - log_mu).reshape(value.shape)}
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, log_rho):
+        return rlf.vtrace(
+            reward,
+            value,
+            next_value,
+            done,
+            terminated,
+            log_rho,
+            gamma,
+            self.rho_thresh,
+            self.c_thresh,
+            time_dim,
+        )
+
+
 # TorchRL's ValueEstimators members -> rlloss's estimator classes and their default keywords.
 ESTIMATORS = {
     ValueEstimators.TD0: TD0Estimator,
     ValueEstimators.TD1: TD1Estimator,
     ValueEstimators.TDLambda: TDLambdaEstimator,
     ValueEstimators.GAE: GAE,
+    ValueEstimators.MAGAE: MultiAgentGAE,
+    ValueEstimators.VTrace: VTrace,
 }
 DEFAULT_VALUE_HYPERPARAMS = {
     ValueEstimators.TD0: {"gamma": DEFAULT_GAMMA},
     ValueEstimators.TD1: {"gamma": DEFAULT_GAMMA},
     ValueEstimators.TDLambda: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
     ValueEstimators.GAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
+    ValueEstimators.MAGAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
+    ValueEstimators.VTrace: {"gamma": DEFAULT_GAMMA},
 }
 
 
@@ -371,6 +474,15 @@ def build_value_estimator(loss: nn.Module, value_type, hyperparams: dict) -> tup
     if isinstance(value_type, nn.Module):
         return value_type, type(value_type)
     value_type = loss.default_value_estimator if value_type is None else value_type
+    estimator_class = value_type if isinstance(value_type, type) else ESTIMATORS.get(value_type)
+    if estimator_class is not None and issubclass(estimator_class, VTrace):
+        hyperparams = {"actor_network": loss.actor_network, **hyperparams}
+    if isinstance(value_type, type) and issubclass(value_type, ValueEstimator):
+        member = {cls: m for m, cls in ESTIMATORS.items()}.get(value_type)
+        defaults = DEFAULT_VALUE_HYPERPARAMS.get(member, {"gamma": DEFAULT_GAMMA})
+        name = loss._value_network_name
+        value_network = getattr(loss, name) if name else None
+        return value_type(value_network=value_network, **{**defaults, **hyperparams}), value_type
     if value_type not in ESTIMATORS:
         raise ValueError(
             f"{type(loss).__name__}.make_value_estimator: unsupported value_type "

@@ -21,7 +21,14 @@ from torchrl.objectives.utils import ValueEstimators
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, next_key
-from rlloss._networks import DistributionCall, NetworkCall, sum_heads
+from rlloss._networks import (
+    DistributionCall,
+    NetworkCall,
+    action_log_prob,
+    as_list,
+    stored_log_prob,
+    sum_heads,
+)
 from rlloss.common import LossModule
 from rlloss.functional.critic import DISTANCES
 
@@ -209,8 +216,8 @@ class PPOLoss(LossModule):
     def in_keys(self) -> list[NestedKey]:
         """The entries the loss reads, with those its value estimator reads when the batch has
         no advantage (the networks' inputs under ``"next"``, reward, done, terminated)."""
-        keys = [*self.actor_network.in_keys, *_as_list(self.tensor_keys.action)]
-        keys += [*_as_list(self.tensor_keys.sample_log_prob), self.tensor_keys.advantage]
+        keys = [*self.actor_network.in_keys, *as_list(self.tensor_keys.action)]
+        keys += [*as_list(self.tensor_keys.sample_log_prob), self.tensor_keys.advantage]
         next_inputs = list(self.actor_network.in_keys)
         if self._has_critic:
             keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
@@ -256,9 +263,8 @@ class PPOLoss(LossModule):
     def _old_log_prob(self, batch: TensorDictBase) -> torch.Tensor:
         """``log pi_old(a|s)``, ``[*B]``: the stored entry, or the sum over the heads of a
         composite action (a list of keys, or an entry holding one log-prob per head)."""
-        key = self.tensor_keys.sample_log_prob
-        if isinstance(key, list):
-            return sum_heads(_select(batch, key, type(self).__name__), batch.batch_size)
+        if isinstance(self.tensor_keys.sample_log_prob, list):
+            return stored_log_prob(batch, self.tensor_keys.sample_log_prob, type(self).__name__)
         log_prob = self._get(batch, "sample_log_prob")
         return sum_heads(log_prob, batch.batch_size) if is_tensor_collection(log_prob) else log_prob
 
@@ -266,9 +272,7 @@ class PPOLoss(LossModule):
         """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
         if not isinstance(distribution, CompositeDistribution):
             return distribution.log_prob(self._get(batch, "action"))
-        actions = _select(batch, _as_list(self.tensor_keys.action), type(self).__name__)
-        with set_composite_lp_aggregate(False):
-            return sum_heads(distribution.log_prob(actions), batch.batch_size)
+        return action_log_prob(distribution, batch, self.tensor_keys.action, type(self).__name__)
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
@@ -666,16 +670,3 @@ class RPOLoss(ClipPPOLoss):
             }
 
         return self._actor_call(batch, perturb)
-
-
-def _as_list(key) -> list:
-    return key if isinstance(key, list) else [key]
-
-
-def _select(batch: TensorDictBase, keys: list, loss: str) -> TensorDictBase:
-    missing = [k for k in keys if batch.get(k, None) is None]
-    if missing:
-        raise KeyError(
-            f"{loss}: the batch has no {missing} (keys present: {list(batch.keys(True))})."
-        )
-    return batch.select(*keys)

@@ -101,6 +101,42 @@ def td_lambda(
     return ret
 
 
+def vtrace_advantage(
+    reward: Sequence[float],
+    value: Sequence[float],
+    next_value: Sequence[float],
+    done: Sequence[float],
+    terminated: Sequence[float],
+    log_rho: Sequence[float],
+    gamma: float,
+    rho_bar: float,
+    c_bar: float,
+) -> list[float]:
+    """V-trace advantage (Espeholt et al., arXiv:1802.01561, section 4), looping backwards:
+    ``v_t - V_t = rho_t delta_t + gamma (1 - done_t) c_t (v_{t+1} - V_{t+1})`` with
+    ``delta_t = r_t + gamma (1 - term_t) V'_t - V_t``; ``A_t = rho_t (r_t + gamma (1 - term_t)
+    v'_t - V_t)``, ``v'_t = v_{t+1}`` inside a trajectory, ``V'_t`` where it is cut."""
+    steps = len(reward)
+    rho = [min(rho_bar, math.exp(x)) for x in log_rho]
+    c = [min(c_bar, math.exp(x)) for x in log_rho]
+    vs = [0.0] * steps
+    following = 0.0  # v_{t+1} - V_{t+1}
+    for t in reversed(range(steps)):
+        if done[t]:
+            following = 0.0
+        delta = td0_target(reward[t], next_value[t], terminated[t], gamma) - value[t]
+        vs[t] = value[t] + rho[t] * delta + gamma * c[t] * following
+        following = vs[t] - value[t]
+    advantage = []
+    for t in range(steps):
+        cut = done[t] or t == steps - 1
+        bootstrap = next_value[t] if cut else vs[t + 1]
+        advantage.append(
+            rho[t] * (td0_target(reward[t], bootstrap, terminated[t], gamma) - value[t])
+        )
+    return advantage
+
+
 def monte_carlo_return(
     reward: Sequence[float],
     next_value: Sequence[float],

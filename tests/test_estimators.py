@@ -158,9 +158,57 @@ def test_make_value_estimator_accepts_torchrl_members(value_type, cls, lmbda):
 def test_make_value_estimator_rejects_unknown_types_and_keeps_instances():
     loss = rlloss.ClipPPOLoss(make_actor(), make_critic())
     with pytest.raises(ValueError, match="unsupported value_type"):
-        loss.make_value_estimator(ValueEstimators.VTrace)
+        loss.make_value_estimator("not-an-estimator")
     gae = rlloss.GAE(gamma=0.5, lmbda=0.5, value_network=loss.critic_network)
     loss.make_value_estimator(gae)
     assert loss.value_estimator is gae
     loss.set_keys(advantage="adv")
     assert gae.tensor_keys.advantage == "adv"
+
+
+def test_vtrace_scores_the_taken_action():
+    """VTrace's ratio is pi(a|s) / mu(a|s) of the batch's action, the current policy held out of
+    the graph; the targets are functional.vtrace's."""
+    actor, critic = make_actor(), make_critic()
+    batch = sequence_batch()
+    batch["action_log_prob"] = batch["action_log_prob"] + 0.3 * torch.randn_like(
+        batch["action_log_prob"]
+    )
+    out = rlloss.VTrace(gamma=0.9, actor_network=actor, value_network=critic)(batch.clone())
+    with torch.no_grad():
+        log_pi = actor.get_dist(batch.clone()).log_prob(batch["action"])
+        value = critic(batch.clone())["state_value"]
+        next_value = critic(batch["next"].clone())["state_value"]
+    advantage, target = rlloss.functional.vtrace(
+        batch["next", "reward"],
+        value,
+        next_value,
+        batch["next", "done"],
+        batch["next", "terminated"],
+        (log_pi - batch["action_log_prob"]).unsqueeze(-1),
+        0.9,
+    )
+    torch.testing.assert_close(out["advantage"], advantage)
+    torch.testing.assert_close(out["value_target"], target)
+    loss = rlloss.ClipPPOLoss(actor, critic)
+    loss.make_value_estimator(ValueEstimators.VTrace, gamma=0.9)
+    assert isinstance(loss.value_estimator, rlloss.VTrace)
+    assert loss.value_estimator.actor_network is actor
+
+
+def test_multi_agent_gae_broadcasts_team_signals():
+    """MultiAgentGAE on per-agent values ``[B, T, n, 1]`` with team rewards ``[B, T, 1]`` is
+    GAE on the rewards copied to every agent."""
+    batch = sequence_batch()
+    agents = 3
+    value = torch.randn(*batch.shape, agents, 1)
+    next_value = torch.randn(*batch.shape, agents, 1)
+    multi = batch.clone()
+    multi["state_value"], multi["next", "state_value"] = value, next_value
+    out = rlloss.MultiAgentGAE(gamma=0.9, lmbda=0.8)(multi)
+    for agent in range(agents):
+        single = batch.clone()
+        single["state_value"] = value[..., agent, :]
+        single["next", "state_value"] = next_value[..., agent, :]
+        expected = rlloss.GAE(gamma=0.9, lmbda=0.8)(single)
+        torch.testing.assert_close(out["advantage"][..., agent, :], expected["advantage"])

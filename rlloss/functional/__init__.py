@@ -68,6 +68,7 @@ from rlloss.functional.returns import (
     td0_error,
     td0_return,
     td_lambda_return,
+    vtrace,
 )
 
 __all__ = [
@@ -123,6 +124,7 @@ __all__ = [
     "tanh_normal_sample_and_log_prob",
     "td0_error",
     "td0_return",
+    "vtrace",
     "td_error",
     "td_lambda_return",
     "temperature_loss",

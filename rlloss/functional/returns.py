@@ -153,6 +153,51 @@ def td_lambda_return(
     return reverse_discounted_sum(base, decay, time_dim)
 
 
+def vtrace(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    log_rho: torch.Tensor,
+    gamma: Scalar,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and advantages (Espeholt et al., "IMPALA", arXiv:1802.01561, eq. 1).
+
+    With ``rho_t = min(rho_bar, pi/mu)``, ``c_t = min(c_bar, pi/mu)`` (``log_rho = log pi -
+    log mu``) and ``delta_t = rho_t (r_t + gamma (1 - term_t) V_{t+1} - V_t)``::
+
+        v_t = V_t + delta_t + gamma (1 - done_t) c_t (v_{t+1} - V_{t+1})
+        A_t = rho_t (r_t + gamma (1 - term_t) v'_{t+1} - V_t)
+
+    where ``v'_{t+1}`` is ``v_{t+1}`` inside a trajectory and ``V_{t+1}`` where it is cut
+    (``done_t``, and at the last step).
+
+    Args:
+        reward, value, next_value, done, terminated, log_rho: ``[*B, T, 1]``.
+        gamma: scalar or tensor broadcastable to ``reward``; ``rho_bar``, ``c_bar``: clipping.
+
+    Returns:
+        ``(advantage, v)``, both ``[*B, T, 1]``.
+    """
+    check_same_shape(reward=reward, value=value, next_value=next_value, done=done, log_rho=log_rho)
+    dtype = value.dtype
+    rho = log_rho.exp()
+    clipped_rho, clipped_c = rho.clamp_max(rho_bar), rho.clamp_max(c_bar)
+    delta = clipped_rho * td0_error(reward, value, next_value, terminated, gamma)
+    vs = value + reverse_discounted_sum(delta, gamma * clipped_c * _not(done, dtype), time_dim)
+    steps = vs.shape[time_dim]
+    vs_next = torch.cat(
+        [vs.narrow(time_dim, 1, steps - 1), next_value.narrow(time_dim, steps - 1, 1)], time_dim
+    )
+    vs_next = torch.where(done.bool(), next_value, vs_next)
+    advantage = clipped_rho * (td0_return(reward, vs_next, terminated, gamma) - value)
+    return advantage, vs
+
+
 def discounted_returns(
     reward: torch.Tensor, done: torch.Tensor, initial: torch.Tensor, gamma: float
 ) -> torch.Tensor:

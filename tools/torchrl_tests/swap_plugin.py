@@ -44,6 +44,8 @@ TARGETS = {
         "torchrl.objectives.value.advantages",
         "torchrl.objectives.value",
     ],
+    "VTrace": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "MultiAgentGAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
 }
