@@ -154,3 +154,93 @@ def test_the_loss_shares_its_sample_log_prob_key_with_its_estimator(name):
     assert gae.tensor_keys.sample_log_prob == "action_log_prob"
     gae.set_keys(sample_log_prob=("stats", "log_prob"))
     assert gae.tensor_keys.sample_log_prob == ("stats", "log_prob")
+
+
+def offpolicy_cases():
+    """(name, rlloss loss, TorchRL loss, batch): same networks, deterministic losses."""
+    q_actor = test_dqn.q_actor()
+    yield (
+        "DQNLoss",
+        rlloss.DQNLoss(q_actor, delay_value=True),
+        torchrl_objectives.DQNLoss(q_actor, action_space="one-hot", delay_value=True),
+        test_dqn.transitions(),
+    )
+    actor, qvalue = test_td3.actor(), test_td3.qvalue()
+    yield (
+        "DDPGLoss",
+        rlloss.DDPGLoss(actor, qvalue),
+        torchrl_objectives.DDPGLoss(actor, qvalue),
+        test_td3.transitions(),
+    )
+
+
+@pytest.mark.parametrize(
+    "value_type",
+    [
+        torchrl_objectives.ValueEstimators.TD0,
+        torchrl_objectives.ValueEstimators.TD1,
+        torchrl_objectives.ValueEstimators.TDLambda,
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("case", list(offpolicy_cases()), ids=lambda case: case[0])
+def test_offpolicy_estimators_and_tensor_calls_match_torchrl(case, value_type):
+    """TD0 / TD1 / TD(lambda) targets (the batch's last dim as time) give TorchRL's numbers, and
+    a call with keyword tensors returns the out_keys of the TensorDict call."""
+    _, ours, theirs, batch = case
+    for loss in (ours, theirs):
+        loss.make_value_estimator(value_type, gamma=0.9)
+    SoftUpdate(ours, eps=0.5), SoftUpdate(theirs, eps=0.5)
+    out_ours, out_theirs = ours(batch.clone()), theirs(batch.clone())
+    for key in ("loss", "loss_value", "loss_actor"):
+        if key in out_theirs.keys():
+            torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
+    keywords = {
+        "_".join(k) if isinstance(k, tuple) else k: batch.get(k)
+        for k in ours.in_keys
+        if batch.get(k, None) is not None
+    }
+    values = ours(**keywords)
+    values = values if isinstance(values, tuple) else (values,)
+    for key, value in zip(ours.out_keys, values, strict=True):
+        torch.testing.assert_close(value, out_ours[key], msg=key)
+
+
+def test_select_out_keys_narrows_a_tensor_call():
+    loss = rlloss.DQNLoss(test_dqn.q_actor())
+    batch = test_dqn.transitions()
+    keywords = {"_".join(k) if isinstance(k, tuple) else k: batch.get(k) for k in loss.in_keys}
+    loss.select_out_keys("loss")
+    torch.testing.assert_close(loss(**keywords), loss(batch.clone())["loss"])
+    with pytest.raises(TypeError, match="in_keys, nested keys joined by '_'"):
+        loss(**keywords, not_a_key=torch.zeros(1))
+
+
+@pytest.mark.parametrize("name", ["DQNLoss", "DDPGLoss", "TD3Loss", "SACLoss"])
+def test_on_policy_estimators_are_refused_as_torchrl_does(name):
+    loss = dict((n, ours) for n, ours, _ in offpolicy_pairs())[name]
+    for value_type in ("GAE", "VTrace", "MAGAE"):
+        with pytest.raises(NotImplementedError, match="TD0, TD1 or TDLambda"):
+            loss.make_value_estimator(getattr(torchrl_objectives.ValueEstimators, value_type))
+
+
+@pytest.mark.parametrize("name", PPO_LOSSES)
+def test_ppo_tensor_call_runs_the_estimator(name):
+    actor, critic = make_actor(), make_critic()
+    batch = rollout(actor, critic=critic)
+    del batch["advantage"], batch["value_target"]
+    loss = getattr(rlloss, name)(actor, critic)
+    keywords = {
+        "_".join(k) if isinstance(k, tuple) else k: batch.get(k)
+        for k in loss.in_keys
+        if batch.get(k, None) is not None
+    }
+    beta = getattr(loss, "beta", torch.zeros(())).clone()  # KLPEN adapts it in each call
+    torch.manual_seed(0)
+    values = loss(**keywords)
+    if hasattr(loss, "beta"):
+        loss.beta.copy_(beta)
+    torch.manual_seed(0)
+    expected = loss(batch.clone())
+    for key, value in zip(loss.out_keys, values, strict=True):
+        torch.testing.assert_close(value, expected[key], msg=key)
