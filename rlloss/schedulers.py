@@ -100,10 +100,16 @@ class KLAdaptiveLR(LRScheduler):
     and the last learning rates; :meth:`load_state_dict` writes those learning rates back into the
     optimizer.
 
+    TorchRL 0.14 has a class of the same name (``torchrl.objectives.KLAdaptiveLR``, rsl_rl's
+    rule): constructed with its keywords, ``KLAdaptiveLR(optimizer, target_kl=0.01, factor=1.5,
+    min_lr=1e-5, max_lr=1e-2)``, this class follows TorchRL's rule: the same band (``kl_factor=2``)
+    but a KL <= 0 leaves the lr unchanged and every lr is clamped to ``[min_lr, max_lr]`` at each
+    step; ``target_kl``, ``factor`` and ``last_kl`` are then TorchRL's attributes.
+
     Args:
         optimizer: the wrapped optimizer.
         kl_threshold: target KL, > 0.
-        min_lr: lower bound of the lr, >= 0.
+        min_lr: lower bound of the lr, >= 0 (default 1e-6, skrl's; 1e-5 with TorchRL's keywords).
         max_lr: upper bound of the lr, >= ``min_lr``.
         kl_factor: width of the KL band around ``kl_threshold``, > 1.
         lr_factor: multiplicative lr change, > 1.
@@ -120,12 +126,21 @@ class KLAdaptiveLR(LRScheduler):
         self,
         optimizer: torch.optim.Optimizer,
         kl_threshold: float = 0.008,
-        min_lr: float = 1e-6,
+        min_lr: float | None = None,
         max_lr: float = 1e-2,
         kl_factor: float = 2.0,
         lr_factor: float = 1.5,
         last_epoch: int = -1,
+        *,
+        target_kl: float | None = None,
+        factor: float | None = None,
     ) -> None:
+        self.torchrl_rule = target_kl is not None or factor is not None
+        if self.torchrl_rule:  # TorchRL's signature: KLAdaptiveLR(optimizer, target_kl=, factor=)
+            kl_threshold = kl_threshold if target_kl is None else target_kl
+            lr_factor = 1.5 if factor is None else factor
+        if min_lr is None:  # skrl's default; TorchRL's is 1e-5
+            min_lr = 1e-5 if self.torchrl_rule else 1e-6
         check_in_range("kl_threshold", kl_threshold, 0.0, low_open=True)
         check_in_range("min_lr", min_lr, 0.0)
         check_in_range("max_lr", max_lr, min_lr)
@@ -136,7 +151,18 @@ class KLAdaptiveLR(LRScheduler):
         self.max_lr = float(max_lr)
         self.kl_factor = float(kl_factor)
         self.lr_factor = float(lr_factor)
+        self.last_kl: float | torch.Tensor | None = None
         super().__init__(optimizer, last_epoch)
+
+    @property
+    def target_kl(self) -> float:
+        """TorchRL's name of ``kl_threshold``."""
+        return self.kl_threshold
+
+    @property
+    def factor(self) -> float:
+        """TorchRL's name of ``lr_factor``."""
+        return self.lr_factor
 
     def step(self, kl: float | torch.Tensor | None = None) -> None:
         """Adapt every param group's lr to ``kl`` (a float or a one-element tensor).
@@ -151,14 +177,21 @@ class KLAdaptiveLR(LRScheduler):
                 kl = torch.tensor(kl, dtype=torch.float64)
             for group in self.optimizer.param_groups:
                 group["lr"] = self._adapted(group["lr"], kl)
+            self.last_kl = kl
         self._last_lr = _current_lrs(self.optimizer)
 
     def _adapted(self, lr: float | torch.Tensor, kl: torch.Tensor) -> float | torch.Tensor:
-        rule = (self.kl_threshold, self.min_lr, self.max_lr, self.kl_factor, self.lr_factor)
         if isinstance(lr, torch.Tensor):
-            return lr.copy_(kl_adaptive_lr(lr, kl.to(lr.device), *rule))
+            return lr.copy_(self._rule(lr, kl.to(lr.device)))
         # A Python float lr: the one device-to-host copy (kl.cpu()) of this path.
-        return kl_adaptive_lr(torch.tensor(lr, dtype=torch.float64), kl.cpu(), *rule).item()
+        return self._rule(torch.tensor(lr, dtype=torch.float64), kl.cpu()).item()
+
+    def _rule(self, lr: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+        rule = (self.kl_threshold, self.min_lr, self.max_lr, self.kl_factor, self.lr_factor)
+        adapted = kl_adaptive_lr(lr, kl, *rule)
+        if not self.torchrl_rule:
+            return adapted
+        return torch.where(kl > 0, adapted, lr).clamp(self.min_lr, self.max_lr)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load the scheduler state and set the optimizer's learning rates to the saved ones."""

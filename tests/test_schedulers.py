@@ -409,3 +409,19 @@ def test_kl_exceeds_stays_on_device(monkeypatch):
     assert exceeded.dtype == torch.bool and exceeded.device == kl.device
     assert exceeded.tolist() == [False, False, True, True]
     assert kl_exceeds(0.02, 0.01, factor=2.0) is False
+
+
+def test_kl_adaptive_lr_with_torchrls_keywords_follows_torchrls_class():
+    """``KLAdaptiveLR(optimizer, target_kl=, factor=)`` is TorchRL's class of the same name: the
+    same learning rates over a KL sequence that crosses both band edges, zero and the clamps."""
+    from torchrl.objectives.utils import KLAdaptiveLR as TorchRLKLAdaptiveLR
+
+    ours_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    theirs_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    ours = KLAdaptiveLR(ours_opt, target_kl=0.01, factor=2.0, max_lr=4e-3)
+    theirs = TorchRLKLAdaptiveLR(theirs_opt, target_kl=0.01, factor=2.0, max_lr=4e-3)
+    for kl in [0.05, 0.001, 0.0, 0.001, 0.001, 0.001, 0.03, 0.01, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]:
+        ours.step(kl), theirs.step(kl)
+        assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr())
+    assert (ours.target_kl, ours.factor, ours.min_lr) == (0.01, 2.0, 1e-5)
+    assert float(ours.last_kl) == theirs.last_kl
