@@ -17,6 +17,7 @@ V(s')`` built from replayed transitions. What they share lives here, once:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
@@ -33,6 +34,7 @@ from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
+_AUTO_MASK_KEYS = (("collector", "mask"), "shifted_valid")  # TorchRL's loss_mask_key="auto"
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 
@@ -156,10 +158,23 @@ class TDTargetLoss(LossModule):
         loss = rlf.reduce(
             loss,
             self.reduction,
+            mask=self._loss_mask(tensordict),
             weights=weights,
             normalize_weights=self.priority_weighting == "normalized",
         )
         return loss.squeeze(-1) if self.reduction == "none" else loss
+
+    def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
+        TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
+        key reads that entry, ``None`` masks nothing."""
+        key = self.loss_mask_key
+        keys = _AUTO_MASK_KEYS if isinstance(key, str) and key == "auto" else (key,)
+        masks = [tensordict.get(k, None) for k in keys if k is not None]
+        masks = [m.reshape(*m.shape[: tensordict.batch_dims], 1) for m in masks if m is not None]
+        if not masks:
+            return None
+        return functools.reduce(torch.logical_and, masks)
 
     def _critic_loss(
         self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase

@@ -563,6 +563,11 @@ class KLPENPPOLoss(PPOLoss):
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
         self.register_buffer("beta", torch.tensor(float(beta), device=self.entropy_coeff.device))
+        self._beta_init = float(beta)
+
+    def reset(self) -> None:
+        """Restore the initial beta (TorchRL's ``reset``), in place."""
+        self.beta.fill_(self._beta_init)
 
     @property
     def in_keys(self) -> list[NestedKey]:

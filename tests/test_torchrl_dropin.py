@@ -244,3 +244,29 @@ def test_ppo_tensor_call_runs_the_estimator(name):
     expected = loss(batch.clone())
     for key, value in zip(loss.out_keys, values, strict=True):
         torch.testing.assert_close(value, expected[key], msg=key)
+
+
+def test_offpolicy_losses_apply_torchrls_loss_mask():
+    """TorchRL's loss_mask_key: ("collector", "mask") drops padded transitions ("auto"); a key
+    reads that entry; None masks nothing."""
+    q_actor = test_dqn.q_actor()
+    batch = test_dqn.transitions()
+    batch["collector", "mask"] = torch.arange(batch.shape[0]).unsqueeze(-1) % 3 != 0
+    ours = rlloss.DQNLoss(q_actor, priority_weighting="normalized")
+    theirs = torchrl_objectives.DQNLoss(q_actor, action_space="one-hot")
+    torch.testing.assert_close(ours(batch.clone())["loss"], theirs(batch.clone())["loss"])
+    valid = batch[batch["collector", "mask"].squeeze(-1)]
+    del valid["collector"]
+    torch.testing.assert_close(ours(batch.clone())["loss"], ours(valid)["loss"])
+    ours.loss_mask_key = None
+    unmasked = batch.clone()
+    del unmasked["collector"]
+    torch.testing.assert_close(ours(batch.clone())["loss"], ours(unmasked)["loss"])
+
+
+def test_klpen_reset_restores_beta():
+    actor, critic = make_actor(), make_critic()
+    loss = rlloss.KLPENPPOLoss(actor, critic, beta=0.7)
+    loss.beta.fill_(3.0)
+    loss.reset()
+    assert float(loss.beta) == pytest.approx(0.7)
