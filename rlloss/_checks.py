@@ -99,7 +99,8 @@ def check_same_shape(**tensors: torch.Tensor) -> None:
         if shape != reference:
             raise ValueError(
                 f"shape mismatch: {names[0]} has shape {tuple(reference)} but {name} has shape "
-                f"{tuple(shape)}; they must be equal (rlloss never broadcasts [B] against [B, 1]: "
+                f"{tuple(shape)}; they must be equal (rlloss never broadcasts [B] against [B, 1], "
+                "which would silently give a [B, B] outer product: "
                 "reward, done, value and advantage tensors carry a trailing singleton dim, "
                 "log-probs do not)."
             )

@@ -20,7 +20,7 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, next_key
+from rlloss._checks import MissingKeyError, check_choice, check_in_range, next_key
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
@@ -138,6 +138,8 @@ class PPOLoss(LossModule):
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
         if critic_coeff is not None:
             check_in_range("critic_coeff", critic_coeff, 0.0)
+        if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
+            raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
         if clip_value is not None:
             check_in_range("clip_value", clip_value, 0.0, low_open=True)
         self.reduction = self._check_reduction(reduction)
@@ -350,13 +352,25 @@ class PPOLoss(LossModule):
             self.actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
         return batch
 
+    def _old_value(self, batch: TensorDictBase) -> torch.Tensor:
+        """``V_old(s)`` stored at collection, needed by value clipping (TorchRL's message)."""
+        value = self._read(batch, "value")
+        if value is None:
+            raise MissingKeyError(
+                f"{type(self).__name__}: clip_value is set to {self.clip_value}, but the key "
+                f"{self.tensor_keys.value} was not found in the input tensordict. Make sure that "
+                "the value key passed to PPO exists in the input tensordict (store V(s) at "
+                "collection, or rename it with loss.set_keys(value=...))."
+            )
+        return value
+
     def loss_critic(
         self, batch: TensorDictBase, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked) reduced, with the
         clip fraction and explained variance."""
         target = self._get(batch, "value_target")
-        old_value = None if self.clip_value is None else self._get(batch, "value")
+        old_value = None if self.clip_value is None else self._old_value(batch)
         value = self._critic_value(batch)
         info = {}
         if old_value is None:
@@ -445,7 +459,8 @@ class ClipPPOLoss(PPOLoss):
         if asymmetric:
             if len(clip_epsilon) != 2:
                 raise ValueError(
-                    f"clip_epsilon must be a float or a (low, high) pair, got {clip_epsilon}."
+                    "clip_epsilon must be a float or a (low, high) pair of length 2, got "
+                    f"{clip_epsilon}."
                 )
             check_in_range(
                 "clip_epsilon[0]", clip_epsilon[0], 0.0, 1.0, low_open=True, high_open=True
