@@ -482,7 +482,8 @@ def build_value_estimator(loss: nn.Module, value_type, hyperparams: dict) -> tup
         defaults = DEFAULT_VALUE_HYPERPARAMS.get(member, {"gamma": DEFAULT_GAMMA})
         name = loss._value_network_name
         value_network = getattr(loss, name) if name else None
-        return value_type(value_network=value_network, **{**defaults, **hyperparams}), value_type
+        kwargs = {"value_network": value_network, **defaults, **hyperparams}
+        return value_type(**kwargs), value_type
     if value_type not in ESTIMATORS:
         raise ValueError(
             f"{type(loss).__name__}.make_value_estimator: unsupported value_type "
