@@ -20,14 +20,14 @@ Replay, target networks and ensembles belong to the off-policy base,
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection, make_tensordict
+from tensordict import TensorDictBase
 from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
 from rlloss._checks import MissingKeyError, check_choice, missing_key_message, next_key, remap_keys
+from rlloss._dispatch import accepts_tensor_arguments
 from rlloss.estimators import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
 
@@ -174,43 +174,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
-
-
-def accepts_tensor_arguments(forward):
-    """Let ``forward(tensordict)`` also be called with tensors, as TorchRL's ``@dispatch`` does.
-
-    ``loss(observation=obs, next_reward=r, ...)``: keyword names are the ``in_keys`` with nested
-    keys joined by ``_`` (positional tensors follow the ``in_keys`` order); the call returns the
-    ``out_keys`` entries, a tuple in their order (one tensor when there is one). A TensorDict
-    argument takes the direct path.
-    """
-
-    @functools.wraps(forward)
-    def forward_with_tensors(self, tensordict=None, *args, **kwargs):
-        if not args and not kwargs and isinstance(tensordict, TensorDictBase):
-            return forward(self, tensordict)
-        if is_tensor_collection(tensordict):
-            return forward(self, tensordict, *args, **kwargs)
-        values = {}
-        positional = list(args) if tensordict is None else [tensordict, *args]
-        for key in self.in_keys:
-            name = "_".join(_compat.unravel_key(key))
-            if positional:
-                values[key] = positional.pop(0)
-            elif name in kwargs:
-                values[key] = kwargs.pop(name)
-        if kwargs or positional:
-            names = ["_".join(_compat.unravel_key(k)) for k in self.in_keys]
-            raise TypeError(
-                f"{type(self).__name__}: unexpected tensor arguments "
-                f"{sorted(kwargs) or f'({len(positional)} positional)'}; a call with tensors "
-                f"takes the in_keys, nested keys joined by '_': {names}."
-            )
-        out = forward(self, make_tensordict(values, auto_batch_size=True))
-        outputs = tuple(out[key] for key in self.out_keys)
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    return forward_with_tensors
 
 
 def selectable_out_keys(declared) -> property:

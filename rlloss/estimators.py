@@ -30,7 +30,14 @@ from rlloss._checks import (
     next_key,
     remap_keys,
 )
-from rlloss._networks import DistributionCall, NetworkCall, action_log_prob, stored_log_prob
+from rlloss._dispatch import accepts_tensor_arguments
+from rlloss._networks import (
+    DistributionCall,
+    NetworkCall,
+    action_log_prob,
+    as_list,
+    stored_log_prob,
+)
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
 DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
@@ -112,8 +119,23 @@ class ValueEstimator(TensorDictModuleBase):
         self.shifted, self.vectorized, self.deactivate_vmap = shifted, vectorized, deactivate_vmap
         self.shifted_budget = shifted_budget
         self.tensor_keys = self._AcceptedKeys()
-        self.in_keys = []
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """The entries read: the value network's inputs (or the values) now and under
+        ``"next"``, and reward, done, terminated under ``"next"``."""
+        inputs = (
+            list(self.value_network.in_keys)
+            if self.value_network is not None
+            else [self.tensor_keys.value]
+        )
+        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
+        keys = [*inputs, *(next_key(k) for k in [*inputs, *flags]), *self._policy_keys()]
+        return list(dict.fromkeys(keys))
+
+    def _policy_keys(self) -> list[NestedKey]:
+        return []
 
     def set_keys(self, **kwargs) -> None:
         """Remap keys, as :meth:`rlloss.LossModule.set_keys`."""
@@ -233,6 +255,7 @@ class ValueEstimator(TensorDictModuleBase):
         out = self.forward(batch, target_params=target_params, time_dim=time_dim, **kwargs)
         return out.get(self.tensor_keys.value_target)
 
+    @accepts_tensor_arguments
     def forward(
         self,
         tensordict: TensorDictBase,
@@ -423,6 +446,9 @@ class VTrace(ValueEstimator):
         if log_prob_keys and len(log_prob_keys) == 1:
             self.tensor_keys.sample_log_prob = log_prob_keys[0]
         self.rho_thresh, self.c_thresh = float(rho_thresh), float(c_thresh)
+
+    def _policy_keys(self) -> list[NestedKey]:
+        return [*self.actor_network.in_keys, *as_list(self.tensor_keys.sample_log_prob)]
 
     def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
         owner = type(self).__name__

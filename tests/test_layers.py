@@ -20,13 +20,14 @@ LOSSES = {"ppo", "dqn", "ddpg", "td3", "sac", "mpo"}
 ALLOWED = {
     "_checks": set(),
     "_compat": set(),
+    "_dispatch": {"_compat"},
     "functional": {"_checks", "functional"},
     "_networks": {"_compat"},
-    "estimators": {"_checks", "_compat", "_networks", "functional"},
+    "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional"},
     "normalizers": {"_checks", "functional"},
     "schedulers": {"_checks"},
     "updaters": {"_compat"},
-    "common": {"_checks", "_compat", "estimators", "functional"},
+    "common": {"_checks", "_compat", "_dispatch", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
     **{
         loss: {"_checks", "_compat", "_networks", "common", "offpolicy", "functional"}

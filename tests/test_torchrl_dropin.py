@@ -270,3 +270,24 @@ def test_klpen_reset_restores_beta():
     loss.beta.fill_(3.0)
     loss.reset()
     assert float(loss.beta) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("name", ["GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator"])
+def test_estimators_accept_tensor_arguments_as_torchrls(name):
+    """``estimator(obs=..., next_reward=...)`` returns (advantage, value_target), TorchRL's."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.objectives import value as torchrl_value
+
+    critic = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["obs"], out_keys=["state_value"])
+    kwargs = {"gamma": 0.9, **({"lmbda": 0.8} if name in ("GAE", "TDLambdaEstimator") else {})}
+    inputs = {
+        "obs": torch.randn(2, 7, 3),
+        "next_obs": torch.randn(2, 7, 3),
+        "next_reward": torch.randn(2, 7, 1),
+        "next_done": torch.rand(2, 7, 1) < 0.2,
+        "next_terminated": torch.zeros(2, 7, 1, dtype=torch.bool),
+    }
+    ours = getattr(rlloss, name)(value_network=critic, **kwargs)(**inputs)
+    theirs = getattr(torchrl_value, name)(value_network=critic, **kwargs)(**inputs)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b)

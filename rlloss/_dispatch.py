@@ -1,0 +1,48 @@
+"""TorchRL's keyword-tensor call style (tensordict's ``@dispatch``) for rlloss's modules: losses
+and value estimators accept ``module(observation=..., next_reward=...)`` as well as a
+TensorDict."""
+
+from __future__ import annotations
+
+import functools
+
+from tensordict import TensorDictBase, is_tensor_collection, make_tensordict
+
+from rlloss import _compat
+
+
+def accepts_tensor_arguments(forward):
+    """Let ``forward(tensordict)`` also be called with tensors, as TorchRL's ``@dispatch`` does.
+
+    ``loss(observation=obs, next_reward=r, ...)``: keyword names are the ``in_keys`` with nested
+    keys joined by ``_`` (positional tensors follow the ``in_keys`` order); the call returns the
+    ``out_keys`` entries, a tuple in their order (one tensor when there is one). A TensorDict
+    argument takes the direct path.
+    """
+
+    @functools.wraps(forward)
+    def forward_with_tensors(self, tensordict=None, *args, **kwargs):
+        if not args and not kwargs and isinstance(tensordict, TensorDictBase):
+            return forward(self, tensordict)
+        if is_tensor_collection(tensordict):
+            return forward(self, tensordict, *args, **kwargs)
+        values = {}
+        positional = list(args) if tensordict is None else [tensordict, *args]
+        for key in self.in_keys:
+            name = "_".join(_compat.unravel_key(key))
+            if positional:
+                values[key] = positional.pop(0)
+            elif name in kwargs:
+                values[key] = kwargs.pop(name)
+        if kwargs or positional:
+            names = ["_".join(_compat.unravel_key(k)) for k in self.in_keys]
+            raise TypeError(
+                f"{type(self).__name__}: unexpected tensor arguments "
+                f"{sorted(kwargs) or f'({len(positional)} positional)'}; a call with tensors "
+                f"takes the in_keys, nested keys joined by '_': {names}."
+            )
+        out = forward(self, make_tensordict(values, auto_batch_size=True))
+        outputs = tuple(out[key] for key in self.out_keys)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    return forward_with_tensors
