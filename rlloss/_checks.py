@@ -8,6 +8,7 @@ device, and under ``torch.compile`` they run once, at trace time.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import torch
 from tensordict import TensorDictBase
@@ -104,3 +105,14 @@ def check_same_shape(**tensors: torch.Tensor) -> None:
                 "reward, done, value and advantage tensors carry a trailing singleton dim, "
                 "log-probs do not)."
             )
+
+
+def warn_terminated_from_done(owner: str, terminated: NestedKey, done: NestedKey) -> None:
+    """The warning of TorchRL's fallback: a batch without ``("next", terminated)`` is read with
+    ``("next", done)`` in its place, so truncated steps are not bootstrapped."""
+    warnings.warn(
+        f"{owner}: the batch has no ('next', {terminated!r}); using ('next', {done!r}) instead "
+        "(as TorchRL does), which treats truncations as terminations. Store 'terminated' to "
+        "bootstrap truncated steps.",
+        stacklevel=4,
+    )

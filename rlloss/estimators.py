@@ -5,14 +5,14 @@ Each reads a ``[*B, T]`` batch (time the last batch dim unless ``time_dim`` says
 calls ``value_network`` on the batch and on ``batch["next"]`` when one is given (writing
 ``state_value`` and ``("next", "state_value")`` as TorchRL does), and writes ``advantage`` and
 ``value_target``. ``("next", "terminated")`` stops bootstrapping and ``("next", "done")`` cuts
-traces; a missing ``terminated`` is an error, never silently taken to be ``done``.
+traces; a batch without ``terminated`` is read with ``done`` in its place, as TorchRL does, with a
+warning (truncated steps are then not bootstrapped).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 
 import torch
 from tensordict import TensorDictBase
@@ -29,6 +29,7 @@ from rlloss._checks import (
     missing_key_message,
     next_key,
     remap_keys,
+    warn_terminated_from_done,
 )
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss._networks import (
@@ -198,11 +199,8 @@ class ValueEstimator(TensorDictModuleBase):
             return terminated
         if not self._warned_terminated:
             self._warned_terminated = True
-            warnings.warn(
-                f"{type(self).__name__}: the batch has no {key!r}; using ('next', "
-                f"{self.tensor_keys.done!r}) instead (as TorchRL does), which treats "
-                "truncations as terminations. Store 'terminated' to bootstrap truncated steps.",
-                stacklevel=3,
+            warn_terminated_from_done(
+                type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
         return self._read(tensordict, "done", nested=True)
 

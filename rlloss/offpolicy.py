@@ -27,7 +27,7 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, next_key
+from rlloss._checks import check_choice, check_in_range, next_key, warn_terminated_from_done
 from rlloss._networks import Ensemble, FrozenCopy, reinitialised
 from rlloss.common import LossModule
 from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
@@ -135,7 +135,12 @@ class TDTargetLoss(LossModule):
         when the batch has it, else 1); with a TD(1) / TD(lambda) estimator, the lambda-return
         over the batch's last dimension (see :meth:`make_value_estimator`)."""
         reward = self._get(tensordict, "reward", nested=True)
-        terminated = self._get(tensordict, "terminated", nested=True)
+        terminated = self._read(tensordict, "terminated", nested=True)
+        if terminated is None:  # TorchRL's fallback, with a warning
+            warn_terminated_from_done(
+                type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
+            )
+            terminated = self._get(tensordict, "done", nested=True)
         steps = self._read(tensordict, "steps_to_next_obs")
         steps = None if steps is None else steps.view_as(reward)
         discount = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)

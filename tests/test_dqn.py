@@ -222,9 +222,17 @@ def test_bad_arguments():
 
         rlloss.DQNLoss(q_actor()).make_value_estimator(ValueEstimators.GAE)
     batch = transitions()
-    del batch["next", "terminated"]
-    with pytest.raises(KeyError, match=r"set_keys\(terminated="):
-        rlloss.DQNLoss(q_actor())(batch)
+    reference = batch.clone()
+    reference["next", "terminated"] = reference["next", "done"].clone()
+    del batch["next", "terminated"], batch["next", "done"]
+    with pytest.raises(KeyError, match=r"set_keys\(done="):  # neither flag: a clear error
+        rlloss.DQNLoss(q_actor())(batch.clone())
+    # without terminated, done stops bootstrapping (TorchRL's fallback), with a warning
+    batch["next", "done"] = reference["next", "done"].clone()
+    loss = rlloss.DQNLoss(q_actor())
+    with pytest.warns(UserWarning, match="treats truncations as terminations"):
+        fallback = loss(batch)["loss"]
+    torch.testing.assert_close(fallback, loss(reference)["loss"])
 
 
 def test_compiles_as_one_graph_without_recompiling():
