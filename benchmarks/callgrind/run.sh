@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Instructions per eager step under callgrind, dumped around N steps of each case (step.py).
+#   ROOT=<checkout to measure> [CASES="..."] [N=40] [BATCH=0: the case's small batch] run.sh OUT
+# Writes OUT/counts.tsv: case, batch, method, instructions per step. Needs valgrind.
+set -u
+out="$(mkdir -p "$1" && cd "$1" && pwd)"; rm -f "$out"/cg.out* "$out"/req "$out"/labels.txt
+here="$(cd "$(dirname "$0")" && pwd)"
+root="${ROOT:-$(cd "$here/../.." && pwd)}"
+valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" python "$here/step.py" "$root" "$out" \
+  > "$out/valgrind.log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  if [ -f "$out/req" ]; then
+    label=$(cat "$out/req")
+    [ "$label" != finished ] && callgrind_control -d "$label" "$pid" > /dev/null 2>&1 && echo "$label" >> "$out/labels.txt"
+    rm -f "$out/req"
+  fi
+  sleep 0.2
+done
+python - "$out" "${N:-40}" <<'PY'
+import glob, re, sys
+out, steps = sys.argv[1], int(sys.argv[2])
+# callgrind keeps only the label's first word in the dump: pair dumps and labels by order
+labels = [line.strip() for line in open(f"{out}/labels.txt") if "|" in line]
+dumps = sorted(glob.glob(f"{out}/cg.out.*"), key=lambda path: int(path.rsplit(".", 1)[1]))
+rows = []
+for label, path in zip(labels, dumps):
+    kind, case, batch, method = label.split("|")
+    if kind == "end":
+        total = int(re.search(r"^summary: (\d+)", open(path).read(), re.M).group(1))
+        rows.append(f"{case}\t{batch}\t{method}\t{total / steps:.0f}")
+open(f"{out}/counts.tsv", "w").write("\n".join(rows) + "\n")
+print("\n".join(rows))
+PY

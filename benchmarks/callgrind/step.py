@@ -1,0 +1,52 @@
+"""The process ``run.sh`` runs under callgrind: every overhead case's eager step (plain torch
+and rlloss), with the counters dumped around ``N`` steps of each (after 5 warm-up steps), so the
+import of torch and the set-up never count.
+
+    ROOT=<a checkout> CASES="PPOLoss DQNLoss" N=40 BATCH=64 benchmarks/callgrind/run.sh OUT
+
+Each dump's instruction total divided by ``N`` is one step's instruction count: a
+load-independent measure of per-step overhead on a shared machine (wall time there is too noisy
+for differences of a few percent).
+"""
+
+import os
+import sys
+import time
+
+root, control = sys.argv[1], sys.argv[2]
+sys.path.insert(0, root)
+
+import torch  # noqa: E402
+
+from benchmarks.cases import BATCH_SIZES, CASES  # noqa: E402
+from benchmarks.harness import level_steps  # noqa: E402
+
+torch.set_num_threads(1)
+STEPS, WARMUP = int(os.environ.get("N", 40)), 5
+LEVEL = os.environ.get("LEVEL", "backward")
+SELECTED = os.environ.get("CASES", "").split() or list(CASES)
+BATCH = int(os.environ.get("BATCH", 0))
+
+
+def mark(label: str) -> None:
+    """Ask run.sh to dump the counters under ``label`` and wait until it has."""
+    with open(f"{control}/req.tmp", "w") as f:
+        f.write(label)
+    os.rename(f"{control}/req.tmp", f"{control}/req")
+    while os.path.exists(f"{control}/req"):
+        time.sleep(0.05)
+
+
+for case in SELECTED:
+    batch_size = BATCH or BATCH_SIZES[case][0]
+    setup = CASES[case](batch_size, 0)
+    batch = next(iter(setup.batches.values()))
+    for method in ("plain", "rlloss"):
+        step = level_steps(setup.factories[method](batch), compiled=False)[LEVEL]
+        for _ in range(WARMUP):
+            step()
+        mark(f"start|{case}|{batch_size}|{method}")
+        for _ in range(STEPS):
+            step()
+        mark(f"end|{case}|{batch_size}|{method}")
+mark("finished")
