@@ -141,6 +141,16 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         """Point whatever the loss keeps besides its registered tensors (target copies, stacked
         ensembles, detached views...) at its current tensors. Nothing here."""
 
+    @torch.no_grad()
+    def reset_parameters_recursive(self) -> None:
+        """Re-initialise the weights of every network of the loss (each submodule with a
+        ``reset_parameters``, e.g. ``nn.Linear``), in place, as TorchRL's method of the same name
+        promises. The off-policy base also re-draws each ensemble member and copies the new
+        online weights into the target networks."""
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
+
     # ----------------------------------------------------------------------------- estimators
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Build the value estimator the loss uses when the batch has no advantage.

@@ -287,6 +287,27 @@ class TDTargetLoss(LossModule):
         self._refresh_views()
         return ensemble
 
+    @torch.no_grad()
+    def reset_parameters_recursive(self) -> None:
+        """Re-initialise every network (see :meth:`rlloss.LossModule.reset_parameters_recursive`):
+        each ensemble member gets a fresh draw of its architecture's initialisation, and every
+        target network starts from the new online weights (TorchRL draws its targets
+        independently; a target equal to its network is the usual start)."""
+        super().reset_parameters_recursive()
+        children = dict(self.named_children())
+        for name, ensemble in self._ensembles:
+            stacked = children[f"{name}_params"]
+            for member in range(stacked.batch_size[0]):
+                fresh = TensorDict.from_module(reinitialised(ensemble.template))
+                stacked[member].update_(fresh)
+        for name in [*(n for n, _ in self._targets), *(n for n, _ in self._ensembles)]:
+            target = children.get(f"target_{name}_params")
+            if target is not None:
+                online = children.get(f"{name}_params")
+                if online is None:  # a single network: its own parameters
+                    online = TensorDict.from_module(getattr(self, name))
+                target.update_(online.detach())
+
     def _refresh_views(self) -> None:
         """Point the target copies at ``target_<name>_params`` and ``<name>_params`` at the
         online tensors, the detached views at the online parameters and the ensembles at their

@@ -291,3 +291,22 @@ def test_estimators_accept_tensor_arguments_as_torchrls(name):
     theirs = getattr(torchrl_value, name)(value_network=critic, **kwargs)(**inputs)
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ["DQNLoss", "DDPGLoss", "TD3Loss", "SACLoss"])
+def test_reset_parameters_recursive_redraws_every_network(name):
+    """TorchRL's reset_parameters_recursive: every weight is re-drawn (ensemble members
+    independently), targets restart from the new online weights, coefficients stay."""
+    loss = dict((n, ours) for n, ours, _ in offpolicy_pairs())[name]
+    before = {k: v.clone() for k, v in loss.state_dict().items()}
+    loss.reset_parameters_recursive()
+    after = loss.state_dict()
+    weights = [k for k in after if k.endswith(("weight", "bias"))]
+    assert weights and all(not torch.equal(before[k], after[k]) for k in weights)
+    for key in (k for k in weights if k.startswith("target_")):
+        online = key.removeprefix("target_")
+        if online in after:
+            torch.testing.assert_close(after[key], after[online])
+    stacked = [k for k in weights if k.startswith("qvalue_network_params")]
+    for key in stacked:
+        assert not torch.equal(after[key][0], after[key][1])
