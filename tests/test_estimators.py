@@ -212,3 +212,19 @@ def test_multi_agent_gae_broadcasts_team_signals():
         single["next", "state_value"] = next_value[..., agent, :]
         expected = rlloss.GAE(gamma=0.9, lmbda=0.8)(single)
         torch.testing.assert_close(out["advantage"][..., agent, :], expected["advantage"])
+
+
+def test_differentiable_estimator_holds_the_value_network_out():
+    """GAE(differentiable=True): the advantage has a gradient path to the value network's
+    inputs but none to its weights (TorchRL's hold_out_net), and V(s') is detached, so a policy
+    loss built on it never trains the critic."""
+    critic = make_critic()
+    batch = sequence_batch()
+    batch["observation"].requires_grad_(True)
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.9, value_network=critic, differentiable=True)
+    advantage = gae(batch)["advantage"]
+    assert advantage.requires_grad
+    advantage.sum().backward()
+    assert all(p.grad is None for p in critic.parameters())
+    assert batch["observation"].grad is not None and batch["observation"].grad.abs().sum() > 0
+    assert all(p.requires_grad for p in critic.parameters())  # restored after the call
