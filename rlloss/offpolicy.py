@@ -34,7 +34,8 @@ from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
-_AUTO_MASK_KEYS = (("collector", "mask"), "shifted_valid")  # TorchRL's loss_mask_key="auto"
+# TorchRL's loss_mask_key="auto" entries, unravelled once
+_AUTO_MASK_PATHS = tuple(_compat.unravel_key(k) for k in (("collector", "mask"), "shifted_valid"))
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 
@@ -174,8 +175,11 @@ class TDTargetLoss(LossModule):
         TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
         key reads that entry, ``None`` masks nothing."""
         key = self.loss_mask_key
-        keys = _AUTO_MASK_KEYS if isinstance(key, str) and key == "auto" else (key,)
-        masks = [tensordict.get(k, None) for k in keys if k is not None]
+        if isinstance(key, str) and key == "auto":
+            paths = _AUTO_MASK_PATHS
+        else:
+            paths = () if key is None else (_compat.unravel_key(key),)
+        masks = [_compat.get_path(tensordict, path) for path in paths]
         masks = [m.reshape(*m.shape[: tensordict.batch_dims], 1) for m in masks if m is not None]
         if not masks:
             return None
