@@ -68,9 +68,24 @@ def remap_keys(owner: str, tensor_keys, accepted_keys: type, **kwargs: NestedKey
         setattr(tensor_keys, name, getattr(defaults, name) if key is None else key)
 
 
-def check_in_range(name: str, value, low=None, high=None, *, low_open=False, high_open=False):
-    """Raise ``ValueError`` naming ``name`` and the accepted range if ``value`` is outside it."""
+def check_in_range(
+    name: str, value, low=None, high=None, *, low_open=False, high_open=False, integer=False
+):
+    """Raise ``ValueError`` naming ``name`` and the accepted range if ``value`` is outside it
+    (or, with ``integer``, is not a whole number: ``2.5`` is not silently truncated to 2); a
+    ``TypeError`` if it is not a number. A 0-dim tensor is read on the host: callers check a
+    device tensor only where a sync is acceptable."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        if not hasattr(value, "__float__") or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number, got {value!r}.")
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        raise ValueError(f"{name} must be a number, got a tensor of shape {tuple(value.shape)}.")
+    number = value
     value = float(value)
+    if value != value:  # NaN is in no range
+        raise ValueError(f"{name} must be a number, got nan.")
+    if integer and (value in (float("inf"), float("-inf")) or value != int(value)):
+        raise ValueError(f"{name} must be an integer, got {number!r}.")
     below = low is not None and (value <= low if low_open else value < low)
     above = high is not None and (value >= high if high_open else value > high)
     if below or above:
@@ -116,3 +131,53 @@ def warn_terminated_from_done(owner: str, terminated: NestedKey, done: NestedKey
         "bootstrap truncated steps.",
         stacklevel=4,
     )
+
+
+def batch_mask(owner: str, key: NestedKey, mask: torch.Tensor, batch_size: torch.Size):
+    """A padding mask read from the batch, as a boolean ``[*B]`` tensor (``[*B, 1]`` is
+    squeezed); a clear error for another dtype or shape. Shapes only: no host sync."""
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{owner}: the mask {key!r} has dtype {mask.dtype}; it must be boolean (True for "
+            "valid steps, False for padding): store mask.bool()."
+        )
+    if mask.shape == batch_size + (1,):
+        mask = mask.squeeze(-1)
+    if mask.shape != batch_size:
+        raise ValueError(
+            f"{owner}: the mask {key!r} has shape {tuple(mask.shape)}; it must have the batch's "
+            f"shape {tuple(batch_size)} (or {tuple(batch_size + (1,))}): one flag per step."
+        )
+    return mask
+
+
+def check_entry_shape(owner: str, key: NestedKey, value: torch.Tensor, batch_size: torch.Size):
+    """Refuse a per-transition entry (importance weights, ``steps_to_next_obs``) whose shape is
+    neither ``[*B]`` nor ``[*B, 1]``, naming the key and both shapes."""
+    if value.shape != batch_size and value.shape != batch_size + (1,):
+        raise ValueError(
+            f"{owner}: the entry {key!r} has shape {tuple(value.shape)}; it must hold one value "
+            f"per transition, of shape {tuple(batch_size)} or {tuple(batch_size + (1,))}."
+        )
+
+
+def check_network(owner: str, name: str, network, *, ensemble: bool = False) -> None:
+    """Refuse what is not a TensorDict module (with ``in_keys``), or a list of networks where
+    one is expected, with a ``TypeError`` saying what to pass. ``ensemble``: a list of such
+    modules is accepted too (one per ensemble member)."""
+    if isinstance(network, (list, tuple)):
+        if not ensemble:
+            raise TypeError(
+                f"{owner}: {name} must be one network, got a {type(network).__name__} of "
+                f"{len(network)}. {owner} does not take an ensemble here (SACLoss and TD3Loss "
+                "build num_qvalue_nets copies of one Q network)."
+            )
+        for index, member in enumerate(network):
+            check_network(owner, f"{name}[{index}]", member)
+        return
+    if not isinstance(network, torch.nn.Module) or not hasattr(network, "in_keys"):
+        raise TypeError(
+            f"{owner}: {name} must be a TensorDict module with in_keys and out_keys (TorchRL's "
+            "ProbabilisticActor, ValueOperator, QValueActor, or TensorDictModule(net, "
+            f"in_keys=[...], out_keys=[...])), got {type(network).__name__}."
+        )

@@ -23,6 +23,8 @@ def accepts_tensor_arguments(forward):
     @functools.wraps(forward)
     def forward_with_tensors(self, tensordict=None, *args, **kwargs):
         if not args and not kwargs and isinstance(tensordict, TensorDictBase):
+            if 0 in tensordict.batch_size:
+                raise_empty(self, tensordict)
             return forward(self, tensordict)
         if is_tensor_collection(tensordict):
             return forward(self, tensordict, *args, **kwargs)
@@ -46,3 +48,12 @@ def accepts_tensor_arguments(forward):
         return outputs[0] if len(outputs) == 1 else outputs
 
     return forward_with_tensors
+
+
+def raise_empty(module, tensordict: TensorDictBase) -> None:
+    """The error for a batch without elements: a mean over nothing is NaN, not a loss."""
+    raise ValueError(
+        f"{type(module).__name__}: the batch is empty (batch_size={list(tensordict.batch_size)}); "
+        "a loss needs at least one element: skip the update when the replay buffer or the "
+        "rollout has no data."
+    )

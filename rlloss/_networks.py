@@ -31,6 +31,7 @@ from torch import distributions as D
 from torch import nn
 
 from rlloss import _compat
+from rlloss._checks import MissingKeyError
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
@@ -74,14 +75,113 @@ def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | Ten
     return batch.get(key, None)
 
 
+def network_inputs(batch, network, exclude: NestedKey | None = None) -> dict:
+    """``{key: batch entry}`` for the ``in_keys`` of ``network`` (but ``exclude``, an input the
+    loss supplies itself, e.g. the action); a missing entry raises ``MissingKeyError`` naming
+    the network, the key and the entries present."""
+    in_keys = [key for key in network.in_keys if key != exclude]
+    inputs = {key: entry(batch, key) for key in in_keys}
+    for key, value in inputs.items():
+        if value is None:
+            raise explained(KeyError(key), network, in_keys, list(inputs.values()), batch)
+    return inputs
+
+
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
         inputs = [values[k] if k in values else entry(batch, k) for k in in_keys]
-        outputs = call(*inputs)
+        try:
+            outputs = call(*inputs)
+        except CALL_ERRORS as error:  # free until raised: the diagnosis runs on failure only
+            raise explained(error, call, in_keys, inputs, batch) from error
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         values.update(zip(out_keys, outputs, strict=True))
     return values
+
+
+CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+
+
+def explained(error: Exception, network, in_keys: list, inputs: list, batch) -> Exception:
+    """The error to raise when calling ``network`` on ``inputs`` (the entries ``in_keys`` of
+    ``batch``, ``None`` where absent) raised ``error``: a missing input, a dtype or an input
+    size that does not match the network's, named with the key, the expected and the actual
+    value and the fix; otherwise ``error``'s type with the inputs' shapes added. An error
+    already explained by an inner call is returned as it is."""
+    if getattr(error, "rlloss_explained", False):
+        return error
+    network = getattr(network, "template", network)  # an Ensemble: its members' architecture
+    name = f"the network {type(network).__name__} (in_keys {list(in_keys)})"
+    missing = [key for key, value in zip(in_keys, inputs, strict=True) if value is None]
+    given = {k: v for k, v in zip(in_keys, inputs, strict=True) if isinstance(v, torch.Tensor)}
+    if missing:
+        present = sorted(str(k) for k in _keys(batch))
+        new = MissingKeyError(
+            f"{name} cannot be called: the TensorDict it reads has no entry {missing[0]!r} (for "
+            "a next-state value, the batch's ('next', ...) entry). Entries present there: "
+            f"{present}. Store it in the batch, or rename the network's in_keys (or the batch "
+            "entry) so they agree."
+        )
+    else:
+        new = _dtype_error(name, network, given) or _size_error(name, network, given, error)
+    new.rlloss_explained = True
+    return new
+
+
+def explained_module_error(error: Exception, module, batch) -> Exception:
+    """:func:`explained` for a TensorDict module called on the whole batch."""
+    in_keys = list(getattr(module, "in_keys", []))
+    inputs = [entry(batch, k) if isinstance(k, (str, tuple)) else None for k in in_keys]
+    if isinstance(error, KeyError) and not any(value is None for value in inputs):
+        return error
+    return explained(error, module, in_keys, inputs, batch)
+
+
+def _keys(batch) -> list:
+    if isinstance(batch, TensorDictBase):
+        return list(batch.keys(include_nested=True, leaves_only=True))
+    return [key for key, value in batch.items() if value is not None]
+
+
+def _dtype_error(name: str, network, given: dict) -> Exception | None:
+    parameter = next(iter(network.parameters()), None) if isinstance(network, nn.Module) else None
+    if parameter is None:
+        return None
+    for key, value in given.items():
+        if value.is_floating_point() and value.dtype != parameter.dtype:
+            return TypeError(
+                f"{name}: the entry {key!r} has dtype {value.dtype}, but the network's "
+                f"parameters are {parameter.dtype}. Cast the batch (batch.to({parameter.dtype})) "
+                f"or the loss and its networks (loss.to({value.dtype}))."
+            )
+    return None
+
+
+def _size_error(name: str, network, given: dict, error: Exception) -> Exception:
+    shapes = {key: tuple(value.shape) for key, value in given.items()}
+    first = _first_linear(network)
+    features = sum(value.shape[-1] for value in given.values() if value.ndim)
+    if first is not None and features != first.in_features:
+        return ValueError(
+            f"{name}: its first layer takes {first.in_features} input features, but the batch's "
+            f"entries {shapes} give {features} (their last dims). Check the entry sizes against "
+            f"the network's (e.g. the action size of the batch). The call raised: {error}"
+        )
+    message = f"{name} failed on the batch's entries of shapes {shapes}: {error}"
+    try:
+        return type(error)(message)
+    except Exception:  # an exception type with another signature
+        return RuntimeError(message)
+
+
+def _first_linear(network) -> nn.Linear | None:
+    if not isinstance(network, nn.Module):
+        return None
+    for module in network.modules():
+        if isinstance(module, nn.Linear) and not isinstance(module, nn.LazyLinear):
+            return module
+    return None
 
 
 class NetworkCall:
@@ -96,7 +196,10 @@ class NetworkCall:
 
     def __call__(self, batch: TensorDictBase) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:
-            return self.module(batch.copy())
+            try:
+                return self.module(batch.copy())
+            except (*CALL_ERRORS, KeyError) as error:
+                raise explained_module_error(error, self.module, batch) from error
         return _run(self.steps, batch, {})
 
 
@@ -144,7 +247,10 @@ class DistributionCall:
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None
     ) -> D.Distribution:
         if self.steps is None:
-            return self.actor.get_dist(batch.copy())
+            try:
+                return self.actor.get_dist(batch.copy())
+            except (*CALL_ERRORS, KeyError) as error:
+                raise explained_module_error(error, self.actor, batch) from error
         params = self.distribution_parameters(batch)
         if perturb is not None:
             params = perturb(params)
@@ -189,10 +295,31 @@ def action_log_prob(distribution, batch: TensorDictBase, key, owner: str) -> tor
     """``log pi(a|s)`` of the batch's action (``key``: one key, or one per head), ``[*B]``;
     summed over the heads of a composite distribution."""
     if not isinstance(distribution, CompositeDistribution):
-        return distribution.log_prob(_select(batch, [key], owner).get(key))
+        return log_prob_of(distribution, _select(batch, [key], owner).get(key), key, owner)
     actions = _select(batch, as_list(key), owner)
     with set_composite_lp_aggregate(False):
         return sum_heads(distribution.log_prob(actions), batch.batch_size)
+
+
+def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: str):
+    """``distribution.log_prob(action)``; when it raises, an error naming the action entry, its
+    shape and dtype, and what the distribution expects."""
+    try:
+        return distribution.log_prob(action)
+    except CALL_ERRORS as error:
+        expected = tuple(distribution.batch_shape + distribution.event_shape)
+        kind = type(distribution).__name__
+        support = ""
+        if isinstance(distribution, D.Categorical):
+            support = (
+                f"; a Categorical takes integer indices in [0, {distribution.logits.shape[-1]})"
+            )
+        raise ValueError(
+            f"{owner}: the policy ({kind}) cannot score the batch's action {key!r} of shape "
+            f"{tuple(action.shape)} and dtype {action.dtype}: it expects shape {expected}"
+            f"{support}. Store the actions the policy samples (their size, dtype and range). "
+            f"The distribution raised: {error}"
+        ) from error
 
 
 def sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:
@@ -409,13 +536,17 @@ class Ensemble:
         if detach:
             params = {k: v.detach() for k, v in params.items()}
         with torch.set_grad_enabled(torch.is_grad_enabled() and not target):
-            if self.stacked is not None:  # an MLP: one batched matrix product per layer
-                return {self.stacked.out_key: self.stacked(params, inputs)}
+            try:
+                if self.stacked is not None:  # an MLP: one batched matrix product per layer
+                    return {self.stacked.out_key: self.stacked(params, inputs)}
 
-            def member(member_params):
-                return torch.func.functional_call(self.member, member_params, (inputs,))
+                def member(member_params):
+                    return torch.func.functional_call(self.member, member_params, (inputs,))
 
-            return torch.vmap(member, randomness="different")(params)
+                return torch.vmap(member, randomness="different")(params)
+            except CALL_ERRORS as error:
+                values = [inputs.get(k, None) for k in self.in_keys]
+                raise explained(error, self.template, self.in_keys, values, inputs) from error
 
 
 def _flat_member_tensors(params: TensorDictBase) -> dict[str, torch.Tensor]:

@@ -23,10 +23,18 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
 from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
-from rlloss._checks import MissingKeyError, check_choice, missing_key_message, next_key, remap_keys
+from rlloss._checks import (
+    MissingKeyError,
+    check_choice,
+    check_in_range,
+    missing_key_message,
+    next_key,
+    remap_keys,
+)
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss.estimators import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
@@ -45,6 +53,10 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         pass
 
     _value_network_name: str | None = None
+    # coefficient name -> ``check_in_range`` keywords: checked at construction and on every
+    # assignment (``loss.clip_epsilon = 0.1``, what a schedule does), merged along the MRO
+    _coefficient_ranges: dict[str, dict] = {}
+    _all_coefficient_ranges: dict[str, dict] = {}
     # estimator key name -> the loss's key name it mirrors, where they differ (TorchRL's)
     _estimator_keys: dict[str, str] = {}
 
@@ -54,6 +66,10 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
             cls.forward = accepts_tensor_arguments(cls.__dict__["forward"])
         if "out_keys" in cls.__dict__:
             cls.out_keys = selectable_out_keys(cls.__dict__["out_keys"])
+        ranges = {}
+        for base in reversed(cls.__mro__):
+            ranges.update(base.__dict__.get("_coefficient_ranges", {}))
+        cls._all_coefficient_ranges = ranges
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,6 +80,22 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         # `_read`: looking the path up once per key took DQN's forward from 1.179x to 1.148x
         # plain torch in instructions per step.
         self._key_paths: dict[tuple[str, bool], tuple] = {}
+
+    # ----------------------------------------------------------------------------- coefficients
+    @classmethod
+    def _check_coefficient(cls, name: str, value) -> None:
+        """``ValueError`` naming ``name`` and its range when ``value`` is outside it."""
+        check_in_range(name, value, **cls._all_coefficient_ranges[name])
+
+    def __setattr__(self, name: str, value) -> None:
+        """Assignments of a coefficient (``loss.entropy_coeff = 0.0``) are checked against its
+        range, as at construction; TorchRL's ``__setattr__`` then writes a number into its
+        buffer in place (compiled graphs that read the buffer stay valid). A tensor is checked
+        when it is on the CPU (reading a device tensor would synchronise)."""
+        bounds = type(self)._all_coefficient_ranges.get(name)
+        if bounds is not None and value is not None and _readable_number(value):
+            check_in_range(name, value, **bounds)
+        super().__setattr__(name, value)
 
     # ----------------------------------------------------------------------------- keys
     def set_keys(self, **kwargs) -> None:
@@ -184,6 +216,37 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
+
+
+def _readable_number(value) -> bool:
+    """Whether ``value`` can be range-checked without a host sync."""
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "cpu" and value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fill_padding(batch: TensorDictBase, mask: torch.Tensor, mask_key: NestedKey) -> TensorDictBase:
+    """A copy of ``batch`` whose padded steps (``mask`` ``False``, ``[*B]``) hold the content of
+    the batch's first valid step, in every entry but the mask.
+
+    Masked reductions select padding out of the value, but not out of the gradient: the backward
+    pass of ``ratio * advantage`` multiplies the zero gradient of a padded step by its advantage,
+    and ``0 * nan = nan``; a NaN observation in padding reaches the weights' gradient through the
+    network's matrix products. Replacing the padding before any arithmetic makes the losses and
+    every gradient independent of what padding holds. The donor is a valid step (not zeros), so
+    each entry keeps values its network and distribution accept (a ``scale`` of 0 would not).
+    No host sync: the first valid index is an ``argmax`` on the device.
+    """
+    flat = mask.reshape(-1)
+    first = flat.to(torch.uint8).argmax()  # 0 when nothing is valid: then nothing is counted
+
+    def fill(x: torch.Tensor) -> torch.Tensor:
+        donor = x.reshape(flat.shape[0], *x.shape[mask.ndim :])[first]
+        return torch.where(mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)), x, donor)
+
+    filled = batch.apply(fill)
+    filled.set(mask_key, batch.get(mask_key))
+    return filled
 
 
 def selectable_out_keys(declared) -> property:

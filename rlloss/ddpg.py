@@ -13,7 +13,8 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._networks import NetworkCall, entry
+from rlloss._checks import check_network
+from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.offpolicy import TDTargetLoss
 
 
@@ -72,6 +73,8 @@ class DDPGLoss(TDTargetLoss):
         delay_value: bool = True,
         **replay,
     ) -> None:
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "value_network", value_network)
         super().__init__(loss_function=loss_function, **replay)
         self.delay_actor, self.delay_value = delay_actor, delay_value
         self.actor_network = actor_network
@@ -98,7 +101,7 @@ class DDPGLoss(TDTargetLoss):
     def _value(self, call: Callable, batch: TensorDictBase, action: torch.Tensor):
         """``Q(s, action)``, ``[*B, 1]``, from ``call``: the online critic, its target copy or
         its detached view."""
-        inputs = {k: entry(batch, k) for k in self.value_network.in_keys}
+        inputs = network_inputs(batch, self.value_network, exclude=self.tensor_keys.action)
         inputs[self.tensor_keys.action] = action
         return call(inputs)[self.tensor_keys.state_action_value]
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice
+from rlloss._checks import check_choice, check_network
 from rlloss._networks import NetworkCall, entry
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss
 
@@ -75,6 +75,7 @@ class DQNLoss(TDTargetLoss):
         action_space: str | None = None,
         **replay,
     ) -> None:
+        check_network(type(self).__name__, "value_network", value_network)
         super().__init__(loss_function=loss_function, **replay)
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)

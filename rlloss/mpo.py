@@ -30,8 +30,8 @@ from torchrl.modules import IndependentNormal, TanhNormal
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
-from rlloss._networks import DistributionCall, NetworkCall
+from rlloss._checks import check_in_range, check_network
+from rlloss._networks import DistributionCall, NetworkCall, network_inputs
 from rlloss.functional.mpo import MIN_LOG_DUAL
 from rlloss.offpolicy import TDTargetLoss
 
@@ -45,6 +45,17 @@ class _MaximumAPosteriori(TDTargetLoss):
     :class:`rlloss.offpolicy.TDTargetLoss`.
     """
 
+    _coefficient_ranges = {
+        name: {"low": 0.0, "low_open": True}
+        for name in (
+            "epsilon",
+            "epsilon_mean",
+            "epsilon_stddev",
+            "epsilon_penalty",
+            "epsilon_policy",
+        )
+    }
+
     def __init__(
         self,
         actor_network,
@@ -56,6 +67,8 @@ class _MaximumAPosteriori(TDTargetLoss):
         delay_qvalue: bool = True,
         **replay,
     ) -> None:
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "qvalue_network", qvalue_network)
         super().__init__(loss_function=loss_function, **replay)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         self._dual_names: list[str] = []
@@ -235,14 +248,14 @@ class MPOLoss(_MaximumAPosteriori):
     ) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
-        check_in_range("num_samples", num_samples, 1)
+        check_in_range("num_samples", num_samples, 1, integer=True)
         for name, value in (
             ("epsilon", epsilon),
             ("epsilon_mean", epsilon_mean),
             ("epsilon_stddev", epsilon_stddev),
             ("epsilon_penalty", epsilon_penalty),
         ):
-            check_in_range(name, value, 0.0, low_open=True)
+            self._check_coefficient(name, value)
         super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
         self.num_samples = num_samples
         self.epsilon, self.epsilon_penalty = epsilon, epsilon_penalty
@@ -343,9 +356,10 @@ class MPOLoss(_MaximumAPosteriori):
                 action = preimage
                 critic_action = torch.clamp(preimage, self.action_low, self.action_high)
             inputs = {
-                k: batch.get(k).expand(self.num_samples, *batch.get(k).shape)
-                for k in self._qvalue_in_keys
-                if k != self._qvalue_action_key
+                k: v.expand(self.num_samples, *v.shape)
+                for k, v in network_inputs(
+                    batch, self.qvalue_network, exclude=self._qvalue_action_key
+                ).items()
             }
             inputs[self._qvalue_action_key] = critic_action
             outputs = self._call(self._target_qvalue_call, inputs, critic_action.shape[:-1])
@@ -431,7 +445,7 @@ class MPOLoss(_MaximumAPosteriori):
             next_value = self._target_policy_samples(tensordict.get("next"))["q"].mean(0)
             target = self._td_target(tensordict, next_value.unsqueeze(-1))
         key = self._qvalue_action_key
-        inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys if k != key}
+        inputs = network_inputs(tensordict, self.qvalue_network, exclude=key)
         inputs[key] = action
         outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
         value = outputs[self.tensor_keys.state_action_value]
@@ -497,8 +511,8 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         init_log_alpha: float = 3.0,
         **options,
     ) -> None:
-        check_in_range("epsilon", epsilon, 0.0, low_open=True)
-        check_in_range("epsilon_policy", epsilon_policy, 0.0, low_open=True)
+        self._check_coefficient("epsilon", epsilon)
+        self._check_coefficient("epsilon_policy", epsilon_policy)
         super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
@@ -517,7 +531,7 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         """Under ``no_grad``: the target policy's logits and ``Q_target(s, .)``, ``[*B, A]``."""
         with torch.no_grad():
             logits = self._logits(self._target_actor_call, batch)
-            inputs = {k: batch.get(k) for k in self._qvalue_in_keys}
+            inputs = network_inputs(batch, self.qvalue_network)
             outputs = self._call(self._target_qvalue_call, inputs, batch.batch_size)
             return logits, outputs[self.tensor_keys.action_value]
 
@@ -556,7 +570,7 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
             # the expected value under pi_target: a soft value with temperature 0
             next_value = rlf.discrete_soft_value(next_values, next_logits.log_softmax(-1), 0.0)
             target = self._td_target(tensordict, next_value)
-        inputs = {k: tensordict.get(k) for k in self._qvalue_in_keys}
+        inputs = network_inputs(tensordict, self.qvalue_network)
         outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
         value = rlf.chosen_action_value(outputs[self.tensor_keys.action_value], action)
         return self._mpo_critic_loss(value, target, tensordict)

@@ -27,7 +27,13 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, next_key, warn_terminated_from_done
+from rlloss._checks import (
+    batch_mask,
+    check_choice,
+    check_entry_shape,
+    next_key,
+    warn_terminated_from_done,
+)
 from rlloss._networks import Ensemble, FrozenCopy, reinitialised
 from rlloss.common import LossModule
 from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
@@ -67,6 +73,7 @@ class TDTargetLoss(LossModule):
         steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_value_estimator = ValueEstimators.TD0
+    _coefficient_ranges = {"gamma": {"low": 0.0, "high": 1.0}}
 
     def __init__(
         self,
@@ -85,8 +92,7 @@ class TDTargetLoss(LossModule):
         check_choice("loss_function", loss_function, DISTANCES)
         check_choice("use_prioritized_weights", use_prioritized_weights, (True, False, "auto"))
         check_choice("priority_weighting", priority_weighting, PRIORITY_WEIGHTINGS)
-        self.gamma = DEFAULT_GAMMA if gamma is None else gamma
-        check_in_range("gamma", self.gamma, 0.0, 1.0)
+        self.gamma = DEFAULT_GAMMA if gamma is None else gamma  # checked on assignment
         self._lmbda: float | None = None  # TD(lambda) targets when set (make_value_estimator)
         self.reduction = self._check_reduction(reduction)
         self.loss_function = loss_function
@@ -143,7 +149,10 @@ class TDTargetLoss(LossModule):
             )
             terminated = self._get(tensordict, "done", nested=True)
         steps = self._read(tensordict, "steps_to_next_obs")
-        steps = None if steps is None else steps.view_as(reward)
+        if steps is not None:
+            key = self.tensor_keys.steps_to_next_obs
+            check_entry_shape(type(self).__name__, key, steps, tensordict.batch_size)
+            steps = steps.view_as(reward)
         discount = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
         if self._lmbda is None:
             return rlf.td0_return(reward, next_value, terminated, discount)
@@ -161,6 +170,9 @@ class TDTargetLoss(LossModule):
             weights = self._read(tensordict, "priority_weight")
             if weights is None and self.use_prioritized_weights is True:
                 self._get(tensordict, "priority_weight")  # raises: weights asked for, none given
+            if weights is not None:
+                key = self.tensor_keys.priority_weight
+                check_entry_shape(type(self).__name__, key, weights, tensordict.batch_size)
         loss = rlf.reduce(
             loss,
             self.reduction,
@@ -179,8 +191,12 @@ class TDTargetLoss(LossModule):
             paths = _AUTO_MASK_PATHS
         else:
             paths = () if key is None else (_compat.unravel_key(key),)
-        masks = [_compat.get_path(tensordict, path) for path in paths]
-        masks = [m.reshape(*m.shape[: tensordict.batch_dims], 1) for m in masks if m is not None]
+        masks = []
+        for path in paths:
+            mask = _compat.get_path(tensordict, path)
+            if mask is not None:
+                mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)
+                masks.append(mask.unsqueeze(-1))
         if not masks:
             return None
         return functools.reduce(torch.logical_and, masks)

@@ -20,16 +20,24 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import MissingKeyError, check_choice, check_in_range, next_key
+from rlloss._checks import (
+    MissingKeyError,
+    batch_mask,
+    check_choice,
+    check_in_range,
+    check_network,
+    next_key,
+)
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
     action_log_prob,
     as_list,
+    log_prob_of,
     stored_log_prob,
     sum_heads,
 )
-from rlloss.common import LossModule
+from rlloss.common import LossModule, fill_padding
 from rlloss.functional.critic import DISTANCES
 
 
@@ -99,6 +107,12 @@ class PPOLoss(LossModule):
     default_value_estimator = ValueEstimators.GAE
     _value_network_name = "critic_network"
     _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
+    _coefficient_ranges = {
+        "entropy_coeff": {"low": 0.0},
+        "critic_coeff": {"low": 0.0},
+        "clip_value": {"low": 0.0, "low_open": True},
+        "samples_mc_entropy": {"low": 1, "integer": True},
+    }
 
     def __init__(
         self,
@@ -119,6 +133,9 @@ class PPOLoss(LossModule):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        check_network(type(self).__name__, "actor_network", actor_network)
+        if critic_network is not None:
+            check_network(type(self).__name__, "critic_network", critic_network)
         if critic_coeff is None and critic_network is not None:
             critic_coeff = 1.0
         if critic_network is None and critic_coeff not in (None, 0, 0.0):
@@ -133,15 +150,15 @@ class PPOLoss(LossModule):
                 _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
             }
             entropy_coeff = 0.0
-        check_in_range("entropy_coeff", entropy_coeff, 0.0)
-        check_in_range("samples_mc_entropy", samples_mc_entropy, 1)
+        self._check_coefficient("entropy_coeff", entropy_coeff)
+        self._check_coefficient("samples_mc_entropy", samples_mc_entropy)
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
         if critic_coeff is not None:
-            check_in_range("critic_coeff", critic_coeff, 0.0)
+            self._check_coefficient("critic_coeff", critic_coeff)
         if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
             raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
         if clip_value is not None:
-            check_in_range("clip_value", clip_value, 0.0, low_open=True)
+            self._check_coefficient("clip_value", clip_value)
         self.reduction = self._check_reduction(reduction)
 
         self.actor_network = actor_network
@@ -273,7 +290,8 @@ class PPOLoss(LossModule):
     def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
         """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
         if not isinstance(distribution, CompositeDistribution):
-            return distribution.log_prob(self._get(batch, "action"))
+            action = self._get(batch, "action")
+            return log_prob_of(distribution, action, self.tensor_keys.action, type(self).__name__)
         return action_log_prob(distribution, batch, self.tensor_keys.action, type(self).__name__)
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
@@ -381,13 +399,16 @@ class PPOLoss(LossModule):
             )
             info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
         if self.log_explained_variance:
-            info["explained_variance"] = rlf.explained_variance(value, target)
+            info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
     # ----------------------------------------------------------------------------- forward
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
         mask = tensordict.get(self.tensor_keys.mask, None)
+        if mask is not None:  # padded sequences: padding enters no arithmetic
+            mask = batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
+            tensordict = fill_padding(tensordict, mask, self.tensor_keys.mask)
         batch, advantage = self._advantage(tensordict, mask)
         distribution, log_ratio = self._policy(batch)
         surrogate, out = self._surrogate(log_ratio, advantage, mask, batch, distribution)
@@ -434,6 +455,12 @@ class ClipPPOLoss(PPOLoss):
         {"clip_epsilon", "clip_epsilon_low", "clip_epsilon_high", "dual_clip"}
     )
     _surrogate_keys = ("clip_fraction", "ESS", "max_ratio", "mean_ratio")
+    _coefficient_ranges = {
+        "clip_epsilon": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
+        "clip_epsilon_low": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
+        "clip_epsilon_high": {"low": 0.0, "low_open": True},
+        "dual_clip": {"low": 1.0, "low_open": True},
+    }
 
     def __init__(
         self,
@@ -473,10 +500,10 @@ class ClipPPOLoss(PPOLoss):
                 "clip_epsilon_high", torch.tensor(float(clip_epsilon[1]), device=device)
             )
         else:
-            check_in_range("clip_epsilon", clip_epsilon, 0.0, 1.0, low_open=True, high_open=True)
+            self._check_coefficient("clip_epsilon", clip_epsilon)
             self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))
         if dual_clip is not None:
-            check_in_range("dual_clip", dual_clip, 1.0, low_open=True)
+            self._check_coefficient("dual_clip", dual_clip)
         self._register_optional_buffer("dual_clip", dual_clip)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -539,6 +566,13 @@ class KLPENPPOLoss(PPOLoss):
     """
 
     _schedulable_buffers = frozenset({"beta"})
+    _coefficient_ranges = {
+        "dtarg": {"low": 0.0, "low_open": True},
+        "beta": {"low": 0.0},
+        "increment": {"low": 1.0},
+        "decrement": {"low": 0.0, "high": 1.0, "low_open": True},
+        "samples_mc_kl": {"low": 1, "integer": True},
+    }
     _surrogate_keys = ("kl", "beta")
 
     def __init__(
@@ -557,11 +591,14 @@ class KLPENPPOLoss(PPOLoss):
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
-        check_in_range("dtarg", dtarg, 0.0, low_open=True)
-        check_in_range("beta", beta, 0.0)
-        check_in_range("increment", increment, 1.0)
-        check_in_range("decrement", decrement, 0.0, 1.0, low_open=True)
-        check_in_range("samples_mc_kl", samples_mc_kl, 1)
+        for name, value in (
+            ("dtarg", dtarg),
+            ("beta", beta),
+            ("increment", increment),
+            ("decrement", decrement),
+            ("samples_mc_kl", samples_mc_kl),
+        ):
+            self._check_coefficient(name, value)
         if beta_min is not None and beta_max is not None and beta_min > beta_max:
             raise ValueError(f"beta_min ({beta_min}) must be <= beta_max ({beta_max}).")
         if self._actor_call.head is None:
@@ -651,6 +688,7 @@ class RPOLoss(ClipPPOLoss):
         rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that apply the noise themselves
 
     _schedulable_buffers = frozenset({"rpo_alpha"})
+    _coefficient_ranges = {"rpo_alpha": {"low": 0.0}}
 
     def __init__(
         self,
@@ -662,7 +700,7 @@ class RPOLoss(ClipPPOLoss):
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
-        check_in_range("rpo_alpha", rpo_alpha, 0.0)
+        self._check_coefficient("rpo_alpha", rpo_alpha)
         self.noise_in_actor = noise_in_actor
         if not noise_in_actor:
             keys = self._actor_call.parameter_keys if self._actor_call.head is not None else {}

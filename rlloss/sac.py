@@ -20,8 +20,8 @@ from torchrl.modules import TanhNormal
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range
-from rlloss._networks import DistributionCall, NetworkCall, entry, sum_heads
+from rlloss._checks import check_choice, check_in_range, check_network
+from rlloss._networks import DistributionCall, NetworkCall, entry, network_inputs, sum_heads
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
@@ -69,6 +69,8 @@ class _SoftActorCritic(TDTargetLoss):
         priority_key: NestedKey | None = None,
         **replay,
     ) -> None:
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(loss_function=loss_function, **replay)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
@@ -80,7 +82,7 @@ class _SoftActorCritic(TDTargetLoss):
                 f"{type(self).__name__}: setting priority_key via the constructor is deprecated "
                 f"(as in TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
             )
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
         for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
             if bound is not None:
@@ -339,7 +341,7 @@ class SACLoss(_SoftActorCritic):
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
-        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys if k != key}
+        inputs = network_inputs(batch, self._qvalue, exclude=key)
         inputs[key] = action
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 
@@ -489,7 +491,7 @@ class DiscreteSACLoss(_SoftActorCritic):
         if target_entropy == "auto":
             if num_actions is None:
                 raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
-            check_in_range("num_actions", num_actions, 1)
+            check_in_range("num_actions", num_actions, 1, integer=True)
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
         super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.num_actions = num_actions
@@ -508,7 +510,7 @@ class DiscreteSACLoss(_SoftActorCritic):
 
     def _action_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, num_actions]`` action values at the batch's observations."""
-        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys}
+        inputs = network_inputs(batch, self._qvalue)
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:

@@ -13,8 +13,8 @@ from torchrl.data import Bounded, Composite
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
-from rlloss._networks import NetworkCall, entry
+from rlloss._checks import check_in_range, check_network
+from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
 
 
@@ -88,6 +88,7 @@ class TD3Loss(TDTargetLoss):
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
     _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
+    _coefficient_ranges = {"policy_noise": {"low": 0.0}, "noise_clip": {"low": 0.0}}
 
     _estimator_keys = {"value": "state_action_value"}
 
@@ -106,10 +107,12 @@ class TD3Loss(TDTargetLoss):
         delay_qvalue: bool = True,
         **replay,
     ) -> None:
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(loss_function=loss_function, **replay)
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1)
-        check_in_range("policy_noise", policy_noise, 0.0)
-        check_in_range("noise_clip", noise_clip, 0.0)
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
+        self._check_coefficient("policy_noise", policy_noise)
+        self._check_coefficient("noise_clip", noise_clip)
         self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         low, high = action_bounds(action_spec, bounds)
@@ -157,7 +160,7 @@ class TD3Loss(TDTargetLoss):
 
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
-        inputs = {k: entry(batch, k) for k in self._qvalue.in_keys if k != self.tensor_keys.action}
+        inputs = network_inputs(batch, self._qvalue, exclude=self.tensor_keys.action)
         inputs[self.tensor_keys.action] = action
         return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
 

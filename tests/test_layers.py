@@ -22,7 +22,7 @@ ALLOWED = {
     "_compat": set(),
     "_dispatch": {"_compat"},
     "functional": {"_checks", "functional"},
-    "_networks": {"_compat"},
+    "_networks": {"_checks", "_compat"},
     "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional"},
     "normalizers": {"_checks", "functional"},
     "schedulers": {"_checks"},

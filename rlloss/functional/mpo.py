@@ -182,4 +182,8 @@ def categorical_cross_entropy(target_log_probs: torch.Tensor, logits: torch.Tens
     """``-sum_a p(a) log pi(a)`` with ``p = exp(target_log_probs)`` (no gradient) and ``pi =
     softmax(logits)``, ``[*B]``: the categorical M-step's weighted log-likelihood."""
     check_same_shape(target_log_probs=target_log_probs, logits=logits)
-    return -(target_log_probs.detach().exp() * logits.log_softmax(-1)).sum(-1)
+    # Actions of target probability 0 (masked actions: -inf logits) are selected out before the
+    # arithmetic, so 0 * log(0) reaches neither the value nor the gradient.
+    possible = target_log_probs > -torch.inf
+    log_probs = torch.where(possible, logits.log_softmax(-1), 0.0)
+    return -torch.where(possible, target_log_probs.detach().exp() * log_probs, 0.0).sum(-1)

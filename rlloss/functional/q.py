@@ -34,7 +34,14 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
             f"one-hot action {tuple(action_value.shape)} nor an integer index "
             f"{tuple(action_value.shape[:-1])} for action values of shape {tuple(action_value.shape)}."
         )
-    return action_value.gather(-1, action)
+    try:
+        return action_value.gather(-1, action)
+    except (RuntimeError, IndexError) as error:  # CPU checks the range (CUDA asserts instead)
+        raise ValueError(
+            f"action index out of range: the action values have {action_value.shape[-1]} actions, "
+            f"so indices must lie in [0, {action_value.shape[-1]}) (gather raised: {error}). "
+            "Store the index of the action taken, or a one-hot action."
+        ) from error
 
 
 def greedy_value(action_value: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,13 @@
 
 Every loss reduces through :func:`reduce`, so masks (padded sequence batches) and prioritized
 replay weights enter in one place. Masked elements are selected out with ``torch.where`` (never
-multiplied), so a NaN or inf in padding cannot leak into the loss or its gradient.
+multiplied), so a NaN or inf in a masked element of ``loss`` cannot reach the reduced value.
+
+The gradient is another matter: ``torch.where`` sends a zero gradient into a masked element, but
+the backward pass of the arithmetic that produced it multiplies that zero by its local
+derivative, and ``0 * nan = nan``. The losses therefore replace the content of padded steps
+*before* any arithmetic (:func:`rlloss.common.fill_padding`); the functions here only promise
+NaN-safe values.
 """
 
 from __future__ import annotations
@@ -13,11 +19,21 @@ REDUCTIONS = ("mean", "sum", "none")
 _DIAGNOSTIC_REDUCTIONS = ("max",)
 
 
-def _expand_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def _expand_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "mask") -> torch.Tensor:
+    """``mask`` (``[*B]`` or ``[*B, 1]``) expanded to ``like``'s shape; a ``ValueError`` naming
+    both shapes when it does not fit (a ``[B, 3]`` mask for a ``[B, 1]`` loss)."""
+    shape = mask.shape
     while mask.ndim > like.ndim and mask.shape[-1] == 1:
         mask = mask.squeeze(-1)
     if mask.ndim < like.ndim:
         mask = mask.reshape(mask.shape + (1,) * (like.ndim - mask.ndim))
+    if mask.ndim != like.ndim or any(
+        m not in (1, n) for m, n in zip(mask.shape, like.shape, strict=True)
+    ):
+        raise ValueError(
+            f"the {name} has shape {tuple(shape)}, which does not fit the elementwise loss of "
+            f"shape {tuple(like.shape)}: give one value per batch element ([*B] or [*B, 1])."
+        )
     return mask.expand_as(like)
 
 
@@ -51,7 +67,7 @@ def reduce(
         mask = _expand_mask(mask, loss)
         loss = torch.where(mask, loss, 0.0)
     if weights is not None:
-        weights = _expand_mask(weights, loss)
+        weights = _expand_mask(weights, loss, "weights")
         if mask is not None:
             weights = torch.where(mask, weights, 0.0)
         loss = loss * weights
@@ -100,9 +116,25 @@ def normalized_effective_sample_size(
     return weight.sum().square() / (weight.square().sum() * count)
 
 
-def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``1 - Var[target - prediction] / Var[target]`` (population variances), without gradient."""
+def explained_variance(
+    prediction: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``1 - Var[target - prediction] / Var[target]`` (population variances over the valid
+    elements: those where ``mask`` is ``True``, all without one), without gradient."""
     prediction, target = prediction.detach(), target.detach()
     eps = torch.finfo(target.dtype).eps
-    residual = torch.var(target - prediction, correction=0)
-    return 1.0 - residual / (torch.var(target, correction=0) + eps)
+    if mask is None:
+        residual = torch.var(target - prediction, correction=0)
+        return 1.0 - residual / (torch.var(target, correction=0) + eps)
+    return 1.0 - _masked_variance(target - prediction, mask) / (
+        _masked_variance(target, mask) + eps
+    )
+
+
+def _masked_variance(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The population variance of the elements of ``x`` where ``mask`` holds."""
+    mask = _expand_mask(mask, x)
+    count = mask.sum().clamp_min(1)
+    valid = torch.where(mask, x, 0.0)
+    mean = valid.sum() / count
+    return torch.where(mask, (valid - mean) ** 2, 0.0).sum() / count
