@@ -5,6 +5,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 """
 
 from rlloss import functional
+from rlloss._checks import MissingKeyError, set_checks
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
@@ -38,6 +39,7 @@ __all__ = [
     "KLEarlyStopping",
     "KLPENPPOLoss",
     "LossModule",
+    "MissingKeyError",
     "MPOLoss",
     "MultiAgentGAE",
     "PPOLoss",
@@ -54,6 +56,7 @@ __all__ = [
     "ValueEstimator",
     "functional",
     "kl_exceeds",
+    "set_checks",
 ]
 
 __version__ = "0.1.0"

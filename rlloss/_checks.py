@@ -181,3 +181,49 @@ def check_network(owner: str, name: str, network, *, ensemble: bool = False) -> 
             "ProbabilisticActor, ValueOperator, QValueActor, or TensorDictModule(net, "
             f"in_keys=[...], out_keys=[...])), got {type(network).__name__}."
         )
+
+
+_CHECKS = {"enabled": False}
+
+
+def set_checks(enabled: bool) -> bool:
+    """Turn rlloss's data checks on or off (off by default); returns the previous setting.
+
+    With checks on, every loss and value estimator scans its input batch before computing
+    anything and raises a ``ValueError`` naming the first entry that holds a NaN or an infinity
+    outside padding, with the index of the first bad element. The scan reads a flag from the
+    device: **one host sync per entry and call**, which is why it is off by default. Under
+    ``torch.compile`` the scan is skipped (a sync would break the graph): debug in eager mode.
+
+    Example:
+        >>> rlloss.set_checks(True)
+        >>> loss(batch)  # ValueError: ... ('next', 'reward') holds nan at index (3, 0) ...
+    """
+    previous = _CHECKS["enabled"]
+    _CHECKS["enabled"] = bool(enabled)
+    return previous
+
+
+def checks_enabled() -> bool:
+    """Whether :func:`set_checks` turned the data checks on."""
+    return _CHECKS["enabled"] and not torch.compiler.is_compiling()
+
+
+def check_finite(owner: str, tensordict: TensorDictBase, valid: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` naming the first floating entry of ``tensordict`` with a NaN or an
+    infinity in a valid step (``valid``: ``[*B]`` boolean, ``None`` for all), and the index of
+    its first bad element. Syncs: one read per entry (see :func:`set_checks`)."""
+    for key, value in tensordict.items(include_nested=True, leaves_only=True):
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        bad = ~torch.isfinite(value)
+        if valid is not None:
+            bad &= valid.reshape(*valid.shape, *(1,) * (value.ndim - valid.ndim))
+        if bad.any():
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{owner}: the batch entry {key!r} holds {value[index].item()} at index {index} "
+                "(outside padding). Find where it was produced (the environment, the reward "
+                "function, a normaliser) or drop those steps; rlloss.set_checks(False) turns "
+                "this check off."
+            )

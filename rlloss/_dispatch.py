@@ -9,6 +9,7 @@ import functools
 from tensordict import TensorDictBase, is_tensor_collection, make_tensordict
 
 from rlloss import _compat
+from rlloss._checks import check_finite, checks_enabled
 
 
 def accepts_tensor_arguments(forward):
@@ -23,8 +24,7 @@ def accepts_tensor_arguments(forward):
     @functools.wraps(forward)
     def forward_with_tensors(self, tensordict=None, *args, **kwargs):
         if not args and not kwargs and isinstance(tensordict, TensorDictBase):
-            if 0 in tensordict.batch_size:
-                raise_empty(self, tensordict)
+            check_batch(self, tensordict)
             return forward(self, tensordict)
         if is_tensor_collection(tensordict):
             return forward(self, tensordict, *args, **kwargs)
@@ -43,11 +43,22 @@ def accepts_tensor_arguments(forward):
                 f"{sorted(kwargs) or f'({len(positional)} positional)'}; a call with tensors "
                 f"takes the in_keys, nested keys joined by '_': {names}."
             )
-        out = forward(self, make_tensordict(values, auto_batch_size=True))
+        tensordict = make_tensordict(values, auto_batch_size=True)
+        check_batch(self, tensordict)
+        out = forward(self, tensordict)
         outputs = tuple(out[key] for key in self.out_keys)
         return outputs[0] if len(outputs) == 1 else outputs
 
     return forward_with_tensors
+
+
+def check_batch(module, tensordict: TensorDictBase) -> None:
+    """What every call checks first: a batch with elements (shapes only, no sync); with
+    ``rlloss.set_checks(True)``, finite entries outside padding (syncs)."""
+    if 0 in tensordict.batch_size:
+        raise_empty(module, tensordict)
+    if checks_enabled():
+        check_finite(type(module).__name__, tensordict, module._padding_mask(tensordict))
 
 
 def raise_empty(module, tensordict: TensorDictBase) -> None:

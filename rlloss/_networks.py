@@ -145,7 +145,10 @@ def _keys(batch) -> list:
 
 
 def _dtype_error(name: str, network, given: dict) -> Exception | None:
-    parameter = next(iter(network.parameters()), None) if isinstance(network, nn.Module) else None
+    if not isinstance(network, nn.Module):
+        return None
+    tensors = [*network.parameters(), *network.buffers()]  # a target copy holds buffers only
+    parameter = next((t for t in tensors if t.is_floating_point()), None)
     if parameter is None:
         return None
     for key, value in given.items():

@@ -23,7 +23,6 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
 from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
@@ -154,6 +153,21 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         key = getattr(self.tensor_keys, name)
         _compat.set_computed(tensordict, _compat.unravel_key(key), value)
 
+    def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The batch's valid steps (``[*B]`` boolean), ``None`` when nothing is padded."""
+        return None
+
+    # ----------------------------------------------------------------------------- state
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``, with one short ``RuntimeError`` listing every entry
+        whose shape differs (saved and current shapes) and, with ``strict``, the missing and
+        unexpected names, before anything is copied (a state dict of another loss or of other
+        networks is refused whole)."""
+        message = state_dict_mismatch(self.state_dict(keep_vars=True), state_dict, strict)
+        if message:
+            raise RuntimeError(f"{type(self).__name__}.load_state_dict: {message}")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     # ----------------------------------------------------------------------------- views
     _moves = 0  # counts ``_apply`` calls (``.to``, ``.double``...): rlloss's updaters re-read
 
@@ -218,6 +232,37 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         return reduction
 
 
+def state_dict_mismatch(own: dict, given, strict: bool, shown: int = 5) -> str:
+    """What keeps ``given`` from loading into a module whose state dict is ``own``: entries of
+    another shape, and (``strict``) missing and unexpected names; ``""`` when it fits."""
+
+    def listed(items: list) -> str:
+        more = f" and {len(items) - shown} more" if len(items) > shown else ""
+        return "; ".join(items[:shown]) + more
+
+    shapes = [
+        f"{name!r}: saved {tuple(value.shape)}, here {tuple(own[name].shape)}"
+        for name, value in given.items()
+        if name in own
+        and isinstance(value, torch.Tensor)
+        and isinstance(own[name], torch.Tensor)
+        and value.shape != own[name].shape
+    ]
+    problems = [f"{len(shapes)} entries have another shape ({listed(shapes)})"] if shapes else []
+    if strict:
+        missing = [repr(name) for name in own if name not in given]
+        unexpected = [repr(name) for name in given if name not in own]
+        problems += [f"{len(missing)} missing ({listed(missing)})"] if missing else []
+        problems += [f"{len(unexpected)} unexpected ({listed(unexpected)})"] if unexpected else []
+    if not problems:
+        return ""
+    return (
+        "the state dict does not fit this loss: " + ", ".join(problems) + ". Was it saved "
+        "from another loss class, or from networks of other sizes? (strict=False skips the "
+        "missing and unexpected names, never the shapes.)"
+    )
+
+
 def _readable_number(value) -> bool:
     """Whether ``value`` can be range-checked without a host sync."""
     if isinstance(value, torch.Tensor):
@@ -225,9 +270,9 @@ def _readable_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def fill_padding(batch: TensorDictBase, mask: torch.Tensor, mask_key: NestedKey) -> TensorDictBase:
+def fill_padding(batch: TensorDictBase, mask: torch.Tensor, keep) -> TensorDictBase:
     """A copy of ``batch`` whose padded steps (``mask`` ``False``, ``[*B]``) hold the content of
-    the batch's first valid step, in every entry but the mask.
+    the batch's first valid step, in every entry but the masks (``keep``: their keys).
 
     Masked reductions select padding out of the value, but not out of the gradient: the backward
     pass of ``ratio * advantage`` multiplies the zero gradient of a padded step by its advantage,
@@ -245,7 +290,10 @@ def fill_padding(batch: TensorDictBase, mask: torch.Tensor, mask_key: NestedKey)
         return torch.where(mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)), x, donor)
 
     filled = batch.apply(fill)
-    filled.set(mask_key, batch.get(mask_key))
+    for key in keep:
+        value = batch.get(key, None)
+        if value is not None:
+            filled.set(key, value)
     return filled
 
 

@@ -130,8 +130,9 @@ class DDPGLoss(TDTargetLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
-        loss_value, info = self.loss_value(tensordict)
-        loss_actor, _ = self.loss_actor(tensordict)
+        batch = self._valid_batch(tensordict)
+        loss_value, info = self.loss_value(batch)
+        loss_actor, _ = self.loss_actor(batch)
         self._write_priority(tensordict, info["td_error"])
         return _compat.output_tensordict(
             {"loss_actor": loss_actor, "loss_value": loss_value, **info}

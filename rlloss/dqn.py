@@ -112,12 +112,11 @@ class DQNLoss(TDTargetLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
-        value = rlf.chosen_action_value(
-            self._action_values(tensordict), self._get(tensordict, "action")
-        )
-        target = self._td_target(tensordict, self._next_value(entry(tensordict, "next")))
+        batch = self._valid_batch(tensordict)
+        value = rlf.chosen_action_value(self._action_values(batch), self._get(batch, "action"))
+        target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
-        return _compat.output_tensordict({"loss": self._critic_loss(value, target, tensordict)})
+        return _compat.output_tensordict({"loss": self._critic_loss(value, target, batch)})
 
 
 class DDQNLoss(DQNLoss):

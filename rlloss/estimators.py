@@ -143,6 +143,10 @@ class ValueEstimator(TensorDictModuleBase):
         remap_keys(type(self).__name__, self.tensor_keys, self._AcceptedKeys, **kwargs)
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
+    def _padding_mask(self, tensordict: TensorDictBase) -> None:
+        """Estimators read every step (padding included): the data checks scan them all."""
+        return None
+
     def _read(self, tensordict: TensorDictBase, name: str, nested: bool = False) -> torch.Tensor:
         full_key = next_key(getattr(self.tensor_keys, name), nested)
         value = tensordict.get(full_key, None)
@@ -197,12 +201,16 @@ class ValueEstimator(TensorDictModuleBase):
         terminated = tensordict.get(key, None)
         if terminated is not None:
             return terminated
+        done = tensordict.get(next_key(self.tensor_keys.done), None)
+        if done is None:  # neither flag: the error names the one that matters
+            message = missing_key_message(type(self).__name__, "terminated", key, tensordict)
+            raise MissingKeyError(message)
         if not self._warned_terminated:
             self._warned_terminated = True
             warn_terminated_from_done(
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
-        return self._read(tensordict, "done", nested=True)
+        return done
 
     _warned_terminated = False
 
@@ -271,6 +279,12 @@ class ValueEstimator(TensorDictModuleBase):
                 f"batch_size={tuple(tensordict.batch_size)}."
             )
         time_dim = self.time_dim if time_dim is None else time_dim
+        if time_dim is not None and not -tensordict.batch_dims <= time_dim < tensordict.batch_dims:
+            raise ValueError(
+                f"{type(self).__name__}: time_dim={time_dim} is not a dimension of the batch, "
+                f"whose batch_size {list(tensordict.batch_size)} has {tensordict.batch_dims} "
+                f"dims; pass a time_dim in [{-tensordict.batch_dims}, {tensordict.batch_dims})."
+            )
         time_dim = (
             tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
         )

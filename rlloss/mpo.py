@@ -136,8 +136,9 @@ class _MaximumAPosteriori(TDTargetLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
-        loss_qvalue, info_qvalue = self.loss_qvalue(tensordict)
-        loss_actor, info = self.loss_actor(tensordict)
+        batch = self._valid_batch(tensordict)
+        loss_qvalue, info_qvalue = self.loss_qvalue(batch)
+        loss_actor, info = self.loss_actor(batch)
         self._write_priority(tensordict, info_qvalue["td_error"])
         return _compat.output_tensordict(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}

@@ -35,7 +35,7 @@ from rlloss._checks import (
     warn_terminated_from_done,
 )
 from rlloss._networks import Ensemble, FrozenCopy, reinitialised
-from rlloss.common import LossModule
+from rlloss.common import LossModule, fill_padding
 from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
@@ -144,10 +144,12 @@ class TDTargetLoss(LossModule):
         reward = self._get(tensordict, "reward", nested=True)
         terminated = self._read(tensordict, "terminated", nested=True)
         if terminated is None:  # TorchRL's fallback, with a warning
+            terminated = self._read(tensordict, "done", nested=True)
+            if terminated is None:  # neither flag: the error names the one that matters
+                self._get(tensordict, "terminated", nested=True)
             warn_terminated_from_done(
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
-            terminated = self._get(tensordict, "done", nested=True)
         steps = self._read(tensordict, "steps_to_next_obs")
         if steps is not None:
             key = self.tensor_keys.steps_to_next_obs
@@ -182,17 +184,31 @@ class TDTargetLoss(LossModule):
         )
         return loss.squeeze(-1) if self.reduction == "none" else loss
 
+    def _mask_paths(self) -> tuple:
+        key = self.loss_mask_key
+        if isinstance(key, str) and key == "auto":
+            return _AUTO_MASK_PATHS
+        return () if key is None else (_compat.unravel_key(key),)
+
+    def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        mask = self._loss_mask(tensordict)
+        return None if mask is None else mask.squeeze(-1)
+
+    def _valid_batch(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``tensordict``, or, when it marks padded transitions (``loss_mask_key``), a copy whose
+        padding holds a valid transition (:func:`rlloss.common.fill_padding`): padding then
+        reaches no value and no gradient. The priority is still written into ``tensordict``."""
+        mask = self._padding_mask(tensordict)
+        if mask is None:
+            return tensordict
+        return fill_padding(tensordict, mask, self._mask_paths())
+
     def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
         TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
         key reads that entry, ``None`` masks nothing."""
-        key = self.loss_mask_key
-        if isinstance(key, str) and key == "auto":
-            paths = _AUTO_MASK_PATHS
-        else:
-            paths = () if key is None else (_compat.unravel_key(key),)
         masks = []
-        for path in paths:
+        for path in self._mask_paths():
             mask = _compat.get_path(tensordict, path)
             if mask is not None:
                 mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)

@@ -402,13 +402,18 @@ class PPOLoss(LossModule):
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
+    def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        mask = tensordict.get(self.tensor_keys.mask, None)
+        if mask is None:
+            return None
+        return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
+
     # ----------------------------------------------------------------------------- forward
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
-        mask = tensordict.get(self.tensor_keys.mask, None)
+        mask = self._padding_mask(tensordict)
         if mask is not None:  # padded sequences: padding enters no arithmetic
-            mask = batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
-            tensordict = fill_padding(tensordict, mask, self.tensor_keys.mask)
+            tensordict = fill_padding(tensordict, mask, [self.tensor_keys.mask])
         batch, advantage = self._advantage(tensordict, mask)
         distribution, log_ratio = self._policy(batch)
         surrogate, out = self._surrogate(log_ratio, advantage, mask, batch, distribution)

@@ -156,15 +156,16 @@ class _SoftActorCritic(TDTargetLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
         ``td_error`` into ``tensordict``."""
-        loss_qvalue, info = self.loss_qvalue(tensordict)
-        value_losses = self._value_losses(tensordict)
-        loss_actor, info_actor = self.loss_actor(tensordict)
+        batch = self._valid_batch(tensordict)
+        loss_qvalue, info = self.loss_qvalue(batch)
+        value_losses = self._value_losses(batch)
+        loss_actor, info_actor = self.loss_actor(batch)
         log_prob = info_actor["log_prob"]
         self._write_priority(tensordict, info["td_error"])
         out = {
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
-            "loss_alpha": self._temperature_loss(log_prob, tensordict),
+            "loss_alpha": self._temperature_loss(log_prob, batch),
             **value_losses,
         }
         scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}

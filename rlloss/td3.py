@@ -203,8 +203,9 @@ class TD3Loss(TDTargetLoss):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
-        loss_actor, info_actor = self.loss_actor(tensordict)
-        loss_qvalue, info = self.loss_qvalue(tensordict)
+        batch = self._valid_batch(tensordict)
+        loss_actor, info_actor = self.loss_actor(batch)
+        loss_qvalue, info = self.loss_qvalue(batch)
         self._write_priority(tensordict, info.pop("td_error").amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
         return _compat.output_tensordict(out)

@@ -20,7 +20,7 @@ LOSSES = {"ppo", "dqn", "ddpg", "td3", "sac", "mpo"}
 ALLOWED = {
     "_checks": set(),
     "_compat": set(),
-    "_dispatch": {"_compat"},
+    "_dispatch": {"_checks", "_compat"},
     "functional": {"_checks", "functional"},
     "_networks": {"_checks", "_compat"},
     "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional"},
