@@ -283,10 +283,12 @@ def fill_padding(batch: TensorDictBase, mask: torch.Tensor, keep) -> TensorDictB
     No host sync: the first valid index is an ``argmax`` on the device.
     """
     flat = mask.reshape(-1)
-    first = flat.to(torch.uint8).argmax()  # 0 when nothing is valid: then nothing is counted
+    # the first valid index, as a 1-element tensor (0 when nothing is valid: nothing counts then)
+    first = flat.to(torch.uint8).argmax().reshape(1)
 
     def fill(x: torch.Tensor) -> torch.Tensor:
-        donor = x.reshape(flat.shape[0], *x.shape[mask.ndim :])[first]
+        rest = x.shape[mask.ndim :]
+        donor = x.reshape(flat.shape[0], *rest).index_select(0, first).reshape(rest)
         return torch.where(mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)), x, donor)
 
     filled = batch.apply(fill)
