@@ -33,6 +33,7 @@ from rlloss._checks import (
     missing_key_message,
     next_key,
     remap_keys,
+    state_dict_mismatch,
 )
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss.estimators import build_value_estimator
@@ -230,37 +231,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
-
-
-def state_dict_mismatch(own: dict, given, strict: bool, shown: int = 5) -> str:
-    """What keeps ``given`` from loading into a module whose state dict is ``own``: entries of
-    another shape, and (``strict``) missing and unexpected names; ``""`` when it fits."""
-
-    def listed(items: list) -> str:
-        more = f" and {len(items) - shown} more" if len(items) > shown else ""
-        return "; ".join(items[:shown]) + more
-
-    shapes = [
-        f"{name!r}: saved {tuple(value.shape)}, here {tuple(own[name].shape)}"
-        for name, value in given.items()
-        if name in own
-        and isinstance(value, torch.Tensor)
-        and isinstance(own[name], torch.Tensor)
-        and value.shape != own[name].shape
-    ]
-    problems = [f"{len(shapes)} entries have another shape ({listed(shapes)})"] if shapes else []
-    if strict:
-        missing = [repr(name) for name in own if name not in given]
-        unexpected = [repr(name) for name in given if name not in own]
-        problems += [f"{len(missing)} missing ({listed(missing)})"] if missing else []
-        problems += [f"{len(unexpected)} unexpected ({listed(unexpected)})"] if unexpected else []
-    if not problems:
-        return ""
-    return (
-        "the state dict does not fit this loss: " + ", ".join(problems) + ". Was it saved "
-        "from another loss class, or from networks of other sizes? (strict=False skips the "
-        "missing and unexpected names, never the shapes.)"
-    )
 
 
 def _readable_number(value) -> bool:

@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.modules import QValueActor
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -75,6 +76,10 @@ class DQNLoss(TDTargetLoss):
         action_space: str | None = None,
         **replay,
     ) -> None:
+        if isinstance(value_network, nn.Module) and not hasattr(value_network, "in_keys"):
+            # TorchRL's convenience: a plain network of the observation becomes a QValueActor
+            space = action_space if isinstance(action_space, str) else "one-hot"
+            value_network = QValueActor(value_network, in_keys=["observation"], action_space=space)
         check_network(type(self).__name__, "value_network", value_network)
         super().__init__(loss_function=loss_function, **replay)
         if isinstance(action_space, str):

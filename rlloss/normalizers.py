@@ -11,12 +11,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlloss._checks import check_in_range, check_same_shape
+from rlloss._checks import check_in_range, check_same_shape, state_dict_mismatch
 from rlloss.functional import discounted_returns
 
 
 def merged_moments(
-    count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, values: torch.Tensor
+    count: torch.Tensor,
+    mean: torch.Tensor,
+    m2: torch.Tensor,
+    values: torch.Tensor,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Running ``(count, mean, M2)`` merged with a batch of ``values`` (Chan, Golub & LeVeque,
     "Updating formulae and a pairwise algorithm for computing sample variances", 1979)::
@@ -27,17 +31,39 @@ def merged_moments(
 
     ``M2`` is the sum of squared deviations, so the population variance is ``M2 / count``. The
     batch moments come from ``torch.var_mean`` (Welford), so equal values give ``M2 = 0`` exactly.
+    With ``valid`` (a boolean mask of ``values``' shape), only those values enter, without a host
+    sync: their moments are taken on the values shifted by a valid one (equal values still give
+    ``M2 = 0`` exactly), and a batch with no valid value leaves the moments unchanged.
 
     Returns:
         The merged ``(count, mean, M2)``, 0-dim tensors.
     """
-    batch_count = values.numel()
-    batch_var, batch_mean = torch.var_mean(values, correction=0)
+    if valid is None:
+        batch_count = values.numel()
+        batch_var, batch_mean = torch.var_mean(values, correction=0)
+        batch_m2 = batch_var * batch_count
+    else:
+        batch_count, batch_mean, batch_m2 = _masked_moments(values, valid)
     total = count + batch_count
+    share = batch_count / torch.as_tensor(total).clamp_min(1)
     delta = batch_mean - mean
-    merged_mean = mean + delta * (batch_count / total)
-    merged_m2 = m2 + batch_var * batch_count + delta.square() * (count * batch_count / total)
+    merged_mean = mean + delta * share
+    merged_m2 = m2 + batch_m2 + delta.square() * count * share
     return total, merged_mean, merged_m2
+
+
+def _masked_moments(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(count, mean, M2)`` of the valid values (the shifted-data algorithm, shifted by the
+    first valid value, 0 when there is none)."""
+    flat, ok = values.reshape(-1), valid.reshape(-1)
+    first = flat.index_select(0, ok.to(torch.uint8).argmax().reshape(1)).squeeze(0)
+    shift = torch.where(ok.any(), first, 0.0)
+    shifted = torch.where(ok, flat - shift, 0.0)
+    count = ok.sum().to(values.dtype)
+    total = shifted.sum()
+    mean = shift + total / count.clamp_min(1)
+    m2 = (shifted.square().sum() - total.square() / count.clamp_min(1)).clamp_min(0.0)
+    return count, mean, m2
 
 
 class RewardNormalizer(nn.Module):
@@ -63,7 +89,12 @@ class RewardNormalizer(nn.Module):
 
     State (buffers, so in ``state_dict()``): ``returns`` (``[num_envs]``, the return each
     environment continues from, 0 after an episode end), ``count``, ``mean`` and ``m2``; all
-    float64. In eval mode (``normalizer.eval()``) nothing is updated: rewards are divided by the
+    float64; and ``num_nonfinite``, the count of non-finite rewards seen.
+
+    Non-finite rewards (NaN, inf) are ignored by the statistics: such a step counts as a reward of
+    0 in its environment's running return and its own return is left out of the moments, so one
+    bad reward cannot switch the scaling off for good; ``num_nonfinite`` counts them (no host
+    sync). The reward itself comes out as it went in (NaN in, NaN out). In eval mode (``normalizer.eval()``) nothing is updated: rewards are divided by the
     current scale. No host sync: every step is tensor operations.
 
     Differences from rl8 and gymnasium: rl8 takes the std over the current buffer only (here: a
@@ -84,7 +115,7 @@ class RewardNormalizer(nn.Module):
 
     def __init__(self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8) -> None:
         super().__init__()
-        check_in_range("num_envs", num_envs, 1)
+        check_in_range("num_envs", num_envs, 1, integer=True)
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_in_range("eps", eps, 0.0)
         self.num_envs = int(num_envs)
@@ -93,6 +124,7 @@ class RewardNormalizer(nn.Module):
         self.register_buffer("returns", torch.zeros(self.num_envs, dtype=torch.float64))
         for name in ("count", "mean", "m2"):
             self.register_buffer(name, torch.zeros((), dtype=torch.float64))
+        self.register_buffer("num_nonfinite", torch.zeros((), dtype=torch.int64))
 
     @property
     def var(self) -> torch.Tensor:
@@ -115,13 +147,16 @@ class RewardNormalizer(nn.Module):
 
     @torch.no_grad()
     def _update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        finite = torch.isfinite(reward)
+        reward = torch.where(finite, reward, 0.0)
         returns = discounted_returns(reward, done, self.returns[:, None, None], self.gamma)
         for buffer, value in zip(
             (self.count, self.mean, self.m2),
-            merged_moments(self.count, self.mean, self.m2, returns),
+            merged_moments(self.count, self.mean, self.m2, returns, finite),
             strict=True,
         ):
             buffer.copy_(value)
+        self.num_nonfinite.add_((~finite).sum())
         self.returns.copy_(returns[:, -1, 0] * (1.0 - done[:, -1, 0].to(returns.dtype)))
 
     def _as_sequence(self, x: torch.Tensor) -> torch.Tensor:
@@ -135,6 +170,21 @@ class RewardNormalizer(nn.Module):
             f"RewardNormalizer: reward has shape {tuple(x.shape)}; expected [num_envs] or "
             f"[num_envs, 1] for one step, or [num_envs, T, 1] for a batch, with num_envs={n}."
         )
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``; a state of another ``num_envs`` (or another module)
+        raises one short ``RuntimeError`` naming the shapes, before anything is copied."""
+        state = dict(state_dict)
+        state.setdefault("num_nonfinite", self.num_nonfinite)  # saved before the count existed
+        message = state_dict_mismatch(self.state_dict(keep_vars=True), state, strict)
+        if message:
+            raise RuntimeError(f"{type(self).__name__}.load_state_dict: {message}")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # state dicts saved before ``num_nonfinite`` existed load as they did
+        state_dict.setdefault(prefix + "num_nonfinite", torch.zeros_like(self.num_nonfinite))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, eps={self.eps}"

@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from rlloss._checks import check_choice, check_in_range
+from rlloss._checks import check_choice, check_in_range, check_is_dict, check_state_entries
 
 SCHEDULE_KINDS = ("step", "interp")
 
@@ -141,17 +142,27 @@ class KLAdaptiveLR(LRScheduler):
             lr_factor = 1.5 if factor is None else factor
         if min_lr is None:  # skrl's default; TorchRL's is 1e-5
             min_lr = 1e-5 if self.torchrl_rule else 1e-6
-        check_in_range("kl_threshold", kl_threshold, 0.0, low_open=True)
+        # the names the user typed: TorchRL's keywords or skrl's
+        threshold_name, factor_name = (
+            ("target_kl", "factor")
+            if self.torchrl_rule
+            else (
+                "kl_threshold",
+                "lr_factor",
+            )
+        )
+        check_in_range(threshold_name, kl_threshold, 0.0, math.inf, low_open=True, high_open=True)
         check_in_range("min_lr", min_lr, 0.0)
         check_in_range("max_lr", max_lr, min_lr)
-        check_in_range("kl_factor", kl_factor, 1.0, low_open=True)
-        check_in_range("lr_factor", lr_factor, 1.0, low_open=True)
+        check_in_range("kl_factor", kl_factor, 1.0, math.inf, low_open=True, high_open=True)
+        check_in_range(factor_name, lr_factor, 1.0, math.inf, low_open=True, high_open=True)
         self.kl_threshold = float(kl_threshold)
         self.min_lr = float(min_lr)
         self.max_lr = float(max_lr)
         self.kl_factor = float(kl_factor)
         self.lr_factor = float(lr_factor)
         self.last_kl: float | torch.Tensor | None = None
+        self.num_nonfinite = torch.zeros((), dtype=torch.int64)
         super().__init__(optimizer, last_epoch)
 
     @property
@@ -168,13 +179,19 @@ class KLAdaptiveLR(LRScheduler):
         """Adapt every param group's lr to ``kl`` (a float or a one-element tensor).
 
         ``None`` leaves the learning rates unchanged (as skrl does). A tensor with more than one
-        element raises ``ValueError``: pass its mean.
+        element raises ``ValueError``: pass its mean. A non-finite KL (NaN, inf) is ignored: every
+        learning rate stays as it is, and ``num_nonfinite`` (a 0-dim tensor on the KL's device)
+        counts it, without a host sync.
         """
         self.last_epoch += 1
         if kl is not None:
             kl = _one_element(type(self).__name__, kl)
             if not isinstance(kl, torch.Tensor):
                 kl = torch.tensor(kl, dtype=torch.float64)
+            if self.num_nonfinite.device != kl.device:  # a CPU count: read here, no device sync
+                count = int(self.num_nonfinite)
+                self.num_nonfinite = torch.full((), count, dtype=torch.int64, device=kl.device)
+            self.num_nonfinite = self.num_nonfinite + (~torch.isfinite(kl)).long()
             for group in self.optimizer.param_groups:
                 group["lr"] = self._adapted(group["lr"], kl)
             self.last_kl = kl
@@ -189,12 +206,30 @@ class KLAdaptiveLR(LRScheduler):
     def _rule(self, lr: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
         rule = (self.kl_threshold, self.min_lr, self.max_lr, self.kl_factor, self.lr_factor)
         adapted = kl_adaptive_lr(lr, kl, *rule)
-        if not self.torchrl_rule:
-            return adapted
-        return torch.where(kl > 0, adapted, lr).clamp(self.min_lr, self.max_lr)
+        if self.torchrl_rule:
+            adapted = torch.where(kl > 0, adapted, lr).clamp(self.min_lr, self.max_lr)
+        return torch.where(torch.isfinite(kl), adapted, lr)  # a non-finite KL changes nothing
+
+    _HYPERPARAMETERS = ("kl_threshold", "min_lr", "max_lr", "kl_factor", "lr_factor", "_last_lr")
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load the scheduler state and set the optimizer's learning rates to the saved ones."""
+        """Load the scheduler state and set the optimizer's learning rates to the saved ones. A
+        state saved for another number of param groups, or without the hyperparameters, raises
+        ``ValueError`` before anything changes."""
+        check_is_dict(type(self).__name__, state_dict)
+        missing = [name for name in self._HYPERPARAMETERS if name not in state_dict]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state has no {missing}; pass the "
+                "output of KLAdaptiveLR.state_dict()."
+            )
+        groups, saved = len(self.optimizer.param_groups), len(state_dict["_last_lr"])
+        if saved != groups:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state holds learning rates for "
+                f"{saved} param group(s), the optimizer has {groups}; load it into a scheduler "
+                "over an optimizer with the same param groups."
+            )
         super().load_state_dict(state_dict)
         for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
             _set_group_lr(group, lr)
@@ -225,13 +260,22 @@ class PiecewiseSchedule:
 
     def __init__(self, breakpoints: Sequence[tuple[float, float]], kind: str = "interp") -> None:
         check_choice("kind", kind, SCHEDULE_KINDS)
+        if not isinstance(breakpoints, Sequence) or isinstance(breakpoints, str):
+            raise TypeError(
+                "breakpoints must be a list of (step, value) pairs, got "
+                f"{type(breakpoints).__name__}."
+            )
         if len(breakpoints) == 0:
             raise ValueError("breakpoints must hold at least one (step, value) pair, got none.")
         for index, pair in enumerate(breakpoints):
-            if len(pair) != 2:
+            if not isinstance(pair, Sequence) or len(pair) != 2:
                 raise ValueError(
                     f"breakpoints[{index}] must be a (step, value) pair, got {pair!r}."
                 )
+            for number in pair:
+                check_in_range(f"breakpoints[{index}]", number)  # a number, not NaN
+            if not all(math.isfinite(float(number)) for number in pair):
+                raise ValueError(f"breakpoints[{index}] must hold finite numbers, got {pair!r}.")
         steps = [pair[0] for pair in breakpoints]
         for index in range(1, len(steps)):
             if steps[index] <= steps[index - 1]:
@@ -266,7 +310,8 @@ class PiecewiseSchedule:
             target: an optimizer (every param group's lr is set; in place with ``fill_`` when the
                 lr is a tensor), a tensor (filled in place), or a ``(module, "name")`` pair naming
                 a tensor attribute such as a loss's ``entropy_coeff`` buffer (filled in place, so
-                a compiled loss that reads it does not recompile).
+                a compiled loss that reads it does not recompile; a value outside an rlloss
+                coefficient's range raises ``ValueError`` and writes nothing).
 
         Returns:
             The value written.
@@ -278,6 +323,9 @@ class PiecewiseSchedule:
             return value
         if isinstance(target, tuple):
             module, name = target
+            bounds = getattr(module, "_all_coefficient_ranges", {}).get(name)
+            if bounds is not None:  # an rlloss loss's coefficient: its range, as on assignment
+                check_in_range(name, value, **bounds)
             target = getattr(module, name)
             if not isinstance(target, torch.Tensor):
                 raise TypeError(
@@ -303,8 +351,12 @@ def kl_exceeds(
     kl: float | torch.Tensor, target_kl: float, factor: float = 1.5
 ) -> bool | torch.Tensor:
     """``kl > factor * target_kl`` (rl8's early-stopping test), elementwise and on ``kl``'s device:
-    no host sync for a tensor ``kl``, a ``bool`` for a Python float."""
-    return kl > factor * target_kl
+    no host sync for a tensor ``kl``, a ``bool`` for a Python float. A non-finite KL (NaN, inf)
+    exceeds every threshold: the policy it measures is broken, so the update stops."""
+    threshold = factor * target_kl
+    if isinstance(kl, torch.Tensor):
+        return ~(torch.isfinite(kl) & (kl <= threshold))
+    return not (math.isfinite(kl) and kl <= threshold)
 
 
 class KLEarlyStopping:
@@ -317,7 +369,9 @@ class KLEarlyStopping:
 
     :meth:`should_stop` costs one host sync per call (the KL is read as a Python float); once
     stopped it answers ``True`` without reading the KL until :meth:`reset`. For a sync-free test
-    on the device, use :func:`kl_exceeds`.
+    on the device, use :func:`kl_exceeds`. A non-finite KL (NaN, inf) stops the update (it is
+    rejected, not ignored) and is counted in ``num_nonfinite``. :meth:`state_dict` /
+    :meth:`load_state_dict` save and restore the settings, the stop and the count.
 
     Args:
         target_kl: target KL, > 0.
@@ -326,6 +380,7 @@ class KLEarlyStopping:
     Attributes:
         stopped: whether the current update has been stopped.
         stop_kl: the KL (a float) that triggered the stop, ``None`` until then.
+        num_nonfinite: how many non-finite KLs were seen (over every update).
 
     Example:
         >>> early_stopping = KLEarlyStopping(target_kl=0.01)
@@ -341,10 +396,11 @@ class KLEarlyStopping:
     """
 
     def __init__(self, target_kl: float, factor: float = 1.5) -> None:
-        check_in_range("target_kl", target_kl, 0.0, low_open=True)
-        check_in_range("factor", factor, 0.0, low_open=True)
+        check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)
+        check_in_range("factor", factor, 0.0, math.inf, low_open=True, high_open=True)
         self.target_kl = float(target_kl)
         self.factor = float(factor)
+        self.num_nonfinite = 0
         self.reset()
 
     def should_stop(self, kl: float | torch.Tensor) -> bool:
@@ -354,6 +410,7 @@ class KLEarlyStopping:
         """
         if not self.stopped:
             value = float(_one_element(type(self).__name__, kl))  # the one host sync
+            self.num_nonfinite += not math.isfinite(value)
             if kl_exceeds(value, self.target_kl, self.factor):
                 self.stopped, self.stop_kl = True, value
         return self.stopped
@@ -362,6 +419,22 @@ class KLEarlyStopping:
         """Forget the stop, for the next update."""
         self.stopped = False
         self.stop_kl: float | None = None
+
+    _STATE = ("target_kl", "factor", "stopped", "stop_kl", "num_nonfinite")
+
+    def state_dict(self) -> dict:
+        """The settings, the current stop and the non-finite count."""
+        return {name: getattr(self, name) for name in self._STATE}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`'s output; a dict with other entries raises ``ValueError``
+        naming them (checked before anything changes)."""
+        check_is_dict(type(self).__name__, state_dict)
+        check_state_entries(type(self).__name__, state_dict, self._STATE)
+        check_in_range("target_kl", state_dict["target_kl"], 0.0, low_open=True)
+        check_in_range("factor", state_dict["factor"], 0.0, low_open=True)
+        for name in self._STATE:
+            setattr(self, name, state_dict[name])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(target_kl={self.target_kl}, factor={self.factor})"

@@ -16,6 +16,7 @@ from torchrl.objectives import HardUpdate as _TorchRLHardUpdate
 from torchrl.objectives import SoftUpdate as _TorchRLSoftUpdate
 
 from rlloss import _compat
+from rlloss._checks import check_in_range
 
 
 class _FusedPairs:
@@ -63,10 +64,19 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
     """Polyak averaging of the target networks, ``target <- (1 - tau) target + tau source``
     (``eps = 1 - tau``): TorchRL's ``SoftUpdate`` (same arguments) in one fused call.
 
+    ``tau`` must lie in (0, 1] (``eps`` in [0, 1)): 0 would never move the targets.
+
     Example:
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> ...; optimizer.step(); updater.step()
     """
+
+    def __init__(self, loss_module, *, eps: float | None = None, tau: float | None = None) -> None:
+        if tau is not None:
+            check_in_range("tau", tau, 0.0, 1.0, low_open=True)
+        if eps is not None:
+            check_in_range("eps", eps, 0.0, 1.0, high_open=True)
+        super().__init__(loss_module, eps=eps, tau=tau)
 
     def _fused_update(self, targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
         _compat.lerp_(targets, sources, 1.0 - self.eps)
@@ -74,7 +84,13 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
 
 class HardUpdate(_FusedStep, _TorchRLHardUpdate):
     """A copy of the online networks into the targets every ``value_network_update_interval``
-    steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call."""
+    steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call.
+    ``value_network_update_interval`` is a whole number >= 1."""
+
+    def __init__(self, loss_module, *, value_network_update_interval: int = 1000) -> None:
+        interval = value_network_update_interval
+        check_in_range("value_network_update_interval", interval, 1, integer=True)
+        super().__init__(loss_module, value_network_update_interval=interval)
 
     def _fused_update(self, targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
         if self.counter == self.value_network_update_interval:

@@ -587,7 +587,7 @@ CONSTRUCTION = [
         "use_prioritized_weights",
     ),
     ("DQN-network-list", lambda: rlloss.DQNLoss([_q_actor("one-hot")]), "one network"),
-    ("DQN-plain-module", lambda: rlloss.DQNLoss(nn.Linear(5, 4)), "TensorDict module"),
+    ("DQN-not-a-module", lambda: rlloss.DQNLoss(lambda x: x), "TensorDict module"),
     ("DDPG-gamma", _ddpg_with(gamma=2.0), "gamma"),
     ("DDPG-reduction", _ddpg_with(reduction="max"), "reduction"),
     (
@@ -675,6 +675,15 @@ def test_bad_hyperparameter_at_construction(build, pattern):
     expect_error((ValueError, TypeError, RuntimeError), pattern, build)
 
 
+def test_dqn_wraps_a_plain_network_as_torchrl_does():
+    """TorchRL's DQNLoss turns a plain module of the observation into a QValueActor."""
+    loss = rlloss.DQNLoss(
+        MLP(in_features=OBS, out_features=DISCRETE_ACT), action_space="categorical"
+    )
+    assert loss.value_network.in_keys == ["observation"]
+    assert_finite(loss, run(loss, test_sac.discrete_transitions(False, B)))
+
+
 ASSIGNMENT = [
     ("ClipPPO-clip_epsilon-1.5", "ClipPPOLoss", "clip_epsilon", 1.5),
     ("ClipPPO-clip_epsilon-0", "ClipPPOLoss", "clip_epsilon", 0.0),
@@ -743,7 +752,9 @@ def test_state_dict_of_another_loss_is_refused_briefly(target, source):
     module, _ = BY_NAME[target].build()
     other, _ = BY_NAME[source].build()
     expect_error(
-        RuntimeError, r"does not fit this loss", lambda: module.load_state_dict(other.state_dict())
+        RuntimeError,
+        r"does not fit this module",
+        lambda: module.load_state_dict(other.state_dict()),
     )
 
 

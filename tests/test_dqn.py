@@ -225,7 +225,7 @@ def test_bad_arguments():
     reference = batch.clone()
     reference["next", "terminated"] = reference["next", "done"].clone()
     del batch["next", "terminated"], batch["next", "done"]
-    with pytest.raises(KeyError, match=r"set_keys\(done="):  # neither flag: a clear error
+    with pytest.raises(KeyError, match=r"set_keys\(terminated="):  # neither flag: a clear error
         rlloss.DQNLoss(q_actor())(batch.clone())
     # without terminated, done stops bootstrapping (TorchRL's fallback), with a warning
     batch["next", "done"] = reference["next", "done"].clone()

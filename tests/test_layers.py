@@ -26,7 +26,7 @@ ALLOWED = {
     "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional"},
     "normalizers": {"_checks", "functional"},
     "schedulers": {"_checks"},
-    "updaters": {"_compat"},
+    "updaters": {"_checks", "_compat"},
     "common": {"_checks", "_compat", "_dispatch", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
     **{

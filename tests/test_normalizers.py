@@ -181,7 +181,7 @@ def test_state_dict_round_trip():
     reward, done = random_batch(n=3, steps=6, seed=5)
     normalizer = RewardNormalizer(num_envs=3, gamma=0.95)
     normalizer(reward, done)
-    assert set(normalizer.state_dict()) == {"returns", "count", "mean", "m2"}
+    assert set(normalizer.state_dict()) == {"returns", "count", "mean", "m2", "num_nonfinite"}
     restored = RewardNormalizer(num_envs=3, gamma=0.95)
     restored.load_state_dict(copy.deepcopy(normalizer.state_dict()))
     next_reward, next_done = random_batch(n=3, steps=4, seed=6)

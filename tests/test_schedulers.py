@@ -394,7 +394,7 @@ def test_kl_early_stopping_one_host_read_per_call(monkeypatch):
 
 
 def test_kl_early_stopping_validates():
-    with pytest.raises(ValueError, match=r"^target_kl must be in \(0.0, inf\]"):
+    with pytest.raises(ValueError, match=r"^target_kl must be in \(0.0, inf\)"):
         KLEarlyStopping(target_kl=0.0)
     with pytest.raises(ValueError, match="^factor must be in"):
         KLEarlyStopping(target_kl=0.01, factor=-1.0)
