@@ -6,6 +6,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 
 from rlloss import functional
 from rlloss._checks import MissingKeyError, set_checks
+from rlloss.a2c import A2CLoss
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
@@ -27,6 +28,7 @@ from rlloss.td3 import TD3Loss
 from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
+    "A2CLoss",
     "GAE",
     "HardUpdate",
     "ClipPPOLoss",

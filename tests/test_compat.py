@@ -18,6 +18,7 @@ from torchrl.objectives import LossModule as TorchRLLossModule
 
 import rlloss
 from rlloss import _compat
+from rlloss.onpolicy import OnPolicyLoss
 from tests.nets import make_critic
 
 
@@ -100,7 +101,7 @@ def test_loss_meta_keeps_schedulable_buffers_and_default_keys_without_wrapping()
     assert loss.entropy_coeff is buffer and float(buffer) == 0.5
     assert rlloss.ClipPPOLoss.default_keys is rlloss.ClipPPOLoss._AcceptedKeys
     # TorchRL's metaclass wraps forward; rlloss's keeps the function as written
-    assert rlloss.PPOLoss.forward is rlloss.PPOLoss.__dict__["forward"]
+    assert OnPolicyLoss.forward is OnPolicyLoss.__dict__["forward"]
 
 
 def rlloss_actor():

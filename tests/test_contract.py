@@ -159,6 +159,7 @@ LOSSES = {
     "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),
     "RPOLoss": ppo_row("RPOLoss", rpo_alpha=0.3),
+    "A2CLoss": ppo_row("A2CLoss", clip_value=0.2),
 }
 
 

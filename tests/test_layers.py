@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlloss"
-LOSSES = {"ppo", "dqn", "ddpg", "td3", "sac", "mpo"}
+LOSSES = {"ppo", "a2c", "dqn", "ddpg", "td3", "sac", "mpo"}
 # module -> the rlloss modules it may import (the layers, bottom up); a package name stands for
 # everything in it.
 ALLOWED = {
@@ -29,8 +29,9 @@ ALLOWED = {
     "updaters": {"_checks", "_compat"},
     "common": {"_checks", "_compat", "_dispatch", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
+    "onpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
     **{
-        loss: {"_checks", "_compat", "_networks", "common", "offpolicy", "functional"}
+        loss: {"_checks", "_compat", "_networks", "common", "offpolicy", "onpolicy", "functional"}
         for loss in LOSSES
     },
 }

@@ -40,6 +40,7 @@ from rlloss.functional.policy import (
     kl_k3,
     kl_penalized_surrogate,
     log_ratio,
+    policy_gradient_objective,
     rpo_perturbation,
     surrogate,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "kl_divergence",
     "kl_k3",
     "kl_penalized_surrogate",
+    "policy_gradient_objective",
     "kl_penalty",
     "lagrange_dual_loss",
     "log_ratio",

@@ -32,6 +32,20 @@ def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scal
     return math.log1p(-epsilon_low), math.log1p(epsilon_high)
 
 
+def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """The policy-gradient objective (to maximise), elementwise: ``log pi(a|s) A``, whose
+    gradient is ``grad log pi(a|s) A`` (Williams, "Simple statistical gradient-following
+    algorithms for connectionist reinforcement learning", 1992; with a learned baseline in ``A``,
+    Mnih et al., arXiv:1602.01783, A2C/A3C). ``advantage`` is a constant (no gradient).
+
+    Args:
+        log_prob: ``log pi(a|s)``, any shape.
+        advantage: same shape as ``log_prob``.
+    """
+    check_same_shape(log_prob=log_prob, advantage=advantage)
+    return log_prob * advantage.detach()
+
+
 def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
     ``r = pi(a|s) / pi_old(a|s) = exp(log_ratio)`` (Schulman et al., "Proximal Policy

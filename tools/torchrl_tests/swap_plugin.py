@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 16 swapped classes (whichever implementation is active), so
+at least one instance of the 17 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -32,6 +32,7 @@ TARGETS = {
     "PPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
     "ClipPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
     "KLPENPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
+    "A2CLoss": ["torchrl.objectives.a2c", "torchrl.objectives"],
     "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
     "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],

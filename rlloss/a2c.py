@@ -1,0 +1,163 @@
+"""``A2CLoss``: advantage actor-critic.
+
+Mnih et al., "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783 (the
+synchronous variant, A2C): the policy gradient with a learned baseline,
+``grad J = E[grad log pi(a|s) A(s, a)]``, an entropy bonus and the critic's regression.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from torch import distributions as D
+from torch import nn
+
+from rlloss import functional as rlf
+from rlloss._networks import as_list
+from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
+
+
+class A2CLoss(OnPolicyLoss):
+    """A2C: ``loss_objective = -mean(log pi(a|s) A)``, ``loss_entropy = -entropy_coeff *
+    mean(H[pi(.|s)])`` and ``loss_critic = critic_coeff * mean(L(V(s), value_target))``.
+
+    TorchRL's ``A2CLoss`` with the same keywords, keys and outputs (``loss_objective``,
+    ``loss_critic``, ``entropy``, ``loss_entropy``; ``value_clip_fraction`` with
+    ``clip_value``). The advantage is read from the batch, or estimated (GAE by default, any of
+    TD(0), TD(1), TD(lambda), VTrace, MAGAE through ``make_value_estimator``) on a copy of it.
+    Padded sequence batches, composite action distributions and keyword-tensor calls work as in
+    :class:`rlloss.PPOLoss`.
+
+    Args:
+        actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
+        critic_network: a module writing ``state_value`` (a TorchRL ``ValueOperator``).
+        entropy_bonus: add ``loss_entropy`` (off when ``entropy_coeff`` is 0).
+        samples_mc_entropy: samples of the Monte-Carlo entropy estimate (no closed form).
+        entropy_coeff: entropy weight, default 0.01 (a buffer).
+        critic_coeff: critic weight, default 1.0 (a buffer).
+        loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
+        separate_losses: the critic loss sends no gradient into parameters it shares with the
+            actor.
+        functional: TorchRL's flag (see :class:`rlloss.PPOLoss`).
+        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
+
+    Differences from TorchRL: ``advantage_norm`` (TorchRL's running return scaling) is not
+    supported (``TypeError``).
+
+    Example:
+        >>> loss = A2CLoss(actor, critic, entropy_coeff=0.01)
+        >>> out = loss(batch)  # GAE runs first when the batch has no advantage
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
+    """
+
+    _value_key_hint = "the value_key passed to A2C"
+
+    def __init__(
+        self,
+        actor_network: nn.Module | None = None,
+        critic_network: nn.Module | None = None,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | None = None,
+        critic_coeff: float | None = 1.0,
+        loss_critic_type: str = "smooth_l1",
+        advantage_norm=None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        advantage_key: str | None = None,
+        value_target_key: str | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        **kwargs,
+    ) -> None:
+        for old, new in (("entropy_coef", "entropy_coeff"), ("critic_coef", "critic_coeff")):
+            if old in kwargs:  # TorchRL's message for the names it removed
+                raise TypeError(f"'{old}' has been removed in torchrl v0.11. Use '{new}'.")
+        if kwargs:
+            raise TypeError(f"A2CLoss got unexpected keyword arguments {sorted(kwargs)}.")
+        refuse_removed_arguments(
+            gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
+        )
+        if advantage_norm is not None:
+            raise TypeError(
+                "A2CLoss: advantage_norm (TorchRL's running return scaling) is not supported; "
+                "normalise rewards with rlloss.RewardNormalizer instead."
+            )
+        actor_network = actor if actor is not None else actor_network
+        critic_network = critic if critic is not None else critic_network
+        if actor_network is None or critic_network is None:
+            raise TypeError("Missing positional arguments actor_network or critic_network.")
+        entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=bool(entropy_bonus and entropy_coeff),
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            log_explained_variance=False,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            functional=functional,
+        )
+
+    @property
+    def out_keys(self) -> list[str]:
+        """TorchRL's entries, in TorchRL's order (a keyword-tensor call returns them so), and
+        ``value_clip_fraction`` with ``clip_value`` (TorchRL writes it without declaring it)."""
+        keys = ["loss_objective"]
+        keys += ["loss_critic"] if self._has_critic else []
+        keys += ["value_clip_fraction"] if self._has_critic and self.clip_value is not None else []
+        keys += ["entropy", "loss_entropy"] if self.entropy_bonus else []
+        return keys
+
+    def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
+        """``(log pi(a|s) [*B, 1], pi)`` on ``tensordict``: TorchRL's helper of the same name,
+        kept for code (and TorchRL's tests) that call it; a stored action that requires grad
+        raises TorchRL's ``RuntimeError`` (the loss would differentiate through the data)."""
+        actions = [tensordict.get(key) for key in as_list(self.tensor_keys.action)]
+        if any(_requires_grad(action) for action in actions):
+            raise RuntimeError(f"tensordict stored {self.tensor_keys.action} requires grad.")
+        distribution = self._distribution(tensordict)
+        return self._log_prob(distribution, tensordict).unsqueeze(-1), distribution
+
+    def _objective(
+        self, batch: TensorDictBase, advantage: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[D.Distribution, dict[str, torch.Tensor]]:
+        distribution = self._distribution(batch)
+        log_prob = self._log_prob(distribution, batch).unsqueeze(-1)
+        objective = rlf.policy_gradient_objective(log_prob, advantage)
+        loss = as_scalar_output(rlf.reduce(-objective, self.reduction, mask), self.reduction)
+        return distribution, {"loss_objective": loss}
+
+
+def _requires_grad(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
+
+
+def refuse_removed_arguments(**arguments) -> None:
+    """TorchRL's errors for the constructor arguments it removed (``gamma``: set it on the value
+    estimator; ``*_key``: use ``set_keys``)."""
+    for name, value in arguments.items():
+        if value is None:
+            continue
+        if name == "gamma":
+            raise TypeError(
+                "gamma is not a loss argument: pass it to the value estimator, "
+                "loss.make_value_estimator(ValueEstimators.GAE, gamma=..., lmbda=...)."
+            )
+        key = name.removesuffix("_key")
+        raise RuntimeError(
+            f"{name} has been removed from the constructor (as in TorchRL); use "
+            f"loss.set_keys({key}={value!r}) instead."
+        )

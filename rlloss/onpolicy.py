@@ -1,0 +1,385 @@
+"""The on-policy base of the PPO family and A2C: :class:`OnPolicyLoss`.
+
+It holds what every on-policy loss shares (the actor and critic calls, advantages read or
+estimated, the entropy bonus, the critic regression, padding masks); subclasses write the policy
+objective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import CompositeDistribution, set_composite_lp_aggregate
+from tensordict.utils import NestedKey
+from torch import distributions as D
+from torch import nn
+from torchrl.modules.distributions.utils import composite_entropy
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import (
+    MissingKeyError,
+    batch_mask,
+    check_choice,
+    check_in_range,
+    check_network,
+    next_key,
+)
+from rlloss._networks import (
+    DistributionCall,
+    NetworkCall,
+    action_log_prob,
+    as_list,
+    log_prob_of,
+    sum_heads,
+)
+from rlloss.common import LossModule, fill_padding
+from rlloss.functional.critic import DISTANCES
+
+
+def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
+    """A ``[*B, 1]`` loss as ``[*B]`` with ``reduction="none"`` (TorchRL's output shape)."""
+    return loss.squeeze(-1) if reduction == "none" else loss
+
+
+class OnPolicyLoss(LossModule):
+    """The on-policy base: an actor with ``get_dist``, an optional critic, advantages read from
+    the batch or estimated (GAE by default), an entropy bonus and the critic's regression (value
+    clipping, separate losses), padding masks, TorchRL's keywords. Subclasses give the policy
+    objective (:meth:`_objective`): the PPO family a ratio surrogate, ``A2CLoss`` the plain
+    log-likelihood one. Arguments as :class:`rlloss.PPOLoss`.
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by the on-policy losses."""
+
+        advantage: NestedKey = "advantage"  # A(s, a), [*B, 1]
+        value_target: NestedKey = "value_target"  # critic regression target, [*B, 1]
+        value: NestedKey = "state_value"  # V(s) written by the critic; old V(s) for clip_value
+        sample_log_prob: NestedKey = "action_log_prob"  # log pi_old(a|s) at collection, [*B]
+        action: NestedKey = "action"  # the action taken
+        reward: NestedKey = "reward"  # read under "next" by the value estimator
+        done: NestedKey = "done"  # read under "next" by the value estimator
+        terminated: NestedKey = "terminated"  # read under "next" by the value estimator
+        mask: NestedKey = ("collector", "mask")  # optional padding mask of sequence batches
+
+    default_value_estimator = ValueEstimators.GAE
+    _value_key_hint = "the value key passed to PPO"  # TorchRL's words, per family
+    _value_network_name = "critic_network"
+    _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
+    _coefficient_ranges = {
+        "entropy_coeff": {"low": 0.0},
+        "critic_coeff": {"low": 0.0},
+        "clip_value": {"low": 0.0, "low_open": True},
+        "samples_mc_entropy": {"low": 1, "integer": True},
+    }
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        critic_network: nn.Module | None = None,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | dict[NestedKey, float] = 0.01,
+        log_explained_variance: bool = True,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        functional: bool = True,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        check_network(type(self).__name__, "actor_network", actor_network)
+        if critic_network is not None:
+            check_network(type(self).__name__, "critic_network", critic_network)
+        if critic_coeff is None and critic_network is not None:
+            critic_coeff = 1.0
+        if critic_network is None and critic_coeff not in (None, 0, 0.0):
+            raise TypeError(
+                f"{type(self).__name__}: critic_coeff={critic_coeff} needs a critic_network."
+            )
+        self._entropy_coeff_map = None
+        if isinstance(entropy_coeff, dict):  # per head of a composite action: TorchRL's map
+            for head, coeff in entropy_coeff.items():
+                check_in_range(f"entropy_coeff[{head!r}]", coeff, 0.0)
+            self._entropy_coeff_map = {
+                _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
+            }
+            entropy_coeff = 0.0
+        self._check_coefficient("entropy_coeff", entropy_coeff)
+        self._check_coefficient("samples_mc_entropy", samples_mc_entropy)
+        check_choice("loss_critic_type", loss_critic_type, DISTANCES)
+        if critic_coeff is not None:
+            self._check_coefficient("critic_coeff", critic_coeff)
+        if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
+            raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
+        if clip_value is not None:
+            self._check_coefficient("clip_value", clip_value)
+        self.reduction = self._check_reduction(reduction)
+
+        self.actor_network = actor_network
+        self.critic_network = critic_network
+        self._actor_call = DistributionCall(actor_network)
+        self._critic_call = None if critic_network is None else NetworkCall(critic_network)
+        self.entropy_bonus = entropy_bonus
+        self.samples_mc_entropy = int(samples_mc_entropy)
+        self.log_explained_variance = log_explained_variance
+        self.loss_critic_type = loss_critic_type
+        self.normalize_advantage = normalize_advantage
+        self.separate_losses = separate_losses
+        self._has_critic = critic_network is not None and bool(critic_coeff)
+        self._functional = functional
+        device = _device_of(actor_network) if device is None else torch.device(device)
+        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
+        self._register_optional_buffer("critic_coeff", critic_coeff if self._has_critic else None)
+        self._register_optional_buffer("clip_value", clip_value)
+        self._critic_params_without_shared = self._critic_params_detached_from_actor()
+        log_prob_keys = getattr(actor_network, "log_prob_keys", None)
+        if log_prob_keys:
+            self.tensor_keys.sample_log_prob = log_prob_keys[0]
+        sample_keys = getattr(actor_network, "dist_sample_keys", None)
+        if sample_keys:
+            self.tensor_keys.action = sample_keys[0]
+
+    def _register_optional_buffer(self, name: str, value: float | None) -> None:
+        if value is None:
+            setattr(self, name, None)
+        else:
+            self.register_buffer(name, torch.tensor(float(value), device=self.entropy_coeff.device))
+
+    @property
+    def functional(self) -> bool:
+        """TorchRL's ``functional`` flag, as given (see the class docstring)."""
+        return self._functional
+
+    @property
+    def actor_network_params(self) -> TensorDict | None:
+        """The actor's parameters as a TensorDict of views (``None`` with ``functional=False``),
+        as TorchRL exposes them: ``optimizer = Adam(loss.actor_network_params.values(True,
+        True))``."""
+        return TensorDict.from_module(self.actor_network) if self._functional else None
+
+    @property
+    def critic_network_params(self) -> TensorDict | None:
+        """The critic's parameters as a TensorDict of views (``None`` with ``functional=False``
+        or without a critic)."""
+        if not self._functional or self.critic_network is None:
+            return None
+        return TensorDict.from_module(self.critic_network)
+
+    def _critic_params_detached_from_actor(self) -> TensorDict | None:
+        """With ``separate_losses``, the critic's parameters with those it shares with the actor
+        replaced by detached views (same storage), or ``None`` when nothing is shared."""
+        if not (self.separate_losses and self._has_critic):
+            return None
+        actor_params = {id(p) for p in self.actor_network.parameters()}
+        params = TensorDict.from_module(self.critic_network)
+        shared = [k for k, p in params.items(True, True) if id(p) in actor_params]
+        if not shared:
+            return None
+        for key in shared:
+            params.set(key, params.get(key).detach())
+        return params
+
+    def _refresh_views(self) -> None:
+        if self._critic_params_without_shared is not None:
+            self._critic_params_without_shared = self._critic_params_detached_from_actor()
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """The entries the loss reads, with those its value estimator reads when the batch has
+        no advantage (the networks' inputs under ``"next"``, reward, done, terminated)."""
+        keys = [*self.actor_network.in_keys, *as_list(self.tensor_keys.action)]
+        keys += [*self._objective_in_keys(), self.tensor_keys.advantage]
+        next_inputs = list(self.actor_network.in_keys)
+        if self._has_critic:
+            keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
+            keys += [self.tensor_keys.value] if self.clip_value is not None else []
+            next_inputs += self.critic_network.in_keys
+        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
+        keys += [next_key(key) for key in [*next_inputs, *flags]]
+        return list(dict.fromkeys(keys))
+
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output TensorDict."""
+        keys = list(self._objective_out_keys())
+        keys += ["loss_entropy", "entropy"] if self.entropy_bonus else []
+        if self._has_critic:
+            keys += ["loss_critic"]
+            keys += ["value_clip_fraction"] if self.clip_value is not None else []
+            keys += ["explained_variance"] if self.log_explained_variance else []
+        return keys
+
+    def _objective_in_keys(self) -> list[NestedKey]:
+        """The entries the policy objective reads besides the action and the advantage."""
+        return []
+
+    def _objective_out_keys(self) -> list[str]:
+        """The entries the policy objective writes."""
+        return ["loss_objective"]
+
+    # ----------------------------------------------------------------------------- pieces
+    def _advantage(
+        self, batch: TensorDictBase, mask: torch.Tensor | None
+    ) -> tuple[TensorDictBase, torch.Tensor]:
+        """The batch's advantage; when absent, the value estimator writes it (and the value
+        target) into a shallow copy of the batch, returned with it."""
+        if batch.get(self.tensor_keys.advantage, None) is None:
+            if self.critic_network is None:
+                self._get(batch, "advantage")  # raises: nothing to estimate it with
+            batch = self.value_estimator(batch.copy())
+        advantage = self._get(batch, "advantage")
+        if self.normalize_advantage and advantage.numel() > 1:
+            advantage = rlf.standardize(advantage, mask)
+        return batch, advantage
+
+    def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
+        """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
+        if not isinstance(distribution, CompositeDistribution):
+            action = self._get(batch, "action")
+            return log_prob_of(distribution, action, self.tensor_keys.action, type(self).__name__)
+        return action_log_prob(distribution, batch, self.tensor_keys.action, type(self).__name__)
+
+    def _distribution(self, batch: TensorDictBase) -> D.Distribution:
+        """The current policy at the batch's observations."""
+        return self._actor_call(batch)
+
+    def loss_entropy(
+        self, distribution: D.Distribution, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
+        if isinstance(distribution, CompositeDistribution):
+            return self._composite_loss_entropy(distribution, mask)
+        entropy = rlf.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
+        reduced = rlf.reduce(entropy, self.reduction, mask)
+        mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
+        return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
+
+    def _composite_loss_entropy(
+        self, distribution: CompositeDistribution, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The entropy loss of a multi-head action: ``-sum_h c_h H_h`` reduced, with ``c_h``
+        from the ``entropy_coeff`` map (TorchRL's), or ``entropy_coeff`` for every head; the
+        per-head entropies are reported as ``composite_entropy``."""
+        with set_composite_lp_aggregate(False):
+            heads = composite_entropy(distribution, self.samples_mc_entropy)
+        shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
+        if self._entropy_coeff_map is None:
+            weighted = self.entropy_coeff * sum_heads(heads, shape)
+        else:
+            weighted = sum(
+                self._entropy_coeff_of(key) * sum_heads(value, shape)
+                for key, value in heads.items(True, True)
+            )
+        reduced = rlf.reduce(weighted, self.reduction, mask)
+        entropy = rlf.reduce(sum_heads(heads, shape), "mean", mask)
+        return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
+
+    def _entropy_coeff_of(self, head: NestedKey) -> float:
+        head = _compat.unravel_key(head)
+        if head not in self._entropy_coeff_map:
+            raise KeyError(
+                f"{type(self).__name__}: entropy_coeff has no coefficient for the head {head!r}; "
+                f"its keys are {list(self._entropy_coeff_map)}."
+            )
+        return self._entropy_coeff_map[head]
+
+    def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
+        params = self._critic_params_without_shared
+        if self.separate_losses:
+            batch = batch.detach()
+        batch = self._with_actor_features(batch)
+        if params is None:
+            return self._critic_call(batch)[self.tensor_keys.value]
+        with params.to_module(self.critic_network):
+            return self._critic_call(batch)[self.tensor_keys.value]
+
+    def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
+        """The batch, with the actor trunk's outputs added when the critic reads some that the
+        batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
+        batch); detached under ``separate_losses``."""
+        if all(batch.get(key, None) is not None for key in self.critic_network.in_keys):
+            return batch
+        batch = batch.copy()
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.separate_losses):
+            self.actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
+        return batch
+
+    def _old_value(self, batch: TensorDictBase) -> torch.Tensor:
+        """``V_old(s)`` stored at collection, needed by value clipping (TorchRL's message)."""
+        value = self._read(batch, "value")
+        if value is None:
+            clip = float(self.clip_value)  # an error path: reading the buffer is fine
+            raise MissingKeyError(
+                f"{type(self).__name__}: clip_value is set to {clip}, but the key "
+                f"{self.tensor_keys.value} was not found in the input tensordict. Make sure that "
+                f"{self._value_key_hint} exists in the input tensordict (store V(s) at "
+                "collection, or rename it with loss.set_keys(value=...))."
+            )
+        return value
+
+    def loss_critic(
+        self, batch: TensorDictBase, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked) reduced, with the
+        clip fraction and explained variance."""
+        target = self._get(batch, "value_target")
+        old_value = None if self.clip_value is None else self._old_value(batch)
+        value = self._critic_value(batch)
+        info = {}
+        if old_value is None:
+            loss = rlf.distance(value, target, self.loss_critic_type)
+        else:
+            loss, clipped = rlf.clipped_value_loss(
+                value, old_value, target, self.clip_value, self.loss_critic_type
+            )
+            info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
+        if self.log_explained_variance:
+            info["explained_variance"] = rlf.explained_variance(value, target, mask)
+        return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
+
+    def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        mask = tensordict.get(self.tensor_keys.mask, None)
+        if mask is None:
+            return None
+        return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
+
+    # ----------------------------------------------------------------------------- forward
+    def _objective(
+        self, batch: TensorDictBase, advantage: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[D.Distribution, dict[str, torch.Tensor]]:
+        """The current policy on the batch and the policy-objective entries
+        (``loss_objective`` and its diagnostics)."""
+        raise NotImplementedError
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Compute the losses on a batch (the caller's TensorDict is not modified)."""
+        mask = self._padding_mask(tensordict)
+        if mask is not None:  # padded sequences: padding enters no arithmetic
+            tensordict = fill_padding(tensordict, mask, [self.tensor_keys.mask])
+        batch, advantage = self._advantage(tensordict, mask)
+        distribution, out = self._objective(batch, advantage, mask)
+        if self.entropy_bonus:
+            loss, info = self.loss_entropy(distribution, mask)
+            out["loss_entropy"] = loss  # already [*B] with reduction="none"
+            out.update(info)
+        if self._has_critic:
+            loss, info = self.loss_critic(batch, mask)
+            out["loss_critic"] = as_scalar_output(loss, self.reduction)
+            out.update(info)
+        return _compat.output_tensordict(out)
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for tensor in module.parameters():
+        return tensor.device
+    return torch.device("cpu")
