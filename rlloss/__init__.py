@@ -6,7 +6,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 
 from rlloss import functional
 from rlloss._checks import MissingKeyError, set_checks
-from rlloss.a2c import A2CLoss
+from rlloss.a2c import A2CLoss, ReinforceLoss
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DQNLoss
@@ -47,6 +47,7 @@ __all__ = [
     "PPOLoss",
     "PiecewiseSchedule",
     "RPOLoss",
+    "ReinforceLoss",
     "RewardNormalizer",
     "SACLoss",
     "SoftUpdate",

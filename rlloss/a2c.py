@@ -1,23 +1,54 @@
-"""``A2CLoss``: advantage actor-critic.
+"""Policy-gradient losses: ``A2CLoss`` (advantage actor-critic) and ``ReinforceLoss``.
 
-Mnih et al., "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783 (the
-synchronous variant, A2C): the policy gradient with a learned baseline,
-``grad J = E[grad log pi(a|s) A(s, a)]``, an entropy bonus and the critic's regression.
+Both maximise ``E[log pi(a|s) A(s, a)]``, whose gradient is the policy gradient: Williams,
+"Simple statistical gradient-following algorithms for connectionist reinforcement learning"
+(1992, REINFORCE, with a learned baseline in ``A``), and Mnih et al., "Asynchronous Methods for
+Deep Reinforcement Learning", arXiv:1602.01783 (A2C, the synchronous variant: an entropy bonus
+and the critic's regression beside it).
 """
 
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from torch import distributions as D
 from torch import nn
 
+from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import as_list
 from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
 
 
-class A2CLoss(OnPolicyLoss):
+class _PolicyGradientLoss(OnPolicyLoss):
+    """The shared objective: ``-mean(log pi(a|s) A)`` under ``_objective_key``."""
+
+    _objective_key = "loss_objective"
+
+    def _objective_out_keys(self) -> list[str]:
+        return [self._objective_key]
+
+    def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
+        """``(log pi(a|s) [*B, 1], pi)`` on ``tensordict``: TorchRL's helper of the same name,
+        kept for code (and TorchRL's tests) that call it; a stored action that requires grad
+        raises TorchRL's ``RuntimeError`` (the loss would differentiate through the data)."""
+        actions = [tensordict.get(key) for key in as_list(self.tensor_keys.action)]
+        if any(_requires_grad(action) for action in actions):
+            raise RuntimeError(f"tensordict stored {self.tensor_keys.action} requires grad.")
+        distribution = self._distribution(tensordict)
+        return self._log_prob(distribution, tensordict).unsqueeze(-1), distribution
+
+    def _objective(
+        self, batch: TensorDictBase, advantage: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[D.Distribution, dict[str, torch.Tensor]]:
+        distribution = self._distribution(batch)
+        log_prob = self._log_prob(distribution, batch).unsqueeze(-1)
+        objective = rlf.policy_gradient_objective(log_prob, advantage)
+        loss = as_scalar_output(rlf.reduce(-objective, self.reduction, mask), self.reduction)
+        return distribution, {self._objective_key: loss}
+
+
+class A2CLoss(_PolicyGradientLoss):
     """A2C: ``loss_objective = -mean(log pi(a|s) A)``, ``loss_entropy = -entropy_coeff *
     mean(H[pi(.|s)])`` and ``loss_critic = critic_coeff * mean(L(V(s), value_target))``.
 
@@ -119,24 +150,96 @@ class A2CLoss(OnPolicyLoss):
         keys += ["entropy", "loss_entropy"] if self.entropy_bonus else []
         return keys
 
-    def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
-        """``(log pi(a|s) [*B, 1], pi)`` on ``tensordict``: TorchRL's helper of the same name,
-        kept for code (and TorchRL's tests) that call it; a stored action that requires grad
-        raises TorchRL's ``RuntimeError`` (the loss would differentiate through the data)."""
-        actions = [tensordict.get(key) for key in as_list(self.tensor_keys.action)]
-        if any(_requires_grad(action) for action in actions):
-            raise RuntimeError(f"tensordict stored {self.tensor_keys.action} requires grad.")
-        distribution = self._distribution(tensordict)
-        return self._log_prob(distribution, tensordict).unsqueeze(-1), distribution
 
-    def _objective(
-        self, batch: TensorDictBase, advantage: torch.Tensor, mask: torch.Tensor | None
-    ) -> tuple[D.Distribution, dict[str, torch.Tensor]]:
-        distribution = self._distribution(batch)
-        log_prob = self._log_prob(distribution, batch).unsqueeze(-1)
-        objective = rlf.policy_gradient_objective(log_prob, advantage)
-        loss = as_scalar_output(rlf.reduce(-objective, self.reduction, mask), self.reduction)
-        return distribution, {"loss_objective": loss}
+class ReinforceLoss(_PolicyGradientLoss):
+    """REINFORCE with a learned baseline: ``loss_actor = -mean(log pi(a|s) A)`` and
+    ``loss_value = mean(L(V(s), value_target))`` (no coefficient, no entropy bonus).
+
+    TorchRL's ``ReinforceLoss`` with the same keywords, keys and outputs (``loss_actor``,
+    ``loss_value``; ``value_clip_fraction`` with ``clip_value``). The advantage is read from the
+    batch or estimated on a copy of it (GAE by default; TD(0), TD(1), TD(lambda), VTrace
+    through ``make_value_estimator``): Williams's Monte-Carlo return is the TD(1) estimator.
+
+    Args:
+        actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
+        critic_network: a module writing ``state_value`` (a TorchRL ``ValueOperator``).
+        delay_value: keep a target copy of the critic (``target_critic_network_params``, for
+            TorchRL's ``SoftUpdate`` / ``HardUpdate``) and let the value estimator read ``V(s')``
+            from it, as TorchRL does.
+        loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
+        separate_losses, functional, actor, critic, reduction, clip_value: as
+            :class:`A2CLoss`.
+
+    Example:
+        >>> loss = ReinforceLoss(actor, critic)
+        >>> loss.make_value_estimator(ValueEstimators.TD1, gamma=0.99)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_value"]).backward()
+    """
+
+    _objective_key = "loss_actor"
+    _critic_loss_key = "loss_value"
+    _value_key_hint = "the value_key passed to Reinforce"
+
+    def __init__(
+        self,
+        actor_network: nn.Module | None = None,
+        critic_network: nn.Module | None = None,
+        *,
+        delay_value: bool = False,
+        loss_critic_type: str = "smooth_l1",
+        gamma: float | None = None,
+        advantage_key: str | None = None,
+        value_target_key: str | None = None,
+        separate_losses: bool = False,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+    ) -> None:
+        refuse_removed_arguments(
+            gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
+        )
+        actor_network = actor if actor is not None else actor_network
+        critic_network = critic if critic is not None else critic_network
+        if actor_network is None or critic_network is None:
+            raise TypeError("Missing positional arguments actor_network or critic_network.")
+        if delay_value and not functional:  # TorchRL's refusal
+            raise RuntimeError(
+                "delay_value and ~functional are incompatible, as delayed value currently relies "
+                "on functional calls."
+            )
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=False,
+            log_explained_variance=False,
+            critic_coeff=1.0,
+            loss_critic_type=loss_critic_type,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            functional=functional,
+        )
+        self.delay_value = delay_value
+        if delay_value:
+            _compat.expect_updater(self, "critic_network")
+            target = TensorDict.from_module(critic_network).detach().clone()
+            self.target_critic_network_params = TensorDictParams(target, no_convert=True)
+
+    def _estimator_weights(self) -> dict:
+        if not self.delay_value:
+            return {}
+        # read through TorchRL's attribute hook: it warns while no updater is associated
+        return {"target_params": self.target_critic_network_params}
+
+    @property
+    def out_keys(self) -> list[str]:
+        """``loss_actor``, ``loss_value`` (TorchRL's), and ``value_clip_fraction`` with
+        ``clip_value``."""
+        keys = ["loss_actor", "loss_value"]
+        return keys + (["value_clip_fraction"] if self.clip_value is not None else [])
 
 
 def _requires_grad(value) -> bool:

@@ -69,6 +69,7 @@ class OnPolicyLoss(LossModule):
 
     default_value_estimator = ValueEstimators.GAE
     _value_key_hint = "the value key passed to PPO"  # TorchRL's words, per family
+    _critic_loss_key = "loss_critic"  # TorchRL's name of the critic's loss, per family
     _value_network_name = "critic_network"
     _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
     _coefficient_ranges = {
@@ -214,7 +215,7 @@ class OnPolicyLoss(LossModule):
         keys = list(self._objective_out_keys())
         keys += ["loss_entropy", "entropy"] if self.entropy_bonus else []
         if self._has_critic:
-            keys += ["loss_critic"]
+            keys += [self._critic_loss_key]
             keys += ["value_clip_fraction"] if self.clip_value is not None else []
             keys += ["explained_variance"] if self.log_explained_variance else []
         return keys
@@ -236,11 +237,15 @@ class OnPolicyLoss(LossModule):
         if batch.get(self.tensor_keys.advantage, None) is None:
             if self.critic_network is None:
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
-            batch = self.value_estimator(batch.copy())
+            batch = self.value_estimator(batch.copy(), **self._estimator_weights())
         advantage = self._get(batch, "advantage")
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = rlf.standardize(advantage, mask)
         return batch, advantage
+
+    def _estimator_weights(self) -> dict:
+        """Keywords of the value estimator's call (``target_params`` for a target critic)."""
+        return {}
 
     def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
         """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
@@ -374,7 +379,7 @@ class OnPolicyLoss(LossModule):
             out.update(info)
         if self._has_critic:
             loss, info = self.loss_critic(batch, mask)
-            out["loss_critic"] = as_scalar_output(loss, self.reduction)
+            out[self._critic_loss_key] = as_scalar_output(loss, self.reduction)
             out.update(info)
         return _compat.output_tensordict(out)
 

@@ -152,3 +152,74 @@ def test_deep_copy_and_state_dict():
     other.load_state_dict(loss.state_dict())
     batch = rollout(make_actor())
     torch.testing.assert_close(other(batch)["loss_objective"], loss(batch)["loss_objective"])
+
+
+# ----------------------------------------------------------------------------- REINFORCE
+REINFORCE_CONFIGS = [{}, {"clip_value": 0.1}, {"reduction": "none"}, {"loss_critic_type": "l2"}]
+
+
+def assert_reinforce_parity(ours, theirs, batch):
+    out_ours, out_theirs = ours(batch.clone()), theirs(batch.clone())
+    assert set(out_ours.keys()) == set(out_theirs.keys())
+    for key in out_theirs.keys():
+        torch.testing.assert_close(out_ours[key].detach(), out_theirs[key].detach(), msg=key)
+    (out_ours["loss_actor"].sum() + out_ours["loss_value"].sum()).backward()
+    (out_theirs["loss_actor"].sum() + out_theirs["loss_value"].sum()).backward()
+    for name in ("actor_network", "critic_network"):
+        theirs_params = getattr(theirs, f"{name}_params").flatten_keys(".")
+        for key, parameter in getattr(ours, name).named_parameters():
+            torch.testing.assert_close(parameter.grad, theirs_params[key].grad, msg=key)
+
+
+@pytest.mark.parametrize("kwargs", REINFORCE_CONFIGS, ids=lambda k: "-".join(k) or "default")
+def test_reinforce_matches_torchrl(kwargs):
+    assert_reinforce_parity(*pair("ReinforceLoss", **kwargs))
+
+
+def test_reinforce_with_a_target_critic_matches_torchrl():
+    """``delay_value``: V(s') comes from the target critic (here moved away from the online one
+    in both losses), through a TD(1) estimator."""
+    ours, theirs, _ = pair("ReinforceLoss", delay_value=True)
+    batch = rollout(make_actor(), batch_size=(3, 8))
+    del batch["advantage"], batch["value_target"], batch["state_value"]
+    online = rlloss.ReinforceLoss(ours.actor_network, ours.critic_network)
+    for loss in (ours, theirs, online):
+        loss.make_value_estimator(ValueEstimators.TD1, gamma=0.9)
+    for loss in (ours, theirs):
+        rlloss.SoftUpdate(loss, tau=0.5)  # an updater (it copies the online weights): no warning
+    shifted = torchrl_params(perturbed(ours.critic_network, 0.5)).detach()
+    with torch.no_grad():
+        ours.target_critic_network_params.update_(shifted)
+        theirs.target_critic_network_params.update_(shifted)
+    differs = online(batch.clone())["loss_actor"] - ours(batch.clone())["loss_actor"]
+    assert differs.abs() > 1e-4  # the target critic is the one read
+    assert_reinforce_parity(ours, theirs, batch)
+
+
+def torchrl_params(module):
+    from tensordict import TensorDict
+
+    return TensorDict.from_module(module)
+
+
+def test_reinforce_target_critic_follows_its_updater():
+    loss = rlloss.ReinforceLoss(make_actor(), make_critic(), delay_value=True)
+    updater = rlloss.SoftUpdate(loss, tau=1.0)
+    with torch.no_grad():
+        for parameter in loss.critic_network.parameters():
+            parameter.add_(1.0)
+    updater.step()
+    online = torchrl_params(loss.critic_network).flatten_keys(".")
+    target = loss.target_critic_network_params.flatten_keys(".")
+    for key in online.keys():
+        torch.testing.assert_close(target[key], online[key].detach())
+    assert "target_critic_network_params.module.0.weight" in loss.state_dict()
+
+
+def test_reinforce_refuses_what_torchrl_refuses():
+    with pytest.raises(TypeError, match="Missing positional arguments"):
+        rlloss.ReinforceLoss(make_actor())
+    with pytest.raises(RuntimeError, match="delay_value and ~functional"):
+        rlloss.ReinforceLoss(make_actor(), make_critic(), delay_value=True, functional=False)
+    with pytest.raises(TypeError, match="make_value_estimator"):
+        rlloss.ReinforceLoss(make_actor(), make_critic(), gamma=0.99)

@@ -160,6 +160,12 @@ LOSSES = {
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),
     "RPOLoss": ppo_row("RPOLoss", rpo_alpha=0.3),
     "A2CLoss": ppo_row("A2CLoss", clip_value=0.2),
+    "ReinforceLoss": Row(
+        build=lambda: rlloss.ReinforceLoss(perturbed(ACTOR), make_critic()),
+        batch=lambda: rollout(ACTOR),
+        routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
+        coefficient=None,
+    ),
 }
 
 

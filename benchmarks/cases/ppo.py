@@ -1,5 +1,6 @@
-"""The PPO family, continuous actions (IndependentNormal actor + value critic): PPOLoss,
-ClipPPOLoss, KLPENPPOLoss and RPOLoss, and their hand-written plain-torch baseline."""
+"""The on-policy family, continuous actions (IndependentNormal actor + value critic): PPOLoss,
+ClipPPOLoss, KLPENPPOLoss, RPOLoss, A2CLoss and ReinforceLoss, and their hand-written
+plain-torch baseline."""
 
 from __future__ import annotations
 
@@ -37,8 +38,25 @@ VARIANTS = {
     # beta) is comparable in the gate; the update rule still runs in every implementation.
     "KLPENPPOLoss": {"dtarg": 0.01, "beta": 1.0, "increment": 1.0, "decrement": 1.0},
     "RPOLoss": {"clip_epsilon": 0.2, "rpo_alpha": 0.5},
+    "A2CLoss": {},
+    "ReinforceLoss": {},
 }
 LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
+POLICY_GRADIENT = ("A2CLoss", "ReinforceLoss")  # log pi(a|s) A, no ratio
+
+
+def loss_kwargs(name: str) -> dict:
+    """The constructor keywords of case ``name`` (A2C and REINFORCE take fewer of them)."""
+    if name == "ReinforceLoss":  # no entropy bonus, no critic coefficient
+        return {"loss_critic_type": COMMON["loss_critic_type"]}
+    kwargs = {**COMMON, **VARIANTS[name]}
+    if name == "A2CLoss":
+        del kwargs["normalize_advantage"]
+    return kwargs
+
+
+def loss_keys(name: str) -> tuple[str, ...]:
+    return ("loss_actor", "loss_value") if name == "ReinforceLoss" else LOSS_KEYS
 
 
 def networks(seed: int) -> dict[str, nn.Module]:
@@ -73,6 +91,7 @@ def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool)
     """The PPO-family loss ``name`` written by hand on tensors: what a user would write, with
     (``diagnostics``) or without the diagnostics the libraries return alongside the losses."""
     kwargs = {**COMMON, **VARIANTS[name]}
+    entropy_bonus, has_ratio = name != "ReinforceLoss", name not in POLICY_GRADIENT
     actor_net, critic_net = nets["actor_net"], nets["critic_net"]
     distribution_class = nets["actor"].module[-1].distribution_class
     action_key, lp_key = keys
@@ -91,6 +110,18 @@ def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool)
         if name == "RPOLoss":
             loc = loc + (2 * torch.rand_like(loc) - 1) * kwargs["rpo_alpha"]
         dist = distribution_class(loc, scale)
+        if not has_ratio:  # A2C / REINFORCE: the plain policy gradient
+            gain = dist.log_prob(action).unsqueeze(-1) * adv
+            loss_actor = -gain.mean()
+            value = critic_net(obs)
+            loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
+            if not entropy_bonus:
+                return loss_actor + loss_critic
+            entropy = dist.entropy()
+            if diagnostics:
+                with torch.no_grad():
+                    entropy.mean()
+            return loss_actor + loss_critic - ent_coeff * entropy.mean()
         log_ratio = (dist.log_prob(action) - logp_old).unsqueeze(-1)
         ratio = log_ratio.exp()
         gain = ratio * adv
@@ -175,13 +206,13 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     keys = (actor.dist_sample_keys[0], actor.log_prob_keys[0])
     batch_by_name = batches(nets, keys, batch_size, seed)
     on_device(*nets.values())
-    kwargs = {**COMMON, **VARIANTS[name]}
+    kwargs = loss_kwargs(name)
 
     def module_factory(cls_getter: Callable[[], type]) -> Callable[[Any], Method]:
         def make(batch) -> Method:
             m = copy.deepcopy(nets)  # one memo: wrappers and raw nets stay linked
             loss = cls_getter()(m["actor"], m["critic"], **kwargs)
-            return loss_module_method(loss, batch, named(m), LOSS_KEYS)
+            return loss_module_method(loss, batch, named(m), loss_keys(name))
 
         return make
 

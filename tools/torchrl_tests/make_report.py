@@ -71,13 +71,13 @@ def normalize(msg):
     # the same root cause across the swapped classes: name the class generically
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
-        r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|DQNLoss|DDPGLoss|TD3Loss|"
+        r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3Loss|"
         r"DiscreteSACLoss|SACLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
     s = re.sub(
-        r"'(ClipPPOLoss|KLPENPPOLoss|PPOLoss|DQNLoss|DDPGLoss|TD3Loss|"
+        r"'(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3Loss|"
         r"DiscreteSACLoss|SACLoss)'",
         "'<Loss>'",
         s,
@@ -105,9 +105,9 @@ METHOD = """## Method
   own classes just leaves the denominator). `pytest.ini` of the same commit is used (`-ra
   --tb=native`, `xfail_strict`). No `--runslow` (slow-marked tests skip in both settings).
 - Swap: `swap_plugin.py`, loaded with `-p swap_plugin` before any conftest/test module; with
-  `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss DQNLoss DDPGLoss TD3Loss SACLoss
-  DiscreteSACLoss SoftUpdate HardUpdate` on `torchrl.objectives` and on the defining modules
-  (`torchrl.objectives.{ppo,dqn,ddpg,td3,sac,utils}`), and `GAE TD0Estimator TD1Estimator
+  `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss A2CLoss ReinforceLoss DQNLoss DDPGLoss
+  TD3Loss SACLoss DiscreteSACLoss SoftUpdate HardUpdate` on `torchrl.objectives` and on the
+  defining modules (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,sac,utils}`), and `GAE TD0Estimator TD1Estimator
   TDLambdaEstimator VTrace MultiAgentGAE` on `torchrl.objectives.value` and `torchrl.objectives.value.advantages`, to
   rlloss's classes. Not patched: other TorchRL modules holding their own reference
   (`objectives.multiagent.mappo.ClipPPOLoss`, `objectives.tqc.SACLoss`, `trainers.*`), TorchRL's
@@ -117,7 +117,8 @@ METHOD = """## Method
   `transformers` is importable (it is not installed here; no TestPPO test uses it); the plugin
   drops that one `skipif` marker in both settings (`DROPIN_UNSKIP_TRANSFORMERS=0` restores it).
 - Selected tests (node ids passed to pytest): `test_ppo.py::TestPPO` (PPOLoss, ClipPPOLoss and
-  KLPENPPOLoss are parametrised inside it), `test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch`,
+  KLPENPPOLoss are parametrised inside it), `test_ppo.py::TestA2C`, `test_ppo.py::TestReinforce`,
+  `test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch`,
   `test_dqn.py::TestDQN`, `test_ddpg.py::TestDDPG`, `test_ddpg.py::TestTD3`, `test_sac.py::TestSAC`,
   `test_sac.py::TestDiscreteSAC`, `test_values.py::TestValues`, `test_values.py::TestAdv`,
   `test_loss_module.py::{test_updater, test_updater_warning, test_instantiate_with_different_keys,

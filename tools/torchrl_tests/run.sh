@@ -28,7 +28,7 @@ fi
 sel() {
   local o=test/objectives
   case "$1" in
-    ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
+    ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::TestA2C $o/test_ppo.py::TestReinforce $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
     dqn) echo "$o/test_dqn.py::TestDQN" ;;
     ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3" ;;
     sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC" ;;

@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 17 swapped classes (whichever implementation is active), so
+at least one instance of the 18 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -33,6 +33,7 @@ TARGETS = {
     "ClipPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
     "KLPENPPOLoss": ["torchrl.objectives.ppo", "torchrl.objectives"],
     "A2CLoss": ["torchrl.objectives.a2c", "torchrl.objectives"],
+    "ReinforceLoss": ["torchrl.objectives.reinforce", "torchrl.objectives"],
     "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
     "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],
