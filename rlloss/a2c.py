@@ -112,18 +112,14 @@ class A2CLoss(_PolicyGradientLoss):
                 raise TypeError(f"'{old}' has been removed in torchrl v0.11. Use '{new}'.")
         if kwargs:
             raise TypeError(f"A2CLoss got unexpected keyword arguments {sorted(kwargs)}.")
-        refuse_removed_arguments(
-            gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
-        )
         if advantage_norm is not None:
             raise TypeError(
                 "A2CLoss: advantage_norm (TorchRL's running return scaling) is not supported; "
                 "normalise rewards with rlloss.RewardNormalizer instead."
             )
-        actor_network = actor if actor is not None else actor_network
-        critic_network = critic if critic is not None else critic_network
-        if actor_network is None or critic_network is None:
-            raise TypeError("Missing positional arguments actor_network or critic_network.")
+        actor_network, critic_network = torchrl_networks(
+            actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
+        )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(
             actor_network,
@@ -198,13 +194,9 @@ class ReinforceLoss(_PolicyGradientLoss):
         reduction: str | None = None,
         clip_value: float | None = None,
     ) -> None:
-        refuse_removed_arguments(
-            gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
+        actor_network, critic_network = torchrl_networks(
+            actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
         )
-        actor_network = actor if actor is not None else actor_network
-        critic_network = critic if critic is not None else critic_network
-        if actor_network is None or critic_network is None:
-            raise TypeError("Missing positional arguments actor_network or critic_network.")
         if delay_value and not functional:  # TorchRL's refusal
             raise RuntimeError(
                 "delay_value and ~functional are incompatible, as delayed value currently relies "
@@ -246,6 +238,21 @@ def _requires_grad(value) -> bool:
     if isinstance(value, torch.Tensor):
         return value.requires_grad
     return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
+
+
+def torchrl_networks(
+    actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
+) -> tuple[nn.Module, nn.Module]:
+    """The two networks from TorchRL's constructor arguments (``actor=`` / ``critic=`` are
+    aliases; both are required), after TorchRL's refusals of its removed arguments."""
+    refuse_removed_arguments(
+        gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
+    )
+    actor_network = actor if actor is not None else actor_network
+    critic_network = critic if critic is not None else critic_network
+    if actor_network is None or critic_network is None:
+        raise TypeError("Missing positional arguments actor_network or critic_network.")
+    return actor_network, critic_network
 
 
 def refuse_removed_arguments(**arguments) -> None:
