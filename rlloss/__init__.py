@@ -24,7 +24,7 @@ from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import DiscreteSACLoss, SACLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
-from rlloss.td3 import TD3Loss
+from rlloss.td3 import TD3BCLoss, TD3Loss
 from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "RewardNormalizer",
     "SACLoss",
     "SoftUpdate",
+    "TD3BCLoss",
     "TD3Loss",
     "TD0Estimator",
     "TD1Estimator",

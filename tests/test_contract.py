@@ -58,9 +58,9 @@ def dqn_row(**kwargs) -> Row:
     )
 
 
-def td3_row(**kwargs) -> Row:
+def td3_row(name="TD3Loss", **kwargs) -> Row:
     return Row(
-        build=lambda: rlloss.TD3Loss(
+        build=lambda: getattr(rlloss, name)(
             test_td3.actor(), test_td3.qvalue(), bounds=(-1.0, 1.0), **kwargs
         ),
         batch=lambda: test_td3.transitions(),
@@ -153,6 +153,7 @@ LOSSES = {
     "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),
     "TD3Loss-3-nets": td3_row(num_qvalue_nets=3, loss_function="l2"),
+    "TD3BCLoss": td3_row(name="TD3BCLoss", alpha=2.0),
     "DQNLoss": dqn_row(),
     "DDQNLoss": dqn_row(double_dqn=True, loss_function="smooth_l1"),
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),

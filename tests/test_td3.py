@@ -58,17 +58,17 @@ def shift_targets(loss, seed=3):
                 params[key].add_(0.1 * torch.randn_like(params[key]))
 
 
-def pair(**kwargs):
+def pair(name="TD3Loss", **kwargs):
     policy, critics = actor(), [qvalue() for _ in range(kwargs.pop("num", 2))]
     kwargs = {"bounds": (-1.0, 1.0), **kwargs}
-    ours = rlloss.TD3Loss(
+    ours = getattr(rlloss, name)(
         copy.deepcopy(policy),
         copy.deepcopy(critics),
         priority_weighting="normalized",
         num_qvalue_nets=len(critics),
         **kwargs,
     )
-    theirs = torchrl_objectives.TD3Loss(
+    theirs = getattr(torchrl_objectives, name)(
         copy.deepcopy(policy), copy.deepcopy(critics), num_qvalue_nets=len(critics), **kwargs
     )
     theirs.make_value_estimator(gamma=0.99)
@@ -84,8 +84,8 @@ def pair(**kwargs):
         {"loss_function": "l2", "policy_noise": 0.0},
     ],
 )
-def test_matches_torchrl(kwargs):
-    ours, theirs = pair(**kwargs)
+def test_matches_torchrl(kwargs, name="TD3Loss"):
+    ours, theirs = pair(name, **kwargs)
     batch = transitions()
     batch["priority_weight"] = torch.rand(B)
     mine, reference = batch.clone(), batch.clone()
@@ -95,7 +95,7 @@ def test_matches_torchrl(kwargs):
     out_theirs = theirs(reference)
     for key in out_theirs.keys():
         theirs_value = out_theirs[key]
-        if key == "state_action_value_actor":  # ours evaluates Q_1 only (see the docstring)
+        if key == "state_action_value_actor" and name == "TD3Loss":  # Q_1 only (docstring)
             assert out_ours[key].shape == (1, B)
             theirs_value = theirs_value[:1]
         torch.testing.assert_close(out_ours[key], theirs_value, msg=key)
@@ -249,3 +249,34 @@ def test_compiles_as_one_graph_without_recompiling():
                 torch.testing.assert_close(out[key], expected[key])
             torch.testing.assert_close(mine["td_error"], reference["td_error"])
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"policy_noise": 0.0}, {"alpha": 0.5, "num": 3}, {"loss_function": "l2", "reduction": "sum"}],
+)
+def test_td3_bc_matches_torchrl(kwargs):
+    test_matches_torchrl(kwargs, name="TD3BCLoss")
+
+
+def test_td3_bc_actor_loss_against_the_paper():
+    """Fujimoto & Gu's eq. 3 written out: lambda = alpha / mean|Q|, plus the mean squared error
+    to the dataset's actions; lambda carries no gradient."""
+    value = torch.tensor([[2.0], [-4.0]], requires_grad=True)
+    action = torch.tensor([[0.5, -0.5], [0.0, 1.0]], requires_grad=True)
+    data = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
+    loss, bc, lmbd = rlloss.functional.td3_bc_actor_loss(value, action, data, 2.5)
+    assert lmbd.item() == pytest.approx(2.5 / 3.0)
+    assert bc.item() == pytest.approx((0.25 + 0.25 + 0.0 + 1.0) / 4)
+    torch.testing.assert_close(loss, -lmbd * value.detach() + bc.detach())
+    loss.sum().backward()
+    torch.testing.assert_close(value.grad, torch.full((2, 1), -2.5 / 3.0))
+    torch.testing.assert_close(action.grad, 2 * 2 * (action.detach() - data) / 4)
+
+
+def test_td3_bc_refuses_a_bad_alpha():
+    with pytest.raises(ValueError, match="alpha must be in"):
+        rlloss.TD3BCLoss(actor(), qvalue(), bounds=(-1.0, 1.0), alpha=0.0)
+    loss = rlloss.TD3BCLoss(actor(), qvalue(), bounds=(-1.0, 1.0))
+    with pytest.raises(ValueError, match="alpha must be in"):
+        loss.alpha = -1.0

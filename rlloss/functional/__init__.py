@@ -53,6 +53,7 @@ from rlloss.functional.q import (
     greedy_value,
     smoothed_target_action,
     soft_value,
+    td3_bc_actor_loss,
     temperature_loss,
 )
 from rlloss.functional.reduce import (
@@ -118,6 +119,7 @@ __all__ = [
     "rpo_perturbation",
     "smoothed_target_action",
     "soft_value",
+    "td3_bc_actor_loss",
     "squash",
     "squash_log_abs_det_jacobian",
     "standardize",

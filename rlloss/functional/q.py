@@ -127,3 +127,27 @@ def temperature_loss(
     """SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
     ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha)."""
     return -log_alpha * (log_prob + target_entropy).detach()
+
+
+def td3_bc_actor_loss(
+    value: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor, alpha: Scalar
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TD3+BC's actor loss, elementwise: ``-lambda Q(s, pi(s)) + mean((pi(s) - a)^2)`` with
+    ``lambda = alpha / mean|Q(s, pi(s))|`` (no gradient through ``lambda``): Fujimoto & Gu, "A
+    Minimalist Approach to Offline Reinforcement Learning", arXiv:2106.06860, eq. 3. The
+    behaviour-cloning term is the mean squared error over the batch and the action dims (a
+    scalar added to every element), as in the paper's code and TorchRL.
+
+    Args:
+        value: ``[*B, 1]`` ``Q(s, pi(s))``.
+        action: ``[*B, A]`` the policy's action ``pi(s)``.
+        data_action: ``[*B, A]`` the dataset's action ``a``.
+        alpha: the weight of the RL term, > 0 (2.5 in the paper).
+
+    Returns:
+        ``(loss [*B, 1], bc_loss [], lambda [])``.
+    """
+    check_same_shape(action=action, data_action=data_action)
+    bc_loss = (action - data_action).square().mean()
+    lmbd = alpha / value.abs().mean().detach()
+    return -lmbd * value + bc_loss, bc_loss, lmbd

@@ -71,13 +71,13 @@ def normalize(msg):
     # the same root cause across the swapped classes: name the class generically
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
-        r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3Loss|"
+        r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
         r"DiscreteSACLoss|SACLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
     s = re.sub(
-        r"'(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3Loss|"
+        r"'(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
         r"DiscreteSACLoss|SACLoss)'",
         "'<Loss>'",
         s,
@@ -106,8 +106,8 @@ METHOD = """## Method
   --tb=native`, `xfail_strict`). No `--runslow` (slow-marked tests skip in both settings).
 - Swap: `swap_plugin.py`, loaded with `-p swap_plugin` before any conftest/test module; with
   `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss A2CLoss ReinforceLoss DQNLoss DDPGLoss
-  TD3Loss SACLoss DiscreteSACLoss SoftUpdate HardUpdate` on `torchrl.objectives` and on the
-  defining modules (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,sac,utils}`), and `GAE TD0Estimator TD1Estimator
+  TD3Loss TD3BCLoss SACLoss DiscreteSACLoss SoftUpdate HardUpdate` on `torchrl.objectives` and on
+  the defining modules (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,td3_bc,sac,utils}`), and `GAE TD0Estimator TD1Estimator
   TDLambdaEstimator VTrace MultiAgentGAE` on `torchrl.objectives.value` and `torchrl.objectives.value.advantages`, to
   rlloss's classes. Not patched: other TorchRL modules holding their own reference
   (`objectives.multiagent.mappo.ClipPPOLoss`, `objectives.tqc.SACLoss`, `trainers.*`), TorchRL's
@@ -119,7 +119,8 @@ METHOD = """## Method
 - Selected tests (node ids passed to pytest): `test_ppo.py::TestPPO` (PPOLoss, ClipPPOLoss and
   KLPENPPOLoss are parametrised inside it), `test_ppo.py::TestA2C`, `test_ppo.py::TestReinforce`,
   `test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch`,
-  `test_dqn.py::TestDQN`, `test_ddpg.py::TestDDPG`, `test_ddpg.py::TestTD3`, `test_sac.py::TestSAC`,
+  `test_dqn.py::TestDQN`, `test_ddpg.py::TestDDPG`, `test_ddpg.py::TestTD3`,
+  `test_ddpg.py::TestTD3BC`, `test_sac.py::TestSAC`,
   `test_sac.py::TestDiscreteSAC`, `test_values.py::TestValues`, `test_values.py::TestAdv`,
   `test_loss_module.py::{test_updater, test_updater_warning, test_instantiate_with_different_keys,
   TestMakeValueEstimator, TestSchedulableBuffers, TestPrepareValueEstimatorKwargs,

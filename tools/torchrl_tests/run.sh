@@ -30,7 +30,7 @@ sel() {
   case "$1" in
     ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::TestA2C $o/test_ppo.py::TestReinforce $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
     dqn) echo "$o/test_dqn.py::TestDQN" ;;
-    ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3" ;;
+    ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3 $o/test_ddpg.py::TestTD3BC" ;;
     sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
     loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;

@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 18 swapped classes (whichever implementation is active), so
+at least one instance of the 19 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -37,6 +37,7 @@ TARGETS = {
     "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
     "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],
+    "TD3BCLoss": ["torchrl.objectives.td3_bc", "torchrl.objectives"],
     "SACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
     "DiscreteSACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
