@@ -125,9 +125,9 @@ METHOD = """## Method
   `test_loss_module.py::{test_updater, test_updater_warning, test_instantiate_with_different_keys,
   TestMakeValueEstimator, TestSchedulableBuffers, TestPrepareValueEstimatorKwargs,
   TestDefaultForwardValueEstimatorKeys, TestValueEstimatorRegistry}` (the parts of that file that
-  name one of the swapped classes). Excluded: TestA2C, TestReinforce, TestQMixer, TestTD3BC, TestCrossQ,
+  name one of the swapped classes). Excluded: TestQMixer, TestCrossQ,
   TestREDQ and the rest of test_loss_module.py.
-- `touched`: the plugin wraps `__init__` of the 16 active classes and records per test whether
+- `touched`: the plugin wraps `__init__` of the 19 active classes and records per test whether
   any was constructed (setup, call or teardown). Many TestValues tests exercise only
   `torchrl.objectives.value.functional` and many TestDQN tests only DistributionalDQNLoss: those
   run TorchRL's code in both settings, so their passes say nothing about rlloss. The `touched`
@@ -172,7 +172,7 @@ def main():
     # ---------------------------------------------------------------- per file / class
     w("## Pass counts per file and test class\n")
     w(
-        "`touched` = the test constructs at least one of the 16 swapped classes (recorded by the "
+        "`touched` = the test constructs at least one of the 19 swapped classes (recorded by the "
         "plugin, in the TorchRL run); tests that do not touch one run TorchRL's code in both "
         "settings, so the `touched` columns are the ones that measure rlloss.\n"
     )
