@@ -77,6 +77,7 @@ class OnPolicyLoss(LossModule):
         "critic_coeff": {"low": 0.0},
         "clip_value": {"low": 0.0, "low_open": True},
         "samples_mc_entropy": {"low": 1, "integer": True},
+        "vf_clip_param": {"low": 0.0, "low_open": True},
     }
 
     def __init__(
@@ -94,6 +95,7 @@ class OnPolicyLoss(LossModule):
         separate_losses: bool = False,
         reduction: str | None = None,
         clip_value: float | None = None,
+        vf_clip_param: float | None = None,
         functional: bool = True,
         device: torch.device | str | None = None,
     ) -> None:
@@ -142,6 +144,9 @@ class OnPolicyLoss(LossModule):
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
         self._register_optional_buffer("critic_coeff", critic_coeff if self._has_critic else None)
         self._register_optional_buffer("clip_value", clip_value)
+        if vf_clip_param is not None:
+            self._check_coefficient("vf_clip_param", vf_clip_param)
+        self.vf_clip_param = vf_clip_param
         self._critic_params_without_shared = self._critic_params_detached_from_actor()
         log_prob_keys = getattr(actor_network, "log_prob_keys", None)
         if log_prob_keys:
@@ -335,8 +340,9 @@ class OnPolicyLoss(LossModule):
     def loss_critic(
         self, batch: TensorDictBase, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked) reduced, with the
-        clip fraction and explained variance."""
+        """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked, clamped to
+        ``[0, vf_clip_param]`` if asked) reduced, with the clip fraction and explained
+        variance."""
         target = self._get(batch, "value_target")
         old_value = None if self.clip_value is None else self._old_value(batch)
         value = self._critic_value(batch)
@@ -348,6 +354,8 @@ class OnPolicyLoss(LossModule):
                 value, old_value, target, self.clip_value, self.loss_critic_type
             )
             info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
+        if self.vf_clip_param is not None:  # rl8's clamp of the per-element loss
+            loss = rlf.clamped_loss(loss, self.vf_clip_param)
         if self.log_explained_variance:
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info

@@ -45,6 +45,9 @@ class PPOLoss(OnPolicyLoss):
             actor.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius (``None``: off).
+        vf_clip_param: rl8's (RLlib's) option, another thing than ``clip_value``: the
+            per-element critic loss is clamped to ``[0, vf_clip_param]`` before the reduction
+            (``None``: off). Not a TorchRL keyword.
         functional: TorchRL's switch between functional parameters (``True``) and plain
             modules. rlloss always calls the networks directly (the same numbers); with
             ``True`` the loss exposes ``actor_network_params`` / ``critic_network_params`` (views

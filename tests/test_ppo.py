@@ -329,3 +329,30 @@ def test_in_place_clip_changes_reach_the_next_eager_forward():
     )
     torch.testing.assert_close(narrow, reference(batch)["clip_fraction"])
     assert narrow > wide
+
+
+def test_vf_clip_param_clamps_the_per_element_critic_loss():
+    """rl8's ``vf_clip_param``: each element's critic loss is clamped to ``[0, c]`` before the
+    mean (elements above ``c`` send no gradient); the objective and entropy are untouched."""
+    actor, critic = make_actor(), make_critic()
+    batch = rollout(actor, (32,), critic)
+    batch["value_target"] = batch["value_target"] * 4.0  # some large errors
+    plain = rlloss.ClipPPOLoss(actor, critic, loss_critic_type="l2")
+    clamped = rlloss.ClipPPOLoss(actor, critic, loss_critic_type="l2", vf_clip_param=0.5)
+    with torch.no_grad():
+        value = critic(batch.clone())["state_value"]
+    expected = (value - batch["value_target"]).square().clamp(max=0.5).mean()
+    out = clamped(batch)
+    torch.testing.assert_close(out["loss_critic"], expected)
+    torch.testing.assert_close(out["loss_objective"], plain(batch)["loss_objective"])
+    assert out["loss_critic"] < plain(batch)["loss_critic"]
+    critic.zero_grad()
+    out["loss_critic"].backward()
+    errors = (value - batch["value_target"]).squeeze(-1)
+    inside = errors.square() <= 0.5
+    reference = torch.where(inside, 2 * errors, 0.0).mean()  # d loss / d bias of the last layer
+    torch.testing.assert_close(critic.module[-1].bias.grad, reference.reshape(1))
+    with pytest.raises(ValueError, match="vf_clip_param must be in"):
+        rlloss.PPOLoss(actor, critic, vf_clip_param=0.0)
+    with pytest.raises(ValueError, match="vf_clip_param must be in"):
+        clamped.vf_clip_param = -1.0

@@ -4,7 +4,13 @@ Tensors in, per-element tensors out (reductions live in :mod:`rlloss.functional.
 ``nn.Module``, no TensorDict, no in-place writes to inputs.
 """
 
-from rlloss.functional.critic import clipped_value_loss, distance, ensemble_td_error, td_error
+from rlloss.functional.critic import (
+    clamped_loss,
+    clipped_value_loss,
+    distance,
+    ensemble_td_error,
+    td_error,
+)
 from rlloss.functional.distributions import (
     squash,
     squash_log_abs_det_jacobian,
@@ -87,6 +93,7 @@ __all__ = [
     "clipped",
     "clipped_double_q_value",
     "clipped_surrogate",
+    "clamped_loss",
     "clipped_value_loss",
     "decoupled_gaussian_kl",
     "discounted_returns",

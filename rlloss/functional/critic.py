@@ -51,6 +51,13 @@ def clipped_value_loss(
     return loss, (change != clipped_change).to(value.dtype).detach()
 
 
+def clamped_loss(loss: torch.Tensor, limit: Scalar) -> torch.Tensor:
+    """rl8's / RLlib's ``vf_clip_param``: the per-element critic loss clamped to ``[0, limit]``
+    (elements above ``limit`` then send no gradient). Not PPO's value clipping
+    (:func:`clipped_value_loss`), which clips the value around its old estimate."""
+    return loss.clamp(0.0, limit)
+
+
 def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -> torch.Tensor:
     """The per-element TD error used as a replay priority, detached (no gradient).
 
