@@ -72,6 +72,8 @@ class _MaximumAPosteriori(TDTargetLoss):
         super().__init__(loss_function=loss_function, **replay)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         self._dual_names: list[str] = []
+        self._dual_bounds: dict[str, float | None] = {}  # the parameter's cap, from a maximum
+        self._dual_scales: dict[str, float] = {}
         value_key = getattr(self.tensor_keys, value)
 
         self.actor_network = actor_network
@@ -98,20 +100,42 @@ class _MaximumAPosteriori(TDTargetLoss):
         return self._transition_keys(keys, [*self.actor_network.in_keys, *next_keys])
 
     # ----------------------------------------------------------------------------- duals
-    def _register_dual(self, name: str, init: float, shape: tuple[int, ...], device) -> None:
-        """A softplus-parameterised Lagrange multiplier, an ``nn.Parameter`` named ``name``."""
+    def _register_dual(
+        self,
+        name: str,
+        init: float,
+        shape: tuple[int, ...],
+        device,
+        maximum: float | None = None,
+        scale: float = 1.0,
+    ) -> None:
+        """A softplus-parameterised Lagrange multiplier, an ``nn.Parameter`` named ``name``;
+        ``maximum`` caps the multiplier (its parameter is clamped by :meth:`clamp_duals`),
+        ``scale`` multiplies its dual loss (its step size, pytorchrl's ``alpha_*_scale``)."""
         setattr(self, name, nn.Parameter(torch.full(shape, float(init), device=device)))
         self._dual_names.append(name)
+        self._dual_bounds[name] = None if maximum is None else rlf.dual_parameter_bound(maximum)
+        self._dual_scales[name] = float(scale)
 
     def dual_parameters(self) -> Iterator[nn.Parameter]:
         """The dual parameters (for their own optimizer or parameter group, lr 1e-2 in Acme)."""
         return (getattr(self, name) for name in self._dual_names)
 
     def clamp_duals(self) -> None:
-        """Project every dual parameter in place onto ``[-18, inf)`` (Acme's floor); no sync."""
+        """Project every dual parameter in place onto ``[-18, cap]`` (Acme's floor, and the cap
+        of a multiplier given a maximum); no sync."""
         with torch.no_grad():
-            for parameter in self.dual_parameters():
-                parameter.clamp_(min=MIN_LOG_DUAL)
+            for name in self._dual_names:
+                getattr(self, name).clamp_(min=MIN_LOG_DUAL, max=self._dual_bounds[name])
+
+    def _dual_loss(
+        self, name: str, alpha: torch.Tensor, kl: torch.Tensor, epsilon: float
+    ) -> torch.Tensor:
+        """The Lagrange dual loss of the multiplier ``name`` (its value ``alpha``), times its
+        scale."""
+        loss = rlf.lagrange_dual_loss(kl, alpha, epsilon)
+        scale = self._dual_scales[name]
+        return loss if scale == 1.0 else scale * loss
 
     def _dual(self, name: str) -> torch.Tensor:
         return rlf.dual_variable(getattr(self, name))
@@ -196,6 +220,12 @@ class MPOLoss(_MaximumAPosteriori):
             (Acme's values are per dimension), else on their sum over dimensions.
         init_log_temperature, init_log_alpha_mean, init_log_alpha_stddev: initial dual
             parameters (softplus space, Acme's defaults).
+        alpha_mean_max, alpha_stddev_max: caps on the mean and scale multipliers
+            (pytorchrl's ``alpha_mean_max`` / ``alpha_var_max``; ``None``: uncapped), enforced
+            by :meth:`clamp_duals` at every ``loss_actor`` call.
+        alpha_mean_scale, alpha_stddev_scale: factors on those multipliers' dual losses, i.e.
+            on their step sizes (pytorchrl's ``alpha_mean_scale`` / ``alpha_var_scale``;
+            default 1).
         action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
@@ -242,6 +272,10 @@ class MPOLoss(_MaximumAPosteriori):
         init_log_temperature: float = 10.0,
         init_log_alpha_mean: float = 10.0,
         init_log_alpha_stddev: float = 1000.0,
+        alpha_mean_max: float | None = None,
+        alpha_stddev_max: float | None = None,
+        alpha_mean_scale: float = 1.0,
+        alpha_stddev_scale: float = 1.0,
         action_penalization: bool = False,
         epsilon_penalty: float = 1e-3,
         action_spec=None,
@@ -282,8 +316,30 @@ class MPOLoss(_MaximumAPosteriori):
             )
         dual_shape = (self._action_dim(spec),) if per_dim_constraining else (1,)
         self._register_dual("log_temperature", init_log_temperature, (), device)
-        self._register_dual("log_alpha_mean", init_log_alpha_mean, dual_shape, device)
-        self._register_dual("log_alpha_stddev", init_log_alpha_stddev, dual_shape, device)
+        for name, value in (
+            ("alpha_mean_max", alpha_mean_max),
+            ("alpha_stddev_max", alpha_stddev_max),
+            ("alpha_mean_scale", alpha_mean_scale),
+            ("alpha_stddev_scale", alpha_stddev_scale),
+        ):
+            if value is not None:
+                check_in_range(name, value, 0.0, low_open=True)
+        self._register_dual(
+            "log_alpha_mean",
+            init_log_alpha_mean,
+            dual_shape,
+            device,
+            alpha_mean_max,
+            alpha_mean_scale,
+        )
+        self._register_dual(
+            "log_alpha_stddev",
+            init_log_alpha_stddev,
+            dual_shape,
+            device,
+            alpha_stddev_max,
+            alpha_stddev_scale,
+        )
         if action_penalization:
             self._register_dual("log_penalty_temperature", init_log_temperature, (), device)
 
@@ -414,9 +470,9 @@ class MPOLoss(_MaximumAPosteriori):
             + rlf.kl_penalty(kl_mean, alpha_mean)
             + rlf.kl_penalty(kl_stddev, alpha_stddev)
         )
-        loss_alpha = rlf.lagrange_dual_loss(kl_mean, alpha_mean, self.epsilon_mean)
-        loss_alpha = loss_alpha + rlf.lagrange_dual_loss(
-            kl_stddev, alpha_stddev, self.epsilon_stddev
+        loss_alpha = self._dual_loss("log_alpha_mean", alpha_mean, kl_mean, self.epsilon_mean)
+        loss_alpha = loss_alpha + self._dual_loss(
+            "log_alpha_stddev", alpha_stddev, kl_stddev, self.epsilon_stddev
         )
 
         info = {
@@ -469,6 +525,8 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``).
         epsilon, epsilon_policy: the E-step and M-step KL bounds (Acme's defaults).
         init_log_temperature, init_log_alpha: initial dual parameters (softplus space).
+        alpha_max, alpha_scale: a cap on the KL multiplier and a factor on its dual loss
+            (pytorchrl's ``alpha_max`` / ``alpha_scale``; default uncapped, 1).
         Other arguments: as :class:`MPOLoss`. The taken action is an index or a one-hot (its
         dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
 
@@ -510,17 +568,22 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         epsilon_policy: float = 2.5e-3,
         init_log_temperature: float = 3.0,
         init_log_alpha: float = 3.0,
+        alpha_max: float | None = None,
+        alpha_scale: float = 1.0,
         **options,
     ) -> None:
         self._check_coefficient("epsilon", epsilon)
         self._check_coefficient("epsilon_policy", epsilon_policy)
+        if alpha_max is not None:
+            check_in_range("alpha_max", alpha_max, 0.0, low_open=True)
+        check_in_range("alpha_scale", alpha_scale, 0.0, low_open=True)
         super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
         device = next(actor_network.parameters()).device
         self._register_dual("log_temperature", init_log_temperature, (), device)
-        self._register_dual("log_alpha", init_log_alpha, (), device)
+        self._register_dual("log_alpha", init_log_alpha, (), device, alpha_max, alpha_scale)
 
     def _logits(self, call: DistributionCall, batch: TensorDictBase) -> torch.Tensor:
         """The policy's logits ``[*B, num_actions]`` on ``batch``."""
@@ -550,7 +613,7 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         )
         kl = rlf.categorical_kl(target_logits, logits).unsqueeze(-1)
         loss = rlf.categorical_cross_entropy(log_weights, logits) + rlf.kl_penalty(kl, alpha)
-        loss_alpha = rlf.lagrange_dual_loss(kl, alpha, self.epsilon_policy)
+        loss_alpha = self._dual_loss("log_alpha", alpha, kl, self.epsilon_policy)
         info = {
             "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
             "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), tensordict),

@@ -18,6 +18,7 @@ from torchrl.modules import IndependentNormal, TanhNormal
 from torchrl.objectives import SoftUpdate
 
 from rlloss import DiscreteMPOLoss, MPOLoss
+from rlloss.functional.mpo import MIN_LOG_DUAL
 from tests import test_sac
 from tests.nets import perturbed
 
@@ -626,3 +627,63 @@ def test_compiled_mpo_matches_eager_without_recompiling():
                     )
                 torch.testing.assert_close(mine["td_error"], reference["td_error"])
     torch._dynamo.reset()
+
+
+def test_dual_caps_hold_the_multipliers_below_their_maximum():
+    """pytorchrl's ``alpha_mean_max`` / ``alpha_var_max`` (here ``alpha_stddev_max``) and the
+    discrete ``alpha_max``: after clamp_duals (run by every loss_actor call) each multiplier is
+    at most its cap; uncapped duals keep only Acme's floor."""
+    loss, _, _ = continuous_loss(alpha_mean_max=0.4, alpha_stddev_max=3.0)
+    with torch.no_grad():
+        for parameter in loss.dual_parameters():
+            parameter.fill_(50.0)
+    loss.loss_actor(transitions())
+    assert loss._dual("log_alpha_mean").max().item() == pytest.approx(0.4, rel=1e-5)
+    assert loss._dual("log_alpha_stddev").max().item() == pytest.approx(3.0, rel=1e-5)
+    assert loss._dual("log_temperature").item() == pytest.approx(50.0)  # uncapped
+    discrete = discrete_mpo_loss(alpha_max=2.0)
+    with torch.no_grad():
+        discrete.log_alpha.fill_(-100.0)
+    discrete.clamp_duals()
+    assert discrete.log_alpha.item() == pytest.approx(MIN_LOG_DUAL)
+    with torch.no_grad():
+        discrete.log_alpha.fill_(100.0)
+    discrete.clamp_duals()
+    assert discrete._dual("log_alpha").item() == pytest.approx(2.0, rel=1e-5)
+
+
+def test_dual_scales_multiply_only_their_dual_loss():
+    """``alpha_*_scale`` scales the multiplier's dual loss, hence its gradient (its step
+    size); the other outputs and gradients are unchanged."""
+    batch = transitions()
+    plain, _, _ = continuous_loss()
+    scaled = copy.deepcopy(plain)
+    scaled._dual_scales["log_alpha_mean"] = 4.0
+    torch.manual_seed(0)
+    out_plain = plain(batch.clone())
+    torch.manual_seed(0)
+    out_scaled = scaled(batch.clone())
+    torch.testing.assert_close(out_scaled["loss_actor"], out_plain["loss_actor"])
+    torch.testing.assert_close(out_scaled["loss_temperature"], out_plain["loss_temperature"])
+    out_plain["loss_alpha"].backward()
+    out_scaled["loss_alpha"].backward()
+    torch.testing.assert_close(scaled.log_alpha_mean.grad, 4.0 * plain.log_alpha_mean.grad)
+    torch.testing.assert_close(scaled.log_alpha_stddev.grad, plain.log_alpha_stddev.grad)
+    built = MPOLoss(actor(), test_sac.qvalue(), action_spec=spec(), alpha_mean_scale=4.0)
+    assert built._dual_scales["log_alpha_mean"] == 4.0
+    with pytest.raises(ValueError, match="alpha_mean_max must be in"):
+        MPOLoss(actor(), test_sac.qvalue(), action_spec=spec(), alpha_mean_max=0.0)
+    with pytest.raises(ValueError, match="alpha_scale must be in"):
+        discrete_mpo_loss(alpha_scale=-1.0)
+
+
+def discrete_mpo_loss(**kwargs):
+    return DiscreteMPOLoss(test_sac.discrete_actor(True), test_sac.discrete_qvalue(), **kwargs)
+
+
+@pytest.mark.parametrize("maximum", [1e-3, 0.4, 3.0, 1000.0])
+def test_dual_parameter_bound_inverts_the_dual_variable(maximum):
+    from rlloss import functional as rlf
+
+    bound = torch.tensor(rlf.dual_parameter_bound(maximum), dtype=torch.float64)
+    assert rlf.dual_variable(bound).item() == pytest.approx(maximum, rel=1e-9)

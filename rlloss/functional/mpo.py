@@ -33,6 +33,14 @@ def dual_variable(parameter: torch.Tensor) -> torch.Tensor:
     return F.softplus(parameter) + DUAL_EPSILON
 
 
+def dual_parameter_bound(maximum: float) -> float:
+    """The largest dual parameter whose :func:`dual_variable` is at most ``maximum`` (> 0):
+    the inverse softplus of ``maximum - 1e-8``, for capping a multiplier (pytorchrl's
+    ``alpha_mean_max`` and friends) by clamping its parameter."""
+    target = maximum - DUAL_EPSILON
+    return target + math.log(-math.expm1(-target))  # log(exp(t) - 1), stable for large t
+
+
 def mpo_weights(q_values: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
     """E-step weights ``w_ij = softmax_j(Q_ij / eta)`` over the sample dim 0, no gradient.
 
