@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlloss._checks import check_in_range, check_same_shape, state_dict_mismatch
+from rlloss._checks import check_choice, check_in_range, check_same_shape, state_dict_mismatch
 from rlloss.functional import discounted_returns
 
 
@@ -66,6 +66,9 @@ def _masked_moments(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Te
     return count, mean, m2
 
 
+NORMALIZER_MODES = ("running", "buffer")
+
+
 class RewardNormalizer(nn.Module):
     """Divide rewards by the running standard deviation of per-environment discounted returns.
 
@@ -103,18 +106,27 @@ class RewardNormalizer(nn.Module):
     and while every return seen is equal (std 0, e.g. the first step of identical environments)
     the rewards pass through unscaled instead of being multiplied by ``1 / eps``.
 
+    ``mode="buffer"`` is rl8's rule instead: each call's rewards are divided by the (population)
+    std of that call's returns ``R_t`` (the returns still continue across calls), with no
+    running statistics: meant for one call per collected buffer ``[num_envs, T, 1]``.
+
     Args:
         num_envs: number of environments (the leading dim of ``reward``), >= 1.
         gamma: discount factor of the returns, in [0, 1].
         eps: added to the std, >= 0.
+        mode: ``"running"`` (default: gymnasium's running std) or ``"buffer"`` (rl8's).
 
     Example:
         >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
         >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
     """
 
-    def __init__(self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8) -> None:
+    def __init__(
+        self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8, mode: str = "running"
+    ) -> None:
         super().__init__()
+        check_choice("mode", mode, NORMALIZER_MODES)
+        self.mode = mode
         check_in_range("num_envs", num_envs, 1, integer=True)
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_in_range("eps", eps, 0.0)
@@ -133,31 +145,43 @@ class RewardNormalizer(nn.Module):
 
     @property
     def scale(self) -> torch.Tensor:
-        """The divisor of the rewards: ``std(R) + eps``, or 1 while ``std(R) == 0``."""
-        var = self.var
-        return torch.where(var > 0, var.sqrt() + self.eps, torch.ones_like(var))
+        """The divisor of the rewards (``"running"`` mode): ``std(R) + eps``, or 1 while
+        ``std(R) == 0``."""
+        return _scale(self.var, self.eps)
 
     def forward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """Update the state with this step or batch (in training mode) and return the rewards
         divided by :attr:`scale`, with the shape and dtype of ``reward``."""
         check_same_shape(reward=reward, done=done)
+        sequence, flags = self._as_sequence(reward), self._as_sequence(done)
+        if self.mode == "buffer":  # rl8: the std of this buffer's returns
+            returns, finite = self._returns(sequence, flags, carry=self.training)
+            count, _, m2 = _masked_moments(returns, finite)
+            return reward / _scale(m2 / count.clamp(min=1.0), self.eps)
         if self.training:
-            self._update(self._as_sequence(reward), self._as_sequence(done))
+            returns, finite = self._returns(sequence, flags, carry=True)
+            for buffer, value in zip(
+                (self.count, self.mean, self.m2),
+                merged_moments(self.count, self.mean, self.m2, returns, finite),
+                strict=True,
+            ):
+                buffer.copy_(value)
         return reward / self.scale
 
     @torch.no_grad()
-    def _update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+    def _returns(
+        self, reward: torch.Tensor, done: torch.Tensor, carry: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The returns ``R_t`` of ``[num_envs, T, 1]`` rewards continuing the carried ones, and
+        the finite-reward mask; with ``carry``, the carried returns and the non-finite count
+        are updated."""
         finite = torch.isfinite(reward)
         reward = torch.where(finite, reward, 0.0)
         returns = discounted_returns(reward, done, self.returns[:, None, None], self.gamma)
-        for buffer, value in zip(
-            (self.count, self.mean, self.m2),
-            merged_moments(self.count, self.mean, self.m2, returns, finite),
-            strict=True,
-        ):
-            buffer.copy_(value)
-        self.num_nonfinite.add_((~finite).sum())
-        self.returns.copy_(returns[:, -1, 0] * (1.0 - done[:, -1, 0].to(returns.dtype)))
+        if carry:
+            self.num_nonfinite.add_((~finite).sum())
+            self.returns.copy_(returns[:, -1, 0] * (1.0 - done[:, -1, 0].to(returns.dtype)))
+        return returns, finite
 
     def _as_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` as ``[num_envs, T, 1]`` (a single step has ``T = 1``)."""
@@ -187,4 +211,9 @@ class RewardNormalizer(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
-        return f"num_envs={self.num_envs}, gamma={self.gamma}, eps={self.eps}"
+        return f"num_envs={self.num_envs}, gamma={self.gamma}, eps={self.eps}, mode={self.mode!r}"
+
+
+def _scale(var: torch.Tensor, eps: float) -> torch.Tensor:
+    """``sqrt(var) + eps``, or 1 where ``var == 0`` (rewards then pass unscaled)."""
+    return torch.where(var > 0, var.sqrt() + eps, torch.ones_like(var))

@@ -256,3 +256,40 @@ def test_repr_and_dtype():
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / (1.0 + EPS))
     assert math.isclose(normalizer.scale.item(), 1.0 + EPS)
+
+
+def rl8_buffer_scaled(batches, gamma, eps=1e-8):
+    """rl8's rule written out: per environment ``R_t = gamma R_{t-1} + r_t`` (0 after a done,
+    carried from one buffer to the next), each buffer's rewards divided by the population std
+    of that buffer's ``R_t`` plus ``eps``."""
+    carried = [0.0] * batches[0][0].shape[0]
+    outputs = []
+    for reward, done in batches:
+        returns = []
+        for env in range(reward.shape[0]):
+            running = carried[env]
+            for t in range(reward.shape[1]):
+                running = gamma * running + reward[env, t, 0].item()
+                returns.append(running)
+                if done[env, t, 0]:
+                    running = 0.0
+            carried[env] = running
+        mean = sum(returns) / len(returns)
+        std = (sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5
+        outputs.append(reward / (std + eps))
+    return outputs
+
+
+def test_buffer_mode_is_rl8s_rule_and_keeps_no_running_statistics():
+    batches = [random_batch(n=3, steps=6, seed=seed) for seed in (11, 12)]
+    normalizer = RewardNormalizer(num_envs=3, gamma=0.9, mode="buffer")
+    expected = rl8_buffer_scaled(batches, 0.9)
+    for (reward, done), reference in zip(batches, expected, strict=True):
+        torch.testing.assert_close(normalizer(reward, done), reference)
+    assert float(normalizer.count) == 0.0  # no running statistics in this mode
+    normalizer.eval()  # evaluation: the same scaling, the carried returns stay
+    carried = normalizer.returns.clone()
+    normalizer(*batches[0])
+    torch.testing.assert_close(normalizer.returns, carried)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        RewardNormalizer(num_envs=3, mode="window")
