@@ -19,6 +19,7 @@ from rlloss.estimators import (
     ValueEstimator,
     VTrace,
 )
+from rlloss.iql import IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
@@ -31,6 +32,7 @@ __all__ = [
     "A2CLoss",
     "GAE",
     "HardUpdate",
+    "IQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DDQNLoss",

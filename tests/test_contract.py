@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from torchrl.modules import IndependentNormal
 
 import rlloss
-from tests import test_dqn, test_mpo, test_sac, test_td3
+from tests import test_dqn, test_iql, test_mpo, test_sac, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -149,6 +149,18 @@ LOSSES = {
     "SACLoss": sac_row(),
     "SACLoss-3-nets-bounded-alpha": sac_row(num_qvalue_nets=3, min_alpha=0.1, max_alpha=2.0),
     "DiscreteSACLoss": sac_row(discrete=True),
+    "IQLLoss": Row(
+        build=lambda: rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), test_iql.value_network()),
+        batch=test_sac.transitions,
+        routes={
+            "loss_actor": ("actor_network",),
+            "loss_qvalue": ("qvalue_network_params",),
+            "loss_value": ("value_network",),
+        },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient=None,
+    ),
     "DDPGLoss": ddpg_row(),
     "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),

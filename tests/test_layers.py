@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlloss"
-LOSSES = {"ppo", "a2c", "dqn", "ddpg", "td3", "sac", "mpo"}
+LOSSES = {"ppo", "a2c", "dqn", "ddpg", "td3", "sac", "mpo", "iql"}
 # module -> the rlloss modules it may import (the layers, bottom up); a package name stands for
 # everything in it.
 ALLOWED = {

@@ -9,6 +9,7 @@ from rlloss.functional.critic import (
     clipped_value_loss,
     distance,
     ensemble_td_error,
+    expectile_loss,
     td_error,
 )
 from rlloss.functional.distributions import (
@@ -36,6 +37,7 @@ from rlloss.functional.mpo import (
 )
 from rlloss.functional.policy import (
     adaptive_kl_beta,
+    advantage_weights,
     categorical_kl,
     clip_bounds,
     clipped,
@@ -83,6 +85,7 @@ from rlloss.functional.returns import (
 __all__ = [
     "action_penalty_cost",
     "adaptive_kl_beta",
+    "advantage_weights",
     "bootstrap_discount",
     "categorical_cross_entropy",
     "categorical_entropy",
@@ -105,6 +108,7 @@ __all__ = [
     "dual_parameter_bound",
     "dual_variable",
     "ensemble_td_error",
+    "expectile_loss",
     "explained_variance",
     "gae_advantage",
     "gaussian_kl",

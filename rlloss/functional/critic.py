@@ -58,6 +58,15 @@ def clamped_loss(loss: torch.Tensor, limit: Scalar) -> torch.Tensor:
     return loss.clamp(0.0, limit)
 
 
+def expectile_loss(difference: torch.Tensor, expectile: Scalar) -> torch.Tensor:
+    """The asymmetric squared loss ``|tau - 1(u < 0)| u^2`` of ``u = target - prediction``,
+    elementwise: its minimiser is the ``tau``-expectile of the target (Kostrikov et al., "Offline
+    Reinforcement Learning with Implicit Q-Learning", arXiv:2110.06169, eq. 5; ``tau = 0.5`` is
+    half the squared error)."""
+    weight = torch.where(difference < 0, 1.0 - expectile, expectile)
+    return weight * difference.square()
+
+
 def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -> torch.Tensor:
     """The per-element TD error used as a replay priority, detached (no gradient).
 

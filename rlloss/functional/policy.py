@@ -46,6 +46,15 @@ def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -
     return log_prob * advantage.detach()
 
 
+def advantage_weights(
+    advantage: torch.Tensor, temperature: Scalar, max_weight: float = 100.0
+) -> torch.Tensor:
+    """Advantage-weighted regression's weights ``min(exp(temperature * A), max_weight)``, no
+    gradient (Peng et al., arXiv:1910.00177; IQL's policy extraction, Kostrikov et al.,
+    arXiv:2110.06169, eq. 7, with ``temperature`` their ``beta`` and TorchRL's cap of 100)."""
+    return (advantage.detach() * temperature).exp().clamp_max(max_weight)
+
+
 def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
     ``r = pi(a|s) / pi_old(a|s) = exp(log_ratio)`` (Schulman et al., "Proximal Policy

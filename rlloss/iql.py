@@ -1,0 +1,200 @@
+"""``IQLLoss``: implicit Q-learning for offline RL.
+
+Kostrikov, Nair and Levine, "Offline Reinforcement Learning with Implicit Q-Learning",
+arXiv:2110.06169. ``V(s)`` is fitted by expectile regression to ``min_i Q_target,i(s, a)`` on the
+dataset's actions (eq. 5), the Q networks to ``r + gamma V(s')`` (eq. 6), and the policy by
+advantage-weighted regression with weights ``exp(beta (Q - V))`` (eq. 7): no action outside the
+dataset is ever evaluated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import check_choice, check_in_range, check_network
+from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
+from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
+
+
+class IQLLoss(TDTargetLoss):
+    """IQL's actor, Q and value losses.
+
+    - ``loss_value = mean(|tau - 1(u < 0)| u^2)``, ``u = min_i Q_target,i(s, a) - V(s)``
+      (:func:`rlloss.functional.expectile_loss`, ``tau = expectile``);
+    - ``loss_qvalue = sum_i mean(L(Q_i(s, a), r + gamma^n (1 - terminated) V(s')))`` (``V(s')``
+      without gradient; n-step, PER weights and TD(lambda) targets as every off-policy loss);
+    - ``loss_actor = -mean(w log pi(a|s))`` with ``w = min(exp(temperature (min_i Q_target,i(s,
+      a) - V(s))), 100)`` (no gradient, :func:`rlloss.functional.advantage_weights`);
+    - ``entropy``: ``-mean(log pi(a|s))`` of the dataset's actions (a diagnostic).
+
+    ``forward`` writes ``td_error`` (``max_i (Q_i - y)^2``, ``[*B]``) into the batch for
+    prioritized replay. TorchRL's ``IQLLoss`` with the same keywords, keys and outputs; the Q
+    networks are a stacked ensemble with target copies (update them with ``SoftUpdate``), the
+    value network has none (TorchRL's neither).
+
+    Args:
+        actor_network: a TorchRL ``ProbabilisticActor``.
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules.
+        value_network: a module writing ``state_value`` (a ``ValueOperator``).
+        num_qvalue_nets: Q networks, >= 1 (default 2).
+        loss_function: the Q regression distance (default ``"smooth_l1"``, TorchRL's).
+        temperature: ``beta`` of the weights, >= 0 (default 1.0).
+        expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
+        scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
+
+    Differences from TorchRL: the dataset action's log-probability is not written back into
+    the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
+
+    Example:
+        >>> loss = IQLLoss(actor, qvalue, value, expectile=0.7, temperature=3.0)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(offline_batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by IQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
+
+        value: NestedKey = "state_value"  # written by the value network
+        action: NestedKey = "action"  # the dataset's action
+        log_prob: NestedKey = "_log_prob"  # kept for TorchRL's key names (not written)
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+
+    _coefficient_ranges = {
+        "temperature": {"low": 0.0},
+        "expectile": {"low": 0.0, "high": 1.0},
+    }
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        value_network: nn.Module,
+        *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        temperature: float = 1.0,
+        expectile: float = 0.5,
+        priority_key: NestedKey | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        **replay,
+    ) -> None:
+        owner = type(self).__name__
+        check_network(owner, "actor_network", actor_network)
+        check_network(owner, "qvalue_network", qvalue_network, ensemble=True)
+        check_network(owner, "value_network", value_network)
+        if priority_key is not None:  # removed from TorchRL's constructors: the same error
+            raise RuntimeError(
+                f"{owner}: setting priority_key via the constructor is deprecated (as in "
+                f"TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
+            )
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
+        self._check_coefficient("temperature", temperature)
+        self._check_coefficient("expectile", expectile)
+        if scalar_output_mode is not None:
+            check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
+        super().__init__(loss_function=loss_function, **replay)
+        self.temperature, self.expectile = float(temperature), float(expectile)
+        self.scalar_output_mode = scalar_output_mode or "exclude"
+        self.deactivate_vmap = deactivate_vmap  # the same numbers: rlloss's own ensemble path
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        self.delay_qvalue = True  # TorchRL's attribute: the Q networks always have targets
+        self.actor_network = actor_network
+        self.value_network = value_network
+        self._expose_parameters("actor_network", "value_network")
+        self._actor_call = DistributionCall(actor_network)
+        self._value_call = NetworkCall(value_network, until=self.tensor_keys.value)
+        self._qvalue_action_key = self.tensor_keys.action  # the Q networks' own input key
+        self._qvalue = self._register_ensemble(
+            "qvalue_network",
+            qvalue_network,
+            self.num_qvalue_nets,
+            target=True,
+            until=self.tensor_keys.state_action_value,
+        )
+
+    qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
+    out_keys = ["loss_actor", "loss_qvalue", "loss_value", "entropy"]
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = [*self.actor_network.in_keys, *self._qvalue.in_keys, self.tensor_keys.action]
+        keys += self.value_network.in_keys
+        return self._transition_keys(keys, self.value_network.in_keys)
+
+    # ----------------------------------------------------------------------------- pieces
+    def _q_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, 1]`` values of the dataset's actions (``tensor_keys.action``,
+        given to the Q networks under their own action key)."""
+        inputs = network_inputs(batch, self._qvalue, exclude=self._qvalue_action_key)
+        inputs[self._qvalue_action_key] = self._get(batch, "action")
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+
+    def _state_value(self, batch: TensorDictBase) -> torch.Tensor:
+        """``V(s)``, ``[*B, 1]``."""
+        return self._value_call(batch)[self.tensor_keys.value]
+
+    def _advantage(self, batch: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
+        """``min_i Q_target,i(s, a) - V(s)``, ``[*B, 1]`` (gradient through ``value`` only)."""
+        return rlf.clipped_double_q_value(self._q_values(batch, target=True)) - value
+
+    # ----------------------------------------------------------------------------- losses
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``-mean(w log pi(a|s))`` reduced, and ``log pi(a|s)`` (``[*B]``, detached)."""
+        distribution = self._actor_call(tensordict)
+        action = self._get(tensordict, "action")
+        log_prob = log_prob_of(distribution, action, self.tensor_keys.action, type(self).__name__)
+        with torch.no_grad():
+            weights = rlf.advantage_weights(
+                self._advantage(tensordict, self._state_value(tensordict)), self.temperature
+            )
+        loss = self._reduce_replayed(-(weights * log_prob.unsqueeze(-1)), tensordict)
+        return loss, {"log_prob": log_prob.detach()}
+
+    def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The expectile regression of ``V(s)`` on ``min_i Q_target,i(s, a)``, reduced."""
+        difference = self._advantage(tensordict, self._state_value(tensordict))
+        return self._reduce_replayed(rlf.expectile_loss(difference, self.expectile), tensordict), {}
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced with ``y = r + gamma^n (1 - terminated) V(s')``,
+        and the per-network squared TD errors ``[num_qvalue_nets, *B]``."""
+        with torch.no_grad():
+            next_value = self._state_value(entry(tensordict, "next"))
+            target = self._td_target(tensordict, next_value)
+        values = self._q_values(tensordict)
+        td_error = rlf.td_error(values, target.expand_as(values), "squared").squeeze(-1)
+        return self._ensemble_critic_loss(values, target, tensordict), {"td_error": td_error}
+
+    # TorchRL's names of the three losses
+    actor_loss = loss_actor
+    value_loss = loss_value
+    qvalue_loss = loss_qvalue
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The three losses and ``entropy``; writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        loss_actor, info = self.loss_actor(batch)
+        loss_qvalue, info_qvalue = self.loss_qvalue(batch)
+        loss_value, _ = self.loss_value(batch)
+        self._write_priority(tensordict, info_qvalue["td_error"].amax(0))
+        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value}
+        entropy = -info["log_prob"].mean()
+        if self.reduction != "none":
+            return _compat.output_tensordict({**out, "entropy": entropy})
+        out = TensorDict(out, batch_size=tensordict.batch_size)  # per-sample losses
+        if self.scalar_output_mode == "non_tensor":
+            out.set_non_tensor("entropy", entropy)
+        return out
