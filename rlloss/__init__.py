@@ -19,7 +19,7 @@ from rlloss.estimators import (
     ValueEstimator,
     VTrace,
 )
-from rlloss.iql import IQLLoss
+from rlloss.iql import DiscreteIQLLoss, IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
@@ -37,6 +37,7 @@ __all__ = [
     "DDPGLoss",
     "DDQNLoss",
     "DQNLoss",
+    "DiscreteIQLLoss",
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "KLAdaptiveLR",

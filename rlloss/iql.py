@@ -20,7 +20,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
-from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
 class IQLLoss(TDTargetLoss):
@@ -198,3 +198,31 @@ class IQLLoss(TDTargetLoss):
         if self.scalar_output_mode == "non_tensor":
             out.set_non_tensor("entropy", entropy)
         return out
+
+
+class DiscreteIQLLoss(IQLLoss):
+    """IQL for discrete actions: the Q networks write ``state_action_value`` for every action
+    (``[*B, num_actions]``, TorchRL's key) and are read at the dataset's action, an index or a
+    one-hot (:func:`rlloss.functional.chosen_action_value`); the rest is :class:`IQLLoss`.
+
+    Args:
+        action_space: ``"one-hot"`` or ``"categorical"`` (TorchRL's keyword; the action's shape
+            decides either way), or a TorchRL spec.
+        Other arguments as :class:`IQLLoss`.
+
+    Example:
+        >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
+    """
+
+    def __init__(self, actor_network, qvalue_network, value_network, *, action_space=None, **kw):
+        if isinstance(action_space, str):
+            check_choice("action_space", action_space, ACTION_SPACES)
+        super().__init__(actor_network, qvalue_network, value_network, **kw)
+        self.action_space = action_space if action_space is not None else "one-hot"
+
+    def _q_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, 1]`` values of the dataset's actions."""
+        values = self._qvalue(network_inputs(batch, self._qvalue), **kwargs)
+        values = values[self.tensor_keys.state_action_value]  # [E, *B, num_actions]
+        action = self._get(batch, "action")
+        return rlf.chosen_action_value(values, action.expand(values.shape[0], *action.shape))

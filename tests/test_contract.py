@@ -111,6 +111,28 @@ def sac_row(discrete=False, **kwargs) -> Row:
     )
 
 
+def iql_row(discrete=False) -> Row:
+    def build():
+        if discrete:
+            actor, critic = test_sac.discrete_actor(False), test_iql.discrete_qvalue()
+            value = test_iql.value_network()
+            return rlloss.DiscreteIQLLoss(actor, critic, value, action_space="categorical")
+        return rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), test_iql.value_network())
+
+    return Row(
+        build=build,
+        batch=(lambda: test_sac.discrete_transitions(False)) if discrete else test_sac.transitions,
+        routes={
+            "loss_actor": ("actor_network",),
+            "loss_qvalue": ("qvalue_network_params",),
+            "loss_value": ("value_network",),
+        },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient=None,
+    )
+
+
 def mpo_row(discrete=False, **kwargs) -> Row:
     if discrete:
 
@@ -149,18 +171,8 @@ LOSSES = {
     "SACLoss": sac_row(),
     "SACLoss-3-nets-bounded-alpha": sac_row(num_qvalue_nets=3, min_alpha=0.1, max_alpha=2.0),
     "DiscreteSACLoss": sac_row(discrete=True),
-    "IQLLoss": Row(
-        build=lambda: rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), test_iql.value_network()),
-        batch=test_sac.transitions,
-        routes={
-            "loss_actor": ("actor_network",),
-            "loss_qvalue": ("qvalue_network_params",),
-            "loss_value": ("value_network",),
-        },
-        renamable=("action", ("next", "reward"), ("next", "terminated")),
-        writes=("td_error",),
-        coefficient=None,
-    ),
+    "IQLLoss": iql_row(),
+    "DiscreteIQLLoss": iql_row(discrete=True),
     "DDPGLoss": ddpg_row(),
     "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),

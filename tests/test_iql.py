@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 import torchrl.objectives as torchrl_objectives
+from tensordict.nn import TensorDictModule
 from torchrl.modules import MLP, ValueOperator
 
 import rlloss
@@ -54,6 +55,16 @@ def pair(num=2, **kwargs):
     return ours, theirs
 
 
+def assert_same_gradients(ours, theirs):
+    for name in ("actor_network", "value_network", "qvalue_network"):
+        theirs_params = getattr(theirs, f"{name}_params").flatten_keys(".")
+        ours_params = getattr(ours, f"{name}_params").flatten_keys(".")
+        for key in theirs_params.keys():
+            torch.testing.assert_close(
+                ours_params[key].grad, theirs_params[key].grad, msg=f"{name}.{key}"
+            )
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -78,13 +89,7 @@ def test_matches_torchrl(kwargs):
     total = sum(out_ours[k].sum() for k in ("loss_actor", "loss_qvalue", "loss_value"))
     total.backward()
     sum(out_theirs[k].sum() for k in ("loss_actor", "loss_qvalue", "loss_value")).backward()
-    for name in ("actor_network", "value_network", "qvalue_network"):
-        theirs_params = getattr(theirs, f"{name}_params").flatten_keys(".")
-        ours_params = getattr(ours, f"{name}_params").flatten_keys(".")
-        for key in theirs_params.keys():
-            torch.testing.assert_close(
-                ours_params[key].grad, theirs_params[key].grad, msg=f"{name}.{key}"
-            )
+    assert_same_gradients(ours, theirs)
 
 
 def test_expectile_loss_against_the_paper():
@@ -142,3 +147,43 @@ def test_bad_arguments_are_named():
     ]:
         with pytest.raises((ValueError, RuntimeError), match=message):
             rlloss.IQLLoss(actor, critic, value, **kwargs)
+
+
+def discrete_qvalue():
+    return TensorDictModule(
+        MLP(in_features=test_sac.OBS, out_features=test_sac.NUM_ACTIONS, num_cells=[16]),
+        ["observation"],
+        ["state_action_value"],
+    )
+
+
+@pytest.mark.parametrize("one_hot", [True, False], ids=["one-hot", "index"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_discrete_matches_torchrl(one_hot, reduction):
+    actor, critics, value = (
+        test_sac.discrete_actor(one_hot),
+        [discrete_qvalue(), discrete_qvalue()],
+        value_network(),
+    )
+    space = "one-hot" if one_hot else "categorical"
+    kwargs = {"action_space": space, "reduction": reduction, "expectile": 0.8}
+    ours = rlloss.DiscreteIQLLoss(
+        copy.deepcopy(actor), copy.deepcopy(critics), copy.deepcopy(value), **kwargs
+    )
+    theirs = torchrl_objectives.DiscreteIQLLoss(
+        copy.deepcopy(actor), copy.deepcopy(critics), copy.deepcopy(value), **kwargs
+    )
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        moved = theirs.target_qvalue_network_params.apply(lambda x: x + 0.1 * torch.randn_like(x))
+        theirs.target_qvalue_network_params.update_(moved)
+        ours.target_qvalue_network_params.update_(moved)
+    batch = test_sac.discrete_transitions(one_hot, B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out_ours, out_theirs = ours(batch.clone()), theirs(batch.clone())
+    for key in out_theirs.keys():
+        torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
+    sum(out_ours[k].sum() for k in ("loss_actor", "loss_qvalue", "loss_value")).backward()
+    sum(out_theirs[k].sum() for k in ("loss_actor", "loss_qvalue", "loss_value")).backward()
+    assert_same_gradients(ours, theirs)

@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 20 swapped classes (whichever implementation is active), so
+at least one instance of the 21 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -41,6 +41,7 @@ TARGETS = {
     "SACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
     "DiscreteSACLoss": ["torchrl.objectives.sac", "torchrl.objectives"],
     "IQLLoss": ["torchrl.objectives.iql", "torchrl.objectives"],
+    "DiscreteIQLLoss": ["torchrl.objectives.iql", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
