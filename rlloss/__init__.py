@@ -9,7 +9,7 @@ from rlloss._checks import MissingKeyError, set_checks
 from rlloss.a2c import A2CLoss, ReinforceLoss
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
-from rlloss.dqn import DDQNLoss, DQNLoss
+from rlloss.dqn import DDQNLoss, DiscreteCQLLoss, DQNLoss
 from rlloss.estimators import (
     GAE,
     MultiAgentGAE,
@@ -37,6 +37,7 @@ __all__ = [
     "DDPGLoss",
     "DDQNLoss",
     "DQNLoss",
+    "DiscreteCQLLoss",
     "DiscreteIQLLoss",
     "DiscreteMPOLoss",
     "DiscreteSACLoss",

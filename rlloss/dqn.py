@@ -129,3 +129,64 @@ class DDQNLoss(DQNLoss):
 
     def __init__(self, value_network: nn.Module, **kwargs) -> None:
         super().__init__(value_network, double_dqn=True, delay_value=True, **kwargs)
+
+
+class DiscreteCQLLoss(DQNLoss):
+    """Discrete conservative Q-learning (Kumar et al., arXiv:2006.04779, CQL(H)) for offline RL:
+    DQN's regression, halved as TorchRL does (``loss_qvalue = 0.5 mean(L(Q(s, a), y))``, ``y``
+    the target network's greedy value), and ``loss_cql = mean(logsumexp_a Q(s, a) - Q(s,
+    a_data))`` (:func:`rlloss.functional.cql_penalty`); weight the two in the sum as the paper's
+    ``alpha`` asks.
+
+    TorchRL's ``DiscreteCQLLoss`` with the same keywords and outputs (``loss_qvalue``,
+    ``loss_cql``, and the batch means ``td_error`` (``[1]``), ``pred_value`` (over every action)
+    and ``target_value``); ``forward`` writes the per-sample squared TD error (``[*B, 1]``) into
+    the batch for prioritized replay.
+
+    Differences from TorchRL: the predicted action values are not written back into the
+    caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
+    here computes them itself).
+
+    Example:
+        >>> loss = DiscreteCQLLoss(QValueActor(net, in_keys=["observation"], spec=spec))
+        >>> out = loss(offline_batch)
+        >>> (out["loss_qvalue"] + alpha * out["loss_cql"]).backward()
+    """
+
+    out_keys = ["loss_qvalue", "loss_cql", "td_error", "pred_value", "target_value"]
+
+    def __init__(
+        self, value_network: nn.Module, *, loss_function: str = "l2", delay_value=True, **kwargs
+    ) -> None:
+        super().__init__(
+            value_network, loss_function=loss_function, delay_value=delay_value, **kwargs
+        )
+
+    def _regression(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
+        """``Q(s, .)``, ``Q(s, a)`` and the target ``y``."""
+        action_values = self._action_values(batch)
+        value = rlf.chosen_action_value(action_values, self._get(batch, "action"))
+        target = self._td_target(batch, self._next_value(entry(batch, "next")))
+        return action_values, value, target
+
+    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``mean(logsumexp_a Q(s, a) - Q(s, a_data))`` reduced (TorchRL's method name)."""
+        action_values = self._action_values(tensordict)
+        value = rlf.chosen_action_value(action_values, self._get(tensordict, "action"))
+        return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        action_values, value, target = self._regression(batch)
+        td_error = rlf.td_error(value, target, "squared")
+        self._write_priority(tensordict, td_error)
+        loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)
+        out = {
+            "loss_qvalue": 0.5 * self._critic_loss(value, target, batch),
+            "loss_cql": loss_cql,
+            "td_error": td_error.mean(0),
+            "pred_value": action_values.detach().mean(),
+            "target_value": target.mean(),
+        }
+        return _compat.output_tensordict(out)

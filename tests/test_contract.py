@@ -47,11 +47,12 @@ def ppo_row(name: str, **kwargs) -> Row:
     )
 
 
-def dqn_row(**kwargs) -> Row:
+def dqn_row(name="DQNLoss", **kwargs) -> Row:
+    losses = ("loss_qvalue", "loss_cql") if name == "DiscreteCQLLoss" else ("loss",)
     return Row(
-        build=lambda: rlloss.DQNLoss(test_dqn.q_actor(), **kwargs),
+        build=lambda: getattr(rlloss, name)(test_dqn.q_actor(), **kwargs),
         batch=lambda: test_dqn.transitions(),
-        routes={"loss": ("value_network",)},
+        routes={loss: ("value_network",) for loss in losses},
         renamable=("action",),
         writes=("td_error",),
         coefficient=None,
@@ -180,6 +181,7 @@ LOSSES = {
     "TD3BCLoss": td3_row(name="TD3BCLoss", alpha=2.0),
     "DQNLoss": dqn_row(),
     "DDQNLoss": dqn_row(double_dqn=True, loss_function="smooth_l1"),
+    "DiscreteCQLLoss": dqn_row(name="DiscreteCQLLoss"),
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
     "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),

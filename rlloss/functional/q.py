@@ -151,3 +151,16 @@ def td3_bc_actor_loss(
     bc_loss = (action - data_action).square().mean()
     lmbd = alpha / value.abs().mean().detach()
     return -lmbd * value + bc_loss, bc_loss, lmbd
+
+
+def cql_penalty(action_value: torch.Tensor, chosen_value: torch.Tensor) -> torch.Tensor:
+    """Discrete CQL's conservative penalty ``logsumexp_a Q(s, a) - Q(s, a_data)``, ``[*B, 1]``
+    (Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
+    arXiv:2006.04779, eq. 4 with the entropy regulariser: CQL(H)): it pushes down the values
+    of every action and up the dataset's.
+
+    Args:
+        action_value: ``[*B, A]`` Q-values of every action.
+        chosen_value: ``[*B, 1]`` the dataset action's value (:func:`chosen_action_value`).
+    """
+    return torch.logsumexp(action_value, dim=-1, keepdim=True) - chosen_value
