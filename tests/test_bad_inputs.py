@@ -25,7 +25,7 @@ from torchrl.modules import MLP, QValueActor, ValueOperator
 
 import rlloss
 from rlloss import functional as rlf
-from tests import nets, test_sac, test_td3
+from tests import nets, test_iql, test_sac, test_td3
 
 OBS = 5  # every network here reads 5 observation features
 CONTINUOUS_ACT, DISCRETE_ACT, B = test_sac.ACT, test_sac.NUM_ACTIONS, 6
@@ -44,6 +44,8 @@ class Subject:
     action_size: int | None = None  # trailing size of a continuous / one-hot action
     estimator: bool = False
     kwargs: dict = field(default_factory=dict)
+    onpolicy: bool = False  # reads advantages and a padding mask, no replay entries
+    discrete: bool = False  # a one-hot or index action
 
 
 def _ppo(cls, kind="normal", **kwargs):
@@ -77,6 +79,24 @@ def _discrete_sac(one_hot=True):
 def _td3():
     loss = rlloss.TD3Loss(test_td3.actor(), test_td3.qvalue(), bounds=(-1.0, 1.0))
     return loss, _transitions(None)
+
+
+def _td3_bc():
+    loss = rlloss.TD3BCLoss(test_td3.actor(), test_td3.qvalue(), bounds=(-1.0, 1.0))
+    return loss, _transitions(None)
+
+
+def _iql():
+    loss = rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), test_iql.value_network())
+    return loss, _transitions(None)
+
+
+def _discrete_iql():
+    actor, critic = test_sac.discrete_actor(False), test_iql.discrete_qvalue()
+    loss = rlloss.DiscreteIQLLoss(
+        actor, critic, test_iql.value_network(), action_space="categorical"
+    )
+    return loss, test_sac.discrete_transitions(False, B)
 
 
 def _ddpg():
@@ -133,21 +153,34 @@ PPO_INPUTS = ["observation", "action", "action_log_prob", "value_target"]  # adv
 REPLAY_INPUTS = ["observation", "action", *NEXT]
 ESTIMATOR_INPUTS = ["observation", ("next", "observation"), ("next", "reward"), ("next", "done")]
 
+ON, DISCRETE = {"onpolicy": True}, {"discrete": True}
+PG_INPUTS = ["observation", "action", "value_target"]  # A2C / REINFORCE: no old log-prob
+
 SUBJECTS = [
-    Subject("PPOLoss", _ppo(rlloss.PPOLoss), PPO_INPUTS, action_size=nets.ACT),
-    Subject("ClipPPOLoss", _ppo(rlloss.ClipPPOLoss), PPO_INPUTS, action_size=nets.ACT),
-    Subject("KLPENPPOLoss", _ppo(rlloss.KLPENPPOLoss), PPO_INPUTS, action_size=nets.ACT),
-    Subject("RPOLoss", _ppo(rlloss.RPOLoss), PPO_INPUTS, action_size=nets.ACT),
-    Subject("ClipPPOLoss-categorical", _ppo(rlloss.ClipPPOLoss, "categorical"), PPO_INPUTS),
-    Subject("DQNLoss", _dqn(), REPLAY_INPUTS),
-    Subject("DDQNLoss-one-hot", _dqn(rlloss.DDQNLoss, True), REPLAY_INPUTS, action_size=4),
+    Subject("PPOLoss", _ppo(rlloss.PPOLoss), PPO_INPUTS, action_size=nets.ACT, **ON),
+    Subject("ClipPPOLoss", _ppo(rlloss.ClipPPOLoss), PPO_INPUTS, action_size=nets.ACT, **ON),
+    Subject("KLPENPPOLoss", _ppo(rlloss.KLPENPPOLoss), PPO_INPUTS, action_size=nets.ACT, **ON),
+    Subject("RPOLoss", _ppo(rlloss.RPOLoss), PPO_INPUTS, action_size=nets.ACT, **ON),
+    Subject("ClipPPOLoss-categorical", _ppo(rlloss.ClipPPOLoss, "categorical"), PPO_INPUTS, **ON),
+    Subject("A2CLoss", _ppo(rlloss.A2CLoss), PG_INPUTS, action_size=nets.ACT, **ON),
+    Subject("ReinforceLoss", _ppo(rlloss.ReinforceLoss), PG_INPUTS, action_size=nets.ACT, **ON),
+    Subject("DQNLoss", _dqn(), REPLAY_INPUTS, **DISCRETE),
+    Subject(
+        "DDQNLoss-one-hot", _dqn(rlloss.DDQNLoss, True), REPLAY_INPUTS, action_size=4, **DISCRETE
+    ),
+    Subject("DiscreteCQLLoss", _dqn(rlloss.DiscreteCQLLoss), REPLAY_INPUTS, **DISCRETE),
     Subject("DDPGLoss", _ddpg, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("TD3Loss", _td3, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
+    Subject("TD3BCLoss", _td3_bc, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("SACLoss", _sac, ["observation", *NEXT], action_size=CONTINUOUS_ACT),
-    Subject("DiscreteSACLoss", _discrete_sac(), REPLAY_INPUTS, action_size=DISCRETE_ACT),
-    Subject("DiscreteSACLoss-index", _discrete_sac(False), REPLAY_INPUTS),
+    Subject(
+        "DiscreteSACLoss", _discrete_sac(), REPLAY_INPUTS, action_size=DISCRETE_ACT, **DISCRETE
+    ),
+    Subject("DiscreteSACLoss-index", _discrete_sac(False), REPLAY_INPUTS, **DISCRETE),
     Subject("MPOLoss", _mpo, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
-    Subject("DiscreteMPOLoss", _discrete_mpo, REPLAY_INPUTS, action_size=DISCRETE_ACT),
+    Subject("DiscreteMPOLoss", _discrete_mpo, REPLAY_INPUTS, action_size=DISCRETE_ACT, **DISCRETE),
+    Subject("IQLLoss", _iql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
+    Subject("DiscreteIQLLoss", _discrete_iql, REPLAY_INPUTS, **DISCRETE),
     Subject("GAE", _estimator(rlloss.GAE, lmbda=0.9), ESTIMATOR_INPUTS, None, estimator=True),
     Subject(
         "TD0Estimator", _estimator(rlloss.TD0Estimator), ESTIMATOR_INPUTS, None, estimator=True
@@ -239,7 +272,7 @@ def shape_cases():
         yield f"{subject.name}-observation-size", subject, "observation_size"
         yield f"{subject.name}-float64-batch", subject, "float64"
         yield f"{subject.name}-mask-B-3", subject, "mask"
-        if subject.name.startswith(("PPO", "Clip", "KLPEN", "RPO")):
+        if subject.onpolicy:
             yield f"{subject.name}-float-mask", subject, "float_mask"
         else:
             yield f"{subject.name}-priority-weight-B-3", subject, "priority_weight"
@@ -325,9 +358,9 @@ def test_tensor_call_with_an_empty_batch_is_refused(subject):
 # ----------------------------------------------------------------------------- padding
 def _padded_keys(subject):
     keys = ["observation", ("next", "observation"), ("next", "reward")]
-    if subject.name.startswith(("PPO", "Clip", "KLPEN", "RPO")):
+    if subject.onpolicy:
         keys += ["advantage", "action_log_prob", "value_target"]
-    if subject.action_size is not None and not subject.name.startswith(("Discrete", "DDQN")):
+    if subject.action_size is not None and not subject.discrete:
         keys += ["action"]
     return keys
 
@@ -516,6 +549,20 @@ def _dsac_with(**kwargs):
     return lambda: rlloss.DiscreteSACLoss(actor, critic, **kwargs)
 
 
+def _td3_bc_with(**kwargs):
+    return lambda: rlloss.TD3BCLoss(test_td3.actor(), test_td3.qvalue(), bounds=(-1, 1), **kwargs)
+
+
+def _iql_with(**kwargs):
+    return lambda: rlloss.IQLLoss(
+        test_sac.actor(), test_sac.qvalue(), test_iql.value_network(), **kwargs
+    )
+
+
+def _cql_with(**kwargs):
+    return lambda: rlloss.DiscreteCQLLoss(_q_actor("one-hot"), **kwargs)
+
+
 def _critic():
     return nets.make_critic()
 
@@ -643,6 +690,38 @@ CONSTRUCTION = [
         lambda: rlloss.DiscreteMPOLoss(test_sac.discrete_actor(True), [test_sac.discrete_qvalue()]),
         "one network",
     ),
+    ("A2C-entropy_coeff", _ppo_with(rlloss.A2CLoss, entropy_coeff=-0.1), "entropy_coeff"),
+    ("A2C-critic_coeff", _ppo_with(rlloss.A2CLoss, critic_coeff=-1.0), "critic_coeff"),
+    ("A2C-gamma", _ppo_with(rlloss.A2CLoss, gamma=0.9), "make_value_estimator"),
+    ("A2C-advantage_norm", _ppo_with(rlloss.A2CLoss, advantage_norm=object()), "advantage_norm"),
+    ("A2C-no-critic", lambda: rlloss.A2CLoss(nets.make_actor()), "Missing positional"),
+    (
+        "Reinforce-value_target_key",
+        _ppo_with(rlloss.ReinforceLoss, value_target_key="y"),
+        "set_keys",
+    ),
+    (
+        "Reinforce-delay-not-functional",
+        _ppo_with(rlloss.ReinforceLoss, delay_value=True, functional=False),
+        "delay_value and ~functional",
+    ),
+    (
+        "Reinforce-loss_critic_type",
+        _ppo_with(rlloss.ReinforceLoss, loss_critic_type="l3"),
+        "loss_critic_type",
+    ),
+    ("TD3BC-alpha-0", _td3_bc_with(alpha=0.0), "alpha"),
+    ("TD3BC-noise_clip-neg", _td3_bc_with(noise_clip=-1.0), "noise_clip"),
+    ("IQL-expectile", _iql_with(expectile=1.5), "expectile"),
+    ("IQL-temperature", _iql_with(temperature=-1.0), "temperature"),
+    ("IQL-num_qvalue_nets-0", _iql_with(num_qvalue_nets=0), "num_qvalue_nets"),
+    (
+        "IQL-value-list",
+        lambda: rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), [_critic()]),
+        "one network",
+    ),
+    ("DiscreteCQL-loss_function", _cql_with(loss_function="huber"), "loss_function"),
+    ("DiscreteCQL-gamma", _cql_with(gamma=1.5), "gamma"),
     ("GAE-gamma", lambda: rlloss.GAE(gamma=1.2, lmbda=0.9, value_network=_critic()), "gamma"),
     ("GAE-lmbda", lambda: rlloss.GAE(gamma=0.9, lmbda=-0.1, value_network=_critic()), "lmbda"),
     (
@@ -704,6 +783,11 @@ ASSIGNMENT = [
     ("SAC-gamma-2", "SACLoss", "gamma", 2.0),
     ("MPO-epsilon-0", "MPOLoss", "epsilon", 0.0),
     ("DiscreteMPO-epsilon_policy-neg", "DiscreteMPOLoss", "epsilon_policy", -1e-3),
+    ("A2C-entropy_coeff-neg", "A2CLoss", "entropy_coeff", -0.5),
+    ("TD3BC-alpha-neg", "TD3BCLoss", "alpha", -1.0),
+    ("IQL-expectile-2", "IQLLoss", "expectile", 2.0),
+    ("IQL-temperature-neg", "IQLLoss", "temperature", -3.0),
+    ("DiscreteCQL-gamma-neg", "DiscreteCQLLoss", "gamma", -0.5),
 ]
 
 
