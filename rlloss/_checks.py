@@ -280,3 +280,14 @@ def check_is_dict(owner: str, state_dict) -> None:
             f"{owner}.load_state_dict expects a dict (the output of state_dict()), got "
             f"{type(state_dict).__name__}."
         )
+
+
+def refuse_removed_keys(owner: str, **keys) -> None:
+    """TorchRL's ``RuntimeError`` for the ``*_key`` constructor keywords it removed (given as
+    ``name=value``; ``None`` means not given): the key is set with ``set_keys`` instead."""
+    for name, key in keys.items():
+        if key is not None:
+            raise RuntimeError(
+                f"{owner}: setting {name!r} via constructor is deprecated; "
+                f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
+            )

@@ -16,6 +16,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
+from rlloss._checks import refuse_removed_keys
 from rlloss._networks import as_list
 from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
 
@@ -118,7 +119,14 @@ class A2CLoss(_PolicyGradientLoss):
                 "normalise rewards with rlloss.RewardNormalizer instead."
             )
         actor_network, critic_network = torchrl_networks(
-            actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
+            type(self).__name__,
+            actor_network,
+            critic_network,
+            actor,
+            critic,
+            gamma,
+            advantage_key,
+            value_target_key,
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(
@@ -195,7 +203,14 @@ class ReinforceLoss(_PolicyGradientLoss):
         clip_value: float | None = None,
     ) -> None:
         actor_network, critic_network = torchrl_networks(
-            actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
+            type(self).__name__,
+            actor_network,
+            critic_network,
+            actor,
+            critic,
+            gamma,
+            advantage_key,
+            value_target_key,
         )
         if delay_value and not functional:  # TorchRL's refusal
             raise RuntimeError(
@@ -241,33 +256,19 @@ def _requires_grad(value) -> bool:
 
 
 def torchrl_networks(
-    actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
+    owner: str, actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
 ) -> tuple[nn.Module, nn.Module]:
     """The two networks from TorchRL's constructor arguments (``actor=`` / ``critic=`` are
-    aliases; both are required), after TorchRL's refusals of its removed arguments."""
-    refuse_removed_arguments(
-        gamma=gamma, advantage_key=advantage_key, value_target_key=value_target_key
-    )
+    aliases; both are required), after TorchRL's refusals of its removed arguments (``gamma``:
+    set it on the value estimator; ``*_key``: use ``set_keys``)."""
+    if gamma is not None:
+        raise TypeError(
+            "gamma is not a loss argument: pass it to the value estimator, "
+            "loss.make_value_estimator(ValueEstimators.GAE, gamma=..., lmbda=...)."
+        )
+    refuse_removed_keys(owner, advantage_key=advantage_key, value_target_key=value_target_key)
     actor_network = actor if actor is not None else actor_network
     critic_network = critic if critic is not None else critic_network
     if actor_network is None or critic_network is None:
         raise TypeError("Missing positional arguments actor_network or critic_network.")
     return actor_network, critic_network
-
-
-def refuse_removed_arguments(**arguments) -> None:
-    """TorchRL's errors for the constructor arguments it removed (``gamma``: set it on the value
-    estimator; ``*_key``: use ``set_keys``)."""
-    for name, value in arguments.items():
-        if value is None:
-            continue
-        if name == "gamma":
-            raise TypeError(
-                "gamma is not a loss argument: pass it to the value estimator, "
-                "loss.make_value_estimator(ValueEstimators.GAE, gamma=..., lmbda=...)."
-            )
-        key = name.removesuffix("_key")
-        raise RuntimeError(
-            f"{name} has been removed from the constructor (as in TorchRL); use "
-            f"loss.set_keys({key}={value!r}) instead."
-        )

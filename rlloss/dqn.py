@@ -105,6 +105,11 @@ class DQNLoss(TDTargetLoss):
     def _action_values(self, batch: TensorDictBase) -> torch.Tensor:
         return self._value_call(batch)[self.tensor_keys.action_value]
 
+    def _chosen_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Q(s, .)`` (``[*B, A]``) and ``Q(s, a)`` of the batch's action (``[*B, 1]``)."""
+        action_values = self._action_values(batch)
+        return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
+
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
         """``V'(s')``: greedy (or double-Q) value of the next state, without gradient."""
         with torch.no_grad():
@@ -118,7 +123,7 @@ class DQNLoss(TDTargetLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)
-        value = rlf.chosen_action_value(self._action_values(batch), self._get(batch, "action"))
+        _, value = self._chosen_values(batch)
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
         return _compat.output_tensordict({"loss": self._critic_loss(value, target, batch)})
@@ -162,23 +167,16 @@ class DiscreteCQLLoss(DQNLoss):
             value_network, loss_function=loss_function, delay_value=delay_value, **kwargs
         )
 
-    def _regression(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
-        """``Q(s, .)``, ``Q(s, a)`` and the target ``y``."""
-        action_values = self._action_values(batch)
-        value = rlf.chosen_action_value(action_values, self._get(batch, "action"))
-        target = self._td_target(batch, self._next_value(entry(batch, "next")))
-        return action_values, value, target
-
     def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``mean(logsumexp_a Q(s, a) - Q(s, a_data))`` reduced (TorchRL's method name)."""
-        action_values = self._action_values(tensordict)
-        value = rlf.chosen_action_value(action_values, self._get(tensordict, "action"))
+        action_values, value = self._chosen_values(tensordict)
         return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)
-        action_values, value, target = self._regression(batch)
+        action_values, value = self._chosen_values(batch)
+        target = self._td_target(batch, self._next_value(entry(batch, "next")))
         td_error = rlf.td_error(value, target, "squared")
         self._write_priority(tensordict, td_error)
         loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)

@@ -28,6 +28,7 @@ from rlloss._checks import (
     check_in_range,
     missing_key_message,
     next_key,
+    refuse_removed_keys,
     remap_keys,
     warn_terminated_from_done,
 )
@@ -88,16 +89,12 @@ class ValueEstimator(TensorDictModuleBase):
     ) -> None:
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
-        for name, key in (
-            ("advantage_key", advantage_key),
-            ("value_target_key", value_target_key),
-            ("value_key", value_key),
-        ):
-            if key is not None:  # TorchRL removed these keywords with the same error
-                raise RuntimeError(
-                    f"{type(self).__name__}: setting {name!r} via constructor is deprecated; "
-                    f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
-                )
+        refuse_removed_keys(
+            type(self).__name__,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+        )
         if value_chunk_size is not None and num_chunks is not None:
             raise ValueError(
                 f"{type(self).__name__}: value_chunk_size and num_chunks are mutually exclusive."

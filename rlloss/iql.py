@@ -160,7 +160,8 @@ class IQLLoss(TDTargetLoss):
             weights = rlf.advantage_weights(
                 self._advantage(tensordict, self._state_value(tensordict)), self.temperature
             )
-        loss = self._reduce_replayed(-(weights * log_prob.unsqueeze(-1)), tensordict)
+        objective = rlf.policy_gradient_objective(log_prob.unsqueeze(-1), weights)
+        loss = self._reduce_replayed(-objective, tensordict)
         return loss, {"log_prob": log_prob.detach()}
 
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:

@@ -49,8 +49,9 @@ class OnPolicyLoss(LossModule):
     """The on-policy base: an actor with ``get_dist``, an optional critic, advantages read from
     the batch or estimated (GAE by default), an entropy bonus and the critic's regression (value
     clipping, separate losses), padding masks, TorchRL's keywords. Subclasses give the policy
-    objective (:meth:`_objective`): the PPO family a ratio surrogate, ``A2CLoss`` the plain
-    log-likelihood one. Arguments as :class:`rlloss.PPOLoss`.
+    objective, ``_objective(batch, advantage, mask) -> (distribution, outputs)`` (the policy on
+    the batch and ``loss_objective`` with its diagnostics): the PPO family a ratio surrogate,
+    ``A2CLoss`` the plain log-likelihood one. Arguments as :class:`rlloss.PPOLoss`.
     """
 
     @dataclasses.dataclass
@@ -100,6 +101,12 @@ class OnPolicyLoss(LossModule):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        if not callable(getattr(type(self), "_objective", None)):
+            raise TypeError(
+                f"{type(self).__name__} is an on-policy base without a policy objective: "
+                "subclasses define _objective(batch, advantage, mask) -> (distribution, "
+                "outputs); use PPOLoss, ClipPPOLoss, A2CLoss... "
+            )
         check_network(type(self).__name__, "actor_network", actor_network)
         if critic_network is not None:
             check_network(type(self).__name__, "critic_network", critic_network)
@@ -367,13 +374,6 @@ class OnPolicyLoss(LossModule):
         return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
 
     # ----------------------------------------------------------------------------- forward
-    def _objective(
-        self, batch: TensorDictBase, advantage: torch.Tensor, mask: torch.Tensor | None
-    ) -> tuple[D.Distribution, dict[str, torch.Tensor]]:
-        """The current policy on the batch and the policy-objective entries
-        (``loss_objective`` and its diagnostics)."""
-        raise NotImplementedError
-
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
         mask = self._padding_mask(tensordict)
