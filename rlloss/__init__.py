@@ -9,7 +9,7 @@ from rlloss._checks import MissingKeyError, set_checks
 from rlloss.a2c import A2CLoss, ReinforceLoss
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
-from rlloss.dqn import DDQNLoss, DiscreteCQLLoss, DQNLoss
+from rlloss.dqn import DDQNLoss, DiscreteCQLLoss, DistributionalDQNLoss, DQNLoss
 from rlloss.estimators import (
     GAE,
     MultiAgentGAE,
@@ -41,6 +41,7 @@ __all__ = [
     "DiscreteIQLLoss",
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
+    "DistributionalDQNLoss",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",

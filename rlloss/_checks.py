@@ -291,3 +291,27 @@ def refuse_removed_keys(owner: str, **keys) -> None:
                 f"{owner}: setting {name!r} via constructor is deprecated; "
                 f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
             )
+
+
+def check_support(owner: str, support) -> None:
+    """A distributional network's ``support``: a 1-D tensor of ``K >= 2`` finite, increasing,
+    evenly spaced atoms (read once, at construction)."""
+    fix = (
+        "pass a DistributionalQValueActor built with support=torch.linspace(v_min, v_max, "
+        "num_atoms), or give the network such a 'support' buffer."
+    )
+    if not isinstance(support, torch.Tensor):
+        raise TypeError(f"{owner}: the value network has no 'support' tensor; {fix}")
+    if support.ndim != 1 or support.numel() < 2 or not support.is_floating_point():
+        raise ValueError(
+            f"{owner}: the support must be a 1-D floating tensor of at least 2 atoms, got "
+            f"shape {tuple(support.shape)} and dtype {support.dtype}; {fix}"
+        )
+    steps = support.diff()
+    if not (torch.isfinite(support).all() and (steps > 0).all()):
+        raise ValueError(f"{owner}: the support must be finite and increasing; {fix}")
+    if not torch.allclose(steps, steps.mean(), rtol=1e-4, atol=0.0):
+        raise ValueError(
+            f"{owner}: the support must be evenly spaced (C51 projects onto a uniform grid), "
+            f"got steps from {steps.min().item():.4g} to {steps.max().item():.4g}; {fix}"
+        )

@@ -29,6 +29,7 @@ from tensordict.nn import (
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
+from torchrl.modules import DistributionalDQNnet
 
 from rlloss import _compat
 from rlloss._checks import MissingKeyError
@@ -39,11 +40,18 @@ Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
     """The (callable, in_keys, out_keys) steps equivalent to ``module(td)``, or ``None``.
 
-    With ``until``, a sequence is planned only up to the first child that writes that key (e.g.
-    a ``QValueActor`` up to its ``action_value``, before the greedy-action module).
+    With ``until``, a sequence is planned only up to the plannable children that write that key
+    (e.g. a ``QValueActor`` up to its ``action_value``, before the greedy-action module; a
+    ``DistributionalQValueActor`` up to the log-softmax that rewrites its ``action_value``).
     """
     if isinstance(module, ProbabilisticTensorDictModule):
         return None
+    if isinstance(module, DistributionalDQNnet) and not _compat.has_call_hooks(module):
+        # TorchRL's log-softmax over the atoms (dim -2) of each of its keys
+        return [
+            (_log_softmax_over_atoms, [in_key], [out_key])
+            for in_key, out_key in zip(module.in_keys, module.out_keys, strict=True)
+        ]
     if isinstance(module, TensorDictSequential):
         if (
             (until is None and type(module).forward is not TensorDictSequential.forward)
@@ -52,18 +60,29 @@ def _plan(module, until: NestedKey | None = None) -> list[Step] | None:
             or _compat.selects_out_keys(module)
         ):
             return None
-        steps = []
+        steps, reached = [], False
         for child in module.module:
-            child_steps = _plan(child)
-            if child_steps is None:
-                return None
-            steps += child_steps
-            if until is not None and until in child.out_keys:
+            writes = until is not None and until in child.out_keys
+            if reached and not writes:
                 return steps
-        return None if until is not None else steps
+            child_steps = _plan(child)
+            if child_steps is None:  # after the key is written: a head that passes it through
+                return steps if reached else None
+            steps += child_steps
+            reached = reached or writes
+        return steps if until is None or reached else None
     if _compat.is_plain_tensordict_module(module):
         return [(module.module, list(module.in_keys), list(module.out_keys))]
     return None
+
+
+def _log_softmax_over_atoms(logits: torch.Tensor) -> torch.Tensor:
+    if logits.ndim < 2:
+        raise ValueError(
+            f"a distributional Q network must write [*B, atoms, actions] logits, got shape "
+            f"{tuple(logits.shape)}."
+        )
+    return torch.log_softmax(logits, dim=-2)
 
 
 def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | TensorDictBase | None:

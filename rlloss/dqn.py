@@ -1,5 +1,5 @@
-"""DQN losses: ``DQNLoss`` (Q-learning, double Q-learning with ``double_dqn=True``) and
-``DDQNLoss``.
+"""DQN losses: ``DQNLoss`` (Q-learning, double Q-learning with ``double_dqn=True``),
+``DDQNLoss``, ``DiscreteCQLLoss`` and ``DistributionalDQNLoss`` (C51).
 
 Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015; van
 Hasselt et al., "Deep Reinforcement Learning with Double Q-learning", arXiv:1509.06461.
@@ -14,10 +14,11 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import QValueActor
+from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_network
+from rlloss._checks import check_choice, check_network, check_support, refuse_removed_keys
 from rlloss._networks import NetworkCall, entry
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss
 
@@ -188,3 +189,117 @@ class DiscreteCQLLoss(DQNLoss):
             "target_value": target.mean(),
         }
         return _compat.output_tensordict(out)
+
+
+class DistributionalDQNLoss(DQNLoss):
+    """Categorical distributional Q-learning, C51 (Bellemare et al., "A Distributional
+    Perspective on Reinforcement Learning", arXiv:1707.06887), with double-Q bootstrapping.
+
+    The network gives, for every action, log-probabilities over a fixed support of ``K`` returns
+    ``z`` (``[*B, K, A]``, TorchRL's ``DistributionalQValueActor``). The target distribution
+    puts the target network's probabilities at the greedy next action ``a* = argmax_a sum_j z_j
+    p_j(s', a)`` (online network: double Q, as TorchRL) on the atoms ``r + gamma^n (1 -
+    terminated) z``, projected back onto ``z`` (:func:`rlloss.functional.categorical_projection`,
+    Algorithm 1); the loss is its cross-entropy with ``p(s, a)``: ``-sum_j m_j log p_j(s, a)``,
+    weighted by ``priority_weight`` when the batch has it. ``forward`` writes that per-sample
+    cross-entropy (``[*B, 1]``, TorchRL's priority) into the batch under ``td_error``.
+
+    Args:
+        value_network: a TorchRL ``DistributionalQValueActor``, or any module writing
+            ``action_value`` log-probabilities ``[*B, K, A]`` with a ``support`` buffer (``[K]``,
+            evenly spaced and increasing, ``K >= 2``).
+        gamma: the discount (TorchRL requires it; default 0.99 here).
+        delay_value: keep a target copy of the network (update it with ``SoftUpdate`` /
+            ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
+        reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
+
+    Only one-step (n-step through ``steps_to_next_obs``) targets exist for a return
+    distribution: ``make_value_estimator`` takes ``TD0`` only, as in TorchRL.
+
+    Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
+    ``"normalized"`` for TorchRL's numbers); batches of any number of dimensions are accepted
+    (TorchRL's needs one); the greedy next action is the argmax over every action column, also
+    for a multi-one-hot action space (TorchRL takes the argmax of the actor's multi-one-hot
+    action); nothing is moved to the CPU and no ``.item()`` is read (no host sync).
+
+    Example:
+        >>> actor = DistributionalQValueActor(net, support=torch.linspace(0, 500, 51),
+        ...                                   action_space="categorical", in_keys=["observation"])
+        >>> loss = DistributionalDQNLoss(actor, gamma=0.99)
+        >>> out = loss(batch); out["loss"].backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """Keys read by DistributionalDQNLoss (``priority``: the cross-entropy, ``[*B, 1]``)."""
+
+        action_value: NestedKey = "action_value"  # log-probabilities [*B, K, A]
+        action: NestedKey = "action"  # the action taken: index or one-hot
+
+    def __init__(
+        self,
+        value_network: nn.Module,
+        *,
+        gamma: float | None = None,
+        delay_value: bool = True,
+        priority_key: NestedKey | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+    ) -> None:
+        refuse_removed_keys(type(self).__name__, priority_key=priority_key)
+        check_support(type(self).__name__, getattr(value_network, "support", None))
+        super().__init__(
+            value_network,
+            delay_value=delay_value,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
+        self.action_space = getattr(value_network, "action_space", None)
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """``TD0`` only (n-step through ``steps_to_next_obs``), as TorchRL; other estimators
+        raise ``NotImplementedError``."""
+        if value_type not in (None, ValueEstimators.TD0):
+            raise NotImplementedError(
+                f"{type(self).__name__} builds one-step distributional targets; {value_type!r} "
+                "is not supported: use ValueEstimators.TD0 (n-step returns through "
+                "steps_to_next_obs)."
+            )
+        return super().make_value_estimator(value_type, **hyperparams)
+
+    def _log_probs_at(self, log_probs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``log p(s, a)`` ``[*B, K]`` of ``action`` (index ``[*B]``/``[*B, 1]`` or one-hot)."""
+        atoms_first = log_probs.movedim(-2, 0)  # [K, *B, A]
+        action = action.expand(atoms_first.shape[0], *action.shape)
+        return rlf.chosen_action_value(atoms_first, action).squeeze(-1).movedim(0, -1)
+
+    def _target_distribution(self, batch: TensorDictBase, support: torch.Tensor) -> torch.Tensor:
+        """The projected target ``m`` ``[*B, K]`` (no gradient)."""
+        next_batch = entry(batch, "next")
+        with torch.no_grad():
+            online = self._action_values(next_batch)
+            greedy = rlf.expected_action_value(online, support).argmax(-1)  # double Q
+            target = online
+            if self.delay_value:
+                target = self._target_value_call(next_batch)[self.tensor_keys.action_value]
+            probs = self._log_probs_at(target, greedy).exp()
+            reward, terminated, discount = self._bootstrap_terms(batch)
+            atoms = support.expand_as(probs)
+            atoms = rlf.td0_return(
+                reward.expand_as(atoms), atoms, terminated.expand_as(atoms), discount
+            )
+            return rlf.categorical_projection(atoms, probs, support)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        support = self.value_network.support
+        log_probs = self._log_probs_at(self._action_values(batch), self._get(batch, "action"))
+        target = self._target_distribution(batch, support)
+        cross_entropy = -(target * log_probs).sum(-1, keepdim=True)
+        self._write_priority(tensordict, cross_entropy.detach())
+        return _compat.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})

@@ -141,6 +141,17 @@ class TDTargetLoss(LossModule):
         """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``n``: ``steps_to_next_obs``
         when the batch has it, else 1); with a TD(1) / TD(lambda) estimator, the lambda-return
         over the batch's last dimension (see :meth:`make_value_estimator`)."""
+        reward, terminated, discount = self._bootstrap_terms(tensordict)
+        if self._lmbda is None:
+            return rlf.td0_return(reward, next_value, terminated, discount)
+        done = self._get(tensordict, "done", nested=True)
+        next_value = next_value.view_as(reward)
+        return rlf.td_lambda_return(reward, next_value, done, terminated, discount, self._lmbda)
+
+    def _bootstrap_terms(self, tensordict: TensorDictBase) -> tuple:
+        """The reward ``[*B, 1]``, the termination flag ``[*B, 1]`` (``done`` in its place when
+        the batch has none, as TorchRL, with a warning) and the discount ``gamma^n`` (a scalar,
+        or ``[*B, 1]`` with ``steps_to_next_obs``) of the batch's transitions."""
         reward = self._get(tensordict, "reward", nested=True)
         terminated = self._read(tensordict, "terminated", nested=True)
         if terminated is None:  # TorchRL's fallback, with a warning
@@ -155,12 +166,7 @@ class TDTargetLoss(LossModule):
             key = self.tensor_keys.steps_to_next_obs
             check_entry_shape(type(self).__name__, key, steps, tensordict.batch_size)
             steps = steps.view_as(reward)
-        discount = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
-        if self._lmbda is None:
-            return rlf.td0_return(reward, next_value, terminated, discount)
-        done = self._get(tensordict, "done", nested=True)
-        next_value = next_value.view_as(reward)
-        return rlf.td_lambda_return(reward, next_value, done, terminated, discount, self._lmbda)
+        return reward, terminated, rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
 
     # ----------------------------------------------------------------------------- critic
     def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:

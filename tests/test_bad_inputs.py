@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Bounded
-from torchrl.modules import MLP, QValueActor, ValueOperator
+from torchrl.modules import MLP, DistributionalQValueActor, QValueActor, ValueOperator
 
 import rlloss
 from rlloss import functional as rlf
@@ -128,6 +128,15 @@ def _dqn(cls=rlloss.DQNLoss, one_hot=False):
     return build
 
 
+def _c51():
+    net = MLP(in_features=OBS, out_features=(5, DISCRETE_ACT), num_cells=[8])
+    support = torch.linspace(-1.0, 1.0, 5)
+    actor = DistributionalQValueActor(
+        net, in_keys=["observation"], support=support, action_space="categorical"
+    )
+    return rlloss.DistributionalDQNLoss(actor), test_sac.discrete_transitions(False, B)
+
+
 def _sequences():
     """A ``[2, B]`` rollout of the PPO networks: time is the last batch dim."""
     actor, critic = nets.make_actor(), nets.make_critic()
@@ -169,6 +178,7 @@ SUBJECTS = [
         "DDQNLoss-one-hot", _dqn(rlloss.DDQNLoss, True), REPLAY_INPUTS, action_size=4, **DISCRETE
     ),
     Subject("DiscreteCQLLoss", _dqn(rlloss.DiscreteCQLLoss), REPLAY_INPUTS, **DISCRETE),
+    Subject("DistributionalDQNLoss", _c51, REPLAY_INPUTS, **DISCRETE),
     Subject("DDPGLoss", _ddpg, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("TD3Loss", _td3, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("TD3BCLoss", _td3_bc, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),

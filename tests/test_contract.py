@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from torchrl.modules import IndependentNormal
 
 import rlloss
-from tests import test_dqn, test_iql, test_mpo, test_sac, test_td3
+from tests import test_distributional_dqn, test_dqn, test_iql, test_mpo, test_sac, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -182,6 +182,14 @@ LOSSES = {
     "DQNLoss": dqn_row(),
     "DDQNLoss": dqn_row(double_dqn=True, loss_function="smooth_l1"),
     "DiscreteCQLLoss": dqn_row(name="DiscreteCQLLoss"),
+    "DistributionalDQNLoss": Row(
+        build=lambda: rlloss.DistributionalDQNLoss(test_distributional_dqn.c51_actor()),
+        batch=lambda: test_distributional_dqn.transitions(),
+        routes={"loss": ("value_network",)},
+        renamable=("action",),
+        writes=("td_error",),
+        coefficient=None,
+    ),
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
     "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),

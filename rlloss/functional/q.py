@@ -164,3 +164,42 @@ def cql_penalty(action_value: torch.Tensor, chosen_value: torch.Tensor) -> torch
         chosen_value: ``[*B, 1]`` the dataset action's value (:func:`chosen_action_value`).
     """
     return torch.logsumexp(action_value, dim=-1, keepdim=True) - chosen_value
+
+
+def expected_action_value(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """``Q(s, a) = sum_j z_j p_j(s, a)`` of a categorical return distribution, ``[*B, A]``.
+
+    Args:
+        log_probs: ``[*B, K, A]`` log-probabilities of the ``K`` atoms for every action.
+        support: ``[K]`` the atoms ``z_j``.
+    """
+    return (log_probs.exp() * support.unsqueeze(-1)).sum(-2)
+
+
+def categorical_projection(
+    atoms: torch.Tensor, probs: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """Project the distribution putting ``probs`` on ``atoms`` onto a fixed, evenly spaced
+    ``support``, ``[*B, K]`` (Bellemare et al., "A Distributional Perspective on Reinforcement
+    Learning", arXiv:1707.06887, Algorithm 1).
+
+    Each atom is clamped to ``[z_0, z_{K-1}]``, placed at ``b = (a - z_0) / dz`` and its mass
+    split between the neighbours ``l = floor(b)`` and ``l + 1`` in proportions ``l + 1 - b`` and
+    ``b - l`` (all of it on ``z_l`` when ``a`` is an atom of the support). Two ``scatter_add``
+    over the last dimension: no loop over atoms, no host sync.
+
+    Args:
+        atoms: ``[*B, N]`` where the mass sits (for C51, ``r + gamma (1 - terminated) z``).
+        probs: ``[*B, N]`` the mass of each atom.
+        support: ``[K]`` evenly spaced, increasing, ``K >= 2``.
+    """
+    num_atoms = support.shape[-1]
+    low, high = support[0], support[-1]
+    position = (atoms.clamp(low, high) - low) / ((high - low) / (num_atoms - 1))
+    lower = position.floor()
+    upper_share = position - lower
+    lower_index = lower.long().clamp(max=num_atoms - 1)
+    upper_index = (lower_index + 1).clamp(max=num_atoms - 1)
+    projected = probs.new_zeros(*probs.shape[:-1], num_atoms)
+    projected = projected.scatter_add(-1, lower_index, probs * (1 - upper_share))
+    return projected.scatter_add(-1, upper_index, probs * upper_share)

@@ -9,10 +9,12 @@ import torch
 
 from rlloss.functional.q import (
     categorical_entropy,
+    categorical_projection,
     chosen_action_value,
     clipped_double_q_value,
     discrete_soft_value,
     double_q_value,
+    expected_action_value,
     greedy_value,
     smoothed_target_action,
     soft_value,
@@ -170,3 +172,53 @@ def test_categorical_entropy_gradient_is_that_of_the_plain_formula(dtype):
     log_probs = logits.log_softmax(-1)
     (naive,) = torch.autograd.grad(-(log_probs.exp() * log_probs).sum(), logits)
     torch.testing.assert_close(grad, naive)
+
+
+def naive_projection(atoms, probs, support):
+    """Bellemare et al. (arXiv:1707.06887), Algorithm 1, one atom at a time."""
+    v_min, v_max, k = float(support[0]), float(support[-1]), len(support)
+    delta = (v_max - v_min) / (k - 1)
+    m = [0.0] * k
+    for a, p in zip(atoms.tolist(), probs.tolist(), strict=True):
+        tz = min(max(a, v_min), v_max)
+        b = (tz - v_min) / delta
+        low, up = math.floor(b), math.ceil(b)
+        if low == up:  # b lands on an atom: all the mass there
+            m[low] += p
+        else:
+            m[low] += p * (up - b)
+            m[up] += p * (b - low)
+    return torch.tensor(m, dtype=probs.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_categorical_projection_matches_algorithm_1(dtype):
+    torch.manual_seed(0)
+    support = torch.linspace(-2.0, 3.0, 11, dtype=dtype)
+    probs = torch.randn(6, 7, dtype=dtype).softmax(-1)
+    atoms = 4 * torch.randn(6, 7, dtype=dtype)  # many outside [-2, 3]: clamped
+    atoms[0] = support[torch.tensor([0, 2, 3, 5, 7, 9, 10])]  # exactly on atoms (b integer)
+    atoms[1, :2] = torch.tensor([-1e9, 1e9], dtype=dtype)
+    projected = categorical_projection(atoms, probs, support)
+    expected = torch.stack(
+        [naive_projection(a, p, support) for a, p in zip(atoms, probs, strict=True)]
+    )
+    torch.testing.assert_close(projected, expected, **TOLERANCE[dtype])
+    torch.testing.assert_close(projected.sum(-1), probs.sum(-1), **TOLERANCE[dtype])
+
+
+def test_categorical_projection_of_the_support_itself_is_the_identity():
+    support = torch.linspace(0.0, 10.0, 51)
+    probs = torch.randn(4, 51).softmax(-1)
+    projected = categorical_projection(support.expand(4, 51), probs, support)
+    torch.testing.assert_close(projected, probs)
+
+
+def test_expected_action_value_is_the_mean_return_per_action():
+    support = torch.linspace(-1.0, 4.0, 6)
+    log_probs = torch.randn(5, 6, 3).log_softmax(-2)
+    expected = torch.empty(5, 3)
+    for i in range(5):
+        for a in range(3):
+            expected[i, a] = sum(support[j] * log_probs[i, j, a].exp() for j in range(6))
+    torch.testing.assert_close(expected_action_value(log_probs, support), expected)

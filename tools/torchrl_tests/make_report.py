@@ -72,7 +72,7 @@ def normalize(msg):
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
         r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
-        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
+        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|DistributionalDQNLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
@@ -106,7 +106,7 @@ METHOD = """## Method
   --tb=native`, `xfail_strict`). No `--runslow` (slow-marked tests skip in both settings).
 - Swap: `swap_plugin.py`, loaded with `-p swap_plugin` before any conftest/test module; with
   `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss A2CLoss ReinforceLoss DQNLoss DDPGLoss
-  TD3Loss TD3BCLoss SACLoss DiscreteSACLoss IQLLoss DiscreteIQLLoss DiscreteCQLLoss SoftUpdate
+  TD3Loss TD3BCLoss SACLoss DiscreteSACLoss IQLLoss DiscreteIQLLoss DiscreteCQLLoss DistributionalDQNLoss SoftUpdate
   HardUpdate` on `torchrl.objectives`
   and on the defining modules
   (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,td3_bc,sac,iql,cql,utils}`), and `GAE TD0Estimator TD1Estimator
@@ -129,7 +129,7 @@ METHOD = """## Method
   TestDefaultForwardValueEstimatorKeys, TestValueEstimatorRegistry}` (the parts of that file that
   name one of the swapped classes). Excluded: TestQMixer, TestCrossQ,
   TestREDQ and the rest of test_loss_module.py.
-- `touched`: the plugin wraps `__init__` of the 22 active classes and records per test whether
+- `touched`: the plugin wraps `__init__` of the 23 active classes and records per test whether
   any was constructed (setup, call or teardown). Many TestValues tests exercise only
   `torchrl.objectives.value.functional` and many TestDQN tests only DistributionalDQNLoss: those
   run TorchRL's code in both settings, so their passes say nothing about rlloss. The `touched`
@@ -174,7 +174,7 @@ def main():
     # ---------------------------------------------------------------- per file / class
     w("## Pass counts per file and test class\n")
     w(
-        "`touched` = the test constructs at least one of the 22 swapped classes (recorded by the "
+        "`touched` = the test constructs at least one of the 23 swapped classes (recorded by the "
         "plugin, in the TorchRL run); tests that do not touch one run TorchRL's code in both "
         "settings, so the `touched` columns are the ones that measure rlloss.\n"
     )

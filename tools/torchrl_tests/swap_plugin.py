@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 22 swapped classes (whichever implementation is active), so
+at least one instance of the 23 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -36,6 +36,7 @@ TARGETS = {
     "ReinforceLoss": ["torchrl.objectives.reinforce", "torchrl.objectives"],
     "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DiscreteCQLLoss": ["torchrl.objectives.cql", "torchrl.objectives"],
+    "DistributionalDQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
     "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],
     "TD3BCLoss": ["torchrl.objectives.td3_bc", "torchrl.objectives"],
