@@ -43,6 +43,9 @@ TASKS: dict[str, Task] = {
     "dqn_cartpole": Task(
         "dqn_cartpole.py", (), 50_000, 475.0, f"{RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
     ),
+    "c51_cartpole": Task(
+        "c51_cartpole.py", (), 50_000, 475.0, f"none for C51; {RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
+    ),
     "sac_pendulum": Task(
         "sac_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} SAC: -157.0 +- 88.7 at 20k"
     ),

@@ -15,21 +15,16 @@ import pytest
 TUTORIALS_DIR = Path(__file__).resolve().parents[1] / "tutorials"
 COMPILE_TUTORIAL = TUTORIALS_DIR / "compile_and_cudagraphs.py"
 TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUTORIAL)
+# The offline tutorials learn from the dataset offline_dataset.py writes (made once, small).
+OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
+OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
 
 
-@pytest.mark.parametrize("script", TUTORIALS, ids=lambda path: path.stem)
-def test_tutorial_smoke(script, tmp_path):
+def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> None:
+    """Run ``script`` on a tiny budget and check its output contract."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "--total-frames",
-            "2048",
-            "--seed",
-            "1",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, str(script), "--total-frames", str(frames), "--seed", "1"]
+        + ["--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -39,8 +34,29 @@ def test_tutorial_smoke(script, tmp_path):
     last_line = result.stdout.strip().splitlines()[-1]
     assert last_line.startswith("final_return="), result.stdout[-2000:]
     float(last_line.split("=", 1)[1])  # a number (nan when no episode finished)
-    assert (tmp_path / "returns.csv").read_text().startswith("frames,episode_return")
-    assert (tmp_path / "curve.png").stat().st_size > 1000
+    assert (out / "returns.csv").read_text().startswith("frames,episode_return")
+    assert (out / "curve.png").stat().st_size > 1000
+
+
+@pytest.fixture(scope="session")
+def offline_dataset(tmp_path_factory) -> Path:
+    """A small dataset (SAC trained for 1,100 steps, 1,000 transitions), the smoke test of
+    offline_dataset.py itself."""
+    out = tmp_path_factory.mktemp("offline")
+    run_tutorial(OFFLINE_DATASET, out, "--agent-frames", "1100", frames=1000)
+    return out / "dataset"
+
+
+@pytest.mark.parametrize("script", TUTORIALS, ids=lambda path: path.stem)
+def test_tutorial_smoke(script, tmp_path, request):
+    if script == OFFLINE_DATASET:
+        request.getfixturevalue("offline_dataset")
+        return
+    extra = []
+    if script.stem in OFFLINE:
+        extra = ["--dataset", str(request.getfixturevalue("offline_dataset"))]
+        extra += ["--eval-every", "1024"]
+    run_tutorial(script, tmp_path, *extra)
 
 
 def test_compile_tutorial_smoke(tmp_path):

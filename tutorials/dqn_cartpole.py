@@ -38,9 +38,14 @@ import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
+from _collect import (  # tutorials/_collect.py
+    VectorCollector,
+    epsilon_greedy,
+    linear_epsilon,
+    make_vec,
+)
 from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
@@ -95,14 +100,8 @@ if device.type == "cpu":
     torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
 start_time = time.perf_counter()
 
-# Environment. SAME_STEP autoreset: when an episode ends, step() returns the first observation of
-# the next episode and puts the true last observation in infos["final_obs"].
-envs = gym.make_vec(
-    "CartPole-v1",
-    num_envs=NUM_ENVS,
-    vectorization_mode="sync",
-    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-)
+# Environment: NUM_ENVS CartPoles stepped together (tutorials/_collect.py).
+envs = make_vec("CartPole-v1", NUM_ENVS)
 obs_dim = envs.single_observation_space.shape[0]
 num_actions = envs.single_action_space.n
 
@@ -129,18 +128,11 @@ else:
     replay_buffer = TensorDictReplayBuffer(storage=storage, batch_size=BATCH_SIZE)
 
 
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
-
 frames_per_batch = NUM_ENVS * NUM_STEPS
 num_iterations = max(1, args.total_frames // frames_per_batch)
 total_frames = num_iterations * frames_per_batch
-obs, _ = envs.reset(seed=args.seed)  # env i is seeded with seed + i
-running_return = np.zeros(NUM_ENVS)
-episodes = []  # (frames, episode_return) for every finished episode
-frames = 0
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+episodes = collector.episodes  # (frames, episode_return) for every finished episode
 pbar = tqdm(total=total_frames, unit="frames")
 
 for iteration in range(num_iterations):
@@ -149,43 +141,14 @@ for iteration in range(num_iterations):
     # ---- Act epsilon-greedily and store the transitions ----
     steps = []
     for _ in range(NUM_STEPS):
-        # epsilon: 1 (uniformly random) before LEARNING_STARTS; a linear decay from EPS_START to
-        # EPS_END over the first 16% of the frames, then EPS_END (as in rl-zoo)
-        progress = min(1.0, frames / (EXPLORATION_FRACTION * total_frames))
-        epsilon = 1.0 if frames < LEARNING_STARTS else EPS_START + progress * (EPS_END - EPS_START)
-        td = TensorDict(observation=to_tensor(obs), batch_size=[NUM_ENVS], device=device)
-        with torch.no_grad():
-            actor(td)  # writes "action_value", "action" (greedy) and "chosen_action_value"
-        explore = torch.rand(NUM_ENVS, device=device) < epsilon
-        random_action = torch.randint(num_actions, (NUM_ENVS,), device=device)
-        td["action"] = torch.where(explore, random_action, td["action"])
-        obs, reward, terminated, truncated, infos = envs.step(td["action"].cpu().numpy())
-        done = terminated | truncated
-
-        # ("next", "observation") must be the true successor state: for finished envs `obs`
-        # already holds the reset observation, the final one is in infos["final_obs"].
-        next_obs = obs.copy()
-        for i in np.flatnonzero(done):
-            next_obs[i] = infos["final_obs"][i]
-        td["next"] = TensorDict(
-            observation=to_tensor(next_obs),
-            reward=to_tensor(reward).unsqueeze(-1),
-            # Only termination (the pole fell) stops bootstrapping: an episode truncated at the
-            # 500-step time limit still has a future, r + gamma * V(s') is the right target.
-            terminated=to_tensor(terminated, torch.bool).unsqueeze(-1),
-            batch_size=[NUM_ENVS],
-        )
-        steps.append(td.select("observation", "action", "next"))
-
-        running_return += reward
-        for i in np.flatnonzero(done):
-            episodes.append((frames + NUM_ENVS, running_return[i]))
-            running_return[i] = 0.0
-        frames += NUM_ENVS
+        epsilon = linear_epsilon(collector.frames, total_frames, start=EPS_START, end=EPS_END,
+                                 fraction=EXPLORATION_FRACTION, learning_starts=LEARNING_STARTS)
+        # the greedy action (the actor's argmax), uniformly random with probability epsilon
+        steps.append(collector.step(epsilon_greedy(actor, num_actions, epsilon)))
     replay_buffer.extend(torch.cat(steps))
 
     # ---- Learn: gradient steps on minibatches sampled from the replay memory ----
-    if frames >= LEARNING_STARTS:
+    if collector.frames >= LEARNING_STARTS:
         for _ in range(GRADIENT_STEPS):
             batch = replay_buffer.sample()  # with --per, also "priority_weight" and "index"
             loss = loss_module(batch)["loss"]  # also writes batch["td_error"]
@@ -216,7 +179,7 @@ fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 def deterministic_action(observation):
     """The greedy action argmax_a Q(s, a) (no epsilon)."""
-    td = TensorDict(observation=to_tensor(observation), device=device)
+    td = TensorDict(observation=collector.tensor(observation), device=device)
     with torch.no_grad():
         return int(actor(td)["action"])
 

@@ -80,6 +80,8 @@ parser.add_argument("--device", default="cpu")
 parser.add_argument("--out", type=Path, default=Path("runs/sac_pendulum"))
 parser.add_argument("--eval-episodes", type=int, default=10,
                     help="episodes of the final deterministic policy, on unseen start states")
+parser.add_argument("--save-actor", type=Path, default=None,
+                    help="also save the trained actor module there (offline_dataset.py uses it)")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring for our changes).
@@ -223,4 +225,6 @@ def deterministic_action(observation):
 # ---- Evaluate the final policy without exploration, on start states training never scored ----
 eval_returns = evaluate("Pendulum-v1", deterministic_action, seed=10_000 + 100 * args.seed,
                         episodes=args.eval_episodes)
+if args.save_actor is not None:
+    torch.save(actor, args.save_actor)
 report(start_time, episodes, eval_returns)

@@ -1,5 +1,6 @@
-"""DQN and double DQN (QValueActor over an MLP, one-hot actions, target network): DQNLoss and
-DDQNLoss, and their hand-written plain-torch baseline."""
+"""DQN, double DQN and C51 (QValueActor / DistributionalQValueActor over an MLP, one-hot actions,
+target network): DQNLoss, DDQNLoss and DistributionalDQNLoss, and their hand-written plain-torch
+baselines."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import torchrl.objectives
 from torch import nn
-from torchrl.modules import MLP, QValueActor
+from torchrl.modules import MLP, DistributionalQValueActor, QValueActor
 
 from benchmarks.cases.common import (
     frozen_copies,
@@ -27,6 +28,7 @@ from benchmarks.harness import CaseSetup, Method
 BATCH_SIZES = (64, 4096)
 OBS_DIM, ACTIONS, HIDDEN, GAMMA = 8, 4, (64, 64), 0.99
 VARIANTS = {"DQNLoss": {"double_dqn": False}, "DDQNLoss": {"double_dqn": True}}
+ATOMS, V_MIN, V_MAX = 51, 0.0, 100.0  # C51's support
 
 
 def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
@@ -49,12 +51,43 @@ def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: boo
     return loss
 
 
-def build(name: str, batch_size: int, seed: int) -> CaseSetup:
-    """The case ``name`` of the family at ``batch_size``."""
+def plain_c51_loss(net: nn.Module, target_net: nn.Module, batch) -> Callable:
+    """C51 with double-Q bootstrapping written by hand (Algorithm 1, the projection as two
+    ``scatter_add``), as a user would write it with a target-net copy."""
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+    support = torch.linspace(V_MIN, V_MAX, ATOMS)
+    delta = (V_MAX - V_MIN) / (ATOMS - 1)
+
+    def log_probs(module, x):
+        return module(x).view(*x.shape[:-1], ATOMS, ACTIONS).log_softmax(-2)
+
+    def loss() -> torch.Tensor:
+        chosen = (log_probs(net, obs) * action.unsqueeze(-2)).sum(-1)  # [B, K]
+        with torch.no_grad():
+            greedy = (log_probs(net, next_obs).exp() * support[:, None]).sum(-2).argmax(-1)
+            next_probs = log_probs(target_net, next_obs).exp()
+            index = greedy.view(-1, 1, 1).expand(-1, ATOMS, 1)
+            p = next_probs.gather(-1, index).squeeze(-1)
+            tz = (reward + GAMMA * (~terminated) * support).clamp(V_MIN, V_MAX)
+            b = (tz - V_MIN) / delta
+            low = b.floor()
+            m = torch.zeros_like(p).scatter_add(-1, low.long(), p * (low + 1 - b))
+            m = m.scatter_add(-1, (low.long() + 1).clamp(max=ATOMS - 1), p * (b - low))
+        cross_entropy = -(m * chosen).sum(-1)
+        priority = cross_entropy.detach()  # noqa: F841 - the priority, as written
+        return cross_entropy.mean()
+
+    return loss
+
+
+def network_and_batch(out_features: int, batch_size: int, seed: int):
+    """The Q network (an MLP with ``out_features`` outputs, on the benchmark device) and a
+    replay batch of one-hot actions, seeded."""
     torch.manual_seed(seed)
     net = MLP(
         in_features=OBS_DIM,
-        out_features=ACTIONS,
+        out_features=out_features,
         num_cells=list(HIDDEN),
         activation_class=nn.ReLU,
     )
@@ -63,6 +96,62 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     observation = torch.randn(batch_size, OBS_DIM, generator=g)
     batch = replay_batch(observation, nn.functional.one_hot(action, ACTIONS), g)
     on_device(net)
+    return net, batch
+
+
+def plain_method(net: nn.Module, plain_loss: Callable) -> Callable:
+    """The plain-torch factory: a copy of ``net``, a frozen target copy, ``plain_loss(net,
+    target, batch)`` and a hand-written soft update."""
+
+    def plain(batch) -> Method:
+        module = copy.deepcopy(net)
+        (target,) = frozen_copies([module])
+        return Method(
+            loss=plain_loss(module, target, batch),
+            params=prefixed("q", module),
+            trainable=tuple(module.parameters()),
+            update_targets=soft_update_of([module], [target]),
+        )
+
+    return plain
+
+
+def build_c51(batch_size: int, seed: int) -> CaseSetup:
+    """``DistributionalDQNLoss`` at ``batch_size``."""
+    net, batch = network_and_batch(ATOMS * ACTIONS, batch_size, seed)
+
+    def module_factory(cls: Callable) -> Callable:
+        def make(batch) -> Method:
+            module = copy.deepcopy(net)
+            actor = DistributionalQValueActor(
+                nn.Sequential(module, nn.Unflatten(-1, (ATOMS, ACTIONS))),
+                in_keys=["observation"],
+                support=torch.linspace(V_MIN, V_MAX, ATOMS),
+                action_space="one-hot",
+            )
+            loss = cls()(actor, gamma=GAMMA)
+            return loss_module_method(loss, batch, prefixed("q", module), ("loss",))
+
+        return make
+
+    return CaseSetup(
+        batches={"replay": batch},
+        factories={
+            "plain": plain_method(net, plain_c51_loss),
+            "rlloss": module_factory(lambda: rlloss_attr("DistributionalDQNLoss")),
+            "torchrl": module_factory(lambda: torchrl.objectives.DistributionalDQNLoss),
+        },
+        description=(
+            f"DistributionalDQNLoss(gamma={GAMMA}), {ATOMS} atoms on [{V_MIN}, {V_MAX}]; "
+            f"DistributionalQValueActor over MLP {OBS_DIM}->{'x'.join(map(str, HIDDEN))} relu->"
+            f"{ATOMS}x{ACTIONS}, one-hot actions, double-Q target network"
+        ),
+    )
+
+
+def build(name: str, batch_size: int, seed: int) -> CaseSetup:
+    """The case ``name`` of the family at ``batch_size``."""
+    net, batch = network_and_batch(ACTIONS, batch_size, seed)
     kwargs = VARIANTS[name]
 
     def module_factory(make_loss: Callable[[nn.Module], nn.Module]) -> Callable:
@@ -78,20 +167,10 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
         loss.make_value_estimator(gamma=GAMMA)
         return loss
 
-    def plain(batch) -> Method:
-        module = copy.deepcopy(net)
-        (target,) = frozen_copies([module])
-        return Method(
-            loss=plain_dqn_loss(module, target, batch, **kwargs),
-            params=prefixed("q", module),
-            trainable=tuple(module.parameters()),
-            update_targets=soft_update_of([module], [target]),
-        )
-
     return CaseSetup(
         batches={"replay": batch},
         factories={
-            "plain": plain,
+            "plain": plain_method(net, partial(plain_dqn_loss, **kwargs)),
             "rlloss": module_factory(
                 lambda actor: rlloss_attr("DQNLoss")(actor, gamma=GAMMA, **kwargs)
             ),
@@ -106,3 +185,4 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
 
 
 CASES = {name: partial(build, name) for name in VARIANTS}
+CASES["DistributionalDQNLoss"] = build_c51

@@ -1,0 +1,102 @@
+"""A fixed offline dataset for the offline-RL tutorials: Pendulum-v1 transitions of a partially
+trained SAC agent, written in TorchRL's storage format.
+
+1. train ``sac_pendulum.py`` for ``--agent-frames`` environment steps (default 5,000: the agent
+   swings the pendulum up on some episodes and not others; fully trained it scores about -150)
+   and keep its actor;
+2. play ``--total-frames`` steps (default 50,000: 250 episodes) with that actor's stochastic
+   policy, a ~ pi(.|s), in 10 environments with seeded resets, storing (s, a, r, s', terminated, done): a "medium"
+   dataset in the sense of D4RL (Fu et al., arXiv:2004.07219);
+3. write them with TorchRL's ``LazyMemmapStorage`` (``replay_buffer.dumps(OUT / "dataset")``,
+   read back with ``replay_buffer.loads``), and ``OUT/returns.csv`` and ``OUT/curve.png`` of the
+   dataset's episodes.
+
+``iql_offline.py``, ``cql_offline.py``, ``td3bc_offline.py`` and the behaviour-cloning baseline
+``bc_offline.py`` learn from that dataset alone (``--dataset OUT/dataset``); to be useful they
+must beat the dataset's mean return, printed last as ``final_return=``.
+
+Results (seed 0, the dataset the offline tutorials use): RESULTS.
+
+Run:
+    python tutorials/offline_dataset.py --seed 0 --out runs/pendulum_offline
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _collect import VectorCollector, make_vec  # tutorials/_collect.py
+from _results import plot_returns, write_csv  # tutorials/_results.py
+from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from tqdm import tqdm
+
+ENV_ID = "Pendulum-v1"
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--total-frames", type=int, default=50_000, help="transitions to store")
+parser.add_argument("--agent-frames", type=int, default=5_000,
+                    help="environment steps of SAC training for the behaviour policy")
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--out", type=Path, default=Path("runs/pendulum_offline"))
+args = parser.parse_args()
+
+torch.manual_seed(args.seed)
+torch.set_num_threads(1)
+start_time = time.perf_counter()
+args.out.mkdir(parents=True, exist_ok=True)
+
+# ---- 1. The behaviour policy: sac_pendulum.py stopped early ----
+agent_dir = args.out / "agent"
+actor_path = agent_dir / "actor.pt"
+subprocess.run(
+    [sys.executable, str(Path(__file__).with_name("sac_pendulum.py")), "--seed", str(args.seed),
+     "--total-frames", str(args.agent_frames), "--out", str(agent_dir), "--save-actor",
+     str(actor_path), "--device", args.device],
+    check=True, stdout=subprocess.DEVNULL,
+)
+actor = torch.load(actor_path, weights_only=False)  # the whole module, pickled by sac_pendulum.py
+
+# ---- 2. Play the stochastic policy in NUM_ENVS environments and store the transitions ----
+NUM_ENVS = 10  # one batched actor call per step of all of them (tutorials/_collect.py)
+collector = VectorCollector(make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
+                            seed=args.seed + 1_000)  # resets no training episode had
+
+
+def sample_action(td):
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]  # a ~ pi(.|s)
+
+
+steps = [collector.step(sample_action) for _ in tqdm(range(args.total_frames // NUM_ENVS))]
+collector.envs.close()
+episodes = collector.episodes
+replay_buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(steps) * NUM_ENVS))
+replay_buffer.extend(torch.cat(steps).cpu())
+
+# ---- 3. Write the dataset (TorchRL's format) and what it holds ----
+replay_buffer.dumps(args.out / "dataset")
+returns = [ret for _, ret in episodes]
+summary = {"transitions": len(replay_buffer), "episodes": len(returns),
+           "agent_frames": args.agent_frames, "seed": args.seed,
+           "mean_return": float(np.mean(returns)) if returns else float("nan"),
+           "std_return": float(np.std(returns)) if returns else float("nan")}
+(args.out / "dataset.json").write_text(json.dumps(summary, indent=2))
+write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+fig = Figure(figsize=(6, 4))
+ax = fig.add_subplot()
+plot_returns(ax, episodes)
+ax.set(xlabel="dataset step", ylabel="episode return",
+       title=f"Offline dataset: SAC after {args.agent_frames} steps, Pendulum-v1")
+fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+print(f"dataset={args.out / 'dataset'} transitions={len(replay_buffer)} episodes={len(returns)}")
+print(f"dataset_return_std={summary['std_return']:.1f}")
+print(f"wall_time={time.perf_counter() - start_time:.1f}s")
+print(f"final_return={summary['mean_return']:.1f}")  # the dataset's mean episode return
