@@ -340,12 +340,20 @@ class SACLoss(_SoftActorCritic):
         builds) and its log-prob ``[*B]``."""
         call = self._actor_call if call is None else call
         if self._tanh_normal:
-            params = call.distribution_parameters(batch)
-            keys = call.parameter_keys
-            return rlf.tanh_normal_sample_and_log_prob(
-                params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
-            )
+            return self._squashed_sample(call.distribution_parameters(batch), call)
         return self._sample(call(batch), batch.batch_size)
+
+    def _squashed_sample(
+        self, params: dict, call: DistributionCall, repeats: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tanh-Normal action and its log-prob from the actor's parameters (``params``, as
+        ``call.distribution_parameters`` returns them); with ``repeats``, ``repeats`` actions
+        per state, in a row along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``)."""
+        keys = call.parameter_keys
+        loc, scale = params[keys["loc"]], params[keys["scale"]]
+        if repeats > 1:
+            loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
+        return rlf.tanh_normal_sample_and_log_prob(loc, scale, self.action_low, self.action_high)
 
     @staticmethod
     def _sample(distribution, batch_size: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
@@ -684,12 +692,16 @@ class CQLLoss(SACLoss):
         log-probs ``[*B, num]`` (drawn as TorchRL does: each state repeated ``num`` times in a
         row along the last batch dim)."""
         dim, size = batch.ndim - 1, batch.batch_size
-        inputs = network_inputs(batch, self.actor_network)
-        repeated = TensorDict(
-            {key: value.repeat_interleave(num, dim=dim) for key, value in inputs.items()},
-            batch_size=(*size[:-1], size[-1] * num),
-        )
-        action, log_prob = self._policy_sample(repeated)
+        if self._tanh_normal:  # the actor runs once per state, its parameters are repeated
+            params = self._actor_call.distribution_parameters(batch)
+            action, log_prob = self._squashed_sample(params, self._actor_call, num)
+        else:
+            inputs = network_inputs(batch, self.actor_network)
+            repeated = TensorDict(
+                {key: value.repeat_interleave(num, dim=dim) for key, value in inputs.items()},
+                batch_size=(*size[:-1], size[-1] * num),
+            )
+            action, log_prob = self._policy_sample(repeated)
         return action.reshape(*size, num, *action.shape[batch.ndim :]), log_prob.reshape(*size, num)
 
     def _sampled_q_values(
@@ -807,10 +819,7 @@ class CQLLoss(SACLoss):
         action = self._get(tensordict, "action")
         if self._tanh_normal:  # the distribution's parameters, computed once
             params = self._actor_call.distribution_parameters(tensordict)
-            keys = self._actor_call.parameter_keys
-            _, log_prob = rlf.tanh_normal_sample_and_log_prob(
-                params[keys["loc"]], params[keys["scale"]], self.action_low, self.action_high
-            )
+            _, log_prob = self._squashed_sample(params, self._actor_call)
             distribution = self._actor_call.head.get_dist(params)
         else:
             distribution = self._actor_call(tensordict)

@@ -152,7 +152,7 @@ def lagrange_dual_loss(kl: torch.Tensor, alpha: torch.Tensor, epsilon: Scalar) -
     """``sum_d alpha_d (epsilon - sg(KL_d))``, ``[*B]``: minimising its batch mean makes
     ``alpha_d`` grow while the KL exceeds ``epsilon`` and shrink otherwise. Only ``alpha`` gets
     gradient. Any constraint ``c <= epsilon`` takes the KL's place (CQL's Lagrangian form: the
-    conservative penalty and its threshold ``tau``, Kumar et al., arXiv:2006.04779, eq. 5)."""
+    conservative penalty and its threshold ``tau``, Kumar et al., arXiv:2006.04779, appendix F)."""
     return (alpha * (epsilon - kl.detach())).sum(-1)
 
 
