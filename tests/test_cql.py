@@ -17,10 +17,7 @@ from torchrl.data import Bounded
 from torchrl.modules import IndependentNormal, TanhNormal
 
 import rlloss
-from tests import test_sac
 from tests.test_sac import ACT, B, actor, qvalue, shift_targets, transitions
-
-OBS = test_sac.OBS
 
 
 def pair(num_random=10, bounds=(-1.0, 1.0), distribution=TanhNormal, **kwargs):
@@ -97,21 +94,32 @@ def test_matches_torchrl_except_the_penalty(kwargs):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"temperature": 0.5, "min_q_weight": 5.0, "reduction": "sum", "bounds": (-1.0, 1.0)}],
+    [
+        {},
+        {"temperature": 0.5, "min_q_weight": 5.0, "reduction": "sum"},
+        {"with_lagrange": True, "lagrange_thresh": 3.0},
+    ],
 )
 def test_penalty_matches_torchrl_where_the_groupings_agree(kwargs):
     """With one action per proposal and ``s' = s``, TorchRL's log-sum-exp (over the three
     proposals of each sample, the ``s'`` samples evaluated at ``s'``) is the paper's: every
-    output and every gradient agree."""
+    output and every gradient agree. With ``with_lagrange`` and ``alpha' = 1`` (its initial
+    value) the values agree too, and so do the gradients but TorchRL's of ``loss_alpha_prime``
+    on the Q networks (rlloss sends it none)."""
     ours, theirs = pair(num_random=1, **kwargs)
     batch = transitions()
     batch["next", "observation"] = batch["observation"].clone()
     out_ours, out_theirs, mine, reference = run_both(ours, theirs, batch)
     for key in out_theirs.keys():
         torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
-    sum(v for k, v in out_ours.items() if k.startswith("loss_")).backward()
-    sum(v for k, v in out_theirs.items() if k.startswith("loss_")).backward()
+    losses = [k for k in out_theirs.keys() if k.startswith("loss_") and k != "loss_alpha_prime"]
+    sum(out_ours[k] for k in losses).backward(retain_graph=True)
+    sum(out_theirs[k] for k in losses).backward(retain_graph=True)
     assert_same_gradients(ours, theirs)
+    if "loss_alpha_prime" in out_theirs.keys():
+        out_ours["loss_alpha_prime"].backward()
+        out_theirs["loss_alpha_prime"].backward()
+        torch.testing.assert_close(ours.log_alpha_prime.grad, theirs.log_alpha_prime.grad)
 
 
 def member(loss, index, target=False):
