@@ -91,6 +91,11 @@ def _iql():
     return loss, _transitions(None)
 
 
+def _cql():
+    loss = rlloss.CQLLoss(test_sac.actor(), test_sac.qvalue(), num_random=3, with_lagrange=True)
+    return loss, _transitions(None)
+
+
 def _discrete_iql():
     actor, critic = test_sac.discrete_actor(False), test_iql.discrete_qvalue()
     loss = rlloss.DiscreteIQLLoss(
@@ -191,6 +196,7 @@ SUBJECTS = [
     Subject("DiscreteMPOLoss", _discrete_mpo, REPLAY_INPUTS, action_size=DISCRETE_ACT, **DISCRETE),
     Subject("IQLLoss", _iql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("DiscreteIQLLoss", _discrete_iql, REPLAY_INPUTS, **DISCRETE),
+    Subject("CQLLoss", _cql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("GAE", _estimator(rlloss.GAE, lmbda=0.9), ESTIMATOR_INPUTS, None, estimator=True),
     Subject(
         "TD0Estimator", _estimator(rlloss.TD0Estimator), ESTIMATOR_INPUTS, None, estimator=True
@@ -731,6 +737,21 @@ CONSTRUCTION = [
         "one network",
     ),
     ("DiscreteCQL-loss_function", _cql_with(loss_function="huber"), "loss_function"),
+    (
+        "CQL-temperature-0",
+        lambda: rlloss.CQLLoss(test_sac.actor(), test_sac.qvalue(), temperature=0.0),
+        "temperature",
+    ),
+    (
+        "CQL-min_q_weight-neg",
+        lambda: rlloss.CQLLoss(test_sac.actor(), test_sac.qvalue(), min_q_weight=-1.0),
+        "min_q_weight",
+    ),
+    (
+        "CQL-num_random-0",
+        lambda: rlloss.CQLLoss(test_sac.actor(), test_sac.qvalue(), num_random=0),
+        "num_random",
+    ),
     ("DiscreteCQL-gamma", _cql_with(gamma=1.5), "gamma"),
     ("GAE-gamma", lambda: rlloss.GAE(gamma=1.2, lmbda=0.9, value_network=_critic()), "gamma"),
     ("GAE-lmbda", lambda: rlloss.GAE(gamma=0.9, lmbda=-0.1, value_network=_critic()), "lmbda"),
@@ -798,6 +819,8 @@ ASSIGNMENT = [
     ("IQL-expectile-2", "IQLLoss", "expectile", 2.0),
     ("IQL-temperature-neg", "IQLLoss", "temperature", -3.0),
     ("DiscreteCQL-gamma-neg", "DiscreteCQLLoss", "gamma", -0.5),
+    ("CQL-temperature-neg", "CQLLoss", "temperature", -1.0),
+    ("CQL-min_q_weight-neg", "CQLLoss", "min_q_weight", -0.5),
 ]
 
 

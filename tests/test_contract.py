@@ -134,6 +134,24 @@ def iql_row(discrete=False) -> Row:
     )
 
 
+def cql_row(**kwargs) -> Row:
+    return Row(
+        build=lambda: rlloss.CQLLoss(test_sac.actor(), test_sac.qvalue(), **kwargs),
+        batch=test_sac.transitions,
+        routes={
+            "loss_actor": ("actor_network",),
+            "loss_actor_bc": ("actor_network",),
+            "loss_qvalue": ("qvalue_network_params",),
+            "loss_cql": ("qvalue_network_params",),
+            "loss_alpha": (),
+            **({"loss_alpha_prime": ()} if kwargs.get("with_lagrange") else {}),
+        },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    )
+
+
 def mpo_row(discrete=False, **kwargs) -> Row:
     if discrete:
 
@@ -174,6 +192,8 @@ LOSSES = {
     "DiscreteSACLoss": sac_row(discrete=True),
     "IQLLoss": iql_row(),
     "DiscreteIQLLoss": iql_row(discrete=True),
+    "CQLLoss": cql_row(),
+    "CQLLoss-lagrange-max-backup": cql_row(with_lagrange=True, max_q_backup=True, num_random=3),
     "DDPGLoss": ddpg_row(),
     "DDPGLoss-delayed-actor": ddpg_row(delay_actor=True),
     "TD3Loss": td3_row(),

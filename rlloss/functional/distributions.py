@@ -82,3 +82,28 @@ def tanh_normal_sample_and_log_prob(
     """
     preimage = loc + scale * torch.randn_like(loc)
     return squash(preimage, low, high), tanh_normal_log_prob(preimage, loc, scale, low, high)
+
+
+def uniform_sample_and_log_prob(
+    low: Scalar, high: Scalar, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions drawn uniformly from the box ``[low, high]^D`` and their log-density
+    ``-sum_d log(high_d - low_d)`` (one ``torch.rand`` draw: the same random stream as
+    ``uniform_(-1, 1)``). CQL's random actions for its importance-sampled log-sum-exp (Kumar et
+    al., arXiv:2006.04779, appendix F). Float bounds never become host tensors copied to the
+    device (a copy would synchronise).
+
+    Args:
+        low, high: the bounds (floats, or tensors broadcastable to ``[D]`` on ``device``).
+        shape: ``(*S, D)`` the sample shape, action dim last.
+
+    Returns:
+        The actions ``[*S, D]`` and their log-densities ``[*S]`` (all equal).
+    """
+    width = high - low
+    action = low + width * torch.rand(shape, dtype=dtype, device=device)
+    if isinstance(width, torch.Tensor):
+        log_density = -torch.log(width.to(dtype)).expand(shape[-1:]).sum()
+        return action, log_density.expand(shape[:-1])
+    log_density = -shape[-1] * math.log(width)
+    return action, torch.full(shape[:-1], log_density, dtype=dtype, device=device)

@@ -151,7 +151,8 @@ def kl_penalty(kl: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 def lagrange_dual_loss(kl: torch.Tensor, alpha: torch.Tensor, epsilon: Scalar) -> torch.Tensor:
     """``sum_d alpha_d (epsilon - sg(KL_d))``, ``[*B]``: minimising its batch mean makes
     ``alpha_d`` grow while the KL exceeds ``epsilon`` and shrink otherwise. Only ``alpha`` gets
-    gradient."""
+    gradient. Any constraint ``c <= epsilon`` takes the KL's place (CQL's Lagrangian form: the
+    conservative penalty and its threshold ``tau``, Kumar et al., arXiv:2006.04779, appendix F)."""
     return (alpha * (epsilon - kl.detach())).sum(-1)
 
 

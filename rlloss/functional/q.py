@@ -153,17 +153,34 @@ def td3_bc_actor_loss(
     return -lmbd * value + bc_loss, bc_loss, lmbd
 
 
-def cql_penalty(action_value: torch.Tensor, chosen_value: torch.Tensor) -> torch.Tensor:
-    """Discrete CQL's conservative penalty ``logsumexp_a Q(s, a) - Q(s, a_data)``, ``[*B, 1]``
+def cql_penalty(
+    action_value: torch.Tensor,
+    chosen_value: torch.Tensor,
+    log_proposal: torch.Tensor | None = None,
+    temperature: Scalar = 1.0,
+) -> torch.Tensor:
+    """CQL(H)'s conservative penalty ``T log sum_a exp(Q(s, a) / T) - Q(s, a_data)``, ``[*B, 1]``
     (Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
-    arXiv:2006.04779, eq. 4 with the entropy regulariser: CQL(H)): it pushes down the values
-    of every action and up the dataset's.
+    arXiv:2006.04779, eq. 4 with the entropy regulariser: CQL(H)): it pushes down a soft maximum
+    of the values and pushes up the dataset action's value.
+
+    Discrete actions (``log_proposal=None``): the sum runs over every action. Continuous actions:
+    it is estimated by importance sampling from ``K`` actions ``a_k`` drawn from proposals of
+    log-density ``log q(a_k)`` (uniform and policy actions, appendix F):
+    ``T logsumexp_k((Q(s, a_k) - log q(a_k)) / T)``; the constant ``-log K`` of the average is
+    left out, as in the authors' code.
 
     Args:
-        action_value: ``[*B, A]`` Q-values of every action.
+        action_value: ``[*B, A]`` Q-values of every action, or ``[*B, K]`` of ``K`` sampled ones.
         chosen_value: ``[*B, 1]`` the dataset action's value (:func:`chosen_action_value`).
+        log_proposal: ``[*B, K]`` (broadcastable) log-densities of the sampled actions under the
+            distributions they were drawn from; ``None`` for the exact sum.
+        temperature: ``T`` > 0 (1 in the paper; the authors' ``temp``).
     """
-    return torch.logsumexp(action_value, dim=-1, keepdim=True) - chosen_value
+    if log_proposal is not None:
+        action_value = action_value - log_proposal
+    soft_maximum = temperature * torch.logsumexp(action_value / temperature, -1, keepdim=True)
+    return soft_maximum - chosen_value
 
 
 def expected_action_value(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
@@ -203,3 +220,31 @@ def categorical_projection(
     projected = probs.new_zeros(*probs.shape[:-1], num_atoms)
     projected = projected.scatter_add(-1, lower_index, probs * (1 - upper_share))
     return projected.scatter_add(-1, upper_index, probs * upper_share)
+
+
+def max_backup_value(ensemble_value: torch.Tensor) -> torch.Tensor:
+    """CQL's max-backup target value ``min_i max_k Q_i(s', a'_k)`` over ``K`` actions sampled from
+    the policy at ``s'`` (the authors' ``max_q_backup`` option, Kumar et al., arXiv:2006.04779),
+    ``[*B, 1]``: the maximum over the samples per network, then the minimum over the networks.
+
+    Args:
+        ensemble_value: ``[E, *B, K, 1]`` values of the sampled actions for each of ``E``
+            networks.
+    """
+    return ensemble_value.max(-2).values.min(0).values
+
+
+def soft_behavior_cloning_loss(
+    log_prob: torch.Tensor, data_log_prob: torch.Tensor, alpha: Scalar
+) -> torch.Tensor:
+    """Behaviour cloning with SAC's entropy term, ``alpha log pi(a~|s) - log pi(a_data|s)``,
+    elementwise (``a~ ~ pi(.|s)``): CQL's actor warm-up (the authors' ``policy_eval_start``
+    phase, Kumar et al., arXiv:2006.04779), TorchRL's ``loss_actor_bc``.
+
+    Args:
+        log_prob: ``[*B]`` log-probabilities of the policy's own (reparameterised) samples.
+        data_log_prob: ``[*B]`` log-probabilities of the dataset's actions.
+        alpha: the entropy temperature.
+    """
+    check_same_shape(log_prob=log_prob, data_log_prob=data_log_prob)
+    return alpha * log_prob - data_log_prob

@@ -72,7 +72,7 @@ def normalize(msg):
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
         r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
-        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|DistributionalDQNLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
+        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|CQLLoss|DistributionalDQNLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
@@ -106,7 +106,7 @@ METHOD = """## Method
   --tb=native`, `xfail_strict`). No `--runslow` (slow-marked tests skip in both settings).
 - Swap: `swap_plugin.py`, loaded with `-p swap_plugin` before any conftest/test module; with
   `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss A2CLoss ReinforceLoss DQNLoss DDPGLoss
-  TD3Loss TD3BCLoss SACLoss DiscreteSACLoss IQLLoss DiscreteIQLLoss DiscreteCQLLoss DistributionalDQNLoss SoftUpdate
+  TD3Loss TD3BCLoss SACLoss DiscreteSACLoss IQLLoss DiscreteIQLLoss DiscreteCQLLoss DistributionalDQNLoss CQLLoss SoftUpdate
   HardUpdate` on `torchrl.objectives`
   and on the defining modules
   (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,td3_bc,sac,iql,cql,utils}`), and `GAE TD0Estimator TD1Estimator
@@ -122,7 +122,7 @@ METHOD = """## Method
   KLPENPPOLoss are parametrised inside it), `test_ppo.py::TestA2C`, `test_ppo.py::TestReinforce`,
   `test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch`,
   `test_dqn.py::TestDQN`, `test_ddpg.py::TestDDPG`, `test_ddpg.py::TestTD3`,
-  `test_ddpg.py::TestTD3BC`, `test_sac.py::TestSAC`, `test_iql.py::TestIQL`, `test_iql.py::TestDiscreteIQL`, `test_cql.py::TestDiscreteCQL`,
+  `test_ddpg.py::TestTD3BC`, `test_sac.py::TestSAC`, `test_iql.py::TestIQL`, `test_iql.py::TestDiscreteIQL`, `test_cql.py::TestCQL`, `test_cql.py::TestDiscreteCQL`,
   `test_sac.py::TestDiscreteSAC`, `test_values.py::TestValues`, `test_values.py::TestAdv`,
   `test_loss_module.py::{test_updater, test_updater_warning, test_instantiate_with_different_keys,
   TestMakeValueEstimator, TestSchedulableBuffers, TestPrepareValueEstimatorKwargs,

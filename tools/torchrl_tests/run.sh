@@ -33,7 +33,7 @@ sel() {
     ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3 $o/test_ddpg.py::TestTD3BC" ;;
     sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC" ;;
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;
-    cql) echo "$o/test_cql.py::TestDiscreteCQL" ;;
+    cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
     loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;
   esac

@@ -37,6 +37,7 @@ TARGETS = {
     "DQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
     "DiscreteCQLLoss": ["torchrl.objectives.cql", "torchrl.objectives"],
     "DistributionalDQNLoss": ["torchrl.objectives.dqn", "torchrl.objectives"],
+    "CQLLoss": ["torchrl.objectives.cql", "torchrl.objectives"],
     "DDPGLoss": ["torchrl.objectives.ddpg", "torchrl.objectives"],
     "TD3Loss": ["torchrl.objectives.td3", "torchrl.objectives"],
     "TD3BCLoss": ["torchrl.objectives.td3_bc", "torchrl.objectives"],
