@@ -23,7 +23,7 @@ from rlloss.iql import DiscreteIQLLoss, IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
-from rlloss.sac import CQLLoss, DiscreteSACLoss, SACLoss
+from rlloss.sac import CQLLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.td3 import TD3BCLoss, TD3Loss
 from rlloss.updaters import HardUpdate, SoftUpdate
@@ -51,6 +51,7 @@ __all__ = [
     "MultiAgentGAE",
     "PPOLoss",
     "PiecewiseSchedule",
+    "REDQLoss",
     "RPOLoss",
     "ReinforceLoss",
     "RewardNormalizer",
@@ -62,6 +63,7 @@ __all__ = [
     "TD0Estimator",
     "TD1Estimator",
     "TDLambdaEstimator",
+    "TQCLoss",
     "VTrace",
     "ValueEstimator",
     "functional",

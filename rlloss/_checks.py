@@ -315,3 +315,13 @@ def check_support(owner: str, support) -> None:
             f"{owner}: the support must be evenly spaced (C51 projects onto a uniform grid), "
             f"got steps from {steps.min().item():.4g} to {steps.max().item():.4g}; {fix}"
         )
+
+
+def refuse_unknown_keywords(owner: str, given, accepted) -> None:
+    """Python's ``TypeError`` for unexpected keyword arguments of ``owner`` (those of ``given``
+    not in ``accepted``), listing the accepted ones."""
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise TypeError(
+            f"{owner} got unexpected keyword argument(s) {unknown}; it accepts {sorted(accepted)}."
+        )

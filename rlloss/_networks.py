@@ -18,7 +18,7 @@ import copy
 from collections.abc import Callable, Mapping
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.nn import (
     CompositeDistribution,
     ProbabilisticTensorDictModule,
@@ -206,6 +206,17 @@ def _first_linear(network) -> nn.Linear | None:
     return None
 
 
+def _as_tensordict(batch: TensorDictBase | Mapping) -> TensorDictBase:
+    """A shallow copy of ``batch`` as a TensorDict (the input of a module the loss cannot plan,
+    e.g. an ensemble member called on a mapping of inputs)."""
+    if isinstance(batch, TensorDictBase):
+        return batch.copy()
+    inputs = TensorDict({}, batch_size=[])
+    for key, value in batch.items():
+        inputs.set(key, value)
+    return inputs
+
+
 class NetworkCall:
     """``NetworkCall(module)(batch)`` returns ``module``'s outputs on ``batch`` as a mapping.
 
@@ -216,10 +227,10 @@ class NetworkCall:
         self.module = module
         self.steps = _plan(module, until)
 
-    def __call__(self, batch: TensorDictBase) -> Mapping[NestedKey, torch.Tensor]:
+    def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:
             try:
-                return self.module(batch.copy())
+                return self.module(_as_tensordict(batch))
             except (*CALL_ERRORS, KeyError) as error:
                 raise explained_module_error(error, self.module, batch) from error
         return _run(self.steps, batch, {})
@@ -547,13 +558,16 @@ class Ensemble:
         *,
         target: bool = False,
         detach: bool = False,
-        members: int | None = None,
+        members: int | torch.Tensor | None = None,
     ) -> Mapping:
         """Every member's outputs on ``inputs`` (shared by all members), stacked along a leading
         ``[size]`` dim. ``target``: the target tensors (no gradient); ``detach``: the online
-        tensors without gradient; ``members``: only the first ``members`` members."""
+        tensors without gradient; ``members``: only the first ``members`` members, or those
+        an integer index tensor names (on the parameters' device: no host sync)."""
         params = self.target if target else self.online
-        if members is not None:
+        if isinstance(members, torch.Tensor):
+            params = {k: v.index_select(0, members) for k, v in params.items()}
+        elif members is not None:
             params = {k: v[:members] for k, v in params.items()}
         if detach:
             params = {k: v.detach() for k, v in params.items()}

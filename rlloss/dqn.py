@@ -14,7 +14,6 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import QValueActor
-from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -237,6 +236,8 @@ class DistributionalDQNLoss(DQNLoss):
         action_value: NestedKey = "action_value"  # log-probabilities [*B, K, A]
         action: NestedKey = "action"  # the action taken: index or one-hot
 
+    _one_step_targets_only = True  # TD(1) / TD(lambda) of a return distribution: not defined
+
     def __init__(
         self,
         value_network: nn.Module,
@@ -260,17 +261,6 @@ class DistributionalDQNLoss(DQNLoss):
         )
         self.action_space = getattr(value_network, "action_space", None)
 
-    def make_value_estimator(self, value_type=None, **hyperparams):
-        """``TD0`` only (n-step through ``steps_to_next_obs``), as TorchRL; other estimators
-        raise ``NotImplementedError``."""
-        if value_type not in (None, ValueEstimators.TD0):
-            raise NotImplementedError(
-                f"{type(self).__name__} builds one-step distributional targets; {value_type!r} "
-                "is not supported: use ValueEstimators.TD0 (n-step returns through "
-                "steps_to_next_obs)."
-            )
-        return super().make_value_estimator(value_type, **hyperparams)
-
     def _log_probs_at(self, log_probs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``log p(s, a)`` ``[*B, K]`` of ``action`` (index ``[*B]``/``[*B, 1]`` or one-hot)."""
         atoms_first = log_probs.movedim(-2, 0)  # [K, *B, A]
@@ -287,11 +277,7 @@ class DistributionalDQNLoss(DQNLoss):
             if self.delay_value:
                 target = self._target_value_call(next_batch)[self.tensor_keys.action_value]
             probs = self._log_probs_at(target, greedy).exp()
-            reward, terminated, discount = self._bootstrap_terms(batch)
-            atoms = support.expand_as(probs)
-            atoms = rlf.td0_return(
-                reward.expand_as(atoms), atoms, terminated.expand_as(atoms), discount
-            )
+            atoms = self._td_target(batch, support.expand_as(probs))  # r + gamma^n (1 - d) z
             return rlf.categorical_projection(atoms, probs, support)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:

@@ -73,6 +73,7 @@ class TDTargetLoss(LossModule):
         steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
 
     default_value_estimator = ValueEstimators.TD0
+    _one_step_targets_only = False  # True: TD(1) / TD(lambda) estimators are refused
     _coefficient_ranges = {"gamma": {"low": 0.0, "high": 1.0}}
 
     def __init__(
@@ -122,6 +123,11 @@ class TDTargetLoss(LossModule):
         estimator, value_type = build_value_estimator(
             self, value_type, {"gamma": self.gamma, **hyperparams}
         )
+        if self._one_step_targets_only and getattr(estimator, "lmbda", None) is not None:
+            raise NotImplementedError(
+                f"{type(self).__name__} supports only one-step targets (ValueEstimators.TD0, "
+                f"n-step through steps_to_next_obs), got {value_type!r}."
+            )
         _compat.store_value_estimator(self, estimator)
         self.value_type = value_type
         self.gamma = estimator.gamma
@@ -138,11 +144,15 @@ class TDTargetLoss(LossModule):
 
     # ----------------------------------------------------------------------------- targets
     def _td_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
-        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``n``: ``steps_to_next_obs``
-        when the batch has it, else 1); with a TD(1) / TD(lambda) estimator, the lambda-return
-        over the batch's last dimension (see :meth:`make_value_estimator`)."""
+        """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``[*B, K]`` for the ``K`` atoms of a
+        distributional critic; ``n``: ``steps_to_next_obs`` when the batch has it, else 1); with
+        a TD(1) / TD(lambda) estimator, the lambda-return over the batch's last dimension (see
+        :meth:`make_value_estimator`)."""
         reward, terminated, discount = self._bootstrap_terms(tensordict)
         if self._lmbda is None:
+            if next_value.shape[:-1] == reward.shape[:-1] and reward.shape[-1:] == (1,):
+                # ``[*B, K]`` atoms of a distributional critic share the reward and the flags
+                reward, terminated = reward.expand_as(next_value), terminated.expand_as(next_value)
             return rlf.td0_return(reward, next_value, terminated, discount)
         done = self._get(tensordict, "done", nested=True)
         next_value = next_value.view_as(reward)

@@ -1,10 +1,14 @@
-"""Soft actor-critic: ``SACLoss`` (continuous actions, SAC v2 without a value network),
-``DiscreteSACLoss``, and ``CQLLoss`` (conservative Q-learning on SAC, for offline RL).
+"""Soft actor-critic: ``SACLoss`` (continuous actions, SAC v2 without a value network) and
+``DiscreteSACLoss``, and the losses built on ``SACLoss``: ``CQLLoss`` (conservative Q-learning,
+for offline RL), ``TQCLoss`` (truncated quantile critics) and ``REDQLoss`` (a large ensemble with
+a random subset in the target).
 
 Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905;
 Christodoulou, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207; Kumar et al.,
-"Conservative Q-Learning for Offline Reinforcement Learning", arXiv:2006.04779.
-"""
+"Conservative Q-Learning for Offline Reinforcement Learning", arXiv:2006.04779; Kuznetsov et al.,
+"Controlling Overestimation Bias with Truncated Mixture of Continuous Distributional Quantile
+Critics", arXiv:2005.04269; Chen et al., "Randomized Ensembled Double Q-Learning: Learning Fast
+Without a Model", arXiv:2101.05982."""
 
 from __future__ import annotations
 
@@ -13,7 +17,11 @@ import math
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import CompositeDistribution, set_composite_lp_aggregate
+from tensordict.nn import (
+    CompositeDistribution,
+    composite_lp_aggregate,
+    set_composite_lp_aggregate,
+)
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite
@@ -21,7 +29,7 @@ from torchrl.modules import TanhNormal
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, check_network
+from rlloss._checks import check_choice, check_in_range, check_network, refuse_unknown_keywords
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
@@ -430,7 +438,7 @@ class SACLoss(_SoftActorCritic):
         """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
         alpha = self._alpha()
         action, log_prob = self._policy_sample(tensordict)
-        value = rlf.clipped_double_q_value(self._q_values(tensordict, action, detach=True))
+        value = self._policy_value(self._q_values(tensordict, action, detach=True))
         loss = -rlf.soft_value(value, log_prob, alpha)
         self._fill_target_entropy(tensordict, action)
         return self._reduce_replayed(loss, tensordict), {"log_prob": log_prob.detach()}
@@ -444,11 +452,21 @@ class SACLoss(_SoftActorCritic):
             unset = self.target_entropy.isnan()
             self.target_entropy.copy_(torch.where(unset, -dim, self.target_entropy))
 
-    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
-        (see :meth:`_soft_critic_loss`)."""
-        if self._version == 1:
-            return self._qvalue_v1_loss(tensordict)
+    def _policy_value(self, values: torch.Tensor) -> torch.Tensor:
+        """The critics' estimate ``[*B, 1]`` of ``Q(s, a~)`` that the actor maximises, from the
+        ensemble's outputs ``[num_qvalue_nets, *B, 1]``: ``min_i Q_i``."""
+        return rlf.clipped_double_q_value(values)
+
+    def _next_soft_value(
+        self, next_values: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """The soft value of the next state, ``min_i Q_i,target(s', a') - alpha log pi(a'|s')``
+        ``[*B, 1]``, from the target critics' outputs ``[num_qvalue_nets, *B, 1]``."""
+        return rlf.soft_value(rlf.clipped_double_q_value(next_values), next_log_prob, alpha)
+
+    def _soft_target(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The critics' regression target ``r + gamma^n (1 - terminated) V(s')`` (no gradient),
+        ``V(s')`` from :meth:`_next_soft_value` with ``a' ~ pi(.|s')``."""
         alpha = self._alpha()
         with torch.no_grad():
             next_batch = entry(tensordict, "next")
@@ -458,10 +476,15 @@ class SACLoss(_SoftActorCritic):
             next_values = self._q_values(
                 next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
             )
-            next_value = rlf.soft_value(
-                rlf.clipped_double_q_value(next_values), next_log_prob, alpha
-            )
-            target = self._td_target(tensordict, next_value)
+            next_value = self._next_soft_value(next_values, next_log_prob, alpha)
+            return self._td_target(tensordict, next_value)
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
+        (see :meth:`_soft_critic_loss`)."""
+        if self._version == 1:
+            return self._qvalue_v1_loss(tensordict)
+        target = self._soft_target(tensordict)
         values = self._q_values(tensordict, self._get(tensordict, "action"))
         return self._soft_critic_loss(values, target, tensordict)
 
@@ -581,6 +604,7 @@ _CQL_OUT_KEYS = [
 ]
 
 
+# TorchRL's TQCLoss keywords besides the networks, passed on to SACLoss (with rlloss's
 class CQLLoss(SACLoss):
     """Conservative Q-learning (CQL(H)) for offline RL with continuous actions, on SAC.
 
@@ -862,3 +886,398 @@ class CQLLoss(SACLoss):
         if self.with_lagrange:
             out["loss_alpha_prime"] = self._alpha_prime_loss(batch, penalties)
         return self._outputs(out, log_prob, tensordict)
+
+
+# ``priority_weighting``); SACLoss's others (``loss_function``, ``value_network``, ``gamma``...)
+# have no meaning here and are refused.
+_TQC_OPTIONS = frozenset(
+    {
+        "alpha_init",
+        "min_alpha",
+        "max_alpha",
+        "action_spec",
+        "fixed_alpha",
+        "target_entropy",
+        "delay_qvalue",
+        "separate_losses",
+        "reduction",
+        "deactivate_vmap",
+        "skip_done_states",
+        "use_prioritized_weights",
+        "scalar_output_mode",
+        "priority_weighting",
+    }
+)
+
+
+class TQCLoss(SACLoss):
+    """TQC's actor, critic and temperature losses: SAC with quantile critics.
+
+    Each of the ``num_qvalue_nets`` critics outputs ``M`` atoms ``theta_n^m(s, a)`` (the last
+    dim of ``state_action_value``, ``[*B, M]``). Critic: the target critics' ``N M`` atoms at
+    ``(s', a')``, ``a' ~ pi(.|s')``, are pooled and sorted and the ``d N`` largest dropped
+    (``d = top_quantiles_to_drop_per_net``, :func:`rlloss.functional.truncated_mixture_atoms`);
+    the kept atoms give ``y_k = r + gamma^n (1 - terminated) (z_(k) - alpha log pi(a'|s'))``
+    and each critic is trained by the quantile Huber loss against all of them, summed over the
+    critics (:func:`rlloss.functional.quantile_huber_loss`; arXiv:2005.04269).
+    Actor: ``alpha log pi(a~|s) - 1/(N M) sum_n sum_m theta_n^m(s, a~)`` (the critics
+    get no gradient from it). Temperature: SAC's. ``forward`` writes ``td_error`` (``max_n``
+    of the mean ``|y_k - theta_n^m|`` over the atom pairs, ``[*B]``) into the batch.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
+        qvalue_network: a module writing ``state_action_value`` of shape ``[*B, M]``, or a list
+            of ``num_qvalue_nets`` such modules.
+        num_qvalue_nets: the number of critics ``N`` (default 5).
+        top_quantiles_to_drop_per_net: ``d``, the pooled atoms dropped per critic (default 2;
+            ``d N`` in all, fewer than ``N M``).
+        Other arguments: as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
+        one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
+
+    Differences from TorchRL: those of :class:`rlloss.SACLoss` (``priority_weighting``
+    defaults to the PER paper's mean, ``alpha`` and ``entropy`` come with ``reduction="none"``
+    too, no ``safe_tanh`` clamp); ``skip_done_states`` changes no number: the actor runs at
+    terminal next states too and their next value is discarded by ``terminated``, NaN-safe
+    (TorchRL does not run it there, so its random stream differs).
+
+    Example:
+        >>> loss = TQCLoss(actor, quantile_critic, num_qvalue_nets=5, action_spec=spec)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    """
+
+    _one_step_targets_only = True  # the targets are per atom
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        num_qvalue_nets: int = 5,
+        top_quantiles_to_drop_per_net: int = 2,
+        **options,
+    ) -> None:
+        refuse_unknown_keywords("TQCLoss", options, _TQC_OPTIONS)
+        drop = top_quantiles_to_drop_per_net
+        if isinstance(drop, (int, float)) and drop < 0:  # TorchRL's words
+            raise ValueError(
+                f"TQCLoss: top_quantiles_to_drop_per_net must be greater than or equal to zero, "
+                f"got {drop}."
+            )
+        check_in_range("top_quantiles_to_drop_per_net", drop, 0, integer=True)
+        super().__init__(actor_network, qvalue_network, num_qvalue_nets=num_qvalue_nets, **options)
+        self.top_quantiles_to_drop_per_net = int(drop)
+
+    # TorchRL's names for the two losses and the target
+    actor_loss = SACLoss.loss_actor
+
+    def qvalue_v2_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's name of :meth:`loss_qvalue`."""
+        return self.loss_qvalue(tensordict)
+
+    def compute_target(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The kept target atoms ``y_k`` (no gradient), ``[*B, N M - d N]``."""
+        return self._soft_target(tensordict)
+
+    def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, M]`` atoms of ``action`` at the batch's observations."""
+        quantiles = super()._q_values(batch, action, **kwargs)
+        if quantiles.ndim != batch.ndim + 2:
+            raise RuntimeError(
+                "TQCLoss: the critic must write one quantile dim after the batch dims "
+                f"({tuple(batch.batch_size)}), got {self.tensor_keys.state_action_value!r} "
+                f"of shape {tuple(quantiles.shape[1:])}."
+            )
+        return quantiles
+
+    def _policy_value(self, values: torch.Tensor) -> torch.Tensor:
+        """The mixture's mean ``1/(N M) sum_n sum_m theta_n^m``, ``[*B, 1]``: the actor sees
+        every atom (only the critic's target is truncated)."""
+        return values.mean((0, -1)).unsqueeze(-1)
+
+    def _next_soft_value(
+        self, next_values: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """The kept atoms of the pooled target mixture minus ``alpha log pi(a'|s')``,
+        ``[*B, N M - d N]``."""
+        num_quantiles = next_values.shape[-1]
+        if self.top_quantiles_to_drop_per_net >= num_quantiles:
+            raise ValueError(
+                f"TQCLoss: top_quantiles_to_drop_per_net={self.top_quantiles_to_drop_per_net} "
+                f"must be smaller than the critic's number of quantiles ({num_quantiles})."
+            )
+        dropped = self.top_quantiles_to_drop_per_net * self.num_qvalue_nets
+        atoms = rlf.truncated_mixture_atoms(next_values, dropped)
+        return rlf.soft_value(atoms, next_log_prob.unsqueeze(-1).expand_as(atoms), alpha)
+
+    def _skip_done(self, tensordict: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
+        """Nothing to skip: a terminal next state's value is discarded by ``terminated``
+        (NaN-safe) and a truncated one bootstraps."""
+        return value
+
+    def _soft_critic_loss(
+        self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, dict]:
+        """``sum_n`` of each critic's quantile Huber loss against the target atoms, reduced,
+        and ``td_error`` ``[*B]``."""
+        target = target.expand(values.shape[0], *target.shape)
+        loss = rlf.quantile_huber_loss(values, target).sum(0).unsqueeze(-1)
+        td_error = rlf.quantile_td_error(values, target).max(0).values
+        return self._reduce_replayed(loss, tensordict), {"td_error": td_error}
+
+
+# TorchRL's REDQLoss keywords besides the networks and those REDQLoss names, passed on to
+# SACLoss, with rlloss's replay options
+_REDQ_OPTIONS = frozenset(
+    {
+        "action_spec",
+        "fixed_alpha",
+        "target_entropy",
+        "delay_qvalue",
+        "gamma",
+        "priority_key",
+        "separate_losses",
+        "reduction",
+        "deactivate_vmap",
+        "scalar_output_mode",
+        "use_prioritized_weights",
+        "priority_weighting",
+    }
+)
+_EPS_GSDE = "_eps_gSDE"  # the gSDE noise entry TorchRL's REDQ sets to zeros for the actor
+
+
+class REDQLoss(SACLoss):
+    """REDQ's actor, critic and temperature losses.
+
+    With ``a~ ~ pi(.|s)`` (reparameterised) and ``a' ~ pi(.|s')`` drawn together, and a subset
+    ``J`` of ``M = sub_sample_len`` of the ``N = num_qvalue_nets`` target critics drawn uniformly
+    without replacement at each call:
+
+    - critic: ``L(Q_i(s, a), y)`` for every ``i``, ``y = r + gamma^n (1 - terminated) (min_{j in
+      J} Q_j,target(s', a') - alpha log pi(a'|s'))`` (no gradient) (arXiv:2101.05982,
+      Algorithm 1);
+    - actor: ``alpha log pi(a~|s) - Q_i(s, a~)`` for every ``i`` (the mean over the ensemble,
+      line 13; the critics get no gradient from it);
+    - temperature: ``-alpha (log pi + target_entropy)`` over the log-probs of ``a~`` and ``a'``,
+      ``alpha = exp(clamp(log_alpha, log min_alpha, log max_alpha))`` with the clamp's gradient
+      taken as the identity (:func:`rlloss.functional.alpha_temperature_loss`,
+      :func:`rlloss.functional.straight_through_clamp`): TorchRL's rule.
+
+    The per-critic losses are ``[N, *B]`` (``[2, *B]`` for the temperature: ``s`` and ``s'``),
+    reduced over every dim. ``forward`` also returns ``state_action_value_actor`` (``[N, *B]``),
+    ``action_log_prob_actor``, ``next.state_value`` and ``target_value`` (``[*B]``), detached,
+    and writes ``td_error`` (``max_i (Q_i - y)^2``, ``[*B]``) into the batch. The subset is drawn
+    with ``torch.randperm`` on the critics' device (no host sync); on the CPU it is TorchRL's
+    draw, followed by the actions' draw, as in TorchRL.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
+        qvalue_network: a module writing ``state_action_value`` (``[*B, 1]``), or a list of
+            ``num_qvalue_nets`` such modules.
+        num_qvalue_nets: ``N`` (default 10).
+        sub_sample_len: ``M`` (default 2), an integer >= 1; as in TorchRL, at most ``N - 1``
+            (and 1 when ``N = 1``).
+        min_alpha, max_alpha: bounds on alpha (default 0.1 and 10, TorchRL's); ``log_alpha``
+            itself is not projected (TorchRL's REDQ; SACLoss projects it).
+        gSDE: give the actor zeros as ``_eps_gSDE`` (TorchRL's keyword).
+        Other arguments: as :class:`rlloss.SACLoss` (TorchRL's REDQ keywords; ``gamma`` and
+            ``make_value_estimator`` with TD0, TD1 or TDLambda, n-step through
+            ``steps_to_next_obs``).
+
+    Differences from TorchRL: prioritized-replay weights (``priority_weight``) weight the
+    losses, as in every rlloss off-policy loss (TorchRL's REDQ ignores them); ``alpha`` and
+    ``entropy`` are returned with ``reduction="none"`` too; the tanh is not clamped away from
+    ±1 (see :class:`rlloss.SACLoss`); ``target_entropy="auto"`` without a spec reads the action
+    dim from the first batch (TorchRL raises).
+
+    Example:
+        >>> loss = REDQLoss(actor, qvalue, num_qvalue_nets=10, sub_sample_len=2)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(SACLoss._AcceptedKeys):
+        """Keys read by REDQLoss (SACLoss's; ``priority``: ``max_i (Q_i - y)^2``, ``[*B]``)."""
+
+        sample_log_prob: NestedKey | None = None  # TorchRL's REDQ key name (not read)
+
+        def __post_init__(self):
+            if self.sample_log_prob is None:  # TorchRL's default
+                aggregate = composite_lp_aggregate(nowarn=True)
+                self.sample_log_prob = "sample_log_prob" if aggregate else "action_log_prob"
+
+    out_keys = [
+        "loss_actor",
+        "loss_qvalue",
+        "loss_alpha",
+        "alpha",
+        "entropy",
+        "state_action_value_actor",
+        "action_log_prob_actor",
+        "next.state_value",
+        "target_value",
+    ]
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        num_qvalue_nets: int = 10,
+        sub_sample_len: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float = 0.1,
+        max_alpha: float = 10.0,
+        gSDE: bool = False,
+        **options,
+    ) -> None:
+        refuse_unknown_keywords("REDQLoss", options, _REDQ_OPTIONS)
+        check_in_range("sub_sample_len", sub_sample_len, 1, integer=True)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            **options,
+        )
+        self.sub_sample_len = max(1, min(int(sub_sample_len), self.num_qvalue_nets - 1))
+        self.gSDE = gSDE
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """``exp(clamp(log_alpha, log min_alpha, log max_alpha))``, no gradient."""
+        return self._alpha()
+
+    def _alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().clamp(self.min_log_alpha, self.max_log_alpha).exp()
+
+    def _target_subset(self) -> torch.Tensor:
+        """The indices ``J`` of ``sub_sample_len`` distinct target critics drawn uniformly,
+        ``[M]`` on the critics' device."""
+        device = self.log_alpha.device
+        return torch.randperm(self.num_qvalue_nets, device=device)[: self.sub_sample_len]
+
+    def _current_and_next_inputs(self, batch: TensorDictBase):
+        """The actor's inputs at ``s`` and ``s'`` stacked along a leading ``[2]`` dim."""
+        exclude = _EPS_GSDE if self.gSDE else None
+        now = network_inputs(batch, self.actor_network, exclude=exclude)
+        following = network_inputs(entry(batch, "next"), self.actor_network, exclude=exclude)
+        stacked = {key: torch.stack([now[key], following[key]]) for key in now}
+        batch_size = (2, *batch.batch_size)
+        if self.gSDE:
+            stacked[_EPS_GSDE] = torch.zeros(batch_size, device=self.log_alpha.device)
+        if self._actor_call.direct:
+            return stacked
+        inputs = TensorDict({}, batch_size=batch_size)
+        for key, value in stacked.items():
+            inputs.set(key, value)
+        return inputs
+
+    def _reduce_members(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        """Reduce a per-member loss ``[E, *B]`` over the members and the batch, each transition
+        weighted and masked as :meth:`_reduce_replayed` does; ``"none"`` keeps ``[E, *B]``."""
+        reduced = self._reduce_replayed(loss.movedim(0, -1), tensordict)
+        if self.reduction != "none":
+            return reduced
+        return reduced.reshape(*loss.shape[1:], loss.shape[0]).movedim(-1, 0)
+
+    def _actor_objective(
+        self, tensordict: TensorDictBase, action: torch.Tensor, log_prob: torch.Tensor
+    ) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a~|s) - Q_i(s, a~)`` for each critic, reduced, and the values and
+        log-probs (detached)."""
+        values = self._q_values(tensordict, action, detach=True)  # [N, *B, 1]
+        log_prob = log_prob.unsqueeze(-1).expand_as(values)
+        loss = -rlf.soft_value(values, log_prob, self._alpha()).squeeze(-1)
+        info = {
+            "state_action_value_actor": values.detach().squeeze(-1),
+            "action_log_prob_actor": log_prob[0].detach().squeeze(-1),
+        }
+        return self._reduce_members(loss, tensordict), info
+
+    def _subset_target(
+        self,
+        tensordict: TensorDictBase,
+        next_action: torch.Tensor,
+        next_log_prob: torch.Tensor,
+        subset: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``y`` and ``V(s') = min_{j in J} Q_j,target(s', a') - alpha log pi(a'|s')``, both
+        ``[*B, 1]``, without gradient (``J``: ``subset``)."""
+        with torch.no_grad():
+            next_values = self._q_values(
+                entry(tensordict, "next"),
+                next_action,
+                target=self.delay_qvalue,
+                detach=not self.delay_qvalue,
+                members=subset,
+            )
+            next_value = rlf.soft_value(
+                rlf.clipped_double_q_value(next_values), next_log_prob, self._alpha()
+            )
+            return self._td_target(tensordict, next_value), next_value
+
+    def _critic_objective(
+        self, tensordict: TensorDictBase, target: torch.Tensor
+    ) -> tuple[torch.Tensor, dict]:
+        """``L(Q_i(s, a), y)`` for each critic, reduced, and ``td_error`` ``[*B]``."""
+        values = self._q_values(tensordict, self._get(tensordict, "action"))  # [N, *B, 1]
+        loss = rlf.distance(values, target.expand_as(values), self.loss_function)
+        td_error = rlf.ensemble_td_error(values, target, "squared").squeeze(-1)
+        return self._reduce_members(loss.squeeze(-1), tensordict), {"td_error": td_error}
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The actor loss alone, with its own draw of ``a~``: the mean over the critics of
+        ``alpha log pi(a~|s) - Q_i(s, a~)`` (per critic with ``reduction="none"``)."""
+        action, log_prob = self._policy_sample(tensordict)
+        self._fill_target_entropy(tensordict, action)
+        return self._actor_objective(tensordict, action, log_prob)
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The critic loss alone, with its own draws of ``J`` and ``a'``, and ``td_error``."""
+        subset = self._target_subset()  # TorchRL's draw order: J, then a'
+        with torch.no_grad():
+            next_action, next_log_prob = self._policy_sample(entry(tensordict, "next"))
+        target, _ = self._subset_target(tensordict, next_action, next_log_prob, subset)
+        return self._critic_objective(tensordict, target)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The three losses and the diagnostics (see the class docstring); writes ``td_error``
+        into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        subset = self._target_subset()  # drawn before the actions, as TorchRL does
+        action, log_prob = self._policy_sample(self._current_and_next_inputs(batch))
+        self._fill_target_entropy(batch, action[0])
+        loss_actor, info = self._actor_objective(batch, action[0], log_prob[0])
+        target, next_value = self._subset_target(batch, action[1], log_prob[1], subset)
+        loss_qvalue, critic_info = self._critic_objective(batch, target)
+        self._write_priority(tensordict, critic_info["td_error"])
+        log_alpha = rlf.straight_through_clamp(
+            self.log_alpha, self.min_log_alpha, self.max_log_alpha
+        )
+        loss_alpha = rlf.alpha_temperature_loss(log_alpha.exp(), log_prob, self.target_entropy)
+        out = {
+            "loss_actor": loss_actor,
+            "loss_qvalue": loss_qvalue,
+            "loss_alpha": self._reduce_members(loss_alpha, batch),
+            "alpha": self._alpha(),
+            "entropy": -log_prob.detach().mean(),
+            **info,
+            "next.state_value": next_value.squeeze(-1),
+            "target_value": target.squeeze(-1),
+        }
+        if self.reduction == "none" and self.scalar_output_mode == "non_tensor":
+            scalars = {name: out.pop(name) for name in ("alpha", "entropy")}
+            result = _compat.output_tensordict(out)
+            for name, value in scalars.items():
+                result.set_non_tensor(name, value)
+            return result
+        return _compat.output_tensordict(out)

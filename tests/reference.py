@@ -316,6 +316,42 @@ def ensemble_td_error(values: Sequence[float], target: float, kind: str) -> floa
     return max(td_error(value, target, kind) for value in values)
 
 
+# --------------------------------------------------------------------------- quantile critics
+
+
+def quantile_huber_loss(
+    quantiles: Sequence[float], targets: Sequence[float], kappa: float
+) -> float:
+    """Quantile regression with the Huber loss (Dabney et al., arXiv:1710.10044): the
+    ``m``-th of ``M`` atoms estimates the quantile at ``tau_m = (2m - 1) / 2M`` (m from 1);
+    each pair ``(m, k)`` costs ``|tau_m - 1(u < 0)| L_kappa(u) / kappa``, ``u = y_k - theta_m``,
+    ``L_kappa(u) = u^2 / 2`` if ``|u| <= kappa`` else ``kappa (|u| - kappa / 2)``; the mean over
+    the ``M K`` pairs (TQC, Kuznetsov et al., arXiv:2005.04269)."""
+    total = 0.0
+    count = len(quantiles)
+    for m, theta in enumerate(quantiles, start=1):
+        tau = (2 * m - 1) / (2 * count)
+        for y in targets:
+            u = y - theta
+            huber = 0.5 * u * u if abs(u) <= kappa else kappa * (abs(u) - 0.5 * kappa)
+            below = 1.0 if u < 0 else 0.0
+            total += abs(tau - below) * huber / kappa
+    return total / (count * len(targets))
+
+
+def mean_absolute_pairwise_error(quantiles: Sequence[float], targets: Sequence[float]) -> float:
+    """``1/(MK) sum_m sum_k |y_k - theta_m|``."""
+    pairs = [abs(y - theta) for theta in quantiles for y in targets]
+    return sum(pairs) / len(pairs)
+
+
+def truncated_mixture(critics: Sequence[Sequence[float]], dropped_per_critic: int) -> list[float]:
+    """TQC's target atoms (arXiv:2005.04269): the atoms of all ``N`` critics in one
+    increasing list, without its ``d N`` largest."""
+    pooled = sorted(atom for critic in critics for atom in critic)
+    return pooled[: len(pooled) - dropped_per_critic * len(critics)]
+
+
 # --------------------------------------------------------------------------- reductions
 
 

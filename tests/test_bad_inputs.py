@@ -25,7 +25,7 @@ from torchrl.modules import MLP, DistributionalQValueActor, QValueActor, ValueOp
 
 import rlloss
 from rlloss import functional as rlf
-from tests import nets, test_iql, test_sac, test_td3
+from tests import nets, test_iql, test_sac, test_td3, test_tqc
 
 OBS = 5  # every network here reads 5 observation features
 CONTINUOUS_ACT, DISCRETE_ACT, B = test_sac.ACT, test_sac.NUM_ACTIONS, 6
@@ -142,6 +142,16 @@ def _c51():
     return rlloss.DistributionalDQNLoss(actor), test_sac.discrete_transitions(False, B)
 
 
+def _tqc():
+    loss = rlloss.TQCLoss(test_sac.actor(), test_tqc.quantile_critic(), num_qvalue_nets=2)
+    return loss, _transitions(None)
+
+
+def _redq():
+    loss = rlloss.REDQLoss(test_sac.actor(), test_sac.qvalue(), num_qvalue_nets=3)
+    return loss, _transitions(None)
+
+
 def _sequences():
     """A ``[2, B]`` rollout of the PPO networks: time is the last batch dim."""
     actor, critic = nets.make_actor(), nets.make_critic()
@@ -197,6 +207,8 @@ SUBJECTS = [
     Subject("IQLLoss", _iql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("DiscreteIQLLoss", _discrete_iql, REPLAY_INPUTS, **DISCRETE),
     Subject("CQLLoss", _cql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
+    Subject("TQCLoss", _tqc, ["observation", *NEXT], action_size=CONTINUOUS_ACT),
+    Subject("REDQLoss", _redq, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("GAE", _estimator(rlloss.GAE, lmbda=0.9), ESTIMATOR_INPUTS, None, estimator=True),
     Subject(
         "TD0Estimator", _estimator(rlloss.TD0Estimator), ESTIMATOR_INPUTS, None, estimator=True

@@ -14,7 +14,15 @@ from tensordict import TensorDict
 from torchrl.modules import IndependentNormal
 
 import rlloss
-from tests import test_distributional_dqn, test_dqn, test_iql, test_mpo, test_sac, test_td3
+from tests import (
+    test_distributional_dqn,
+    test_dqn,
+    test_iql,
+    test_mpo,
+    test_sac,
+    test_td3,
+    test_tqc,
+)
 from tests.nets import make_actor, make_critic, perturbed, rollout
 
 
@@ -190,6 +198,28 @@ LOSSES = {
     "SACLoss": sac_row(),
     "SACLoss-3-nets-bounded-alpha": sac_row(num_qvalue_nets=3, min_alpha=0.1, max_alpha=2.0),
     "DiscreteSACLoss": sac_row(discrete=True),
+    "REDQLoss": Row(
+        build=lambda: rlloss.REDQLoss(test_sac.actor(), test_sac.qvalue(), num_qvalue_nets=4),
+        batch=test_sac.transitions,
+        routes={
+            "loss_actor": ("actor_network",),
+            "loss_qvalue": ("qvalue_network_params",),
+            "loss_alpha": (),
+        },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
+    "TQCLoss": Row(
+        build=lambda: rlloss.TQCLoss(
+            test_sac.actor(), test_tqc.quantile_critic(), top_quantiles_to_drop_per_net=1
+        ),
+        batch=test_sac.transitions,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
     "IQLLoss": iql_row(),
     "DiscreteIQLLoss": iql_row(discrete=True),
     "CQLLoss": cql_row(),

@@ -106,6 +106,25 @@ def shift_targets(loss, seed=3):
             params[key].add_(0.1 * torch.randn_like(params[key]))
 
 
+def loss_pair(loss_class, policy, critics, common, **ours_only):
+    """rlloss's ``loss_class`` and TorchRL's class of the same name on copies of the same
+    networks (with TorchRL's replay weighting), their target critics moved by the same amount;
+    TorchRL's with ``gamma=0.99``, rlloss's default."""
+    ours = loss_class(
+        copy.deepcopy(policy),
+        copy.deepcopy(critics),
+        priority_weighting="normalized",
+        **ours_only,
+        **copy.deepcopy(common),
+    )
+    theirs_class = getattr(torchrl_objectives, loss_class.__name__)
+    theirs = theirs_class(copy.deepcopy(policy), copy.deepcopy(critics), **common)
+    theirs.make_value_estimator(gamma=0.99)
+    if common.get("delay_qvalue", True):
+        shift_targets(ours), shift_targets(theirs)
+    return ours, theirs
+
+
 def run_both(ours, theirs, batch):
     mine, reference = batch.clone(), batch.clone()
     torch.manual_seed(0)
@@ -121,8 +140,8 @@ def assert_same_outputs_and_gradients(ours, theirs, batch):
         torch.testing.assert_close(out_ours[key], out_theirs[key], msg=key)
     torch.testing.assert_close(mine["td_error"], reference["td_error"])
     assert mine["td_error"].shape == reference["td_error"].shape == batch.batch_size
-    sum(v for k, v in out_ours.items() if k.startswith("loss_")).backward()
-    sum(v for k, v in out_theirs.items() if k.startswith("loss_")).backward()
+    for out in (out_ours, out_theirs):  # per-sample losses (reduction="none") summed
+        sum(v.sum() for k, v in out.items() if k.startswith("loss_")).backward()
     theirs_q = theirs.qvalue_network_params.flatten_keys(".")
     for key, parameter in ours.qvalue_network_params.flatten_keys(".").items():
         torch.testing.assert_close(parameter.grad, theirs_q[key].grad, msg=key)
@@ -163,16 +182,7 @@ def test_sac_matches_torchrl_exactly(kwargs):
             MLP(in_features=OBS, out_features=1), in_keys=["observation"]
         )
     common = {"num_qvalue_nets": len(critics), "action_spec": spec, **kwargs}
-    ours = SACLoss(
-        copy.deepcopy(policy),
-        copy.deepcopy(critics),
-        priority_weighting="normalized",
-        **copy.deepcopy(common),
-    )
-    theirs = torchrl_objectives.SACLoss(copy.deepcopy(policy), copy.deepcopy(critics), **common)
-    theirs.make_value_estimator(gamma=0.99)
-    if common.get("delay_qvalue", True):
-        shift_targets(ours), shift_targets(theirs)
+    ours, theirs = loss_pair(SACLoss, policy, critics, common)
     batch = transitions(batch_size)
     if not any_done:
         batch["next", "done"].fill_(False), batch["next", "terminated"].fill_(False)

@@ -55,6 +55,7 @@ from rlloss.functional.policy import (
     surrogate,
 )
 from rlloss.functional.q import (
+    alpha_temperature_loss,
     categorical_entropy,
     categorical_projection,
     chosen_action_value,
@@ -68,8 +69,15 @@ from rlloss.functional.q import (
     smoothed_target_action,
     soft_behavior_cloning_loss,
     soft_value,
+    straight_through_clamp,
     td3_bc_actor_loss,
     temperature_loss,
+)
+from rlloss.functional.quantile import (
+    quantile_huber_loss,
+    quantile_midpoints,
+    quantile_td_error,
+    truncated_mixture_atoms,
 )
 from rlloss.functional.reduce import (
     explained_variance,
@@ -91,6 +99,7 @@ from rlloss.functional.returns import (
 __all__ = [
     "action_penalty_cost",
     "adaptive_kl_beta",
+    "alpha_temperature_loss",
     "advantage_weights",
     "bootstrap_discount",
     "categorical_cross_entropy",
@@ -129,6 +138,9 @@ __all__ = [
     "kl_k3",
     "kl_penalized_surrogate",
     "policy_gradient_objective",
+    "quantile_huber_loss",
+    "quantile_midpoints",
+    "quantile_td_error",
     "kl_penalty",
     "lagrange_dual_loss",
     "max_backup_value",
@@ -147,6 +159,7 @@ __all__ = [
     "squash",
     "squash_log_abs_det_jacobian",
     "standardize",
+    "straight_through_clamp",
     "surrogate",
     "tanh_normal_log_prob",
     "tanh_normal_sample_and_log_prob",
@@ -156,6 +169,7 @@ __all__ = [
     "vtrace",
     "td_error",
     "td_lambda_return",
+    "truncated_mixture_atoms",
     "temperature_loss",
     "weighted_log_likelihood_loss",
 ]

@@ -129,6 +129,23 @@ def temperature_loss(
     return -log_alpha * (log_prob + target_entropy).detach()
 
 
+def alpha_temperature_loss(
+    alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
+) -> torch.Tensor:
+    """SAC's temperature loss as the paper writes it, ``-alpha (log pi(a|s) + H_target)``,
+    elementwise; only ``alpha`` gets gradient (arXiv:1812.05905, eq. 18; REDQ's, Chen et al.,
+    arXiv:2101.05982, Algorithm 1). Its gradient in ``log alpha`` is ``alpha`` times that of
+    :func:`temperature_loss`."""
+    return -alpha * (log_prob + target_entropy).detach()
+
+
+def straight_through_clamp(x: torch.Tensor, low: Scalar | None, high: Scalar | None):
+    """``clamp(x, low, high)`` in value with the identity's gradient (``x - x.detach() +
+    clamp(x).detach()``, exactly the clamped value): a bounded temperature that still learns
+    where the bound is active (TorchRL's REDQ ``log_alpha``)."""
+    return x - x.detach() + x.detach().clamp(low, high)
+
+
 def td3_bc_actor_loss(
     value: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

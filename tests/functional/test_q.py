@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlloss.functional.q import (
+    alpha_temperature_loss,
     categorical_entropy,
     categorical_projection,
     chosen_action_value,
@@ -18,6 +19,7 @@ from rlloss.functional.q import (
     greedy_value,
     smoothed_target_action,
     soft_value,
+    straight_through_clamp,
     temperature_loss,
 )
 from tests import reference
@@ -222,3 +224,30 @@ def test_expected_action_value_is_the_mean_return_per_action():
         for a in range(3):
             expected[i, a] = sum(support[j] * log_probs[i, j, a].exp() for j in range(6))
     torch.testing.assert_close(expected_action_value(log_probs, support), expected)
+
+
+def test_alpha_temperature_loss_is_eq_18_in_alpha():
+    """``-alpha (log pi + H)`` elementwise, gradient to alpha only; in ``log alpha`` its
+    gradient is ``alpha`` times that of the log-alpha form (:func:`temperature_loss`)."""
+    log_alpha = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    log_prob = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    loss = alpha_temperature_loss(log_alpha.exp(), log_prob, -2.0)
+    expected = [-math.exp(0.3) * (lp - 2.0) for lp in log_prob.tolist()]
+    torch.testing.assert_close(loss, torch.tensor(expected, dtype=torch.float64))
+    (grad_alpha_form,) = torch.autograd.grad(loss.sum(), log_alpha)
+    (grad_log_form,) = torch.autograd.grad(
+        temperature_loss(log_alpha, log_prob, -2.0).sum(), log_alpha
+    )
+    torch.testing.assert_close(grad_alpha_form, math.exp(0.3) * grad_log_form)
+    fresh = alpha_temperature_loss(log_alpha.exp(), log_prob, -2.0).sum()
+    assert torch.autograd.grad(fresh, log_prob, allow_unused=True) == (None,)
+
+
+def test_straight_through_clamp_has_the_clamped_value_and_the_identity_gradient():
+    x = torch.tensor([-3.0, -0.5, 0.2, 4.0], requires_grad=True)
+    low, high = torch.tensor(-1.0), torch.tensor(1.0)
+    clamped = straight_through_clamp(x, low, high)
+    assert torch.equal(clamped, x.detach().clamp(-1.0, 1.0))  # exactly, not up to rounding
+    clamped.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(4))
+    assert torch.equal(straight_through_clamp(x, None, 0.0), x.detach().clamp_max(0.0))

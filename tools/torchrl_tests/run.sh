@@ -17,7 +17,7 @@ REPO="$(cd "$HERE/../.." && pwd)"
 if [ -n "${VENV:-}" ]; then . "$VENV/bin/activate"; fi
 BUDGET="${BUDGET:-1500}"
 TESTS="${TESTS:-$HERE/rl_tests}"
-ONLY="${ONLY:-ppo dqn ddpg sac iql cql values loss_module}"
+ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module}"
 mkdir -p raw logs
 
 if [ -n "${WAIT_FILE:-}" ]; then
@@ -31,9 +31,10 @@ sel() {
     ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::TestA2C $o/test_ppo.py::TestReinforce $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
     dqn) echo "$o/test_dqn.py::TestDQN" ;;
     ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3 $o/test_ddpg.py::TestTD3BC" ;;
-    sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC" ;;
+    sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC $o/test_sac.py::TestREDQ" ;;
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;
     cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
+    tqc) echo "$o/test_tqc.py::TestTQC" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
     loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;
   esac
