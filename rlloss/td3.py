@@ -258,3 +258,4 @@ class TD3BCLoss(TD3Loss):
         return self._reduce_replayed(loss, tensordict), info
 
     actor_loss = loss_actor
+    qvalue_loss = TD3Loss.loss_qvalue  # TorchRL's TD3BCLoss calls its critic loss this

@@ -259,6 +259,19 @@ def test_td3_bc_matches_torchrl(kwargs):
     test_matches_torchrl(kwargs, name="TD3BCLoss")
 
 
+def test_td3_bc_split_losses_under_torchrl_names_match_torchrl():
+    """A loop that steps the critic and the actor apart calls TorchRL's TD3BCLoss.qvalue_loss and
+    actor_loss: the same names give the same numbers here."""
+    ours, theirs = pair("TD3BCLoss", policy_noise=0.0)
+    batch = transitions()
+    for method in ("qvalue_loss", "actor_loss"):
+        torch.manual_seed(0)
+        value, _ = getattr(ours, method)(batch.clone())
+        torch.manual_seed(0)
+        expected, _ = getattr(theirs, method)(batch.clone())
+        torch.testing.assert_close(value, expected, msg=method)
+
+
 def test_td3_bc_actor_loss_against_the_paper():
     """Fujimoto & Gu's eq. 3 written out: lambda = alpha / mean|Q|, plus the mean squared error
     to the dataset's actions; lambda carries no gradient."""
