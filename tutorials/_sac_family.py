@@ -39,8 +39,9 @@ LR = 1e-3  # actor, critics and temperature
 EVAL_TARGET = -200.0  # the first evaluation at or above it is reported (issue 14)
 
 
-def parse_args(doc: str, default_out: str) -> argparse.Namespace:
-    """The tutorials' command line."""
+def parse_args(doc: str, default_out: str, utd: int | None = None) -> argparse.Namespace:
+    """The tutorials' command line; ``--utd`` (gradient steps per env step, default ``utd``)
+    where ``utd`` is given."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--total-frames", type=int, default=20_000, help="env steps")
@@ -52,15 +53,20 @@ def parse_args(doc: str, default_out: str) -> argparse.Namespace:
                         help="env steps between evaluations of the deterministic policy "
                              "(OUT/eval_returns.csv; 0: only the final one)")
     parser.add_argument("--save-actor", type=Path, default=None,
-                        help="also save the trained actor module there (offline_dataset.py uses it)")
+                        help="also save the trained actor module there "
+                             "(offline_dataset.py uses it)")
+    if utd is not None:
+        parser.add_argument("--utd", type=int, default=utd,
+                            help="gradient steps per environment step (update-to-data ratio)")
     return parser.parse_args()
 
 
 def train(args: argparse.Namespace, make_loss: Callable, *, title: str, num_atoms: int = 1,
-          updates_per_step: int = 1) -> None:
+          updates_per_step: int = 1, critic_cells: int = 256) -> None:
     """Train ``make_loss(actor, make_critic)``'s agent on Pendulum-v1 for ``args.total_frames``
     env steps, ``updates_per_step`` gradient steps per env step after ``LEARNING_STARTS``; the
-    critics write ``num_atoms`` values (quantiles for TQC). Writes ``OUT/returns.csv``,
+    critics (two hidden layers of ``critic_cells``) write ``num_atoms`` values (quantiles for
+    TQC). Writes ``OUT/returns.csv``,
     ``OUT/eval_returns.csv``, ``OUT/curve.png`` and prints the report."""
     torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
     device = torch.device(args.device)
@@ -100,7 +106,8 @@ def train(args: argparse.Namespace, make_loss: Callable, *, title: str, num_atom
         """Q(s, a): an MLP on the concatenated observation and action, writing
         "state_action_value" (``num_atoms`` values)."""
         return ValueOperator(
-            MLP(in_features=obs_dim + action_dim, out_features=num_atoms, num_cells=[256, 256],
+            MLP(in_features=obs_dim + action_dim, out_features=num_atoms,
+                num_cells=[critic_cells, critic_cells],
                 activation_class=nn.ReLU),
             in_keys=["observation", "action"],
         )

@@ -35,8 +35,8 @@ the squared-error critic loss of the paper (``loss_function="l2"``; TorchRL's de
 smooth L1).
 
 The training loop is ``tutorials/_sac_family.py``'s, shared with ``redq_pendulum.py`` and
-``tqc_pendulum.py``; this file chooses the loss. After training, the policy's squashed mean (no sampling) plays 10 evaluation episodes from start
-states no training episode had.
+``tqc_pendulum.py``; this file chooses the loss. After training, the policy's squashed mean (no
+sampling) plays 10 evaluation episodes from start states no training episode had.
 
 Results (20,000 steps, one CPU thread on a 2-core machine shared with three other training
 runs, so the wall times are inflated; seeds 0, 1, 2): final_return (evaluation) -108.5, -106.7
@@ -53,8 +53,8 @@ It writes ``OUT/returns.csv`` (one row per finished episode), ``OUT/eval_returns
 mean return of the deterministic policy over the 10 evaluation start states every 1,000 steps,
 ``--eval-every``; it draws no torch random number, so training is the same with or without it)
 and ``OUT/curve.png``; it prints ``first_eval_at_target=`` (the first of those evaluations at or
-above -200), ``train_return=`` (mean of the last 10 training episodes, actions sampled from the policy),
-``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
+above -200), ``train_return=`` (mean of the last 10 training episodes, actions sampled from the
+policy), ``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
 from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
