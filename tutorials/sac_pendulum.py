@@ -54,7 +54,8 @@ mean return of the deterministic policy over the 10 evaluation start states ever
 ``--eval-every``; it draws no torch random number, so training is the same with or without it)
 and ``OUT/curve.png``; it prints ``first_eval_at_target=`` (the first of those evaluations at or
 above -200), ``train_return=`` (mean of the last 10 training episodes, actions sampled from the
-policy), ``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
+policy), ``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation
+episodes).
 """
 
 from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
