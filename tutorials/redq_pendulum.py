@@ -35,6 +35,10 @@ tau 0.005, alpha learned from 1.0, 1,000 random steps first), so that the two di
 the loss, the critics' width and the UTD. The training loop is ``tutorials/_sac_family.py``'s,
 shared with ``sac_pendulum.py`` and ``tqc_pendulum.py``.
 
+Results (20,000 steps, seed 0, one CPU thread on a 2-core machine shared with another training
+run): final_return (evaluation) -111.7; the evaluation first reaches -200 at 4,000 steps
+(-128.2; -870.1 at 3,000); the last 10 training episodes -182.9; 754 s.
+
 Run:
     python tutorials/redq_pendulum.py --seed 0 --total-frames 20000 --out runs/redq_pendulum
 
