@@ -49,6 +49,20 @@ TASKS: dict[str, Task] = {
     "sac_pendulum": Task(
         "sac_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} SAC: -157.0 +- 88.7 at 20k"
     ),
+    "redq_pendulum": Task(
+        "redq_pendulum.py",
+        (),
+        20_000,
+        -200.0,
+        f"none for REDQ; {RL_ZOO} SAC: -157.0 +- 88.7 at 20k",
+    ),
+    "tqc_pendulum": Task(
+        "tqc_pendulum.py",
+        (),
+        20_000,
+        -200.0,
+        f"not looked up for TQC; {RL_ZOO} SAC: -157.0 +- 88.7 at 20k",
+    ),
     "td3_pendulum": Task(
         "td3_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} TD3: -151.9 +- 90.2 at 20k"
     ),

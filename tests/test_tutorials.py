@@ -18,6 +18,8 @@ TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUT
 # The offline tutorials learn from the dataset offline_dataset.py writes (made once, small).
 OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
 OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
+# The SAC-family tutorials (tutorials/_sac_family.py) also log periodic greedy evaluations.
+SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum"}
 
 
 def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> None:
@@ -56,7 +58,13 @@ def test_tutorial_smoke(script, tmp_path, request):
     if script.stem in OFFLINE:
         extra = ["--dataset", str(request.getfixturevalue("offline_dataset"))]
         extra += ["--eval-every", "1024"]
+    if script.stem in SAC_FAMILY:
+        extra = ["--eval-every", "1024", "--eval-episodes", "2"]
     run_tutorial(script, tmp_path, *extra)
+    if script.stem in SAC_FAMILY:
+        rows = (tmp_path / "eval_returns.csv").read_text().splitlines()
+        assert rows[0] == "frames,eval_return" and rows[1].startswith("1024,"), rows
+        assert len(rows) == 3, rows  # at 1024 and 2048 frames
 
 
 def test_compile_tutorial_smoke(tmp_path):
