@@ -38,6 +38,19 @@ BATCH_SIZES = (256, 4096)
 LOG2 = math.log(2.0)
 
 
+def tanh_normal_sample(
+    actor_net: nn.Module, obs: torch.Tensor, params: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised tanh-Gaussian action on [-1, 1] and its log-probability ``[B]``, from
+    the actor's ``(loc, scale)`` at ``obs`` (or ``params`` if already computed)."""
+    loc, scale = actor_net(obs) if params is None else params
+    eps = torch.randn_like(loc)
+    u = loc + scale * eps
+    log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
+    log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
+    return torch.tanh(u), log_prob.sum(-1)
+
+
 def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
     """SAC / discrete SAC written by hand (CleanRL's structure, TorchRL's loss terms): one module
     per critic, target copies of the critics, ``log_alpha`` a parameter."""
@@ -51,14 +64,7 @@ def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
     else:
         target_entropy = -float(ACT_DIM)
 
-    def sample(o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised tanh-Gaussian action and its log-probability [B]."""
-        loc, scale = actor_net(o)
-        eps = torch.randn_like(loc)
-        u = loc + scale * eps
-        log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
-        log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
-        return torch.tanh(u), log_prob.sum(-1)
+    sample = partial(tanh_normal_sample, actor_net)
 
     def continuous_loss() -> torch.Tensor:
         alpha = log_alpha.detach().exp()
