@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import gc
+import json
 import math
 import os
 import platform
@@ -486,6 +487,22 @@ def machine_info() -> dict[str, Any]:
         "torchrl": version("torchrl"),
         "git": _git_state(),
     }
+
+
+def write_result(rows: list[dict], config: dict, out: Path) -> bool:
+    """Write ``rows`` with the machine block, ``config`` and the method to ``out`` (JSON); whether
+    every row is ok."""
+    ok = all(r["status"] == "ok" for r in rows)
+    result = {
+        "machine": machine_info(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in config.items()},
+        "method": METHOD_TEXT,
+        "ok": ok,
+        "results": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return ok
 
 
 def single_thread() -> None:

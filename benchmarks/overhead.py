@@ -14,7 +14,6 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -95,16 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(case_rows)
         harness.print_table(case, case_rows[0]["description"], case_rows)
 
-    ok = all(r["status"] == "ok" for r in rows)
-    result = {
-        "machine": harness.machine_info(),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
-        "method": harness.METHOD_TEXT,
-        "ok": ok,
-        "results": rows,
-    }
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    ok = harness.write_result(rows, vars(cfg), cfg.out)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
     return 0 if ok else 1
 

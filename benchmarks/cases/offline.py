@@ -34,7 +34,7 @@ from benchmarks.cases.common import (
     replay_batch,
     soft_update_of,
 )
-from benchmarks.cases.sac import actor_of, tanh_normal_sample
+from benchmarks.cases.sac import actor_of, soft_actor_critic_factories, tanh_normal_sample
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)
@@ -258,30 +258,18 @@ def build_cql(batch_size: int, seed: int) -> CaseSetup:
     batch["next", "observation"] = batch["observation"].clone()  # s' = s, see CQL
     on_device(template["actor_net"], *template["critics"])
 
-    def named(nets: dict, log_alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {**prefixed("actor", nets["actor_net"]), "log_alpha": log_alpha}
-
-    def loss_method(library) -> Callable:
-        def make(batch) -> Method:
-            nets = copy.deepcopy(template)
-            actor = actor_of(nets["actor_net"], False)
-            qs = [q_module(c, False) for c in nets["critics"]]
-            spec = Bounded(-1.0, 1.0, shape=(ACT_DIM,), device=harness.DEVICE)
-            loss = library.CQLLoss(actor, qs, action_spec=spec, **CQL)
-            loss.make_value_estimator(gamma=GAMMA)
-            return loss_module_method(loss, batch, named(nets, loss.log_alpha), CQL_KEYS)
-
-        return make
-
-    def plain(batch) -> Method:
-        nets = copy.deepcopy(template)
-        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
-        return plain_cql_method(nets, batch, named(nets, nets["log_alpha"]))
+    def library_loss(library, nets: dict) -> nn.Module:
+        actor = actor_of(nets["actor_net"], False)
+        qs = [q_module(c, False) for c in nets["critics"]]
+        spec = Bounded(-1.0, 1.0, shape=(ACT_DIM,), device=harness.DEVICE)
+        loss = library.CQLLoss(actor, qs, action_spec=spec, **CQL)
+        loss.make_value_estimator(gamma=GAMMA)
+        return loss
 
     options = ", ".join(f"{k}={v!r}" for k, v in CQL.items())
     return CaseSetup(
         batches={"replay": batch},
-        factories=library_factories(plain, loss_method),
+        factories=soft_actor_critic_factories(template, library_loss, plain_cql_method, CQL_KEYS),
         description=(
             f"CQLLoss({options}); TanhNormal actor, 2 critics, MLPs {HIDDEN_TEXT} relu, obs "
             f"{OBS_DIM}, action dim {ACT_DIM}, target critics; s' = s in the batch; "

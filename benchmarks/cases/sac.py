@@ -153,6 +153,33 @@ def library_loss(library, nets: dict, discrete: bool) -> nn.Module:
     return loss
 
 
+def soft_actor_critic_factories(
+    template: dict,
+    library_loss: Callable[[object, dict], nn.Module],
+    plain_method: Callable[[dict, object, dict], Method],
+    keys: tuple[str, ...] = ("loss_actor", "loss_qvalue", "loss_alpha"),
+) -> dict[str, Callable]:
+    """The factories of a case on SAC's networks (``template``: ``actor_net`` and ``critics``),
+    each on its own deep copy: ``library_loss(library, nets)`` summed over ``keys`` for rlloss
+    and TorchRL, ``plain_method(nets, batch, params)`` with ``nets["log_alpha"]`` added. The gate
+    compares the actor's and the temperature's gradients (see :func:`named`)."""
+
+    def loss_method(library) -> Callable:
+        def make(batch) -> Method:
+            nets = copy.deepcopy(template)
+            loss = library_loss(library, nets)
+            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
+
+        return make
+
+    def plain(batch) -> Method:
+        nets = copy.deepcopy(template)
+        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
+        return plain_method(nets, batch, named(nets["actor_net"], nets["log_alpha"]))
+
+    return library_factories(plain, loss_method)
+
+
 def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
     """The case ``name`` (discrete SAC with ``discrete``) at ``batch_size``."""
     torch.manual_seed(seed)
@@ -169,24 +196,13 @@ def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
     on_device(actor_net, *critics)
     template = {"actor_net": actor_net, "critics": critics}
 
-    def loss_method(library) -> Callable:
-        def make(batch) -> Method:
-            nets = copy.deepcopy(template)
-            loss = library_loss(library, nets, discrete)
-            keys = ("loss_actor", "loss_qvalue", "loss_alpha")
-            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
-
-        return make
-
-    def plain(batch) -> Method:
-        nets = copy.deepcopy(template)
-        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
-        params = named(nets["actor_net"], nets["log_alpha"])
-        return plain_sac_method(nets, batch, params, discrete)
-
     return CaseSetup(
         batches={"replay": batch},
-        factories=library_factories(plain, loss_method),
+        factories=soft_actor_critic_factories(
+            template,
+            partial(library_loss, discrete=discrete),
+            partial(plain_sac_method, discrete=discrete),
+        ),
         description=(
             f"{name}(loss_function='l2', alpha_init=1); "
             + ("categorical actor, Q(s, .) critics" if discrete else "TanhNormal actor")
