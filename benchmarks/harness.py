@@ -298,6 +298,7 @@ class Config:
     out: Path
     device: str = "cpu"
     smoke: bool = False
+    no_aot_cse: bool = False
 
 
 def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str, dict]]:

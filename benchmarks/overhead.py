@@ -68,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument(
         "--require-all", action="store_true", help="a method that cannot be built is a failure"
     )
+    p.add_argument(
+        "--no-aot-cse",
+        action="store_true",
+        help="turn off AOTAutograd's common-subexpression elimination (torch 2.13 merges two "
+        "random draws of the same shape from the same input when gradients flow, e.g. CQL's "
+        "behaviour-cloning and actor samples: compiled numbers then differ from eager)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
@@ -82,6 +89,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.no_aot_cse:
+        import torch._functorch.config
+
+        torch._functorch.config.cse = False
     harness.use_device(cfg.device)
     harness.single_thread()
     rows = []

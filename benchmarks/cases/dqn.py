@@ -175,15 +175,13 @@ def build_discrete_cql(batch_size: int, seed: int) -> CaseSetup:
     """``DiscreteCQLLoss`` at ``batch_size``."""
     net, batch = network_and_batch(ACTIONS, batch_size, seed)
 
-    def module_factory(make_loss: Callable[[nn.Module], nn.Module]) -> Callable:
+    def module_factory(make_loss: Callable[[nn.Module], nn.Module], fresh: bool) -> Callable:
         def make(batch) -> Method:
             module = copy.deepcopy(net)
             actor = QValueActor(module, in_keys=["observation"], action_space="one-hot")
             loss = make_loss(actor)
-            # TorchRL writes its graph-carrying predictions into the batch in place: every
-            # library reads a fresh (shallow) copy, as from a replay buffer
-            keys = CQL_KEYS
-            return loss_module_method(loss, batch, prefixed("q", module), keys, fresh_batch=True)
+            q = prefixed("q", module)
+            return loss_module_method(loss, batch, q, CQL_KEYS, fresh_batch=fresh)
 
         return make
 
@@ -197,14 +195,17 @@ def build_discrete_cql(batch_size: int, seed: int) -> CaseSetup:
         factories={
             "plain": plain_method(net, plain_discrete_cql_loss),
             "rlloss": module_factory(
-                lambda actor: rlloss_attr("DiscreteCQLLoss")(actor, gamma=GAMMA)
+                lambda actor: rlloss_attr("DiscreteCQLLoss")(actor, gamma=GAMMA), False
             ),
-            "torchrl": module_factory(torchrl_loss),
+            # TorchRL writes its predictions, graph and all, into the batch in place (the next
+            # call's backward would go through them): it reads a fresh shallow copy each call
+            "torchrl": module_factory(torchrl_loss, True),
         },
         description=(
             f"DiscreteCQLLoss(loss_function='l2', gamma={GAMMA}), loss_qvalue + loss_cql"
             f"; QValueActor over MLP {OBS_DIM}->{'x'.join(map(str, HIDDEN))} relu->"
-            f"{ACTIONS}, one-hot actions, target network"
+            f"{ACTIONS}, one-hot actions, target network; TorchRL's reads a shallow copy of the "
+            "batch each call"
         ),
     )
 
