@@ -131,8 +131,13 @@ def markdown(result: dict) -> str:
         "",
         f"Per step: `{level}` ({harness.METHOD_TEXT}); batch {batch}. Median microseconds "
         "per step; ratios: median [p25-p75] of the paired per-round ratios; growth: the "
-        "median time over the same method's with the fewest critics. Every method passed the "
-        "equality gate (total loss, actor and temperature gradients) before timing.",
+        "median time over the same method's with the fewest critics. "
+        + (
+            "Every method passed the equality gate (total loss, actor and temperature "
+            "gradients) before timing."
+            if result["ok"]
+            else "Some methods FAILED the equality gate (see the JSON): they were not timed."
+        ),
         "",
         *(f"- {row['case']}, {row['num_critics']} critics: {row['description']}" for row in rows),
         "",
