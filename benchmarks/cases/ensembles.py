@@ -40,6 +40,12 @@ TQC_QUANTILES, TQC_DROP = 25, 2  # TQC's atoms per critic and top atoms dropped 
 LOG_ALPHA_BOUNDS = (math.log(0.1), math.log(10.0))  # REDQ's default (min_alpha, max_alpha)
 
 
+def redq_subset_size(num_critics: int) -> int:
+    """REDQ's target critics per update as both libraries cap ``sub_sample_len``: at most
+    ``N - 1``, at least 1."""
+    return max(1, min(REDQ_SUBSET, num_critics - 1))
+
+
 def plain_redq_loss(nets: dict, target_critics: list, batch) -> Callable[[], torch.Tensor]:
     """REDQ written by hand (the authors' structure: one module per critic, a loop): a random
     subset of ``REDQ_SUBSET`` target critics for the target, the mean over every critic for the
@@ -49,7 +55,7 @@ def plain_redq_loss(nets: dict, target_critics: list, batch) -> Callable[[], tor
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
     reward, not_terminated = batch["next", "reward"], ~batch["next", "terminated"]
     low, high = LOG_ALPHA_BOUNDS
-    subset_size = max(1, min(REDQ_SUBSET, len(critics) - 1))  # the libraries' cap: N - 1
+    subset_size = redq_subset_size(len(critics))
 
     def loss() -> torch.Tensor:
         subset = torch.randperm(len(critics), device=obs.device)[:subset_size].tolist()
@@ -118,8 +124,8 @@ def plain_tqc_loss(nets: dict, target_critics: list, batch) -> Callable[[], torc
 
 
 def subset_text(num_critics: int) -> str:
-    """REDQ's subset as the libraries cap it (``sub_sample_len <= N - 1``)."""
-    size = max(1, min(REDQ_SUBSET, num_critics - 1))
+    """REDQ's subset size, for the description."""
+    size = redq_subset_size(num_critics)
     return f", {size} target critic{'s' if size > 1 else ''} drawn per update"
 
 
