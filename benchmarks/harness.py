@@ -22,7 +22,8 @@ networks (identical weights), and all methods read the same batch.
 Method
 ------
 * CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
-  timed blocks (as :mod:`timeit` does) and run between them.
+  timed blocks (as :mod:`timeit` does) and run between them (not in ``--smoke`` runs, which
+  check the gate and the code paths: a full collection costs ~0.2 s, 27 of them a case).
 * Equality gate, before any timing: every method must reproduce the TorchRL total
   loss and the gradient of every network parameter to ``--rtol`` (relative; the
   gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor). It runs
@@ -45,6 +46,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import gc
+import json
 import math
 import os
 import platform
@@ -224,8 +226,9 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _time_block(step: Callable[[], Any], inner: int) -> float:
-    gc.collect()
+def _time_block(step: Callable[[], Any], inner: int, collect: bool = True) -> float:
+    if collect:  # a full collection costs ~0.2 s with torchrl imported
+        gc.collect()
     gc.disable()
     try:
         _sync()
@@ -256,10 +259,16 @@ def _summary(xs: list[float], scale: float = 1.0) -> dict[str, float]:
 
 
 def time_methods(
-    steps: dict[str, Callable[[], Any]], repeats: int, inner: int, warmup: int, block_ms: float
+    steps: dict[str, Callable[[], Any]],
+    repeats: int,
+    inner: int,
+    warmup: int,
+    block_ms: float,
+    collect: bool = True,
 ) -> tuple[dict[str, list[float]], int]:
     """``repeats`` interleaved rounds of every step, rotated one place a round; per step the
-    per-step seconds of each round's block, and the block length used."""
+    per-step seconds of each round's block, and the block length used. ``collect``: a full
+    garbage collection before each block (off for smoke runs, whose times are not read)."""
     names = list(steps)
     if not names:
         return {}, 0
@@ -267,13 +276,13 @@ def time_methods(
         for _ in range(warmup):
             steps[name]()
     if inner <= 0:  # calibrate on the slowest method
-        slowest = max(_time_block(steps[n], 3) for n in names)
+        slowest = max(_time_block(steps[n], 3, collect) for n in names)
         inner = max(1, round(block_ms / 1e3 / slowest))
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            samples[name].append(_time_block(steps[name], inner))
+            samples[name].append(_time_block(steps[name], inner, collect))
     return samples, inner
 
 
@@ -297,6 +306,7 @@ class Config:
     out: Path
     device: str = "cpu"
     smoke: bool = False
+    no_aot_cse: bool = False
 
 
 def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str, dict]]:
@@ -369,6 +379,7 @@ def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[
                 cfg.inner,
                 cfg.warmup,
                 cfg.block_ms,
+                collect=not cfg.smoke,
             )
             row: dict[str, Any] = {
                 "case": case,
@@ -486,6 +497,22 @@ def machine_info() -> dict[str, Any]:
         "torchrl": version("torchrl"),
         "git": _git_state(),
     }
+
+
+def write_result(rows: list[dict], config: dict, out: Path) -> bool:
+    """Write ``rows`` with the machine block, ``config`` and the method to ``out`` (JSON); whether
+    every row is ok."""
+    ok = all(r["status"] == "ok" for r in rows)
+    result = {
+        "machine": machine_info(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in config.items()},
+        "method": METHOD_TEXT,
+        "ok": ok,
+        "results": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return ok
 
 
 def single_thread() -> None:

@@ -14,7 +14,6 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -47,8 +46,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         nargs="+",
         default=None,
         help="e.g. '64 4096' or '64,4096' (default: each case's small and large sizes, 64 and 4096 "
-        "for PPO and DQN, 256 and 4096 for DDPG, TD3 and SAC, 256 and 1024 for MPO; the small "
-        "one with --smoke)",
+        "for PPO and DQN, 256 and 4096 for DDPG, TD3, SAC, IQL and CQL, 64 and 1024 for REDQ and "
+        "TQC, 256 and 1024 for MPO; the small one with --smoke)",
     )
     p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -69,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument(
         "--require-all", action="store_true", help="a method that cannot be built is a failure"
     )
+    p.add_argument(
+        "--no-aot-cse",
+        action="store_true",
+        help="turn off AOTAutograd's common-subexpression elimination (torch 2.13 merges two "
+        "random draws of the same shape from the same input when gradients flow, e.g. CQL's "
+        "behaviour-cloning and actor samples: compiled numbers then differ from eager)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
@@ -83,6 +89,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.no_aot_cse:
+        import torch._functorch.config
+
+        torch._functorch.config.cse = False
     harness.use_device(cfg.device)
     harness.single_thread()
     rows = []
@@ -95,16 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(case_rows)
         harness.print_table(case, case_rows[0]["description"], case_rows)
 
-    ok = all(r["status"] == "ok" for r in rows)
-    result = {
-        "machine": harness.machine_info(),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
-        "method": harness.METHOD_TEXT,
-        "ok": ok,
-        "results": rows,
-    }
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    ok = harness.write_result(rows, vars(cfg), cfg.out)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
     return 0 if ok else 1
 

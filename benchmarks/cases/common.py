@@ -56,13 +56,18 @@ def soft_update_of(sources: list[nn.Module], targets: list[nn.Module]) -> Callab
     return update
 
 
-def loss_module_method(loss_module: nn.Module, batch, named_params, loss_keys) -> Method:
+def loss_module_method(
+    loss_module: nn.Module, batch, named_params, loss_keys, fresh_batch: bool = False
+) -> Method:
     """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``; its target
-    networks, if any, are updated with its library's ``SoftUpdate``."""
+    networks, if any, are updated with its library's ``SoftUpdate``. ``fresh_batch``: each call
+    reads a shallow copy of ``batch``, as a freshly sampled batch (for a loss that writes
+    tensors with a graph back into its input in place, which the next call's backward would
+    go through)."""
     k0, *rest = loss_keys
 
     def loss() -> torch.Tensor:
-        out = loss_module(batch)
+        out = loss_module(batch.copy() if fresh_batch else batch)
         total = out[k0]
         for k in rest:
             total = total + out[k]

@@ -1,5 +1,5 @@
-"""DDPG and TD3 (deterministic actor, Q critics over [observation, action]): DDPGLoss and
-TD3Loss, and their hand-written plain-torch baseline."""
+"""DDPG, TD3 and TD3+BC (deterministic actor, Q critics over [observation, action]): DDPGLoss,
+TD3Loss and TD3BCLoss, and their hand-written plain-torch baseline."""
 
 from __future__ import annotations
 
@@ -32,12 +32,14 @@ from benchmarks.cases.common import (
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)
-CRITICS = {"DDPGLoss": 1, "TD3Loss": 2}
+CRITICS = {"DDPGLoss": 1, "TD3Loss": 2, "TD3BCLoss": 2}
+TD3_BC_ALPHA = 2.5  # the paper's weight of the RL term
 
 
 def plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Method:
-    """DDPG / TD3 (policy_noise=0) written by hand as CleanRL does: one module per critic, target
-    copies, ``-Q_1(s, mu(s))`` for the actor."""
+    """DDPG / TD3 / TD3+BC (policy_noise=0) written by hand as CleanRL does: one module per
+    critic, target copies, ``-Q_1(s, mu(s))`` for the actor (TD3+BC: ``-lambda Q_1(s, mu(s)) +
+    mean((mu(s) - a)^2)``, ``lambda = alpha / mean|Q_1|``, the authors' code)."""
     actor, critics = nets["actor"], nets["critics"]
     target_actor, *target_critics = frozen_copies([actor, *critics])
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
@@ -47,7 +49,7 @@ def plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Met
     def loss() -> torch.Tensor:
         with torch.no_grad():
             next_action = target_actor(next_obs)
-            if name == "TD3Loss":
+            if name != "DDPGLoss":
                 next_action = next_action.clamp(-1.0, 1.0)
             next_inputs = torch.cat([next_obs, next_action], -1)
             next_value = torch.stack([c(next_inputs) for c in target_critics]).min(0).values
@@ -56,8 +58,12 @@ def plain_actor_critic_method(nets: dict, batch, name: str, params: dict) -> Met
         values = [c(inputs) for c in critics]
         critic_loss = sum(distance(v, target, reduction="none") for v in values).mean()
         td_error = torch.stack([(v - target).detach().square() for v in values]).max(0)  # noqa: F841
-        new_inputs = torch.cat([obs, actor(obs)], -1)
-        actor_loss = -detached_call(critics[0], new_inputs).mean()
+        new_action = actor(obs)
+        q = detached_call(critics[0], torch.cat([obs, new_action], -1))
+        if name != "TD3BCLoss":
+            return -q.mean() + critic_loss
+        lmbd = TD3_BC_ALPHA / q.abs().mean().detach()
+        actor_loss = -lmbd * q.mean() + F.mse_loss(new_action, action)
         return actor_loss + critic_loss
 
     return Method(
@@ -77,7 +83,9 @@ def library_loss(library, name: str, nets: dict) -> tuple[nn.Module, tuple[str, 
         loss, keys = library.DDPGLoss(actor, qs[0], **gamma), ("loss_actor", "loss_value")
     else:
         kwargs = {"bounds": (-1.0, 1.0), "policy_noise": 0.0, "num_qvalue_nets": 2}
-        loss, keys = library.TD3Loss(actor, qs, **kwargs), ("loss_actor", "loss_qvalue")
+        if name == "TD3BCLoss":
+            kwargs["alpha"] = TD3_BC_ALPHA
+        loss, keys = getattr(library, name)(actor, qs, **kwargs), ("loss_actor", "loss_qvalue")
     loss.make_value_estimator(gamma=GAMMA)
     return loss, keys
 
@@ -119,7 +127,9 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
         factories=library_factories(plain, loss_method),
         description=(
             f"{name}; MLP actor and {CRITICS[name]} critic(s) {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
-            f"action {ACT_DIM}, target networks" + (", policy_noise=0" if name == "TD3Loss" else "")
+            f"action {ACT_DIM}, target networks"
+            + ("" if name == "DDPGLoss" else ", policy_noise=0")
+            + (f", alpha={TD3_BC_ALPHA}" if name == "TD3BCLoss" else "")
         ),
     )
 

@@ -1,6 +1,6 @@
-"""DQN, double DQN and C51 (QValueActor / DistributionalQValueActor over an MLP, one-hot actions,
-target network): DQNLoss, DDQNLoss and DistributionalDQNLoss, and their hand-written plain-torch
-baselines."""
+"""DQN, double DQN, discrete CQL and C51 (QValueActor / DistributionalQValueActor over an MLP,
+one-hot actions, target network): DQNLoss, DDQNLoss, DiscreteCQLLoss and DistributionalDQNLoss,
+and their hand-written plain-torch baselines."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ BATCH_SIZES = (64, 4096)
 OBS_DIM, ACTIONS, HIDDEN, GAMMA = 8, 4, (64, 64), 0.99
 VARIANTS = {"DQNLoss": {"double_dqn": False}, "DDQNLoss": {"double_dqn": True}}
 ATOMS, V_MIN, V_MAX = 51, 0.0, 100.0  # C51's support
+CQL_KEYS = ("loss_qvalue", "loss_cql")
 
 
 def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
@@ -47,6 +48,27 @@ def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: boo
             target = reward + GAMMA * (~terminated) * next_value
         td_error = (chosen - target).detach().square()  # noqa: F841 - the priority, as written
         return F.mse_loss(chosen, target)
+
+    return loss
+
+
+def plain_discrete_cql_loss(net: nn.Module, target_net: nn.Module, batch) -> Callable:
+    """Discrete CQL(H) written by hand: DQN's regression halved (TorchRL's convention) and the
+    penalty ``logsumexp_a Q(s, a) - Q(s, a_data)``; ``loss_qvalue + loss_cql`` (weight 1)."""
+    obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
+    reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+
+    def loss() -> torch.Tensor:
+        q = net(obs)
+        chosen = (q * action).sum(-1, keepdim=True)
+        with torch.no_grad():
+            next_value = target_net(next_obs).max(-1, keepdim=True).values
+            target = reward + GAMMA * (~terminated) * next_value
+        td_error = (chosen - target).detach().square()  # noqa: F841 - the priority, as written
+        pred_value = q.detach().mean()  # noqa: F841 - reported by the libraries
+        loss_qvalue = 0.5 * F.mse_loss(chosen, target)
+        loss_cql = (torch.logsumexp(q, -1, keepdim=True) - chosen).mean()
+        return loss_qvalue + loss_cql
 
     return loss
 
@@ -149,6 +171,45 @@ def build_c51(batch_size: int, seed: int) -> CaseSetup:
     )
 
 
+def build_discrete_cql(batch_size: int, seed: int) -> CaseSetup:
+    """``DiscreteCQLLoss`` at ``batch_size``."""
+    net, batch = network_and_batch(ACTIONS, batch_size, seed)
+
+    def module_factory(make_loss: Callable[[nn.Module], nn.Module], fresh: bool) -> Callable:
+        def make(batch) -> Method:
+            module = copy.deepcopy(net)
+            actor = QValueActor(module, in_keys=["observation"], action_space="one-hot")
+            loss = make_loss(actor)
+            q = prefixed("q", module)
+            return loss_module_method(loss, batch, q, CQL_KEYS, fresh_batch=fresh)
+
+        return make
+
+    def torchrl_loss(actor):
+        loss = torchrl.objectives.DiscreteCQLLoss(actor, action_space="one-hot")
+        loss.make_value_estimator(gamma=GAMMA)
+        return loss
+
+    return CaseSetup(
+        batches={"replay": batch},
+        factories={
+            "plain": plain_method(net, plain_discrete_cql_loss),
+            "rlloss": module_factory(
+                lambda actor: rlloss_attr("DiscreteCQLLoss")(actor, gamma=GAMMA), False
+            ),
+            # TorchRL writes its predictions, graph and all, into the batch in place (the next
+            # call's backward would go through them): it reads a fresh shallow copy each call
+            "torchrl": module_factory(torchrl_loss, True),
+        },
+        description=(
+            f"DiscreteCQLLoss(loss_function='l2', gamma={GAMMA}), loss_qvalue + loss_cql"
+            f"; QValueActor over MLP {OBS_DIM}->{'x'.join(map(str, HIDDEN))} relu->"
+            f"{ACTIONS}, one-hot actions, target network; TorchRL's reads a shallow copy of the "
+            "batch each call"
+        ),
+    )
+
+
 def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     """The case ``name`` of the family at ``batch_size``."""
     net, batch = network_and_batch(ACTIONS, batch_size, seed)
@@ -185,4 +246,5 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
 
 
 CASES = {name: partial(build, name) for name in VARIANTS}
+CASES["DiscreteCQLLoss"] = build_discrete_cql
 CASES["DistributionalDQNLoss"] = build_c51

@@ -38,6 +38,19 @@ BATCH_SIZES = (256, 4096)
 LOG2 = math.log(2.0)
 
 
+def tanh_normal_sample(
+    actor_net: nn.Module, obs: torch.Tensor, params: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised tanh-Gaussian action on [-1, 1] and its log-probability ``[B]``, from
+    the actor's ``(loc, scale)`` at ``obs`` (or ``params`` if already computed)."""
+    loc, scale = actor_net(obs) if params is None else params
+    eps = torch.randn_like(loc)
+    u = loc + scale * eps
+    log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
+    log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
+    return torch.tanh(u), log_prob.sum(-1)
+
+
 def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
     """SAC / discrete SAC written by hand (CleanRL's structure, TorchRL's loss terms): one module
     per critic, target copies of the critics, ``log_alpha`` a parameter."""
@@ -51,14 +64,7 @@ def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
     else:
         target_entropy = -float(ACT_DIM)
 
-    def sample(o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised tanh-Gaussian action and its log-probability [B]."""
-        loc, scale = actor_net(o)
-        eps = torch.randn_like(loc)
-        u = loc + scale * eps
-        log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
-        log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
-        return torch.tanh(u), log_prob.sum(-1)
+    sample = partial(tanh_normal_sample, actor_net)
 
     def continuous_loss() -> torch.Tensor:
         alpha = log_alpha.detach().exp()
@@ -147,6 +153,33 @@ def library_loss(library, nets: dict, discrete: bool) -> nn.Module:
     return loss
 
 
+def soft_actor_critic_factories(
+    template: dict,
+    library_loss: Callable[[object, dict], nn.Module],
+    plain_method: Callable[[dict, object, dict], Method],
+    keys: tuple[str, ...] = ("loss_actor", "loss_qvalue", "loss_alpha"),
+) -> dict[str, Callable]:
+    """The factories of a case on SAC's networks (``template``: ``actor_net`` and ``critics``),
+    each on its own deep copy: ``library_loss(library, nets)`` summed over ``keys`` for rlloss
+    and TorchRL, ``plain_method(nets, batch, params)`` with ``nets["log_alpha"]`` added. The gate
+    compares the actor's and the temperature's gradients (see :func:`named`)."""
+
+    def loss_method(library) -> Callable:
+        def make(batch) -> Method:
+            nets = copy.deepcopy(template)
+            loss = library_loss(library, nets)
+            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
+
+        return make
+
+    def plain(batch) -> Method:
+        nets = copy.deepcopy(template)
+        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
+        return plain_method(nets, batch, named(nets["actor_net"], nets["log_alpha"]))
+
+    return library_factories(plain, loss_method)
+
+
 def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
     """The case ``name`` (discrete SAC with ``discrete``) at ``batch_size``."""
     torch.manual_seed(seed)
@@ -163,24 +196,13 @@ def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
     on_device(actor_net, *critics)
     template = {"actor_net": actor_net, "critics": critics}
 
-    def loss_method(library) -> Callable:
-        def make(batch) -> Method:
-            nets = copy.deepcopy(template)
-            loss = library_loss(library, nets, discrete)
-            keys = ("loss_actor", "loss_qvalue", "loss_alpha")
-            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
-
-        return make
-
-    def plain(batch) -> Method:
-        nets = copy.deepcopy(template)
-        nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
-        params = named(nets["actor_net"], nets["log_alpha"])
-        return plain_sac_method(nets, batch, params, discrete)
-
     return CaseSetup(
         batches={"replay": batch},
-        factories=library_factories(plain, loss_method),
+        factories=soft_actor_critic_factories(
+            template,
+            partial(library_loss, discrete=discrete),
+            partial(plain_sac_method, discrete=discrete),
+        ),
         description=(
             f"{name}(loss_function='l2', alpha_init=1); "
             + ("categorical actor, Q(s, .) critics" if discrete else "TanhNormal actor")
