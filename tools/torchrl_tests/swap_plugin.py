@@ -47,6 +47,7 @@ TARGETS = {
     "DiscreteIQLLoss": ["torchrl.objectives.iql", "torchrl.objectives"],
     "TQCLoss": ["torchrl.objectives.tqc", "torchrl.objectives"],
     "REDQLoss": ["torchrl.objectives.redq", "torchrl.objectives"],
+    "CrossQLoss": ["torchrl.objectives.crossq", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
