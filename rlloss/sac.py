@@ -69,6 +69,9 @@ class _SoftActorCritic(TDTargetLoss):
         value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
 
     out_keys = _OUT_KEYS
+    # with separate_losses, critic layers shared with the actor stay the actor's parameters
+    # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
+    _ties_shared_layers = False
     # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
     _schedulable_buffers = frozenset(
         {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
@@ -144,6 +147,7 @@ class _SoftActorCritic(TDTargetLoss):
             self.num_qvalue_nets,
             target=delay_qvalue,
             until=getattr(self.tensor_keys, value),
+            tied_to="actor_network" if self.separate_losses and self._ties_shared_layers else None,
         )
 
     qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
@@ -1349,10 +1353,14 @@ class CrossQLoss(SACLoss):
             ``qvalue_network_params``; the given modules, and their modes, are left as they are.
         num_qvalue_nets: the number of critics (default 2).
         loss_function: ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
-        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy,
-            separate_losses, reduction, scalar_output_mode, deactivate_vmap: as
-            :class:`rlloss.SACLoss` (TorchRL's CrossQ keywords). Targets: TD0 (default, n-step
-            through ``steps_to_next_obs``), TD1 or TDLambda with ``make_value_estimator``.
+        separate_losses: with a single ``qvalue_network`` that shares layers with the actor,
+            those layers stay the actor's parameters in ``qvalue_network_params`` (detached
+            views) and only the actor loss trains them (TorchRL's behaviour); without it (the
+            default), the critics hold their own copies of them.
+        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction,
+            scalar_output_mode, deactivate_vmap: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
+            keywords). Targets: TD0 (default, n-step through ``steps_to_next_obs``), TD1 or
+            TDLambda with ``make_value_estimator``.
         use_prioritized_weights, priority_weighting: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
@@ -1379,6 +1387,8 @@ class CrossQLoss(SACLoss):
         """Keys read by CrossQLoss (SACLoss's; ``priority``: ``max_i |Q_i - y|``, ``[*B]``)."""
 
         log_prob: NestedKey = "_log_prob"  # TorchRL's CrossQ key name (not read)
+
+    _ties_shared_layers = True
 
     def __init__(
         self,
