@@ -548,7 +548,11 @@ class Ensemble:
         # normalisation layers) for callers that ask for a mode; the template keeps the mode
         # the user's network had. Built now (not while a compiled graph is traced); they share
         # the template's tensors, which every call replaces by the stacked ones anyway.
-        self.member_in_mode = {mode: self._member_copy(until, mode) for mode in (True, False)}
+        self.member_in_mode = (
+            {mode: self._member_copy(until, mode) for mode in (True, False)}
+            if self.stacked is None  # an MLP of linear layers has no mode
+            else {}
+        )
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
 

@@ -346,8 +346,8 @@ class TDTargetLoss(LossModule):
         ensemble = Ensemble(modules[0], until)
         if tied is not None:
             self._ties[name] = (tied_to, _shared_parameters(modules[0], tied))
-            for key in self._ties[name][1]:  # replaced by the views in _refresh_views
-                stacked.set(tuple(key.split(".")), stacked.get(tuple(key.split("."))).data)
+            for key in self._ties[name][1]:  # buffers, replaced by the views in _refresh_views
+                stacked.set(_path(key), stacked.get(_path(key)).data)
         setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
         if target:
             _compat.expect_updater(self, name)
@@ -402,7 +402,7 @@ class TDTargetLoss(LossModule):
             )
             for key, owner_key in shared.items():
                 parameter = parameters[owner_key].detach()
-                stacked.set(tuple(key.split(".")), parameter.expand(len(stacked), *parameter.shape))
+                stacked.set(_path(key), parameter.expand(len(stacked), *parameter.shape))
         for name, ensemble in self._ensembles:
             ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
 
@@ -415,7 +415,7 @@ class TDTargetLoss(LossModule):
         for name, (_, shared) in self._ties.items():  # writable copies while loading
             stacked = children[f"{name}_params"]
             for key in shared:
-                stacked.set(tuple(key.split(".")), stacked.get(tuple(key.split("."))).clone())
+                stacked.set(_path(key), stacked.get(_path(key)).clone())
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         finally:
@@ -424,6 +424,11 @@ class TDTargetLoss(LossModule):
     def _warn_until_every_target_has_an_updater(self) -> None:
         if not _compat.has_forward_pre_hook(self, _warn_without_updater):
             self.register_forward_pre_hook(_warn_without_updater)
+
+
+def _path(name: str) -> tuple[str, ...]:
+    """The TensorDict path of a dotted parameter name."""
+    return tuple(name.split("."))
 
 
 def _shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
