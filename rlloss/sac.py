@@ -1323,8 +1323,7 @@ class CrossQLoss(SACLoss):
     one batch.
 
     Bhatt et al., "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample
-    Efficiency and Simplicity", ICLR 2024 (https://openreview.net/pdf?id=PczQtTsTIX), Algorithm 1
-    (the paper's names on the left):
+    Efficiency and Simplicity", ICLR 2024 (https://openreview.net/pdf?id=PczQtTsTIX), Algorithm 1:
 
     - joint forward pass: ``[Q_i(s, a); Q_i(s', a')] = Q_i([s; s'], [a; a'])`` for each of the
       ``num_qvalue_nets`` critics, in one call on the batch joined along its first dim, with
@@ -1341,8 +1340,8 @@ class CrossQLoss(SACLoss):
 
     ``forward`` returns ``out_keys`` (``loss_actor``, ``loss_qvalue``, ``loss_alpha``,
     ``alpha``, ``entropy``) and writes ``td_error`` (``max_i |Q_i(s, a) - y|``, ``[*B]``) into
-    the batch. ``qvalue_loss``, ``actor_loss`` and ``alpha_loss`` are TorchRL's methods, in that
-    order (each reads running statistics the previous one updated).
+    the batch. ``qvalue_loss``, ``actor_loss`` and ``alpha_loss`` are TorchRL's methods, called in
+    that order (the actor's pass reads the running statistics the joint pass updated).
 
     Args:
         actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
@@ -1373,10 +1372,14 @@ class CrossQLoss(SACLoss):
     spec reads the action size from the first batch (TorchRL raises).
 
     Example:
-        >>> qvalue = ValueOperator(
-        ...     nn.Sequential(BatchRenorm1d(obs + act), nn.Linear(obs + act, 256), nn.ReLU(),
-        ...                   BatchRenorm1d(256), nn.Linear(256, 1)),
-        ...     in_keys=["observation", "action"])
+        >>> class Critic(nn.Module):  # BatchRenorm on the input and after the hidden layer
+        ...     def __init__(self, n):
+        ...         super().__init__()
+        ...         self.net = nn.Sequential(BatchRenorm1d(n), nn.Linear(n, 256), nn.ReLU(),
+        ...                                  BatchRenorm1d(256), nn.Linear(256, 1))
+        ...     def forward(self, observation, action):
+        ...         return self.net(torch.cat([observation, action], -1))
+        >>> qvalue = ValueOperator(Critic(obs + act), in_keys=["observation", "action"])
         >>> loss = CrossQLoss(actor, qvalue, action_spec=env.action_spec)
         >>> out = loss(batch)  # no updater: CrossQ has no target network
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
