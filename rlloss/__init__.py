@@ -23,7 +23,7 @@ from rlloss.iql import DiscreteIQLLoss, IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
 from rlloss.normalizers import RewardNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
-from rlloss.sac import CQLLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
+from rlloss.sac import CQLLoss, CrossQLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.td3 import TD3BCLoss, TD3Loss
 from rlloss.updaters import HardUpdate, SoftUpdate
@@ -57,6 +57,7 @@ __all__ = [
     "RewardNormalizer",
     "SACLoss",
     "CQLLoss",
+    "CrossQLoss",
     "SoftUpdate",
     "TD3BCLoss",
     "TD3Loss",

@@ -162,6 +162,23 @@ def check_entry_shape(owner: str, key: NestedKey, value: torch.Tensor, batch_siz
         )
 
 
+def check_concatenable(owner: str, current: dict, following: dict) -> None:
+    """Refuse network inputs at ``s`` (``current``) and at ``s'`` (``following``, read under
+    ``"next"``, or sampled) that cannot be joined along the first batch dim into one network
+    call: each key must have the same shape and dtype in both, named with both otherwise."""
+    for key, value in current.items():
+        other = following[key]
+        if value.shape != other.shape or value.dtype != other.dtype:
+            raise ValueError(
+                f"{owner} evaluates the critics on (s, a) and (s', a') in one call, joined along "
+                f"the first batch dim, so each critic input must have the same shape and dtype "
+                f"at s and at s': {key!r} has shape {tuple(value.shape)} and dtype {value.dtype} "
+                f"at s, but shape {tuple(other.shape)} and dtype {other.dtype} at s' (the batch's "
+                f"('next', ...) entry, or the action the policy samples there). Store the next "
+                f"step's entries like the current step's (and actions of the policy's size)."
+            )
+
+
 def check_network(owner: str, name: str, network, *, ensemble: bool = False) -> None:
     """Refuse what is not a TensorDict module (with ``in_keys``), or a list of networks where
     one is expected, with a ``TypeError`` saying what to pass. ``ensemble``: a list of such

@@ -544,8 +544,22 @@ class Ensemble:
         self.in_keys = list(template.in_keys)
         self.stacked = StackedMLP.of(self.template, until, key_prefix="network.")
         self.member = _MemberCall(NetworkCall(self.template, until))
+        # the architecture fixed in train / eval mode (batch or running statistics of
+        # normalisation layers) for callers that ask for a mode; the template keeps the mode
+        # the user's network had. Built now (not while a compiled graph is traced); they share
+        # the template's tensors, which every call replaces by the stacked ones anyway.
+        self.member_in_mode = (
+            {mode: self._member_copy(until, mode) for mode in (True, False)}
+            if self.stacked is None  # an MLP of linear layers has no mode
+            else {}
+        )
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
+
+    def _member_copy(self, until: NestedKey | None, training: bool) -> _MemberCall:
+        tensors = [*self.template.parameters(), *self.template.buffers()]
+        module = copy.deepcopy(self.template, memo={id(t): t for t in tensors})
+        return _MemberCall(NetworkCall(module.train(training), until))
 
     def use(self, online: TensorDictBase, target: TensorDictBase | None) -> None:
         """Point the ensemble at the stacked ``online`` and ``target`` tensors."""
@@ -559,11 +573,15 @@ class Ensemble:
         target: bool = False,
         detach: bool = False,
         members: int | torch.Tensor | None = None,
+        training: bool | None = None,
     ) -> Mapping:
         """Every member's outputs on ``inputs`` (shared by all members), stacked along a leading
         ``[size]`` dim. ``target``: the target tensors (no gradient); ``detach``: the online
         tensors without gradient; ``members``: only the first ``members`` members, or those
-        an integer index tensor names (on the parameters' device: no host sync)."""
+        an integer index tensor names (on the parameters' device: no host sync); ``training``:
+        run the members in train (``True``) or eval (``False``) mode, whatever the mode of the
+        user's network (``None``: its mode). In train mode, normalisation layers update their
+        running statistics in the stacked buffers, in place."""
         params = self.target if target else self.online
         if isinstance(members, torch.Tensor):
             params = {k: v.index_select(0, members) for k, v in params.items()}
@@ -576,8 +594,10 @@ class Ensemble:
                 if self.stacked is not None:  # an MLP: one batched matrix product per layer
                     return {self.stacked.out_key: self.stacked(params, inputs)}
 
+                module = self.member if training is None else self.member_in_mode[training]
+
                 def member(member_params):
-                    return torch.func.functional_call(self.member, member_params, (inputs,))
+                    return torch.func.functional_call(module, member_params, (inputs,))
 
                 return torch.vmap(member, randomness="different")(params)
             except CALL_ERRORS as error:

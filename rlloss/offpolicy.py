@@ -103,6 +103,9 @@ class TDTargetLoss(LossModule):
         self._targets: list[tuple[str, FrozenCopy]] = []
         self._detached_views: list[tuple[str, FrozenCopy]] = []
         self._ensembles: list[tuple[str, Ensemble]] = []
+        # ensemble name -> (owner submodule, {stacked key: owner's parameter name}): entries
+        # that are views of another network's parameters (see _register_ensemble's tied_to)
+        self._ties: dict[str, tuple[str, dict[str, str]]] = {}
 
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Choose how targets are built, as TorchRL's off-policy losses do.
@@ -296,7 +299,14 @@ class TDTargetLoss(LossModule):
         return view
 
     def _register_ensemble(
-        self, name: str, networks, size: int, *, target: bool, until: NestedKey | None = None
+        self,
+        name: str,
+        networks,
+        size: int,
+        *,
+        target: bool,
+        until: NestedKey | None = None,
+        tied_to: str | None = None,
     ) -> Ensemble:
         """``size`` copies of a network held as stacked tensors and evaluated in one batched
         call (:class:`rlloss._networks.Ensemble`).
@@ -307,8 +317,16 @@ class TDTargetLoss(LossModule):
         with ``target``, ``target_<name>_params`` holds stacked target buffers for TorchRL's
         updaters. The given modules themselves are not trained: read the trained weights from
         the loss.
+
+        ``tied_to``: the name of a submodule (e.g. ``"actor_network"``) whose parameters the
+        members may hold themselves (layers shared with the actor): those entries of
+        ``<name>_params`` are detached expansions of its parameters (TorchRL's
+        ``compare_against``), so the members always use its current values and the ensemble's
+        losses send them no gradient (``separate_losses=True``).
         """
         modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+        # as TorchRL's: the members of a list are never compared with the other network
+        tied = None if tied_to is None or len(modules) > 1 else getattr(self, tied_to)
         if len(modules) == 1:
             modules += [reinitialised(modules[0]) for _ in range(size - 1)]
         if len(modules) != size:
@@ -326,6 +344,10 @@ class TDTargetLoss(LossModule):
             batch_size=[size],
         ).unflatten_keys(".")
         ensemble = Ensemble(modules[0], until)
+        if tied is not None:
+            self._ties[name] = (tied_to, _shared_parameters(modules[0], tied))
+            for key in self._ties[name][1]:  # buffers, replaced by the views in _refresh_views
+                stacked.set(_path(key), stacked.get(_path(key)).data)
         setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
         if target:
             _compat.expect_updater(self, name)
@@ -373,12 +395,47 @@ class TDTargetLoss(LossModule):
             target.use(children[f"target_{name}_params"].flatten_keys("."))
         for name, view in self._detached_views:
             view.use({k: p.detach() for k, p in getattr(self, name).named_parameters()})
+        for name, (owner, shared) in self._ties.items():
+            stacked, parameters = (
+                children[f"{name}_params"],
+                dict(children[owner].named_parameters()),
+            )
+            for key, owner_key in shared.items():
+                parameter = parameters[owner_key].detach()
+                stacked.set(_path(key), parameter.expand(len(stacked), *parameter.shape))
         for name, ensemble in self._ensembles:
             ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """:meth:`rlloss.LossModule.load_state_dict`; the ensemble entries tied to another
+        network's parameters (``separate_losses``) are read back from that network's entries."""
+        if not self._ties:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        children = dict(self.named_children())
+        for name, (_, shared) in self._ties.items():  # writable copies while loading
+            stacked = children[f"{name}_params"]
+            for key in shared:
+                stacked.set(_path(key), stacked.get(_path(key)).clone())
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        finally:
+            self._refresh_views()
 
     def _warn_until_every_target_has_an_updater(self) -> None:
         if not _compat.has_forward_pre_hook(self, _warn_without_updater):
             self.register_forward_pre_hook(_warn_without_updater)
+
+
+def _path(name: str) -> tuple[str, ...]:
+    """The TensorDict path of a dotted parameter name."""
+    return tuple(name.split("."))
+
+
+def _shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
+    """``{parameter name in module: its name in owner}`` for the parameters of ``module`` that
+    are parameters of ``owner`` itself (layers the two share)."""
+    names = {id(p): n for n, p in owner.named_parameters()}
+    return {k: names[id(p)] for k, p in module.named_parameters() if id(p) in names}
 
 
 def ensemble_architecture(attribute: str, params: str) -> property:

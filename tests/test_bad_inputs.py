@@ -8,6 +8,7 @@ schedulers, normaliser and updaters have their own catalogue in ``test_bad_input
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import warnings
@@ -25,7 +26,7 @@ from torchrl.modules import MLP, DistributionalQValueActor, QValueActor, ValueOp
 
 import rlloss
 from rlloss import functional as rlf
-from tests import nets, test_iql, test_sac, test_td3, test_tqc
+from tests import nets, test_crossq, test_iql, test_sac, test_td3, test_tqc
 
 OBS = 5  # every network here reads 5 observation features
 CONTINUOUS_ACT, DISCRETE_ACT, B = test_sac.ACT, test_sac.NUM_ACTIONS, 6
@@ -152,6 +153,11 @@ def _redq():
     return loss, _transitions(None)
 
 
+def _crossq():
+    critics = [test_crossq.critic(), test_crossq.critic()]  # BatchNorm1d critics
+    return rlloss.CrossQLoss(test_sac.actor(), critics), _transitions(None)
+
+
 def _sequences():
     """A ``[2, B]`` rollout of the PPO networks: time is the last batch dim."""
     actor, critic = nets.make_actor(), nets.make_critic()
@@ -209,6 +215,7 @@ SUBJECTS = [
     Subject("CQLLoss", _cql, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("TQCLoss", _tqc, ["observation", *NEXT], action_size=CONTINUOUS_ACT),
     Subject("REDQLoss", _redq, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
+    Subject("CrossQLoss", _crossq, REPLAY_INPUTS, action_size=CONTINUOUS_ACT),
     Subject("GAE", _estimator(rlloss.GAE, lmbda=0.9), ESTIMATOR_INPUTS, None, estimator=True),
     Subject(
         "TD0Estimator", _estimator(rlloss.TD0Estimator), ESTIMATOR_INPUTS, None, estimator=True
@@ -428,10 +435,11 @@ def test_padding_content_changes_nothing(subject):
     noisy["observation"][~mask] = 1e30
     noisy["next", "reward"][~mask] = -1e30
     results = []
-    for version in (clean, noisy):
+    twin = copy.deepcopy(module)  # a call changes running statistics (CrossQ's critics)
+    for version, loss in ((clean, module), (noisy, twin)):
         torch.manual_seed(1)
-        out = run(module, version)
-        grads = [p.grad.clone() for p in module.parameters() if p.grad is not None]
+        out = run(loss, version)
+        grads = [p.grad.clone() for p in loss.parameters() if p.grad is not None]
         results.append((_losses_of(out).detach(), grads))
     (loss_a, grads_a), (loss_b, grads_b) = results
     torch.testing.assert_close(loss_a, loss_b)
@@ -765,6 +773,16 @@ CONSTRUCTION = [
         "num_random",
     ),
     ("DiscreteCQL-gamma", _cql_with(gamma=1.5), "gamma"),
+    (
+        "CrossQ-delay_qvalue",
+        lambda: rlloss.CrossQLoss(test_sac.actor(), test_crossq.critic(), delay_qvalue=True),
+        "delay_qvalue",
+    ),
+    (
+        "CrossQ-num_qvalue_nets-0",
+        lambda: rlloss.CrossQLoss(test_sac.actor(), test_crossq.critic(), num_qvalue_nets=0),
+        "num_qvalue_nets",
+    ),
     ("GAE-gamma", lambda: rlloss.GAE(gamma=1.2, lmbda=0.9, value_network=_critic()), "gamma"),
     ("GAE-lmbda", lambda: rlloss.GAE(gamma=0.9, lmbda=-0.1, value_network=_critic()), "lmbda"),
     (

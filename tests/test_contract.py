@@ -15,6 +15,7 @@ from torchrl.modules import IndependentNormal
 
 import rlloss
 from tests import (
+    test_crossq,
     test_distributional_dqn,
     test_dqn,
     test_iql,
@@ -206,6 +207,26 @@ LOSSES = {
             "loss_qvalue": ("qvalue_network_params",),
             "loss_alpha": (),
         },
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
+    "CrossQLoss": Row(
+        build=lambda: rlloss.CrossQLoss(test_sac.actor(), test_sac.qvalue()),
+        batch=test_sac.transitions,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
+    # batch-normalised critics in eval mode (train mode updates the running statistics at
+    # each call, so two calls differ by design: test_crossq.py covers it)
+    "CrossQLoss-batchnorm-eval": Row(
+        build=lambda: rlloss.CrossQLoss(
+            test_sac.actor(), [test_crossq.critic(), test_crossq.critic()]
+        ).eval(),
+        batch=test_sac.transitions,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
         renamable=("action", ("next", "reward"), ("next", "terminated")),
         writes=("td_error",),
         coefficient="target_entropy",

@@ -72,7 +72,7 @@ def normalize(msg):
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
         r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
-        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|CQLLoss|DistributionalDQNLoss|TQCLoss|REDQLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
+        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|CQLLoss|DistributionalDQNLoss|TQCLoss|REDQLoss|CrossQLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
@@ -107,9 +107,9 @@ METHOD = """## Method
 - Swap: `swap_plugin.py`, loaded with `-p swap_plugin` before any conftest/test module; with
   `RLLOSS_SWAP=1` it sets `PPOLoss ClipPPOLoss KLPENPPOLoss A2CLoss ReinforceLoss DQNLoss DDPGLoss
   TD3Loss TD3BCLoss SACLoss DiscreteSACLoss IQLLoss DiscreteIQLLoss DiscreteCQLLoss DistributionalDQNLoss CQLLoss TQCLoss
-  REDQLoss SoftUpdate HardUpdate` on `torchrl.objectives`
+  REDQLoss CrossQLoss SoftUpdate HardUpdate` on `torchrl.objectives`
   and on the defining modules
-  (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,td3_bc,sac,iql,cql,tqc,redq,utils}`), and `GAE TD0Estimator TD1Estimator
+  (`torchrl.objectives.{ppo,a2c,reinforce,dqn,ddpg,td3,td3_bc,sac,iql,cql,tqc,redq,crossq,utils}`), and `GAE TD0Estimator TD1Estimator
   TDLambdaEstimator VTrace MultiAgentGAE` on `torchrl.objectives.value` and `torchrl.objectives.value.advantages`, to
   rlloss's classes. Not patched: other TorchRL modules holding their own reference
   (`objectives.multiagent.mappo.ClipPPOLoss`, `objectives.tqc.SACLoss`, `trainers.*`), TorchRL's
@@ -122,14 +122,14 @@ METHOD = """## Method
   KLPENPPOLoss are parametrised inside it), `test_ppo.py::TestA2C`, `test_ppo.py::TestReinforce`,
   `test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch`,
   `test_dqn.py::TestDQN`, `test_ddpg.py::TestDDPG`, `test_ddpg.py::TestTD3`,
-  `test_ddpg.py::TestTD3BC`, `test_sac.py::TestSAC`, `test_iql.py::TestIQL`, `test_iql.py::TestDiscreteIQL`, `test_cql.py::TestCQL`, `test_cql.py::TestDiscreteCQL`, `test_tqc.py::TestTQC`, `test_sac.py::TestREDQ`,
+  `test_ddpg.py::TestTD3BC`, `test_sac.py::TestSAC`, `test_iql.py::TestIQL`, `test_iql.py::TestDiscreteIQL`, `test_cql.py::TestCQL`, `test_cql.py::TestDiscreteCQL`, `test_tqc.py::TestTQC`, `test_sac.py::TestREDQ`, `test_sac.py::TestCrossQ`,
   `test_sac.py::TestDiscreteSAC`, `test_values.py::TestValues`, `test_values.py::TestAdv`,
   `test_loss_module.py::{test_updater, test_updater_warning, test_instantiate_with_different_keys,
   TestMakeValueEstimator, TestSchedulableBuffers, TestPrepareValueEstimatorKwargs,
   TestDefaultForwardValueEstimatorKeys, TestValueEstimatorRegistry}` (the parts of that file that
-  name one of the swapped classes). Excluded: TestQMixer, TestCrossQ
+  name one of the swapped classes). Excluded: TestQMixer
   and the rest of test_loss_module.py.
-- `touched`: the plugin wraps `__init__` of the 26 active classes and records per test whether
+- `touched`: the plugin wraps `__init__` of the 27 active classes and records per test whether
   any was constructed (setup, call or teardown). Many TestValues tests exercise only
   `torchrl.objectives.value.functional` and many TestDQN tests only DistributionalDQNLoss: those
   run TorchRL's code in both settings, so their passes say nothing about rlloss. The `touched`
@@ -174,7 +174,7 @@ def main():
     # ---------------------------------------------------------------- per file / class
     w("## Pass counts per file and test class\n")
     w(
-        "`touched` = the test constructs at least one of the 26 swapped classes (recorded by the "
+        "`touched` = the test constructs at least one of the 27 swapped classes (recorded by the "
         "plugin, in the TorchRL run); tests that do not touch one run TorchRL's code in both "
         "settings, so the `touched` columns are the ones that measure rlloss.\n"
     )

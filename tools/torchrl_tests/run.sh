@@ -24,14 +24,14 @@ if [ -n "${WAIT_FILE:-}" ]; then
   while [ ! -f "$WAIT_FILE" ]; do sleep 60; done
 fi
 
-# Selection: the test classes/functions that target the 14 swapped classes.
+# Selection: the test classes/functions that target the 27 swapped classes.
 sel() {
   local o=test/objectives
   case "$1" in
     ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::TestA2C $o/test_ppo.py::TestReinforce $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
     dqn) echo "$o/test_dqn.py::TestDQN" ;;
     ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3 $o/test_ddpg.py::TestTD3BC" ;;
-    sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC $o/test_sac.py::TestREDQ" ;;
+    sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC $o/test_sac.py::TestREDQ $o/test_sac.py::TestCrossQ" ;;
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;
     cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
     tqc) echo "$o/test_tqc.py::TestTQC" ;;

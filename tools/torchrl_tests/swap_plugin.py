@@ -11,7 +11,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 26 swapped classes (whichever implementation is active), so
+at least one instance of the 27 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -47,6 +47,7 @@ TARGETS = {
     "DiscreteIQLLoss": ["torchrl.objectives.iql", "torchrl.objectives"],
     "TQCLoss": ["torchrl.objectives.tqc", "torchrl.objectives"],
     "REDQLoss": ["torchrl.objectives.redq", "torchrl.objectives"],
+    "CrossQLoss": ["torchrl.objectives.crossq", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
