@@ -7,6 +7,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 from rlloss import functional
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.a2c import A2CLoss, ReinforceLoss
+from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DiscreteCQLLoss, DistributionalDQNLoss, DQNLoss
@@ -30,6 +31,9 @@ from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
     "A2CLoss",
+    "ActorOutput",
+    "AttractionKL",
+    "BehaviorCloning",
     "GAE",
     "HardUpdate",
     "IQLLoss",
@@ -50,6 +54,7 @@ __all__ = [
     "MPOLoss",
     "MultiAgentGAE",
     "PPOLoss",
+    "PolicyLossAddon",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -36,6 +36,7 @@ from rlloss._networks import (
     log_prob_of,
     sum_heads,
 )
+from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
 from rlloss.functional.critic import DISTANCES
 
@@ -71,6 +72,7 @@ class OnPolicyLoss(LossModule):
     default_value_estimator = ValueEstimators.GAE
     _value_key_hint = "the value key passed to PPO"  # TorchRL's words, per family
     _critic_loss_key = "loss_critic"  # TorchRL's name of the critic's loss, per family
+    _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
     _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
     _coefficient_ranges = {
@@ -99,6 +101,7 @@ class OnPolicyLoss(LossModule):
         vf_clip_param: float | None = None,
         functional: bool = True,
         device: torch.device | str | None = None,
+        policy_loss_addons: list | None = None,
     ) -> None:
         super().__init__()
         if not callable(getattr(type(self), "_objective", None)):
@@ -134,6 +137,7 @@ class OnPolicyLoss(LossModule):
         if clip_value is not None:
             self._check_coefficient("clip_value", clip_value)
         self.reduction = self._check_reduction(reduction)
+        self._register_policy_addons(policy_loss_addons)
 
         self.actor_network = actor_network
         self.critic_network = critic_network
@@ -367,6 +371,11 @@ class OnPolicyLoss(LossModule):
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
+    def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """``term`` (``[*B]``) reduced over the valid steps, as ``loss_objective``."""
+        reduced = rlf.reduce(term.unsqueeze(-1), self.reduction, self._padding_mask(batch))
+        return as_scalar_output(reduced, self.reduction)
+
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         mask = tensordict.get(self.tensor_keys.mask, None)
         if mask is None:
@@ -381,6 +390,9 @@ class OnPolicyLoss(LossModule):
             tensordict = fill_padding(tensordict, mask, [self.tensor_keys.mask])
         batch, advantage = self._advantage(tensordict, mask)
         distribution, out = self._objective(batch, advantage, mask)
+        key = self._actor_loss_key
+        actor = ActorOutput(distribution=distribution)
+        out[key], _ = self._with_policy_addons(out[key], batch, actor, out)
         if self.entropy_bonus:
             loss, info = self.loss_entropy(distribution, mask)
             out["loss_entropy"] = loss  # already [*B] with reduction="none"
