@@ -22,7 +22,7 @@ from rlloss.estimators import (
 )
 from rlloss.iql import DiscreteIQLLoss, IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
-from rlloss.normalizers import RewardNormalizer
+from rlloss.normalizers import RewardNormalizer, ValueNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import CQLLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
@@ -70,6 +70,7 @@ __all__ = [
     "TDLambdaEstimator",
     "TQCLoss",
     "VTrace",
+    "ValueNormalizer",
     "ValueEstimator",
     "functional",
     "kl_exceeds",

@@ -75,6 +75,7 @@ class A2CLoss(_PolicyGradientLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
         policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
+        value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
 
     Differences from TorchRL: ``advantage_norm`` (TorchRL's running return scaling) is not
     supported (``TypeError``).
@@ -108,6 +109,7 @@ class A2CLoss(_PolicyGradientLoss):
         reduction: str | None = None,
         clip_value: float | None = None,
         policy_loss_addons: list | None = None,
+        value_normalizer=None,
         **kwargs,
     ) -> None:
         for old, new in (("entropy_coef", "entropy_coeff"), ("critic_coef", "critic_coeff")):
@@ -145,6 +147,7 @@ class A2CLoss(_PolicyGradientLoss):
             clip_value=clip_value,
             functional=functional,
             policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
 
     @property
@@ -177,6 +180,7 @@ class ReinforceLoss(_PolicyGradientLoss):
         separate_losses, functional, actor, critic, reduction, clip_value: as
             :class:`A2CLoss`.
         policy_loss_addons: extra terms on ``loss_actor`` (:mod:`rlloss.addons`).
+        value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
 
     Example:
         >>> loss = ReinforceLoss(actor, critic)
@@ -206,6 +210,7 @@ class ReinforceLoss(_PolicyGradientLoss):
         reduction: str | None = None,
         clip_value: float | None = None,
         policy_loss_addons: list | None = None,
+        value_normalizer=None,
     ) -> None:
         actor_network, critic_network = torchrl_networks(
             type(self).__name__,
@@ -234,6 +239,7 @@ class ReinforceLoss(_PolicyGradientLoss):
             clip_value=clip_value,
             functional=functional,
             policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
         self.delay_value = delay_value
         if delay_value:

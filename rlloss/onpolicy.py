@@ -39,6 +39,7 @@ from rlloss._networks import (
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
 from rlloss.functional.critic import DISTANCES
+from rlloss.normalizers import ValueNormalizer, check_value_normalizer
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -102,6 +103,7 @@ class OnPolicyLoss(LossModule):
         functional: bool = True,
         device: torch.device | str | None = None,
         policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
     ) -> None:
         super().__init__()
         if not callable(getattr(type(self), "_objective", None)):
@@ -138,6 +140,13 @@ class OnPolicyLoss(LossModule):
             self._check_coefficient("clip_value", clip_value)
         self.reduction = self._check_reduction(reduction)
         self._register_policy_addons(policy_loss_addons)
+        check_value_normalizer(type(self).__name__, value_normalizer)
+        if value_normalizer is not None and critic_network is None:
+            raise ValueError(
+                f"{type(self).__name__}: value_normalizer standardises the critic's targets; "
+                "it needs a critic_network."
+            )
+        self.value_normalizer = value_normalizer
 
         self.actor_network = actor_network
         self.critic_network = critic_network
@@ -165,6 +174,8 @@ class OnPolicyLoss(LossModule):
         sample_keys = getattr(actor_network, "dist_sample_keys", None)
         if sample_keys:
             self.tensor_keys.action = sample_keys[0]
+        if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
+            self.make_value_estimator()
 
     def _register_optional_buffer(self, name: str, value: float | None) -> None:
         if value is None:
@@ -258,6 +269,31 @@ class OnPolicyLoss(LossModule):
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = rlf.standardize(advantage, mask)
         return batch, advantage
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """:meth:`rlloss.LossModule.make_value_estimator`; with a ``value_normalizer``, the
+        estimator shares it (it de-normalises the critic's outputs and updates the moments with
+        the value targets it computes)."""
+        super().make_value_estimator(value_type, **hyperparams)
+        if self.value_normalizer is not None:
+            self._share_value_normalizer(_compat.stored_value_estimator(self))
+        return self
+
+    def _share_value_normalizer(self, estimator) -> None:
+        owner = type(self).__name__
+        if not hasattr(estimator, "value_normalizer"):
+            raise TypeError(
+                f"{owner}: value_normalizer needs one of rlloss's value estimators (GAE, "
+                f"TD0Estimator, ...), which de-normalise the critic's outputs; got "
+                f"{type(estimator).__name__}."
+            )
+        if estimator.value_normalizer is None:
+            estimator.value_normalizer = self.value_normalizer
+        elif estimator.value_normalizer is not self.value_normalizer:
+            raise ValueError(
+                f"{owner}: the value estimator holds another ValueNormalizer than the loss's; "
+                "pass the same one to both (or none to the estimator: the loss gives it its own)."
+            )
 
     def _estimator_weights(self) -> dict:
         """Keywords of the value estimator's call (``target_params`` for a target critic)."""
@@ -353,9 +389,13 @@ class OnPolicyLoss(LossModule):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked, clamped to
         ``[0, vf_clip_param]`` if asked) reduced, with the clip fraction and explained
-        variance."""
+        variance; with a ``value_normalizer``, ``value_target`` and the old value are
+        normalised first (the critic's output is in normalised units)."""
         target = self._get(batch, "value_target")
         old_value = None if self.clip_value is None else self._old_value(batch)
+        if self.value_normalizer is not None:  # the critic learns in normalised units
+            target = self.value_normalizer.normalize(target)
+            old_value = None if old_value is None else self.value_normalizer.normalize(old_value)
         value = self._critic_value(batch)
         info = {}
         if old_value is None:

@@ -269,6 +269,18 @@ LOSSES = {
         routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
         coefficient=None,
     ),
+    "ClipPPOLoss-value-normalizer": Row(
+        build=lambda: rlloss.ClipPPOLoss(
+            perturbed(ACTOR), make_critic(), value_normalizer=rlloss.ValueNormalizer()
+        ),
+        batch=lambda: rollout(ACTOR),
+        routes={
+            "loss_objective": ("actor_network",),
+            "loss_entropy": ("actor_network",),
+            # the estimator the loss builds at construction holds the critic too
+            "loss_critic": ("critic_network", "_value_estimator"),
+        },
+    ),
     # policy-loss add-ons (rlloss.addons) on every kind of actor
     "ClipPPOLoss-addons": with_addons(ppo_row, lambda: perturbed(ACTOR), "ClipPPOLoss"),
     "A2CLoss-addons": with_addons(ppo_row, lambda: perturbed(ACTOR), "A2CLoss"),
