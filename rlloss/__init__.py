@@ -7,6 +7,7 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 from rlloss import functional
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.a2c import A2CLoss, ReinforceLoss
+from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
 from rlloss.common import LossModule
 from rlloss.ddpg import DDPGLoss
 from rlloss.dqn import DDQNLoss, DiscreteCQLLoss, DistributionalDQNLoss, DQNLoss
@@ -21,7 +22,7 @@ from rlloss.estimators import (
 )
 from rlloss.iql import DiscreteIQLLoss, IQLLoss
 from rlloss.mpo import DiscreteMPOLoss, MPOLoss
-from rlloss.normalizers import RewardNormalizer
+from rlloss.normalizers import RewardNormalizer, ValueNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import CQLLoss, CrossQLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
@@ -30,6 +31,9 @@ from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
     "A2CLoss",
+    "ActorOutput",
+    "AttractionKL",
+    "BehaviorCloning",
     "GAE",
     "HardUpdate",
     "IQLLoss",
@@ -50,6 +54,7 @@ __all__ = [
     "MPOLoss",
     "MultiAgentGAE",
     "PPOLoss",
+    "PolicyLossAddon",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",
@@ -66,6 +71,7 @@ __all__ = [
     "TDLambdaEstimator",
     "TQCLoss",
     "VTrace",
+    "ValueNormalizer",
     "ValueEstimator",
     "functional",
     "kl_exceeds",

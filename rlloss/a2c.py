@@ -22,12 +22,12 @@ from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
 
 
 class _PolicyGradientLoss(OnPolicyLoss):
-    """The shared objective: ``-mean(log pi(a|s) A)`` under ``_objective_key``."""
+    """The shared objective: ``-mean(log pi(a|s) A)`` under ``_actor_loss_key``."""
 
-    _objective_key = "loss_objective"
+    _actor_loss_key = "loss_objective"
 
     def _objective_out_keys(self) -> list[str]:
-        return [self._objective_key]
+        return [self._actor_loss_key]
 
     def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
         """``(log pi(a|s) [*B, 1], pi)`` on ``tensordict``: TorchRL's helper of the same name,
@@ -46,7 +46,7 @@ class _PolicyGradientLoss(OnPolicyLoss):
         log_prob = self._log_prob(distribution, batch).unsqueeze(-1)
         objective = rlf.policy_gradient_objective(log_prob, advantage)
         loss = as_scalar_output(rlf.reduce(-objective, self.reduction, mask), self.reduction)
-        return distribution, {self._objective_key: loss}
+        return distribution, {self._actor_loss_key: loss}
 
 
 class A2CLoss(_PolicyGradientLoss):
@@ -74,6 +74,8 @@ class A2CLoss(_PolicyGradientLoss):
         actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
+        policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
+        value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
 
     Differences from TorchRL: ``advantage_norm`` (TorchRL's running return scaling) is not
     supported (``TypeError``).
@@ -106,6 +108,8 @@ class A2CLoss(_PolicyGradientLoss):
         critic: nn.Module | None = None,
         reduction: str | None = None,
         clip_value: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer=None,
         **kwargs,
     ) -> None:
         for old, new in (("entropy_coef", "entropy_coeff"), ("critic_coef", "critic_coeff")):
@@ -142,6 +146,8 @@ class A2CLoss(_PolicyGradientLoss):
             reduction=reduction,
             clip_value=clip_value,
             functional=functional,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
 
     @property
@@ -173,6 +179,8 @@ class ReinforceLoss(_PolicyGradientLoss):
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
         separate_losses, functional, actor, critic, reduction, clip_value: as
             :class:`A2CLoss`.
+        policy_loss_addons: extra terms on ``loss_actor`` (:mod:`rlloss.addons`).
+        value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
 
     Example:
         >>> loss = ReinforceLoss(actor, critic)
@@ -181,7 +189,7 @@ class ReinforceLoss(_PolicyGradientLoss):
         >>> (out["loss_actor"] + out["loss_value"]).backward()
     """
 
-    _objective_key = "loss_actor"
+    _actor_loss_key = "loss_actor"
     _critic_loss_key = "loss_value"
     _value_key_hint = "the value_key passed to Reinforce"
 
@@ -201,6 +209,8 @@ class ReinforceLoss(_PolicyGradientLoss):
         critic: nn.Module | None = None,
         reduction: str | None = None,
         clip_value: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer=None,
     ) -> None:
         actor_network, critic_network = torchrl_networks(
             type(self).__name__,
@@ -228,6 +238,8 @@ class ReinforceLoss(_PolicyGradientLoss):
             reduction=reduction,
             clip_value=clip_value,
             functional=functional,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
         self.delay_value = delay_value
         if delay_value:

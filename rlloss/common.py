@@ -11,7 +11,9 @@ is what every loss needs:
 - value estimators: :meth:`make_value_estimator` takes TorchRL's ``ValueEstimators`` members
   and builds rlloss's own estimators;
 - a hook, :meth:`_refresh_views`, run whenever the module's tensors are replaced (``.to()``,
-  ``.double()``, deep copies), for losses that keep views of their tensors.
+  ``.double()``, deep copies), for losses that keep views of their tensors;
+- policy-loss add-ons (:mod:`rlloss.addons`): :meth:`_with_policy_addons` adds their terms to
+  an actor loss, and every loss's ``in_keys`` / ``out_keys`` list their entries.
 
 Replay, target networks and ensembles belong to the off-policy base,
 :class:`rlloss.offpolicy.TDTargetLoss`.
@@ -23,6 +25,7 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
+from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
@@ -36,6 +39,7 @@ from rlloss._checks import (
     state_dict_mismatch,
 )
 from rlloss._dispatch import accepts_tensor_arguments
+from rlloss.addons import ActorOutput, check_policy_addons
 from rlloss.estimators import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
 
@@ -59,6 +63,11 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
     _all_coefficient_ranges: dict[str, dict] = {}
     # estimator key name -> the loss's key name it mirrors, where they differ (TorchRL's)
     _estimator_keys: dict[str, str] = {}
+    # the output entry policy-loss add-ons add to (``None``: the loss has no actor loss), and
+    # whether the actor is deterministic (an add-on may refuse it)
+    _actor_loss_key: str | None = None
+    _deterministic_actor = False
+    _addon_keys: tuple[str, ...] = ()  # the add-ons' output entries, ``addon_<name>``
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -66,6 +75,8 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
             cls.forward = accepts_tensor_arguments(cls.__dict__["forward"])
         if "out_keys" in cls.__dict__:
             cls.out_keys = selectable_out_keys(cls.__dict__["out_keys"])
+        if "in_keys" in cls.__dict__:
+            cls.in_keys = with_addon_in_keys(cls.__dict__["in_keys"])
         ranges = {}
         for base in reversed(cls.__mro__):
             ranges.update(base.__dict__.get("_coefficient_ranges", {}))
@@ -157,6 +168,58 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The batch's valid steps (``[*B]`` boolean), ``None`` when nothing is padded."""
         return None
+
+    # ----------------------------------------------------------------------------- add-ons
+    def _register_policy_addons(self, addons) -> None:
+        """Hold the ``policy_loss_addons`` keyword's add-ons (checked; a ``TypeError`` for a loss
+        without an actor loss)."""
+        if addons is None:
+            return
+        owner = type(self).__name__
+        if self._actor_loss_key is None:
+            raise TypeError(
+                f"{owner} has no actor loss: policy_loss_addons apply to the losses with an "
+                "actor (PPO family, A2C, REINFORCE, SAC family, DDPG, TD3, IQL, MPO)."
+            )
+        addons = check_policy_addons(owner, addons, self._deterministic_actor)
+        if addons:
+            self._policy_addons = nn.ModuleList(addons)
+            self._addon_keys = tuple(addon.out_key for addon in addons)
+
+    @property
+    def policy_loss_addons(self) -> tuple:
+        """The policy-loss add-ons (:mod:`rlloss.addons`), in the order given."""
+        return tuple(self._policy_addons) if self._addon_keys else ()
+
+    def _with_policy_addons(
+        self, loss: torch.Tensor, batch: TensorDictBase, actor: ActorOutput, info: dict
+    ) -> tuple[torch.Tensor, dict]:
+        """``loss`` (the reduced actor loss) plus each add-on's term reduced as the actor loss
+        is (:meth:`_reduce_policy_term`), and ``info`` with each term, detached, under its
+        ``addon_<name>``. The one place add-ons enter every loss."""
+        if not self._addon_keys:
+            return loss, info
+        actor.action_key = getattr(self.tensor_keys, "action", None)
+        for addon in self._policy_addons:
+            term = addon(batch, actor)
+            if term.shape != batch.batch_size:
+                raise ValueError(
+                    f"{type(self).__name__}: the policy-loss add-on {addon.name!r} returned a "
+                    f"term of shape {tuple(term.shape)}; it must return one value per batch "
+                    f"element, shape {tuple(batch.batch_size)}."
+                )
+            term = self._reduce_policy_term(term, batch)
+            loss = loss + term
+            info[addon.out_key] = term.detach()
+        return loss, info
+
+    def _addon_entries(self, info: dict) -> dict:
+        """The add-ons' entries of an actor loss's ``info``, for ``forward``'s output."""
+        return {key: info[key] for key in self._addon_keys}
+
+    def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """Reduce a per-sample add-on term ``[*B]`` as the actor loss is reduced."""
+        raise NotImplementedError(f"{type(self).__name__} does not reduce policy-loss add-ons.")
 
     # ----------------------------------------------------------------------------- state
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
@@ -277,9 +340,24 @@ def selectable_out_keys(declared) -> property:
 
     def get(self) -> list:
         selected = self.__dict__.get("_selected_out_keys")
-        return list(declared_keys(self)) if selected is None else selected
+        if selected is not None:
+            return selected
+        return list(dict.fromkeys([*declared_keys(self), *self._addon_keys]))
 
     def set(self, keys) -> None:
         self.__dict__["_selected_out_keys"] = list(keys)
 
     return property(get, set, doc="The entries of the output TensorDict.")
+
+
+def with_addon_in_keys(declared) -> property:
+    """``in_keys`` (a class's list or property) followed by the entries the loss's policy-loss
+    add-ons read (e.g. an expert action, a prior's inputs), without repeats."""
+    declared_keys = declared.fget if isinstance(declared, property) else lambda self: declared
+
+    def get(self) -> list:
+        keys = list(declared_keys(self))
+        extra = [key for addon in self.policy_loss_addons for key in addon.in_keys]
+        return list(dict.fromkeys([*keys, *extra])) if extra else keys
+
+    return property(get, doc="The entries the loss reads.")

@@ -15,6 +15,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss._networks import NetworkCall, entry, network_inputs
+from rlloss.addons import ActorOutput
 from rlloss.offpolicy import TDTargetLoss
 
 
@@ -32,8 +33,9 @@ class DDPGLoss(TDTargetLoss):
             ``state_action_value`` (a TorchRL ``ValueOperator``).
         delay_actor: a target copy of the actor (TorchRL's default: no).
         delay_value: a target copy of the critic (default: yes).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
-            :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``).
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
+            policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
+            defaults to ``"l2"``).
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.
@@ -62,6 +64,8 @@ class DDPGLoss(TDTargetLoss):
     ]
 
     _estimator_keys = {"value": "state_action_value"}
+    _actor_loss_key = "loss_actor"
+    _deterministic_actor = True
 
     def __init__(
         self,
@@ -109,7 +113,8 @@ class DDPGLoss(TDTargetLoss):
         """``-Q(s, mu(s))`` reduced (the critic gets no gradient)."""
         action = self._actor_call(tensordict)[self.tensor_keys.action]
         value = self._value(self._detached_value_call, tensordict, action)
-        return self._reduce_replayed(-value, tensordict), {}
+        loss = self._reduce_replayed(-value, tensordict)
+        return self._with_policy_addons(loss, tensordict, ActorOutput(action=action), {})
 
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``L(Q(s, a), y)`` reduced, with the TD errors and values (detached)."""
@@ -132,8 +137,8 @@ class DDPGLoss(TDTargetLoss):
         """Both losses; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)
         loss_value, info = self.loss_value(batch)
-        loss_actor, _ = self.loss_actor(batch)
+        loss_actor, info_actor = self.loss_actor(batch)
         self._write_priority(tensordict, info["td_error"])
         return _compat.output_tensordict(
-            {"loss_actor": loss_actor, "loss_value": loss_value, **info}
+            {"loss_actor": loss_actor, "loss_value": loss_value, **info, **info_actor}
         )

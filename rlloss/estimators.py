@@ -40,8 +40,10 @@ from rlloss._networks import (
     as_list,
     stored_log_prob,
 )
+from rlloss.normalizers import ValueNormalizer, check_value_normalizer
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
+PADDING_MASK_KEY = ("collector", "mask")  # TorchRL's padding mask: padded steps update no moments
 DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
 
 
@@ -49,6 +51,11 @@ class ValueEstimator(TensorDictModuleBase):
     """Base of the value estimators: key handling, value-network calls, writing the outputs.
 
     Subclasses implement :meth:`estimate` (tensors in, ``(advantage, value_target)`` out).
+
+    ``value_normalizer`` (an :class:`rlloss.ValueNormalizer`, not a TorchRL keyword): the value
+    network outputs normalised values; the estimator de-normalises what it computes with it
+    (values read from the batch are taken as they are, in return units), writes those values,
+    and, in training mode, merges the value targets it computes into the normaliser's moments.
     """
 
     @dataclasses.dataclass
@@ -86,9 +93,11 @@ class ValueEstimator(TensorDictModuleBase):
         advantage_key: NestedKey | None = None,
         value_target_key: NestedKey | None = None,
         value_key: NestedKey | None = None,
+        value_normalizer: ValueNormalizer | None = None,
     ) -> None:
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
+        check_value_normalizer(type(self).__name__, value_normalizer)
         refuse_removed_keys(
             type(self).__name__,
             advantage_key=advantage_key,
@@ -118,6 +127,7 @@ class ValueEstimator(TensorDictModuleBase):
         self.shifted_budget = shifted_budget
         self.tensor_keys = self._AcceptedKeys()
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+        self.value_normalizer = value_normalizer
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -230,9 +240,13 @@ class ValueEstimator(TensorDictModuleBase):
         key = self.tensor_keys.value
         chunks = self._split_value_net_input(tensordict)
         if len(chunks) == 1:
-            return self._value_call(tensordict)[key]
-        dim = self.value_chunk_dim % tensordict.batch_dims
-        return torch.cat([self._value_call(chunk)[key] for chunk in chunks], dim)
+            value = self._value_call(tensordict)[key]
+        else:
+            dim = self.value_chunk_dim % tensordict.batch_dims
+            value = torch.cat([self._value_call(chunk)[key] for chunk in chunks], dim)
+        if self.value_normalizer is None:
+            return value
+        return self.value_normalizer.denormalize(value)  # the critic's units -> return units
 
     def value_estimate(
         self,
@@ -306,6 +320,9 @@ class ValueEstimator(TensorDictModuleBase):
             )
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
+        if self.value_normalizer is not None:  # in training mode: the returns enter the moments
+            valid = tensordict.get(PADDING_MASK_KEY, None)
+            self.value_normalizer.update(value_target.detach(), valid)
         return tensordict
 
 

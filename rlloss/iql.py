@@ -20,6 +20,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
+from rlloss.addons import ActorOutput
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
@@ -49,8 +50,8 @@ class IQLLoss(TDTargetLoss):
         temperature: ``beta`` of the weights, >= 0 (default 1.0).
         expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
         scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
-        gamma, reduction, use_prioritized_weights, priority_weighting: see
-            :class:`rlloss.offpolicy.TDTargetLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
+            see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
@@ -71,6 +72,7 @@ class IQLLoss(TDTargetLoss):
         log_prob: NestedKey = "_log_prob"  # kept for TorchRL's key names (not written)
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
+    _actor_loss_key = "loss_actor"
     _coefficient_ranges = {
         "temperature": {"low": 0.0},
         "expectile": {"low": 0.0, "high": 1.0},
@@ -162,7 +164,8 @@ class IQLLoss(TDTargetLoss):
             )
         objective = rlf.policy_gradient_objective(log_prob.unsqueeze(-1), weights)
         loss = self._reduce_replayed(-objective, tensordict)
-        return loss, {"log_prob": log_prob.detach()}
+        actor = ActorOutput(distribution=distribution)
+        return self._with_policy_addons(loss, tensordict, actor, {"log_prob": log_prob.detach()})
 
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """The expectile regression of ``V(s)`` on ``min_i Q_target,i(s, a)``, reduced."""
@@ -192,6 +195,7 @@ class IQLLoss(TDTargetLoss):
         loss_value, _ = self.loss_value(batch)
         self._write_priority(tensordict, info_qvalue["td_error"].amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value}
+        out.update(self._addon_entries(info))
         entropy = -info["log_prob"].mean()
         if self.reduction != "none":
             return _compat.output_tensordict({**out, "entropy": entropy})

@@ -32,6 +32,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, network_inputs
+from rlloss.addons import ActorOutput
 from rlloss.functional.mpo import MIN_LOG_DUAL
 from rlloss.offpolicy import TDTargetLoss
 
@@ -45,6 +46,7 @@ class _MaximumAPosteriori(TDTargetLoss):
     :class:`rlloss.offpolicy.TDTargetLoss`.
     """
 
+    _actor_loss_key = "loss_actor"
     _coefficient_ranges = {
         name: {"low": 0.0, "low_open": True}
         for name in (
@@ -229,7 +231,8 @@ class MPOLoss(_MaximumAPosteriori):
         action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
+            policy_loss_addons: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``); the
             importance weights weight the per-state actor and dual losses too.
         action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the
@@ -488,7 +491,9 @@ class MPOLoss(_MaximumAPosteriori):
         }
         if self.action_penalization:
             info["penalty_temperature"] = penalty_temperature.detach()
-        return self._reduce_replayed(loss.unsqueeze(-1), tensordict), info
+        loss = self._reduce_replayed(loss.unsqueeze(-1), tensordict)
+        actor = ActorOutput(distribution=lambda: self._actor_call.head.get_dist(params))
+        return self._with_policy_addons(loss, tensordict, actor, info)
 
     # ----------------------------------------------------------------------------- critic
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
@@ -591,6 +596,13 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
             return call.distribution_parameters(batch)[self._logits_key]
         return call(batch).logits
 
+    def _policy(self, batch: TensorDictBase, logits: torch.Tensor):
+        """The current policy's distribution, from its ``logits`` when the actor's head reads
+        nothing else, else by running the actor."""
+        if self._logits_key is not None:
+            return self._actor_call.head.get_dist({self._logits_key: logits})
+        return self._actor_call(batch)
+
     def _target_policy_and_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
         """Under ``no_grad``: the target policy's logits and ``Q_target(s, .)``, ``[*B, A]``."""
         with torch.no_grad():
@@ -623,7 +635,9 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
             "kl_q": rlf.categorical_kl(log_weights, target_logits).mean(),
             "q_mean": action_values.mean(),
         }
-        return self._reduce_replayed(loss.unsqueeze(-1), tensordict), info
+        loss = self._reduce_replayed(loss.unsqueeze(-1), tensordict)
+        actor = ActorOutput(distribution=lambda: self._policy(tensordict, logits))
+        return self._with_policy_addons(loss, tensordict, actor, info)
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``L(Q(s, a), y)`` reduced with ``y = r + gamma^n (1 - terminated) sum_a'

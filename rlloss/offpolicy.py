@@ -59,6 +59,9 @@ class TDTargetLoss(LossModule):
             ``False``.
         priority_weighting: ``"mean"``, the mean of ``w l`` (Schaul et al., arXiv:1511.05952), or
             ``"normalized"``, ``sum(w l) / sum(w)`` (TorchRL's).
+        policy_loss_addons: extra terms on ``loss_actor`` for the losses with an actor
+            (:mod:`rlloss.addons`), reduced as ``loss_actor`` (padding masks, replay weights)
+            and reported as ``addon_<name>``.
     """
 
     @dataclasses.dataclass
@@ -85,8 +88,10 @@ class TDTargetLoss(LossModule):
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
         separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         super().__init__()
+        self._register_policy_addons(policy_loss_addons)
         # TorchRL's flag: keep the critic loss's gradient off weights shared with the actor
         # (rlloss's critics never share the actor's weights: see the README's differences)
         self.separate_losses = separate_losses
@@ -202,6 +207,10 @@ class TDTargetLoss(LossModule):
             normalize_weights=self.priority_weighting == "normalized",
         )
         return loss.squeeze(-1) if self.reduction == "none" else loss
+
+    def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """``term`` (``[*B]``) reduced as ``loss_actor``: replay weights, padding, reduction."""
+        return self._reduce_replayed(term.unsqueeze(-1), batch)
 
     def _mask_paths(self) -> tuple:
         key = self.loss_mask_key

@@ -36,8 +36,10 @@ from rlloss._networks import (
     log_prob_of,
     sum_heads,
 )
+from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
 from rlloss.functional.critic import DISTANCES
+from rlloss.normalizers import ValueNormalizer, check_value_normalizer
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -71,6 +73,7 @@ class OnPolicyLoss(LossModule):
     default_value_estimator = ValueEstimators.GAE
     _value_key_hint = "the value key passed to PPO"  # TorchRL's words, per family
     _critic_loss_key = "loss_critic"  # TorchRL's name of the critic's loss, per family
+    _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
     _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
     _coefficient_ranges = {
@@ -99,6 +102,8 @@ class OnPolicyLoss(LossModule):
         vf_clip_param: float | None = None,
         functional: bool = True,
         device: torch.device | str | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
     ) -> None:
         super().__init__()
         if not callable(getattr(type(self), "_objective", None)):
@@ -134,6 +139,14 @@ class OnPolicyLoss(LossModule):
         if clip_value is not None:
             self._check_coefficient("clip_value", clip_value)
         self.reduction = self._check_reduction(reduction)
+        self._register_policy_addons(policy_loss_addons)
+        check_value_normalizer(type(self).__name__, value_normalizer)
+        if value_normalizer is not None and critic_network is None:
+            raise ValueError(
+                f"{type(self).__name__}: value_normalizer standardises the critic's targets; "
+                "it needs a critic_network."
+            )
+        self.value_normalizer = value_normalizer
 
         self.actor_network = actor_network
         self.critic_network = critic_network
@@ -161,6 +174,8 @@ class OnPolicyLoss(LossModule):
         sample_keys = getattr(actor_network, "dist_sample_keys", None)
         if sample_keys:
             self.tensor_keys.action = sample_keys[0]
+        if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
+            self.make_value_estimator()
 
     def _register_optional_buffer(self, name: str, value: float | None) -> None:
         if value is None:
@@ -254,6 +269,31 @@ class OnPolicyLoss(LossModule):
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = rlf.standardize(advantage, mask)
         return batch, advantage
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """:meth:`rlloss.LossModule.make_value_estimator`; with a ``value_normalizer``, the
+        estimator shares it (it de-normalises the critic's outputs and updates the moments with
+        the value targets it computes)."""
+        super().make_value_estimator(value_type, **hyperparams)
+        if self.value_normalizer is not None:
+            self._share_value_normalizer(_compat.stored_value_estimator(self))
+        return self
+
+    def _share_value_normalizer(self, estimator) -> None:
+        owner = type(self).__name__
+        if not hasattr(estimator, "value_normalizer"):
+            raise TypeError(
+                f"{owner}: value_normalizer needs one of rlloss's value estimators (GAE, "
+                f"TD0Estimator, ...), which de-normalise the critic's outputs; got "
+                f"{type(estimator).__name__}."
+            )
+        if estimator.value_normalizer is None:
+            estimator.value_normalizer = self.value_normalizer
+        elif estimator.value_normalizer is not self.value_normalizer:
+            raise ValueError(
+                f"{owner}: the value estimator holds another ValueNormalizer than the loss's; "
+                "pass the same one to both (or none to the estimator: the loss gives it its own)."
+            )
 
     def _estimator_weights(self) -> dict:
         """Keywords of the value estimator's call (``target_params`` for a target critic)."""
@@ -349,9 +389,13 @@ class OnPolicyLoss(LossModule):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked, clamped to
         ``[0, vf_clip_param]`` if asked) reduced, with the clip fraction and explained
-        variance."""
+        variance; with a ``value_normalizer``, ``value_target`` and the old value are
+        normalised first (the critic's output is in normalised units)."""
         target = self._get(batch, "value_target")
         old_value = None if self.clip_value is None else self._old_value(batch)
+        if self.value_normalizer is not None:  # the critic learns in normalised units
+            target = self.value_normalizer.normalize(target)
+            old_value = None if old_value is None else self.value_normalizer.normalize(old_value)
         value = self._critic_value(batch)
         info = {}
         if old_value is None:
@@ -367,6 +411,11 @@ class OnPolicyLoss(LossModule):
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
+    def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """``term`` (``[*B]``) reduced over the valid steps, as ``loss_objective``."""
+        reduced = rlf.reduce(term.unsqueeze(-1), self.reduction, self._padding_mask(batch))
+        return as_scalar_output(reduced, self.reduction)
+
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         mask = tensordict.get(self.tensor_keys.mask, None)
         if mask is None:
@@ -381,6 +430,9 @@ class OnPolicyLoss(LossModule):
             tensordict = fill_padding(tensordict, mask, [self.tensor_keys.mask])
         batch, advantage = self._advantage(tensordict, mask)
         distribution, out = self._objective(batch, advantage, mask)
+        key = self._actor_loss_key
+        actor = ActorOutput(distribution=distribution)
+        out[key], _ = self._with_policy_addons(out[key], batch, actor, out)
         if self.entropy_bonus:
             loss, info = self.loss_entropy(distribution, mask)
             out["loss_entropy"] = loss  # already [*B] with reduction="none"

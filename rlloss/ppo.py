@@ -54,6 +54,13 @@ class PPOLoss(OnPolicyLoss):
             of the networks' parameters, e.g. for optimizer groups) as TorchRL does, with
             ``False`` they are ``None``.
         device: where the coefficient buffers live (default: the actor's device).
+        policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`, e.g.
+            ``[BehaviorCloning(0.1, action_key=("expert", "action"))]``), each reported as
+            ``addon_<name>``; they see the policy as the objective does (RPO's perturbed one).
+        value_normalizer: an :class:`rlloss.ValueNormalizer` (skrl's value preprocessor): the
+            critic outputs normalised values, the value estimator works on de-normalised ones
+            and feeds the moments with the value targets, the critic regresses onto the
+            normalised targets. Not a TorchRL keyword.
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.

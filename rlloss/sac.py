@@ -47,6 +47,7 @@ from rlloss._networks import (
     network_inputs,
     sum_heads,
 )
+from rlloss.addons import ActorOutput
 from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
@@ -72,6 +73,7 @@ class _SoftActorCritic(TDTargetLoss):
     # with separate_losses, critic layers shared with the actor stay the actor's parameters
     # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
     _ties_shared_layers = False
+    _actor_loss_key = "loss_actor"
     # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
     _schedulable_buffers = frozenset(
         {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
@@ -196,6 +198,7 @@ class _SoftActorCritic(TDTargetLoss):
             "loss_qvalue": loss_qvalue,
             "loss_alpha": self._temperature_loss(log_prob, batch),
             **value_losses,
+            **self._addon_entries(info_actor),
         }
         return self._outputs(out, log_prob, tensordict)
 
@@ -257,7 +260,8 @@ class SACLoss(_SoftActorCritic):
         delay_value: accepted and ignored, as TorchRL does for SAC v2 (it concerns the state-value
             network of SAC v1, which SAC v2 does not have).
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting: see
+        gamma, reduction, use_prioritized_weights, priority_weighting,
+            policy_loss_addons: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
@@ -454,7 +458,10 @@ class SACLoss(_SoftActorCritic):
         value = self._policy_value(self._q_values(tensordict, action, detach=True))
         loss = -rlf.soft_value(value, log_prob, alpha)
         self._fill_target_entropy(tensordict, action)
-        return self._reduce_replayed(loss, tensordict), {"log_prob": log_prob.detach()}
+        loss = self._reduce_replayed(loss, tensordict)
+        # for add-ons: the sample, and the distribution (the actor runs again if one asks)
+        actor = ActorOutput(action=action, distribution=lambda: self._actor_call(tensordict))
+        return self._with_policy_addons(loss, tensordict, actor, {"log_prob": log_prob.detach()})
 
     def _fill_target_entropy(self, tensordict: TensorDictBase, action: torch.Tensor) -> None:
         """``target_entropy="auto"`` without a spec: ``-dim(A)`` from the batch's action shape,
@@ -583,7 +590,16 @@ class DiscreteSACLoss(_SoftActorCritic):
         value = rlf.clipped_double_q_value(self._action_values(tensordict, detach=True))
         loss = -rlf.discrete_soft_value(value, log_probs, alpha)
         expected_log_prob = -rlf.categorical_entropy(log_probs.detach())
-        return self._reduce_replayed(loss, tensordict), {"log_prob": expected_log_prob}
+        loss = self._reduce_replayed(loss, tensordict)
+        actor = ActorOutput(distribution=lambda: self._policy(tensordict, log_probs))
+        return self._with_policy_addons(loss, tensordict, actor, {"log_prob": expected_log_prob})
+
+    def _policy(self, batch: TensorDictBase, log_probs: torch.Tensor):
+        """The current policy's distribution, from its log-probabilities when the actor's head
+        reads only logits, else by running the actor."""
+        if self._logits_key is not None:
+            return self._actor_call.head.get_dist({self._logits_key: log_probs})
+        return self._actor_call(batch)
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
@@ -895,6 +911,7 @@ class CQLLoss(SACLoss):
             "loss_qvalue": loss_qvalue,
             "loss_cql": self._cql_loss(batch, penalties),
             "loss_alpha": self._temperature_loss(log_prob, batch),
+            **self._addon_entries(info_actor),
         }
         if self.with_lagrange:
             out["loss_alpha_prime"] = self._alpha_prime_loss(batch, penalties)
@@ -919,6 +936,7 @@ _TQC_OPTIONS = frozenset(
         "use_prioritized_weights",
         "scalar_output_mode",
         "priority_weighting",
+        "policy_loss_addons",
     }
 )
 
@@ -1056,6 +1074,7 @@ _REDQ_OPTIONS = frozenset(
         "scalar_output_mode",
         "use_prioritized_weights",
         "priority_weighting",
+        "policy_loss_addons",
     }
 )
 _EPS_GSDE = "_eps_gSDE"  # the gSDE noise entry TorchRL's REDQ sets to zeros for the actor
@@ -1214,7 +1233,9 @@ class REDQLoss(SACLoss):
             "state_action_value_actor": values.detach().squeeze(-1),
             "action_log_prob_actor": log_prob[0].detach().squeeze(-1),
         }
-        return self._reduce_members(loss, tensordict), info
+        loss = self._reduce_members(loss, tensordict)
+        actor = ActorOutput(action=action, distribution=lambda: self._actor_call(tensordict))
+        return self._with_policy_addons(loss, tensordict, actor, info)
 
     def _subset_target(
         self,

@@ -15,6 +15,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range, check_network
 from rlloss._networks import NetworkCall, entry, network_inputs
+from rlloss.addons import ActorOutput
 from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
 
 
@@ -62,8 +63,8 @@ class TD3Loss(TDTargetLoss):
         action_spec / bounds: the action bounds for the smoothed target action (exactly one).
         num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting: see
-            :class:`rlloss.offpolicy.TDTargetLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
+            see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
@@ -91,6 +92,8 @@ class TD3Loss(TDTargetLoss):
     _coefficient_ranges = {"policy_noise": {"low": 0.0}, "noise_clip": {"low": 0.0}}
 
     _estimator_keys = {"value": "state_action_value"}
+    _actor_loss_key = "loss_actor"
+    _deterministic_actor = True
 
     def __init__(
         self,
@@ -170,7 +173,8 @@ class TD3Loss(TDTargetLoss):
         action = self._actor_call(tensordict)[self.tensor_keys.action]
         value = self._q_values(tensordict, action, detach=True, members=1)
         loss = self._reduce_replayed(-value[0], tensordict)
-        return loss, {"state_action_value_actor": value.squeeze(-1).detach()}
+        info = {"state_action_value_actor": value.squeeze(-1).detach()}
+        return self._with_policy_addons(loss, tensordict, ActorOutput(action=action), info)
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``sum_i L(Q_i(s, a), y)`` reduced, the TD errors and the values (detached)."""
@@ -255,7 +259,8 @@ class TD3BCLoss(TD3Loss):
             "bc_loss": bc_loss.detach(),
             "lmbd": lmbd,
         }
-        return self._reduce_replayed(loss, tensordict), info
+        loss = self._reduce_replayed(loss, tensordict)
+        return self._with_policy_addons(loss, tensordict, ActorOutput(action=action), info)
 
     actor_loss = loss_actor
     qvalue_loss = TD3Loss.loss_qvalue  # TorchRL's TD3BCLoss calls its critic loss this

@@ -121,13 +121,17 @@ def sac_row(discrete=False, **kwargs) -> Row:
     )
 
 
-def iql_row(discrete=False) -> Row:
+def iql_row(discrete=False, **kwargs) -> Row:
     def build():
         if discrete:
             actor, critic = test_sac.discrete_actor(False), test_iql.discrete_qvalue()
             value = test_iql.value_network()
-            return rlloss.DiscreteIQLLoss(actor, critic, value, action_space="categorical")
-        return rlloss.IQLLoss(test_sac.actor(), test_sac.qvalue(), test_iql.value_network())
+            return rlloss.DiscreteIQLLoss(
+                actor, critic, value, action_space="categorical", **kwargs
+            )
+        return rlloss.IQLLoss(
+            test_sac.actor(), test_sac.qvalue(), test_iql.value_network(), **kwargs
+        )
 
     return Row(
         build=build,
@@ -188,6 +192,20 @@ def mpo_row(discrete=False, **kwargs) -> Row:
         writes=("td_error",),
         coefficient=None,
     )
+
+
+def addons(prior) -> Callable[[], dict]:
+    """``policy_loss_addons`` of both kinds, the prior built afresh at each construction."""
+    return lambda: {
+        "policy_loss_addons": [rlloss.BehaviorCloning(0.5), rlloss.AttractionKL(prior(), 0.2)]
+    }
+
+
+def with_addons(make_row: Callable[..., Row], prior, *args, **kwargs) -> Row:
+    """The row of ``make_row(*args, **kwargs)`` whose loss also has both add-ons."""
+    row = make_row(*args, **kwargs)
+    row.build = lambda: make_row(*args, **kwargs, **addons(prior)()).build()
+    return row
 
 
 LOSSES = {
@@ -268,6 +286,62 @@ LOSSES = {
     "A2CLoss": ppo_row("A2CLoss", clip_value=0.2),
     "ReinforceLoss": Row(
         build=lambda: rlloss.ReinforceLoss(perturbed(ACTOR), make_critic()),
+        batch=lambda: rollout(ACTOR),
+        routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
+        coefficient=None,
+    ),
+    "ClipPPOLoss-value-normalizer": Row(
+        build=lambda: rlloss.ClipPPOLoss(
+            perturbed(ACTOR), make_critic(), value_normalizer=rlloss.ValueNormalizer()
+        ),
+        batch=lambda: rollout(ACTOR),
+        routes={
+            "loss_objective": ("actor_network",),
+            "loss_entropy": ("actor_network",),
+            # the estimator the loss builds at construction holds the critic too
+            "loss_critic": ("critic_network", "_value_estimator"),
+        },
+    ),
+    # policy-loss add-ons (rlloss.addons) on every kind of actor
+    "ClipPPOLoss-addons": with_addons(ppo_row, lambda: perturbed(ACTOR), "ClipPPOLoss"),
+    "A2CLoss-addons": with_addons(ppo_row, lambda: perturbed(ACTOR), "A2CLoss"),
+    "SACLoss-addons": with_addons(sac_row, test_sac.actor),
+    "DiscreteSACLoss-addons": with_addons(
+        sac_row, lambda: test_sac.discrete_actor(False), discrete=True
+    ),
+    "CQLLoss-addons": with_addons(cql_row, test_sac.actor),
+    "IQLLoss-addons": with_addons(iql_row, test_sac.actor),
+    "MPOLoss-addons": with_addons(mpo_row, test_sac.actor),
+    "DiscreteMPOLoss-addons": with_addons(
+        mpo_row, lambda: test_sac.discrete_actor(False), discrete=True
+    ),
+    "DDPGLoss-addons": with_addons(ddpg_row, test_td3.actor),
+    "TD3Loss-addons": with_addons(td3_row, test_td3.actor),
+    "TD3BCLoss-addons": with_addons(td3_row, test_td3.actor, name="TD3BCLoss", alpha=2.0),
+    "REDQLoss-addons": Row(
+        build=lambda: rlloss.REDQLoss(
+            test_sac.actor(), test_sac.qvalue(), num_qvalue_nets=4, **addons(test_sac.actor)()
+        ),
+        batch=test_sac.transitions,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
+    "TQCLoss-addons": Row(
+        build=lambda: rlloss.TQCLoss(
+            test_sac.actor(), test_tqc.quantile_critic(), **addons(test_sac.actor)()
+        ),
+        batch=test_sac.transitions,
+        routes={"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)},
+        renamable=("action", ("next", "reward"), ("next", "terminated")),
+        writes=("td_error",),
+        coefficient="target_entropy",
+    ),
+    "ReinforceLoss-addons": Row(
+        build=lambda: rlloss.ReinforceLoss(
+            perturbed(ACTOR), make_critic(), **addons(lambda: perturbed(ACTOR))()
+        ),
         batch=lambda: rollout(ACTOR),
         routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
         coefficient=None,

@@ -23,15 +23,34 @@ ALLOWED = {
     "_dispatch": {"_checks", "_compat"},
     "functional": {"_checks", "functional"},
     "_networks": {"_checks", "_compat"},
-    "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional"},
     "normalizers": {"_checks", "functional"},
+    "addons": {"_checks", "_networks", "functional"},
+    "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional", "normalizers"},
     "schedulers": {"_checks"},
     "updaters": {"_checks", "_compat"},
-    "common": {"_checks", "_compat", "_dispatch", "estimators", "functional"},
+    "common": {"_checks", "_compat", "_dispatch", "addons", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
-    "onpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
+    "onpolicy": {
+        "_checks",
+        "_compat",
+        "_networks",
+        "addons",
+        "common",
+        "estimators",
+        "functional",
+        "normalizers",
+    },
     **{
-        loss: {"_checks", "_compat", "_networks", "common", "offpolicy", "onpolicy", "functional"}
+        loss: {
+            "_checks",
+            "_compat",
+            "_networks",
+            "addons",
+            "common",
+            "offpolicy",
+            "onpolicy",
+            "functional",
+        }
         for loss in LOSSES
     },
 }

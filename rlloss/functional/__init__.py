@@ -37,6 +37,7 @@ from rlloss.functional.mpo import (
     weighted_log_likelihood_loss,
 )
 from rlloss.functional.policy import (
+    action_squared_error,
     adaptive_kl_beta,
     advantage_weights,
     categorical_kl,
@@ -53,6 +54,7 @@ from rlloss.functional.policy import (
     policy_gradient_objective,
     rpo_perturbation,
     surrogate,
+    unit_gaussian_kl,
 )
 from rlloss.functional.q import (
     alpha_temperature_loss,
@@ -98,6 +100,7 @@ from rlloss.functional.returns import (
 
 __all__ = [
     "action_penalty_cost",
+    "action_squared_error",
     "adaptive_kl_beta",
     "alpha_temperature_loss",
     "advantage_weights",
@@ -161,6 +164,7 @@ __all__ = [
     "standardize",
     "straight_through_clamp",
     "surrogate",
+    "unit_gaussian_kl",
     "tanh_normal_log_prob",
     "tanh_normal_sample_and_log_prob",
     "uniform_sample_and_log_prob",

@@ -161,14 +161,19 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
     return torch.where(possible, log_p.exp() * (log_p - log_q), 0.0).sum(-1)
 
 
-def kl_divergence(p: D.Distribution, q: D.Distribution, samples: int = 1) -> torch.Tensor:
+def kl_divergence(
+    p: D.Distribution, q: D.Distribution, samples: int = 1, reparameterized: bool = False
+) -> torch.Tensor:
     """``KL(p || q)`` with the distributions' batch shape.
 
     Closed form for (independent) Gaussians (:func:`gaussian_kl`, summed over the reinterpreted
     dims) and categoricals (:func:`categorical_kl`); otherwise (e.g. TanhNormal) the Monte-Carlo
-    estimate ``mean_k [log p(x_k) - log q(x_k)]`` over ``samples`` draws ``x_k ~ p`` (no
-    gradient through the draws). The family is read from the Python types, so the choice costs
-    nothing and compiles without a graph break.
+    estimate ``mean_k [log p(x_k) - log q(x_k)]`` over ``samples`` draws ``x_k ~ p``: without
+    gradient through the draws (right when only ``q`` is trained), or, with
+    ``reparameterized``, drawn with ``rsample`` so that the gradient reaches ``p``'s parameters
+    through them (needed when ``p`` is the trained policy: with detached draws the expected
+    gradient of ``log p(x_k)`` is 0). The family is read from the Python types, so the choice
+    costs nothing and compiles without a graph break.
     """
     base_p, base_q, event_dims = p, q, 0
     while isinstance(base_p, D.Independent) and isinstance(base_q, D.Independent):
@@ -179,9 +184,43 @@ def kl_divergence(p: D.Distribution, q: D.Distribution, samples: int = 1) -> tor
         return kl.sum(tuple(range(-event_dims, 0))) if event_dims else kl
     if event_dims == 0 and isinstance(p, CATEGORICALS) and type(p) is type(q):
         return categorical_kl(p.logits, q.logits)
-    with torch.no_grad():
-        draws = p.sample((samples,))
+    if reparameterized:
+        draws = p.rsample((samples,))
+    else:
+        with torch.no_grad():
+            draws = p.sample((samples,))
     return (p.log_prob(draws) - q.log_prob(draws)).mean(0)
+
+
+def unit_gaussian_kl(loc_p: torch.Tensor, loc_q: torch.Tensor) -> torch.Tensor:
+    """``KL(N(loc_p, I) || N(loc_q, I)) = 1/2 sum_d (loc_p - loc_q)_d^2`` over the last dim: the
+    KL between deterministic actions read as unit-variance Gaussians around them (PyTorchRL's
+    ``AttractionKL`` treatment of deterministic policies). Symmetric.
+
+    Args:
+        loc_p, loc_q: ``[*B, D]`` actions.
+
+    Returns:
+        ``[*B]``.
+    """
+    check_same_shape(loc_p=loc_p, loc_q=loc_q)
+    return 0.5 * (loc_p - loc_q).square().sum(-1)
+
+
+def action_squared_error(action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1/D sum_d (a_d - a*_d)^2``: the squared error of the policy's action against a target
+    action (behaviour cloning of a deterministic policy; its mean over the batch is TD3+BC's
+    ``(pi(s) - a)^2`` term, Fujimoto & Gu, arXiv:2106.06860, eq. 3).
+
+    Args:
+        action: ``[*B, D]`` the policy's action (with gradient).
+        target: ``[*B, D]`` the dataset's or expert's action.
+
+    Returns:
+        ``[*B]``.
+    """
+    check_same_shape(action=action, target=target)
+    return (action - target.detach()).square().mean(-1)
 
 
 def adaptive_kl_beta(
