@@ -72,8 +72,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--no-aot-cse",
         action="store_true",
         help="turn off AOTAutograd's common-subexpression elimination (torch 2.13 merges two "
-        "random draws of the same shape from the same input when gradients flow, e.g. CQL's "
-        "behaviour-cloning and actor samples: compiled numbers then differ from eager)",
+        "randn_like draws of one tensor; rlloss and the plain cases now draw with randn, so "
+        "this only reproduces the recorded CQL runs that needed it)",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(

@@ -67,6 +67,7 @@ def _masked_moments(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Te
 
 
 NORMALIZER_MODES = ("running", "buffer")
+_MOMENTS = ("count", "mean", "m2")  # the running-moment buffers of both normalizers
 
 
 class RewardNormalizer(nn.Module):
@@ -91,8 +92,9 @@ class RewardNormalizer(nn.Module):
     only in that each step is scaled by the std known at that step.
 
     State (buffers, so in ``state_dict()``): ``returns`` (``[num_envs]``, the return each
-    environment continues from, 0 after an episode end), ``count``, ``mean`` and ``m2``; all
-    float64; and ``num_nonfinite``, the count of non-finite rewards seen.
+    environment continues from, 0 after an episode end), ``count``, ``mean`` and ``m2`` (shape
+    ``[1]``, so that compiled updates stick; earlier 0-dim states load); all float64; and
+    ``num_nonfinite``, the count of non-finite rewards seen.
 
     Non-finite rewards (NaN, inf) are ignored by the statistics: such a step counts as a reward of
     0 in its environment's running return and its own return is left out of the moments, so one
@@ -134,9 +136,11 @@ class RewardNormalizer(nn.Module):
         self.gamma = float(gamma)
         self.eps = float(eps)
         self.register_buffer("returns", torch.zeros(self.num_envs, dtype=torch.float64))
-        for name in ("count", "mean", "m2"):
-            self.register_buffer(name, torch.zeros((), dtype=torch.float64))
-        self.register_buffer("num_nonfinite", torch.zeros((), dtype=torch.int64))
+        # shape [1], not []: inductor (torch 2.13, CPU) drops in-place writes to 0-dim float64
+        # buffers (see ValueNormalizer); 0-dim states saved earlier load as shape [1]
+        for name in _MOMENTS:
+            self.register_buffer(name, torch.zeros(1, dtype=torch.float64))
+        self.register_buffer("num_nonfinite", torch.zeros(1, dtype=torch.int64))
 
     @property
     def var(self) -> torch.Tensor:
@@ -157,7 +161,7 @@ class RewardNormalizer(nn.Module):
         if self.mode == "buffer":  # rl8: the std of this buffer's returns
             returns, finite = self._returns(sequence, flags, carry=self.training)
             count, _, m2 = _masked_moments(returns, finite)
-            return reward / _scale(m2 / count.clamp(min=1.0), self.eps)
+            return reward / _scale(m2 / count.clamp(min=1.0), self.eps).to(reward.dtype)
         if self.training:
             returns, finite = self._returns(sequence, flags, carry=True)
             for buffer, value in zip(
@@ -166,7 +170,7 @@ class RewardNormalizer(nn.Module):
                 strict=True,
             ):
                 buffer.copy_(value)
-        return reward / self.scale
+        return reward / self.scale.to(reward.dtype)  # as a 0-dim divisor would: in reward's dtype
 
     @torch.no_grad()
     def _returns(
@@ -198,20 +202,31 @@ class RewardNormalizer(nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict``; a state of another ``num_envs`` (or another module)
         raises one short ``RuntimeError`` naming the shapes, before anything is copied."""
-        state = dict(state_dict)
-        state.setdefault("num_nonfinite", self.num_nonfinite)  # saved before the count existed
+        state = _upgraded_state(dict(state_dict), "", self.num_nonfinite)
         message = state_dict_mismatch(self.state_dict(keep_vars=True), state, strict)
         if message:
             raise RuntimeError(f"{type(self).__name__}.load_state_dict: {message}")
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        return super().load_state_dict(state, strict=strict, assign=assign)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # state dicts saved before ``num_nonfinite`` existed load as they did
-        state_dict.setdefault(prefix + "num_nonfinite", torch.zeros_like(self.num_nonfinite))
+        # as a submodule too: states saved before ``num_nonfinite`` existed, or with 0-dim moments
+        state_dict.update(_upgraded_state(state_dict, prefix, self.num_nonfinite))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, eps={self.eps}, mode={self.mode!r}"
+
+
+def _upgraded_state(state: dict, prefix: str, num_nonfinite: torch.Tensor) -> dict:
+    """``state`` with the layouts of earlier versions made current: 0-dim moments and count as
+    shape ``[1]``, a missing ``num_nonfinite`` as 0."""
+    state = dict(state)
+    state.setdefault(prefix + "num_nonfinite", torch.zeros_like(num_nonfinite))
+    for name in (*_MOMENTS, "num_nonfinite"):
+        value = state.get(prefix + name)
+        if isinstance(value, torch.Tensor) and value.ndim == 0:
+            state[prefix + name] = value.reshape(1)
+    return state
 
 
 def _scale(var: torch.Tensor, eps: float) -> torch.Tensor:
@@ -273,7 +288,7 @@ class ValueNormalizer(nn.Module):
         self.clip_threshold = None if clip_threshold is None else float(clip_threshold)
         # shape [1], not []: inductor (torch 2.13, CPU) drops in-place writes to 0-dim float64
         # buffers, and the moments are written inside compiled losses
-        for name in ("count", "mean", "m2"):
+        for name in _MOMENTS:
             self.register_buffer(name, torch.zeros(1, dtype=torch.float64))
 
     @property

@@ -91,3 +91,39 @@ def test_every_actor_kind_traces_as_one_graph(kind):
     with torch._dynamo.config.patch(error_on_recompile=True):
         for batch in batches[1:]:
             assert_same(loss_and_grads(compiled, twin, batch), loss_and_grads(eager, eager, batch))
+
+
+def test_two_normal_draws_of_one_tensor_stay_two_draws_under_aot_autograd():
+    """AOTAutograd's common-subexpression pass treats ``aten.randn_like`` as pure (torch 2.13):
+    two draws of one tensor became one. The functional core draws with ``aten.randn``."""
+    from rlloss.functional.distributions import standard_normal_like
+
+    def two_draws(x):
+        return standard_normal_like(x) - standard_normal_like(x)
+
+    compiled = torch.compile(two_draws, fullgraph=True, backend="aot_eager")
+    x = torch.zeros(64, requires_grad=True)
+    assert compiled(x).abs().min() > 0
+    torch.manual_seed(0)
+    first = standard_normal_like(x)
+    torch.manual_seed(0)
+    assert torch.equal(first, torch.randn_like(x))  # randn_like's values, so parity holds
+
+
+def test_cql_loss_under_aot_autograd_matches_eager():
+    """CQL samples from one actor output twice (``loss_actor``, ``loss_actor_bc``): under
+    AOTAutograd the two draws once merged into one and the actor's gradients were wrong."""
+    from tests import test_sac
+
+    eager = rlloss.CQLLoss(
+        test_sac.actor(), test_sac.qvalue(), with_lagrange=True, max_q_backup=True, num_random=3
+    )
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, fullgraph=True, backend="aot_eager")
+    batch = test_sac.transitions()
+
+    def seeded(call, module):
+        torch.manual_seed(0)
+        return loss_and_grads(call, module, batch.clone())
+
+    assert_same(seeded(compiled, twin), seeded(eager, eager))

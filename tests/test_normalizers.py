@@ -59,7 +59,7 @@ def assert_statistics(normalizer, seen):
     torch.testing.assert_close(normalizer.mean.item(), float(np.mean(seen)), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(normalizer.var.item(), float(np.var(seen)), rtol=1e-10, atol=1e-12)
     std = torch.tensor(seen, dtype=torch.float64).std(correction=0)
-    torch.testing.assert_close(normalizer.var.sqrt(), std, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(normalizer.var.sqrt(), std.reshape(1), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("gamma", [0.0, 0.9, 1.0])
@@ -293,3 +293,30 @@ def test_buffer_mode_is_rl8s_rule_and_keeps_no_running_statistics():
     torch.testing.assert_close(normalizer.returns, carried)
     with pytest.raises(ValueError, match="mode must be one of"):
         RewardNormalizer(num_envs=3, mode="window")
+
+
+def test_zero_dim_states_of_earlier_versions_load_alone_and_as_a_submodule():
+    reward, done = random_batch(n=3, steps=6, seed=5)
+    normalizer = RewardNormalizer(num_envs=3, gamma=0.95)
+    normalizer(reward, done)
+    old = {k: v.reshape(()) if k != "returns" else v for k, v in normalizer.state_dict().items()}
+    del old["num_nonfinite"]  # saved before the count existed, too
+    restored = RewardNormalizer(num_envs=3, gamma=0.95)
+    restored.load_state_dict(old)
+    parent = torch.nn.ModuleDict({"reward": RewardNormalizer(num_envs=3, gamma=0.95)})
+    parent.load_state_dict({f"reward.{k}": v for k, v in old.items()})
+    for module in (restored, parent["reward"]):
+        for name, buffer in normalizer.state_dict().items():
+            torch.testing.assert_close(module.state_dict()[name], buffer)
+
+
+def test_compiled_normaliser_updates_its_state_in_place_as_eager():
+    """Inductor (torch 2.13, CPU) dropped in-place writes to the 0-dim float64 moments."""
+    batches = [random_batch(n=3, steps=5, seed=seed) for seed in (21, 22, 23)]
+    eager, twin = RewardNormalizer(num_envs=3), RewardNormalizer(num_envs=3)
+    compiled = torch.compile(twin, fullgraph=True)
+    for reward, done in batches:
+        torch.testing.assert_close(compiled(reward, done), eager(reward, done))
+    for name, buffer in eager.state_dict().items():
+        torch.testing.assert_close(twin.state_dict()[name], buffer, msg=name)
+    assert eager.count.item() == 45

@@ -44,7 +44,8 @@ def tanh_normal_sample(
     """A reparameterised tanh-Gaussian action on [-1, 1] and its log-probability ``[B]``, from
     the actor's ``(loc, scale)`` at ``obs`` (or ``params`` if already computed)."""
     loc, scale = actor_net(obs) if params is None else params
-    eps = torch.randn_like(loc)
+    eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)  # not randn_like: see
+    # rlloss.functional.distributions.standard_normal_like (AOTAutograd merged two draws)
     u = loc + scale * eps
     log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
     log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian

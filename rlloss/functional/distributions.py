@@ -22,6 +22,14 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
+def standard_normal_like(x: torch.Tensor) -> torch.Tensor:
+    """``eps ~ N(0, 1)`` of ``x``'s shape, dtype and device: ``torch.randn_like``'s values, drawn
+    with ``torch.randn``. AOTAutograd's common-subexpression pass knows ``aten.randn`` is random
+    but not ``aten.randn_like`` (torch 2.13), so under ``torch.compile`` two ``randn_like`` draws
+    of one tensor (SAC-family losses sample twice from the same actor output) became one draw."""
+    return torch.randn(x.shape, dtype=x.dtype, device=x.device)
+
+
 def squash(preimage: torch.Tensor, low: Scalar = -1.0, high: Scalar = 1.0) -> torch.Tensor:
     """``(high + low) / 2 + (high - low) / 2 * tanh(u)``: a pre-tanh value mapped into
     ``[low, high]`` (elementwise)."""
@@ -69,8 +77,8 @@ def tanh_normal_sample_and_log_prob(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A reparameterised tanh-Normal action and its log-probability (SAC's policy sample).
 
-    ``u = loc + scale * eps``, ``eps ~ N(0, 1)`` (one ``randn_like(loc)`` draw: the same random
-    stream as ``torch.distributions.Normal.rsample``); gradients flow to ``loc`` and ``scale``
+    ``u = loc + scale * eps``, ``eps ~ N(0, 1)`` (one :func:`standard_normal_like` draw: the same
+    random stream as ``torch.distributions.Normal.rsample``); gradients flow to ``loc`` and ``scale``
     through both outputs (arXiv:1812.05905, eq. 11 and appendix C).
 
     Args:
@@ -80,7 +88,7 @@ def tanh_normal_sample_and_log_prob(
     Returns:
         The action ``[*B, D]`` in ``[low, high]`` and its log-probability ``[*B]``.
     """
-    preimage = loc + scale * torch.randn_like(loc)
+    preimage = loc + scale * standard_normal_like(loc)
     return squash(preimage, low, high), tanh_normal_log_prob(preimage, loc, scale, low, high)
 
 

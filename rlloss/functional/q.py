@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from rlloss._checks import check_same_shape
+from rlloss.functional.distributions import standard_normal_like
 
 Scalar = float | torch.Tensor
 
@@ -72,7 +73,7 @@ def smoothed_target_action(
 ) -> torch.Tensor:
     """TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
     noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14)."""
-    noise = (torch.randn_like(action) * noise_scale).clamp(-noise_clip, noise_clip)
+    noise = (standard_normal_like(action) * noise_scale).clamp(-noise_clip, noise_clip)
     return torch.clamp(action + noise, low, high)
 
 
