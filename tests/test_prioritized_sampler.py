@@ -110,8 +110,10 @@ def test_sampling_frequencies_are_proportional_to_priority_to_the_alpha(capsys):
     assert counts[~seen].sum() <= 1
     statistic, p_value = chi_square(counts[seen], probability[seen] * counts[seen].sum())
     with capsys.disabled():
-        print(f"\nchi-square over {int(seen.sum())} items, {draws} draws: "
-              f"statistic={statistic:.2f}, p={p_value:.3f}")
+        print(
+            f"\nchi-square over {int(seen.sum())} items, {draws} draws: "
+            f"statistic={statistic:.2f}, p={p_value:.3f}"
+        )
     assert p_value > 0.01, (statistic, p_value)
     # and a wrong alpha is rejected by the same test
     wrong = (priority.double() + 1e-8) ** 0.6
@@ -200,7 +202,9 @@ def test_tensordict_replay_buffer_round_trip():
     buffer = prioritized_buffer(64)
     assert isinstance(buffer.sampler, TorchRLPrioritizedSampler)
     buffer.extend(transitions(50))
-    torch.testing.assert_close(leaves(buffer.sampler)[MAX][:50], torch.ones(50, dtype=torch.float64))
+    torch.testing.assert_close(
+        leaves(buffer.sampler)[MAX][:50], torch.ones(50, dtype=torch.float64)
+    )
     batch = buffer.sample()
     assert {"index", "priority_weight"} <= set(batch.keys())
     assert (batch["observation"].squeeze(-1) == batch["index"]).all()  # the index is the storage's
@@ -215,9 +219,7 @@ def test_tensordict_replay_buffer_round_trip():
     data = transitions(4, start=50)
     data["td_error"] = torch.tensor([0.5, 2.0, 3.0, 4.0])
     buffer.extend(data)
-    torch.testing.assert_close(
-        leaves(buffer.sampler)[MAX][50:54], data["td_error"].double()
-    )
+    torch.testing.assert_close(leaves(buffer.sampler)[MAX][50:54], data["td_error"].double())
 
 
 def test_wrap_around_overwrites_the_oldest_items_with_the_default_priority():
@@ -237,7 +239,9 @@ def test_wrap_around_overwrites_the_oldest_items_with_the_default_priority():
 def test_multidimensional_storage():
     sampler = PrioritizedSampler(12, alpha=1.0, beta=1.0)
     buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(3, ndim=2), sampler=sampler, batch_size=16  # 3 x 4 items
+        storage=LazyTensorStorage(3, ndim=2),
+        sampler=sampler,
+        batch_size=16,  # 3 x 4 items
     )
     data = TensorDict(observation=torch.arange(12.0).reshape(3, 4, 1), batch_size=[3, 4])
     buffer.extend(data)
@@ -393,9 +397,13 @@ def test_same_trees_and_weights_as_torchrl():
         buffer.update_priority(index, priority)
     mass = torch.as_tensor(theirs.sampler._sum_tree[torch.arange(50)], dtype=torch.float64)
     torch.testing.assert_close(leaves(ours.sampler)[SUM][:50], mass)
-    torch.testing.assert_close(ours.sampler.default_priority.float(), theirs.sampler.default_priority)
+    torch.testing.assert_close(
+        ours.sampler.default_priority.float(), theirs.sampler.default_priority
+    )
     batch = theirs.sample()
     p_min = theirs.sampler._min_tree.query(0, 50)
-    torch.testing.assert_close(batch["priority_weight"], ((mass[batch["index"]] / p_min) ** -0.4).float())
+    torch.testing.assert_close(
+        batch["priority_weight"], ((mass[batch["index"]] / p_min) ** -0.4).float()
+    )
     ours_weight = (leaves(ours.sampler)[SUM][batch["index"]] / ours.sampler._trees[MIN, 1]) ** -0.4
     torch.testing.assert_close(batch["priority_weight"], ours_weight.float())

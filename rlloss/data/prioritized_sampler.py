@@ -201,9 +201,10 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         """Draw ``batch_size`` flat indices with probability ``P(i)`` and their importance
         weights ``w_i`` (``dtype``), all on the trees' device; no host synchronisation."""
         sums = self._trees[SUM]
-        mass = torch.rand(
-            batch_size, dtype=torch.float64, device=self.device, generator=self._rng
-        ) * sums[1]
+        mass = (
+            torch.rand(batch_size, dtype=torch.float64, device=self.device, generator=self._rng)
+            * sums[1]
+        )
         index = prefix_search(sums, mass)
         leaf_mass = sums[index + sums.shape[-1] // 2]
         weight = (leaf_mass / self._trees[MIN, 1]).pow(-self._beta_tensor)

@@ -38,9 +38,7 @@ def empty_trees(size: int, device: torch.device | str | None = None) -> torch.Te
 def combine_children(children: torch.Tensor) -> torch.Tensor:
     """Parents from their child pairs: ``children`` is ``[3, *B, 2]``; returns ``[3, *B]`` (the
     sum, the min and the max of each pair, one row each)."""
-    return torch.stack(
-        (children[SUM].sum(-1), children[MIN].amin(-1), children[MAX].amax(-1))
-    )
+    return torch.stack((children[SUM].sum(-1), children[MIN].amin(-1), children[MAX].amax(-1)))
 
 
 def write_leaves(trees: torch.Tensor, leaf: torch.Tensor, values: torch.Tensor) -> None:
