@@ -10,9 +10,11 @@ paper (Mnih et al., Nature 2015, Algorithm 1) and Double DQN (van Hasselt et al.
    y = r + gamma (1 - terminated) Q_target(s', argmax_a' Q(s', a'))  (double Q-learning);
 3. every C gradient steps copy Q's weights into Q_target (TorchRL's ``HardUpdate``).
 
-``--per`` switches on prioritized replay (Schaul et al., 2015) through TorchRL's
-``PrioritizedSampler``: the loss writes each sample's ``td_error`` into the batch, the buffer turns
-it into a priority, and the loss weights samples by the ``priority_weight`` the sampler wrote.
+``--per`` switches on prioritized replay (Schaul et al., 2015) through rlloss's
+``PrioritizedSampler`` (``rlloss.data``: a drop-in for TorchRL's, whose sum trees stay on the
+buffer's device and need no C++ extension): the loss writes each sample's ``td_error`` into the
+batch, the buffer turns it into a priority, and the loss weights samples by the
+``priority_weight`` the sampler wrote.
 
 Hyperparameters are rl-baselines3-zoo's tuned CartPole DQN, with two changes that made training
 reliable within 50k environment steps: a squared-error loss instead of Huber (which learned
@@ -34,7 +36,6 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 """
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -50,12 +51,13 @@ from _results import evaluate, plot_returns, report, write_csv  # tutorials/_res
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from torch import nn
-from torchrl.data import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import HardUpdate, ValueEstimators
 from tqdm import tqdm
 
 from rlloss import DQNLoss
+from rlloss.data import PrioritizedSampler  # TorchRL's, in pure torch on the buffer's device
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, default=0)
@@ -66,18 +68,6 @@ parser.add_argument("--out", type=Path, default=Path("runs/dqn_cartpole"))
 parser.add_argument("--eval-episodes", type=int, default=10,
                     help="episodes of the final deterministic policy, on unseen start states")
 args = parser.parse_args()
-
-if args.per:
-    # PrioritizedSampler's sum/min segment trees live in torchrl's C++ extension, which loads only
-    # with the torch build it was compiled against (torch 2.14 for torchrl 0.14).
-    try:
-        import torchrl._torchrl  # noqa: F401
-    except ImportError as err:
-        sys.exit(
-            f"--per needs torchrl's C++ extension (torchrl._torchrl), which failed to load with "
-            f"torch {torch.__version__}: {str(err)[:120]}...\nInstall the torch version torchrl was "
-            f"compiled against (torch 2.14 for torchrl 0.14), or run without --per."
-        )
 
 # Hyperparameters (rl-baselines3-zoo, dqn.yml, CartPole-v1, except the loss and lr schedule).
 NUM_ENVS = 4
