@@ -51,10 +51,10 @@ def write_leaves(trees: torch.Tensor, leaf: torch.Tensor, values: torch.Tensor) 
     capacity = trees.shape[-1] // 2
     node = leaf + capacity
     trees[:, node] = values
-    pair = torch.arange(2, device=leaf.device)
+    pairs = trees.view(3, capacity, 2)  # row n holds the children 2 n, 2 n + 1 of node n
     for _ in range(capacity.bit_length() - 1):  # log2(C) levels
         node = node // 2
-        trees[:, node] = combine_children(trees[:, 2 * node.unsqueeze(-1) + pair])
+        trees[:, node] = combine_children(pairs[:, node])
 
 
 def rebuild(trees: torch.Tensor) -> None:
@@ -91,10 +91,12 @@ def prefix_search(sums: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
     entered, so an empty leaf is never returned (even when rounding puts a mass at the very end
     of the total), as long as the total is positive."""
     capacity = sums.shape[-1] // 2
+    pairs = sums.view(capacity, 2)  # row n holds the children 2 n, 2 n + 1 of node n
     node = torch.ones_like(mass, dtype=torch.long)
     for _ in range(capacity.bit_length() - 1):
-        left = sums[2 * node]
-        go_right = (mass >= left) & (sums[2 * node + 1] > 0)
+        children = pairs[node]
+        left = children[:, 0]
+        go_right = (mass >= left) & (children[:, 1] > 0.0)
         mass = torch.where(go_right, mass - left, mass)
         node = 2 * node + go_right
     return node - capacity
