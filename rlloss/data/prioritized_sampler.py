@@ -11,6 +11,7 @@ from torchrl.data import PrioritizedSampler as TorchRLPrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
+from rlloss._compat import assert_all
 from rlloss.data.segment_tree import (
     MAX,
     MIN,
@@ -76,7 +77,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
 
     Differences from TorchRL:
         - Negative, NaN or infinite priorities and indices past ``max_capacity`` raise a
-          ``RuntimeError`` (through ``torch._assert_async``: immediately on CPU, as a device-side
+          ``RuntimeError`` (a check without host sync: immediately on CPU, as a device-side
           assert on a GPU) instead of corrupting the trees.
         - Sampling is restricted to items that have a priority, not clamped to ``len(storage)``
           (the two agree whenever the buffer's writer set the priorities, as it does).
@@ -230,13 +231,13 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         indices past the capacity raise (without synchronising the host on a GPU: a device-side
         assert). Compiles with ``torch.compile(fullgraph=True)``."""
         priority = priority.to(device=self.device, dtype=torch.float64)
-        torch._assert_async(
+        assert_all(
             (torch.isfinite(priority) & (priority >= 0)).all(),
             "PrioritizedSampler.update_priority: every priority must be finite and >= 0 (a "
             "negative, NaN or infinite priority was given). Pass |td_error|, and check the loss "
             "for NaNs.",
         )
-        torch._assert_async(
+        assert_all(
             (index < self._max_capacity).all(),
             f"PrioritizedSampler.update_priority: an index is >= max_capacity "
             f"({self._max_capacity}); give indices into the storage (the sample's 'index').",
