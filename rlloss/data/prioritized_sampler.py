@@ -246,7 +246,8 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         leaf = index.clamp_min(0)
         winner = last_write_wins(leaf, keep)
         chosen = priority[winner.clamp_min(0)]
-        values = torch.stack((self._mass(chosen), self._mass(chosen), chosen))
+        mass = self._mass(chosen)
+        values = torch.stack((mass, mass, chosen))
         current = self._trees[:, leaf + self._trees.shape[-1] // 2]
         write_leaves(self._trees, leaf, torch.where(winner >= 0, values, current))
         given = torch.where(keep, priority, float("-inf")).amax(0, keepdim=False)
@@ -262,10 +263,8 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
                 "update_priority got multi-dimensional indices: pass storage= (the buffer does) "
                 "so they can be flattened."
             )
-        shape = torch.tensor(storage.shape, device=index.device)
-        strides = torch.ones_like(shape)
-        strides[:-1] = shape.flip(0)[:-1].cumprod(0).flip(0)
-        flat = (index * strides).sum(-1)
+        shape = tuple(storage.shape)  # on the host: the strides are Python ints
+        flat = sum(index[..., dim] * math.prod(shape[dim + 1 :]) for dim in range(len(shape)))
         return torch.where((index >= 0).all(-1), flat, -1)
 
     @torch.no_grad()
@@ -281,6 +280,8 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         self._follow_storage(storage)
         index = torch.as_tensor(index, dtype=torch.long, device=self.device)
         index = self._flat_index(index, storage)
+        if index.numel() == 0:  # a shape, known on the host
+            return
         priority = torch.as_tensor(priority, device=self.device).detach()
         if priority.numel() == 1:
             priority = priority.reshape(()).expand(index.shape)
