@@ -8,7 +8,8 @@ O(N) sampler (``torch.multinomial`` over the N masses, weights from the min mass
 ``--compiled`` rlloss's ``sample_index_and_weight`` / ``set_priority`` under
 ``torch.compile(fullgraph=True)``. TorchRL's ``PrioritizedSampler`` is timed where its C++
 extension loads (it needs the torch build TorchRL was compiled against); otherwise the output says
-so and records why.
+so and records why. The time of one small eager op (an add of two 256-element tensors) is
+recorded beside the figures: on a shared machine it shows how much slower than usual it ran.
 
 Method: CPU, one thread, garbage collector off while timing; per method ``--warmup`` untimed
 calls, then ``--repeats`` rounds of ``--inner`` calls each, methods interleaved within a round;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import sys
 import time
@@ -42,6 +44,8 @@ from torchrl.data import PrioritizedSampler as TorchRLPrioritizedSampler  # noqa
 from rlloss.data import PrioritizedSampler  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "per_sampler.json"
+# A load probe: the time of one small eager op shows how busy the machine was.
+CALIBRATION = (torch.rand(256), torch.rand(256))
 
 
 class FullStorage:
@@ -89,8 +93,8 @@ def methods_for(size: int, batch: int, compiled: bool) -> tuple[dict[str, Callab
         "rlloss update": lambda: ours.update_priority(index, new_priority),
     }
     if compiled:
-        sample = torch.compile(ours.sample_index_and_weight, fullgraph=True)
-        update = torch.compile(ours.set_priority, fullgraph=True)
+        sample = torch.compile(ours.sample_index_and_weight, fullgraph=True, dynamic=False)
+        update = torch.compile(ours.set_priority, fullgraph=True, dynamic=False)
         methods["rlloss compiled sample"] = lambda: sample(batch)
         methods["rlloss compiled update"] = lambda: update(index, new_priority)
     theirs = torchrl_trees_or_reason(size)
@@ -147,6 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows, torchrl_missing = [], None
+    calibration = time_methods({"add": lambda: CALIBRATION[0] + CALIBRATION[1]}, 5, 15, 200)
+    add_us = calibration["add"]["median_us"]
+    print(
+        f"calibration: one add of two 256-element tensors takes {add_us:.1f} us here (about "
+        f"1.5 us on an idle modern CPU core: divide the figures below by the ratio)"
+    )
     print(f"batch {a.batch_size}, CPU, 1 thread; microseconds per call, median [p25-p75]")
     for size in a.sizes:
         methods, missing = methods_for(size, a.batch_size, a.compiled)
@@ -171,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
             "python": platform.python_version(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
+            "load_average_1_5_15_min_at_end": [round(x, 2) for x in os.getloadavg()],
         },
+        "calibration_add_256_us": add_us,
         "batch_size": a.batch_size,
         "method": f"median over {a.repeats} interleaved rounds of {a.inner} calls each, "
         f"after {a.warmup} warm-up calls; microseconds per call",

@@ -118,6 +118,10 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         if not (eps >= 0 and math.isfinite(eps)):
             raise ValueError(f"eps must be a finite number >= 0, got eps={eps!r}.")
         self._max_capacity = max_capacity
+        self._index_error = (  # built here: a compiled set_priority formats no string
+            f"PrioritizedSampler.update_priority: an index is >= max_capacity ({max_capacity}); "
+            f"give indices into the storage (the sample's 'index')."
+        )
         self._alpha = _check_exponent("alpha", alpha)
         self._beta = _check_exponent("beta", beta)
         self._eps = float(eps)
@@ -237,11 +241,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
             "negative, NaN or infinite priority was given). Pass |td_error|, and check the loss "
             "for NaNs.",
         )
-        assert_all(
-            (index < self._max_capacity).all(),
-            f"PrioritizedSampler.update_priority: an index is >= max_capacity "
-            f"({self._max_capacity}); give indices into the storage (the sample's 'index').",
-        )
+        assert_all((index < self._max_capacity).all(), self._index_error)
         keep = index >= 0
         leaf = index.clamp_min(0)
         winner = last_write_wins(leaf, keep)
