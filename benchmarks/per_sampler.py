@@ -13,7 +13,9 @@ recorded beside the figures: on a shared machine it shows how much slower than u
 
 Method: CPU, one thread, garbage collector off while timing; per method ``--warmup`` untimed
 calls, then ``--repeats`` rounds of ``--inner`` calls each, methods interleaved within a round;
-reported: the median (and p25-p75) over rounds of the time per call.
+reported: the median (and p25-p75) over rounds of the wall time per call, and the median CPU
+time per call (``time.process_time``, which leaves out the time other jobs held the core: the
+steadier figure on a shared machine).
 
 Run from the repository root (the working tree's ``rlloss`` is imported)::
 
@@ -109,31 +111,35 @@ def methods_for(size: int, batch: int, compiled: bool) -> tuple[dict[str, Callab
 
 
 def time_methods(methods: dict[str, Callable], warmup: int, repeats: int, inner: int) -> dict:
-    """Median and p25-p75 (microseconds per call) of each method, interleaved over rounds."""
+    """Per method, the median and p25-p75 over rounds of the wall time per call, and the median
+    CPU time per call (``time.process_time``: what the process itself ran, without the time the
+    machine's other jobs took the core away), in microseconds; rounds interleave the methods."""
     for run in methods.values():
         for _ in range(warmup):
             run()
-    samples = {name: [] for name in methods}
+    wall = {name: [] for name in methods}
+    cpu = {name: [] for name in methods}
     gc.collect()
     gc.disable()
     try:
         for _ in range(repeats):
             for name, run in methods.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 for _ in range(inner):
                     run()
-                samples[name].append((time.perf_counter() - start) / inner * 1e6)
+                cpu[name].append((time.process_time() - start_cpu) / inner * 1e6)
+                wall[name].append((time.perf_counter() - start) / inner * 1e6)
     finally:
         gc.enable()
     result = {}
-    for name, values in samples.items():
-        q = torch.tensor(values, dtype=torch.float64).quantile(
-            torch.tensor([0.25, 0.5, 0.75]).double()
-        )
+    quantiles = torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)
+    for name in methods:
+        q = torch.tensor(wall[name], dtype=torch.float64).quantile(quantiles)
         result[name] = {
             "median_us": round(float(q[1]), 1),
             "p25_us": round(float(q[0]), 1),
             "p75_us": round(float(q[2]), 1),
+            "cpu_median_us": round(float(torch.tensor(cpu[name]).median()), 1),
         }
     return result
 
@@ -157,7 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         f"calibration: one add of two 256-element tensors takes {add_us:.1f} us here (about "
         f"1.5 us on an idle modern CPU core: divide the figures below by the ratio)"
     )
-    print(f"batch {a.batch_size}, CPU, 1 thread; microseconds per call, median [p25-p75]")
+    print(
+        f"batch {a.batch_size}, CPU, 1 thread; microseconds per call: wall median [p25-p75], "
+        f"CPU time median"
+    )
     for size in a.sizes:
         methods, missing = methods_for(size, a.batch_size, a.compiled)
         torchrl_missing = torchrl_missing or missing
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, t in timings.items():
             print(
                 f"N={size:>9,}  {name:<24} {t['median_us']:>9.1f} "
-                f"[{t['p25_us']:.1f}-{t['p75_us']:.1f}]"
+                f"[{t['p25_us']:.1f}-{t['p75_us']:.1f}]  cpu {t['cpu_median_us']:.1f}"
             )
             rows.append({"N": size, "method": name, **t})
     if torchrl_missing:
@@ -186,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
         "calibration_add_256_us": add_us,
         "batch_size": a.batch_size,
         "method": f"median over {a.repeats} interleaved rounds of {a.inner} calls each, "
-        f"after {a.warmup} warm-up calls; microseconds per call",
+        f"after {a.warmup} warm-up calls; microseconds per call (wall time, and the process's "
+        f"CPU time: cpu_median_us)",
         "torchrl_trees": "timed"
         if torchrl_missing is None
         else f"not available: {torchrl_missing}",
