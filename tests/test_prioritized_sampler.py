@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data import PrioritizedSampler as TorchRLPrioritizedSampler
+from torchrl.data.replay_buffers.scheduler import LinearScheduler
 
 from rlloss.data import PrioritizedSampler
 from rlloss.data.segment_tree import (
@@ -407,3 +408,11 @@ def test_same_trees_and_weights_as_torchrl():
     )
     ours_weight = (leaves(ours.sampler)[SUM][batch["index"]] / ours.sampler._trees[MIN, 1]) ** -0.4
     torch.testing.assert_close(batch["priority_weight"], ours_weight.float())
+
+
+def test_torchrl_parameter_scheduler_anneals_beta():
+    buffer = prioritized_buffer(16)
+    scheduler = LinearScheduler(buffer, param_name="beta", final_value=1.0, num_steps=4)
+    for _ in range(4):
+        scheduler.step()
+    assert buffer.sampler.beta == pytest.approx(1.0) and buffer.sampler._beta_tensor == 1.0
