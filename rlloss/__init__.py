@@ -4,7 +4,7 @@ Drop-in replacements for the losses of ``torchrl.objectives`` (same class names,
 and outputs), built on a small functional core (:mod:`rlloss.functional`).
 """
 
-from rlloss import functional
+from rlloss import data, functional
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.a2c import A2CLoss, ReinforceLoss
 from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
@@ -73,6 +73,7 @@ __all__ = [
     "VTrace",
     "ValueNormalizer",
     "ValueEstimator",
+    "data",
     "functional",
     "kl_exceeds",
     "set_checks",

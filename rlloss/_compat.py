@@ -221,3 +221,14 @@ def copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
     """``target.copy_(source)`` for every pair, in one fused call (``torch._foreach_copy_``, as
     :func:`lerp_`)."""
     torch._foreach_copy_(targets, sources)
+
+
+def assert_all(condition: torch.Tensor, message: str) -> None:
+    """Raise ``RuntimeError(message)`` unless the boolean 0-d ``condition`` is true, without
+    reading it back to the host.
+
+    Why private: ``torch._assert_async`` is the one check that needs no host sync: on CPU it
+    raises at once with ``message``, on a GPU it is a device-side assert; it also compiles
+    without a graph break (a ``bool(condition)`` would sync and break the graph).
+    """
+    torch._assert_async(condition, message)

@@ -177,3 +177,9 @@ def test_fused_lerp_and_copy_update_every_pair_in_place():
     torch.testing.assert_close(targets[0], sources[0])
     torch.testing.assert_close(targets[1], sources[1])
     assert [t.data_ptr() for t in targets] == storage
+
+
+def test_assert_all_raises_with_the_message():
+    _compat.assert_all(torch.tensor(True), "never raised")
+    with pytest.raises(RuntimeError, match="a bad value"):
+        _compat.assert_all(torch.tensor([1.0, -1.0]).ge(0).all(), "a bad value")

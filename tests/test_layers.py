@@ -27,6 +27,7 @@ ALLOWED = {
     "addons": {"_checks", "_networks", "functional"},
     "estimators": {"_checks", "_compat", "_dispatch", "_networks", "functional", "normalizers"},
     "schedulers": {"_checks"},
+    "data": {"_compat"},
     "updaters": {"_checks", "_compat"},
     "common": {"_checks", "_compat", "_dispatch", "addons", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},

@@ -30,7 +30,8 @@ def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> Non
         capture_output=True,
         text=True,
         timeout=600,
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"},
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"}
+        | {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},  # a checkout's rlloss
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
@@ -100,3 +101,8 @@ def test_compile_tutorial_smoke(tmp_path):
     assert summary["max_loss_difference"] < 1e-4
     assert summary["recompiles_while_timed"] == 0
     assert (tmp_path / "updates_per_second.csv").read_text().startswith("mode,updates_per_second")
+
+
+def test_dqn_tutorial_with_prioritized_replay(tmp_path):
+    """``dqn_cartpole.py --per`` (rlloss.data.PrioritizedSampler) trains end to end."""
+    run_tutorial(TUTORIALS_DIR / "dqn_cartpole.py", tmp_path, "--per")
