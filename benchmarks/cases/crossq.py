@@ -64,14 +64,13 @@ def plain_crossq_loss(nets: dict, batch) -> Callable[[], torch.Tensor]:
     actor_net, critics, log_alpha = nets["actor_net"], nets["critics"], nets["log_alpha"]
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
     reward, not_terminated = batch["next", "reward"], ~batch["next", "terminated"]
-    observations = torch.cat([obs, next_obs])  # [2B, obs]
     size = obs.shape[0]
 
     def loss() -> torch.Tensor:
         alpha = log_alpha.detach().exp()
         with torch.no_grad():
             next_action, next_log_prob = tanh_normal_sample(actor_net, next_obs)
-        actions = torch.cat([action, next_action])
+        observations, actions = torch.cat([obs, next_obs]), torch.cat([action, next_action])
         joint = torch.stack([c(observations, actions) for c in critics])  # [N, 2B, 1], train mode
         values, next_values = joint[:, :size], joint[:, size:].detach()
         with torch.no_grad():
