@@ -96,6 +96,9 @@ class Method:
     params: dict[str, torch.Tensor]  # named parameters whose .grad the gate compares
     trainable: tuple[torch.Tensor, ...]  # what the optimizer steps (targets excluded)
     update_targets: Callable[[], None] | None = None  # the target-network update, if any
+    # More gradients to gate, by name, read after the backward: those of parameters a library
+    # holds stacked (a critic ensemble) and the plain baseline as one module per member.
+    gated_grads: Callable[[], dict[str, torch.Tensor]] | None = None
 
 
 @dataclass
@@ -151,6 +154,9 @@ def _values(backward: Callable[[], torch.Tensor], method: Method) -> dict[str, t
         if p.grad is None:
             raise AssertionError(f"no gradient reached parameter {name}")
         vals[f"grad/{name}"] = p.grad.detach().clone()
+    if method.gated_grads is not None:
+        for name, grad in method.gated_grads().items():
+            vals[f"grad/{name}"] = grad.detach().clone()
     return vals
 
 

@@ -73,9 +73,10 @@ def loss_module_method(
             total = total + out[k]
         return total
 
-    has_targets = any("target_" in name for name, _ in loss_module.named_buffers()) or any(
-        name.startswith("target_") for name, _ in loss_module.named_children()
-    )
+    has_targets = any(
+        "target_" in name and "target_entropy" not in name  # SAC's entropy target: no network
+        for name, _ in loss_module.named_buffers()
+    ) or any(name.startswith("target_") for name, _ in loss_module.named_children())
     # each library's own updater: rlloss.SoftUpdate for rlloss losses, TorchRL's for TorchRL's
     ours = type(loss_module).__module__.startswith("rlloss")
     updater_class = rlloss_attr("SoftUpdate") if ours else torchrl.objectives.SoftUpdate

@@ -159,17 +159,22 @@ def soft_actor_critic_factories(
     library_loss: Callable[[object, dict], nn.Module],
     plain_method: Callable[[dict, object, dict], Method],
     keys: tuple[str, ...] = ("loss_actor", "loss_qvalue", "loss_alpha"),
+    library_grads: Callable[[nn.Module], Callable[[], dict]] | None = None,
 ) -> dict[str, Callable]:
     """The factories of a case on SAC's networks (``template``: ``actor_net`` and ``critics``),
     each on its own deep copy: ``library_loss(library, nets)`` summed over ``keys`` for rlloss
     and TorchRL, ``plain_method(nets, batch, params)`` with ``nets["log_alpha"]`` added. The gate
-    compares the actor's and the temperature's gradients (see :func:`named`)."""
+    compares the actor's and the temperature's gradients (see :func:`named`), and those of
+    ``library_grads(loss)`` (the plain method's ``gated_grads`` must name the same)."""
 
     def loss_method(library) -> Callable:
         def make(batch) -> Method:
             nets = copy.deepcopy(template)
             loss = library_loss(library, nets)
-            return loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
+            method = loss_module_method(loss, batch, named(nets["actor_net"], loss.log_alpha), keys)
+            if library_grads is not None:
+                method.gated_grads = library_grads(loss)
+            return method
 
         return make
 
