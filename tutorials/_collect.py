@@ -31,6 +31,12 @@ class VectorCollector:
         self.episodes: list[tuple[int, float]] = []
         self.frames = 0
 
+    def reset(self) -> None:
+        """Start a new episode in every env; the unfinished ones are dropped (they never enter
+        ``episodes``)."""
+        self.obs, _ = self.envs.reset()
+        self.running_return[:] = 0.0
+
     def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
         """numpy (from the envs, on CPU) -> torch on the device."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)

@@ -36,11 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from _collect import VectorCollector, make_vec, most_probable_action, sample_from
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict.nn import TensorDictModule
+from _networks import categorical_actor_critic  # tutorials/_networks.py
+from _results import evaluate, report, save_learning_curve  # tutorials/_results.py
 from torch import nn
-from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 from tqdm import tqdm
 
 from rlloss import GAE, A2CLoss
@@ -74,19 +72,9 @@ envs = make_vec("CartPole-v1", NUM_ENVS)
 obs_dim = envs.single_observation_space.shape[0]
 num_actions = envs.single_action_space.n
 
-# Policy pi(a|s): an MLP writes "logits", ProbabilisticActor samples "action" from them.
-policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
-                 activation_class=nn.Tanh)
-actor = ProbabilisticActor(
-    TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
-    in_keys=["logits"],
-    distribution_class=torch.distributions.Categorical,
-).to(device)
-# Value function V(s), written to "state_value".
-critic = ValueOperator(
-    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
-    in_keys=["observation"],
-).to(device)
+# Policy pi(a|s) (writes "logits", samples "action") and the value function V(s) ("state_value"):
+# separate 64-64 tanh MLPs (tutorials/_networks.py).
+actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = A2CLoss(
@@ -130,14 +118,8 @@ for iteration in range(num_iterations):
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-ax.set(xlabel="environment steps", ylabel="episode return", title="A2C on CartPole-v1")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+# ---- Save the learning curve: OUT/returns.csv and OUT/curve.png ----
+save_learning_curve(args.out, episodes, "A2C on CartPole-v1")
 
 # ---- Evaluate the final policy without sampling, on start states training never scored ----
 eval_returns = evaluate("CartPole-v1", most_probable_action(actor, device),

@@ -34,11 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from _collect import VectorCollector, make_vec, most_probable_action, sample_from
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict.nn import TensorDictModule
-from torch import nn
-from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+from _networks import categorical_actor_critic  # tutorials/_networks.py
+from _results import evaluate, report, save_learning_curve  # tutorials/_results.py
 from tqdm import tqdm
 
 from rlloss import ReinforceLoss, TD1Estimator
@@ -53,7 +50,7 @@ parser.add_argument("--eval-episodes", type=int, default=10,
 args = parser.parse_args()
 
 # Hyperparameters.
-EPISODES_PER_BATCH = 4  # whole episodes per gradient step
+NUM_ENVS = 8  # a batch holds at least one whole episode of each
 GAMMA = 0.99
 LR = 1e-3
 
@@ -63,24 +60,14 @@ if device.type == "cpu":
     torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
 start_time = time.perf_counter()
 
-# Environment: one CartPole (tutorials/_collect.py), so that a batch is made of whole episodes.
-envs = make_vec("CartPole-v1", 1)
+# Environment: NUM_ENVS CartPoles stepped together (tutorials/_collect.py).
+envs = make_vec("CartPole-v1", NUM_ENVS)
 obs_dim = envs.single_observation_space.shape[0]
 num_actions = envs.single_action_space.n
 
-# Policy pi(a|s): an MLP writes "logits", ProbabilisticActor samples "action" from them.
-policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
-                 activation_class=nn.Tanh)
-actor = ProbabilisticActor(
-    TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
-    in_keys=["logits"],
-    distribution_class=torch.distributions.Categorical,
-).to(device)
-# The baseline V(s), written to "state_value".
-critic = ValueOperator(
-    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
-    in_keys=["observation"],
-).to(device)
+# Policy pi(a|s) (writes "logits", samples "action") and the baseline V(s) ("state_value"):
+# separate 64-64 tanh MLPs (tutorials/_networks.py).
+actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
 
 return_module = TD1Estimator(gamma=GAMMA, value_network=critic)
 loss_module = ReinforceLoss(actor_network=actor, critic_network=critic,
@@ -93,12 +80,17 @@ policy = sample_from(actor)  # a ~ pi(.|s)
 pbar = tqdm(total=args.total_frames, unit="frames")
 
 while collector.frames < args.total_frames:
-    # ---- Play EPISODES_PER_BATCH whole episodes with the current policy ----
-    frames_before, episodes_wanted = collector.frames, len(episodes) + EPISODES_PER_BATCH
-    steps = []
-    while len(episodes) < episodes_wanted:
+    # ---- Play until every env has finished an episode, all with the current policy ----
+    frames_before = collector.frames
+    steps, finished = [], torch.zeros(NUM_ENVS, dtype=torch.bool, device=device)
+    while not finished.all():
         steps.append(collector.step(policy))
-    batch = torch.stack(steps, dim=1)  # batch size [1, steps], episodes one after the other
+        finished |= steps[-1]["next", "done"].squeeze(-1)
+    rollout = torch.stack(steps, dim=1)  # batch size [NUM_ENVS, steps]
+    # Keep the whole episodes: each env's steps up to its last episode end.
+    done = rollout["next", "done"].squeeze(-1)
+    batch = rollout[done.flip(1).cumsum(1).flip(1) > 0]  # [steps kept], env after env
+    collector.reset()  # drop the unfinished episodes: the next batch starts new ones
 
     # ---- Monte-Carlo returns G_t and advantages A = G_t - V(s_t) ----
     with torch.no_grad():
@@ -119,14 +111,8 @@ while collector.frames < args.total_frames:
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-ax.set(xlabel="environment steps", ylabel="episode return", title="REINFORCE on CartPole-v1")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+# ---- Save the learning curve: OUT/returns.csv and OUT/curve.png ----
+save_learning_curve(args.out, episodes, "REINFORCE on CartPole-v1")
 
 # ---- Evaluate the final policy without sampling, on start states training never scored ----
 eval_returns = evaluate("CartPole-v1", most_probable_action(actor, device),
