@@ -15,11 +15,12 @@ run synchronously: NUM_ENVS actors step in lockstep and share one update (A2C).
 Hyperparameters are rl-baselines3-zoo's for CartPole-v1 (a2c.yml: 8 envs, ent_coef 0, 500k
 steps) over stable-baselines3's A2C defaults (n_steps 5, gamma 0.99, gae_lambda 1, lr 7e-4,
 RMSprop with alpha 0.99 and eps 1e-5, vf_coef 0.5, max_grad_norm 0.5, no advantage
-normalisation, separate 64-64 tanh networks for the policy and the value). After training, the
+normalisation, separate 64-64 tanh networks for the policy and the value; stable-baselines3's
+orthogonal initialisation is not copied, the networks keep PyTorch's default). After training, the
 most probable action (no sampling) plays 10 evaluation episodes from start states no training
 episode had, as the zoo's benchmark evaluates deterministically.
 
-Results: see the end of this docstring (filled in from ``benchmarks/learning.py``).
+Results: RESULTS
 
 Run:
     python tutorials/a2c_cartpole.py --seed 0 --total-frames 500000 --out runs/a2c_cartpole
