@@ -20,13 +20,14 @@ orthogonal initialisation is not copied, the networks keep PyTorch's default). A
 most probable action (no sampling) plays 10 evaluation episodes from start states no training
 episode had, as the zoo's benchmark evaluates deterministically.
 
-Results (500,000 steps, one CPU thread, on a 2-core machine shared with other jobs: the 1-minute
-load average was 0.8 to 6.5, so the wall times are inflated and compare nothing; seeds 0, 1, 2;
-``benchmarks/learning.py --tasks a2c_cartpole``): final_return (deterministic evaluation) 500, 500
-and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training return passes
-475 between 100k and 200k steps); wall_time 217, 427 and 326 s. With TorchRL's ``A2CLoss`` and
-``GAE`` swapped in: final_return 500 (seed 0), wall_time 395 s. The two libraries give the same first 936 episodes
-on seed 0; then float rounding makes the runs drift apart.
+Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks a2c_cartpole``, seeds
+0, 1, 2, on a 2-core machine shared with other jobs: the 1-minute load average went from 0.8 to
+6.5 between runs, so the wall times compare nothing): final_return (deterministic evaluation)
+500, 500 and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training
+return passes 475 between 100k and 200k steps); wall_time 217, 427 and 326 s. With TorchRL's
+``A2CLoss`` and ``GAE`` swapped in: final_return 500, 500 and 500; training 500.0, 500.0 and
+500.0; wall_time 395, 269 and 165 s. On seed 0 the two libraries give the same first 936
+episodes, then float rounding makes the runs drift apart.
 
 Run:
     python tutorials/a2c_cartpole.py --seed 0 --total-frames 500000 --out runs/a2c_cartpole

@@ -23,27 +23,29 @@ the batch, which keeps the step size steady while the returns grow from about 20
 & Barto's gamma^t factor on the update is left out, as in most implementations. The networks
 (separate 64-64 tanh MLPs) and gamma = 0.99 are those of ``a2c_cartpole.py``. Adam's lr, 1e-3,
 is annealed linearly to 0 over the budget, as in ``ppo_cartpole.py``: at a constant lr the
-returns still dip late in training, and a first run (seed 1) ended at an evaluation return of
-472.6 after training returns of about 480.
-After training, the most probable action (no sampling) plays 10 evaluation episodes from start
-states no training episode had.
+returns still dip late in training (see the results). After training, the most probable action
+(no sampling) plays 10 evaluation episodes from start states no training episode had.
 
 Budget: 500,000 environment steps, the A2C budget of rl-baselines3-zoo (there is no published
 REINFORCE result to match), so that the two tutorials compare at equal cost. REINFORCE needs
 them: it makes one update per batch of whole episodes (about 8 x 500 = 4,000 steps once the
 pole stays up), the steps of the dropped unfinished episodes count too (a fifth of them), and
-the training return (sampled actions) is still rising at the end: its mean over the last 50k
-steps is 388, 460 and 417 on seeds 0, 1, 2, against 57 to 65 over the first 50k.
+even at 500k the training return (sampled actions) has not reached the target: its mean over
+the last 50k steps is 388, 460 and 417 on seeds 0, 1, 2 (57 to 65 over the first 50k, 346 to
+404 around 250k); only the deterministic policy scores 500. No smaller budget was tried.
 
-Results (500,000 steps, one CPU thread, on a 2-core machine shared with other jobs: the 1-minute
-load average was 3.9 to 5.1, so the wall times are inflated and compare nothing; seeds 0, 1, 2;
-``benchmarks/learning.py --tasks reinforce_cartpole``): final_return (deterministic evaluation)
-500, 500 and 500; the last 10 training episodes 430.1, 455.1 and 457.8; wall_time 241, 232 and
-176 s. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator`` swapped in: final_return
-500 (seed 0), wall_time 236 s; the two libraries give the same first 902 episodes. Before the lr annealing (constant lr 1e-3), final_return was 500, 472.6 and 500.
+Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks reinforce_cartpole``,
+seeds 0, 1, 2, on a 2-core machine shared with other jobs: the 1-minute load average went from
+2.0 to 5.1 between runs, so the wall times compare nothing): final_return (deterministic
+evaluation) 500, 500 and 500; the last 10 training episodes (sampled actions) 430.1, 455.1 and
+457.8; wall_time 241, 232 and 176 s. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator``
+swapped in: final_return 500, 500 and 500; training 406.0, 481.4 and 441.0; wall_time 236, 80
+and 95 s. On seed 0 the two libraries give the same first 902 episodes. A first version with a
+constant lr of 1e-3 ended at final_return 500, 472.6 and 500 (rlloss), seed 1 after training
+returns of about 480.
 
 Run:
-    python tutorials/reinforce_cartpole.py --seed 0 --total-frames 500000 --out runs/reinforce_cartpole
+    python tutorials/reinforce_cartpole.py --seed 0 --total-frames 500000 --out runs/reinforce
 
 It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png``; it prints
 ``train_return=`` (mean of the last 10 training episodes), ``eval_return=`` and last
