@@ -40,6 +40,16 @@ TASKS: dict[str, Task] = {
         -250.0,
         f"none for RPO; {RL_ZOO} PPO: -172.2 +- 104.2 at 100k",
     ),
+    "a2c_cartpole": Task(
+        "a2c_cartpole.py", (), 500_000, 475.0, f"{RL_ZOO} A2C: 500.0 +- 0.0 at 500k"
+    ),
+    "reinforce_cartpole": Task(
+        "reinforce_cartpole.py",
+        (),
+        500_000,
+        475.0,
+        f"none for REINFORCE; {RL_ZOO} A2C: 500.0 +- 0.0 at 500k",
+    ),
     "dqn_cartpole": Task(
         "dqn_cartpole.py", (), 50_000, 475.0, f"{RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
     ),

@@ -1,6 +1,8 @@
 """Every tutorial runs end to end on a tiny budget and keeps its output contract: a CSV of
 episode returns, a PNG, and a last line ``final_return=...``. The compile tutorial trains
-nothing: it has its own contract (``updates_per_second=...``, compiled losses equal to eager)."""
+nothing: it has its own contract (``updates_per_second=...``, compiled losses equal to eager).
+The policy-gradient tutorials also run with TorchRL's losses swapped in, as the learning
+benchmark runs them."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.torchrl_swap import swap_to_torchrl
+
 TUTORIALS_DIR = Path(__file__).resolve().parents[1] / "tutorials"
 COMPILE_TUTORIAL = TUTORIALS_DIR / "compile_and_cudagraphs.py"
 TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUTORIAL)
@@ -20,6 +24,12 @@ OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
 OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
 # The SAC-family tutorials (tutorials/_sac_family.py) also log periodic greedy evaluations.
 SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum"}
+# Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
+SWAP_IDENTICAL = ["a2c_cartpole", "reinforce_cartpole"]
+
+
+def _caller_pythonpath() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> None:
@@ -30,8 +40,10 @@ def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> Non
         capture_output=True,
         text=True,
         timeout=600,
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"}
-        | {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},  # a checkout's rlloss
+        # the tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a
+        # checkout's rlloss where PYTHONPATH names one
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg",
+             "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()])},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
@@ -67,6 +79,21 @@ def test_tutorial_smoke(script, tmp_path, request):
         rows = (tmp_path / "eval_returns.csv").read_text().splitlines()
         assert rows[0] == "frames,eval_return" and rows[1].startswith("1024,"), rows
         assert len(rows) == 3, rows  # at 1024 and 2048 frames
+
+
+@pytest.mark.parametrize("stem", SWAP_IDENTICAL)
+def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
+    """The script with its ``from rlloss import`` line importing TorchRL's losses and estimator
+    runs, and on a tiny budget (same seed) plays the same episodes as with rlloss's."""
+    swap = swap_to_torchrl((TUTORIALS_DIR / f"{stem}.py").read_text())
+    assert swap["ok"], swap
+    swapped = tmp_path / f"torchrl_{stem}.py"
+    swapped.write_text(swap["source"])
+    run_tutorial(TUTORIALS_DIR / f"{stem}.py", tmp_path / "rlloss")
+    run_tutorial(swapped, tmp_path / "torchrl")
+    rlloss_returns = (tmp_path / "rlloss" / "returns.csv").read_text()
+    assert rlloss_returns.count("\n") > 10  # episodes finished
+    assert (tmp_path / "torchrl" / "returns.csv").read_text() == rlloss_returns
 
 
 def test_compile_tutorial_smoke(tmp_path):

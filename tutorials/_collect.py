@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 
 def make_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
@@ -29,6 +30,12 @@ class VectorCollector:
         self.running_return = np.zeros(envs.num_envs)
         self.episodes: list[tuple[int, float]] = []
         self.frames = 0
+
+    def reset(self) -> None:
+        """Start a new episode in every env; the unfinished ones are dropped (they never enter
+        ``episodes``)."""
+        self.obs, _ = self.envs.reset()
+        self.running_return[:] = 0.0
 
     def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
         """numpy (from the envs, on CPU) -> torch on the device."""
@@ -62,6 +69,30 @@ class VectorCollector:
             self.episodes.append((self.frames, self.running_return[i]))
             self.running_return[i] = 0.0
         return td.select("observation", "action", "next")
+
+
+def sample_from(actor) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``VectorCollector.step``: ``a ~ pi(.|s)``, sampled by ``actor`` (a
+    TorchRL ``ProbabilisticActor``)."""
+
+    def act(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            return actor(td)["action"]
+
+    return act
+
+
+def most_probable_action(actor, device: torch.device) -> Callable[[np.ndarray], int]:
+    """An evaluation policy for ``_results.evaluate``: ``argmax_a pi(a|s)`` of a categorical
+    ``actor`` that writes ``"logits"`` (no sampling)."""
+
+    def act(observation: np.ndarray) -> int:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad():
+            return int(actor(td)["logits"].argmax(-1))
+
+    return act
 
 
 def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorDict], torch.Tensor]:

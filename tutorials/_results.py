@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 
 
 def write_csv(path: Path, header: list[str], rows) -> None:
@@ -32,6 +33,17 @@ def plot_returns(ax, episodes, window: int = 20) -> None:
     ax.plot(x[window - 1:], np.convolve(y, np.ones(window) / window, "valid"),
             label=f"running mean ({window} episodes)")
     ax.legend()
+
+
+def save_learning_curve(out: Path, episodes, title: str) -> None:
+    """``out/returns.csv`` (a row ``frames, episode_return`` per finished episode) and
+    ``out/curve.png`` (those returns and their running mean, titled ``title``)."""
+    write_csv(out / "returns.csv", ["frames", "episode_return"], episodes)
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    plot_returns(ax, episodes)
+    ax.set(xlabel="environment steps", ylabel="episode return", title=title)
+    fig.savefig(out / "curve.png", dpi=100, bbox_inches="tight")
 
 
 def evaluate(env_id: str, policy: Callable, *, seed: int, episodes: int = 10) -> list[float]:
