@@ -1,0 +1,84 @@
+"""CrossQ on Pendulum-v1 with rlloss, on SAC's training loop: no target networks,
+batch-renormalised networks.
+
+This tutorial trains SAC's tanh-Gaussian policy and two Q-networks through rlloss's
+``CrossQLoss`` (a drop-in replacement for ``torchrl.objectives.CrossQLoss``). The pieces map
+to "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample Efficiency
+and Simplicity" (Bhatt et al., ICLR 2024, https://openreview.net/pdf?id=PczQtTsTIX,
+Algorithm 1):
+
+1. actor and critics carry batch renormalisation layers (TorchRL's ``BatchRenorm1d``) on their
+   input and after every hidden layer; the agent acts with a ~ pi(.|s), the actor in eval mode
+   (the layers use their running statistics and leave them alone), and stores
+   (s, a, r, s', terminated) in a replay buffer, as SAC does;
+2. for every environment step, one gradient step (UTD 1) on ``CrossQLoss``'s outputs:
+
+   - ``loss_qvalue``: a' ~ pi(.|s') without gradient, then one joint pass of each critic, in
+     train mode, over the batch [(s, a); (s', a')], so that the normalisation statistics are
+     those of the mixture of both action distributions (the paper's Section 3); the target
+     y = r + gamma (1 - terminated) (min_i Q_i(s', a') - alpha log pi(a'|s')) comes from the
+     s' half of that same pass, detached: there are no target networks (Section 3.1), hence no
+     ``SoftUpdate`` (``target_networks=False``);
+   - ``loss_actor``: alpha log pi(a~|s) - min_i Q_i(s, a~), the critics in eval mode;
+   - ``loss_alpha``: SAC's automatic temperature, target entropy -dim(A);
+
+   the actor and temperature losses join the critic loss on every third gradient step only
+   (policy delay 3).
+
+Hyperparameters, from the paper (and the authors' code): Adam with betas (0.5, 0.999) and
+learning rate 1e-3, policy delay 3, UTD 1, two critics, batch 256, gamma 0.99, batch
+renormalisation with momentum 0.01 (the paper's 0.99 in Flax's convention), eps 1e-3 and a
+warm-up of 100,000 steps, a 256x256 actor. Two choices of ours:
+
+- critics of 2x256 units instead of the paper's 2x2048. One update (batch 256, one CPU
+  thread, measured on the shared 2-core machine) costs about 40-60 ms with 256-unit critics,
+  85-140 ms with 512, 260-340 ms with 1024 and 1.1 s with 2048: a 20k-step run would take
+  about 6 hours with the paper's critics and 15-20 minutes with ours. Pendulum is small enough
+  for 256 units (SAC solves it with them);
+- the batch renormalisation layers count their training passes (one per update for the
+  critics, two for the actor), so with 20k steps they never leave the 100,000-step warm-up:
+  they act as batch normalisation throughout, the paper's CrossQ with BatchNorm.
+
+Everything else is ``sac_pendulum.py``'s (squared-error critic loss, alpha learned from 1.0,
+1,000 steps of uniformly random actions first), so that the two differ by the loss, the
+normalisation layers and the optimiser settings. The training loop is
+``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py``, ``redq_pendulum.py`` and
+``tqc_pendulum.py``.
+
+Results (20,000 steps, one CPU thread on a 2-core machine shared with other training runs):
+see ``benchmarks/results/learning/crossq_pendulum``; filled in below per seed.
+
+Run:
+    python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
+
+It writes ``OUT/returns.csv`` (one row per finished episode), ``OUT/eval_returns.csv`` (the mean
+return of the deterministic policy over 10 unseen start states every 1,000 steps) and
+``OUT/curve.png``; it prints ``first_eval_at_target=`` (the first of those evaluations at or
+above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the mean return of
+the final deterministic policy's evaluation episodes).
+"""
+
+import functools
+
+from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+from torchrl.modules import BatchRenorm1d
+
+from rlloss import CrossQLoss
+
+CRITIC_CELLS = 256  # hidden units of each critic's two layers (the paper's: 2048, see above)
+POLICY_DELAY = 3  # gradient steps per actor (and temperature) step
+ADAM_BETAS = (0.5, 0.999)
+# PyTorch's momentum convention (running <- running + momentum (batch - running))
+BATCH_RENORM = functools.partial(BatchRenorm1d, momentum=0.01, eps=1e-3, warmup_steps=100_000)
+
+args = parse_args(__doc__, "runs/crossq_pendulum")
+
+
+def make_loss(actor, make_critic):
+    """Two batch-renormalised critics (one vmap call), no target copies; the target entropy
+    -dim(A) = -1 comes from the actor's spec."""
+    return CrossQLoss(actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0)
+
+
+train(args, make_loss, title="CrossQ", critic_cells=CRITIC_CELLS, target_networks=False,
+      norm_layer=BATCH_RENORM, policy_delay=POLICY_DELAY, adam_betas=ADAM_BETAS)
