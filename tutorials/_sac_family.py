@@ -15,6 +15,7 @@ policy delay, Adam's betas, the critics' width and the update-to-data ratio.
 
 import argparse
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -84,7 +85,7 @@ def mlp(in_features: int, out_features: int, cells: list[int],
                    activation_class=nn.ReLU)
     sizes = [in_features, *cells]
     layers = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+    for n_in, n_out in itertools.pairwise(sizes):
         layers += [norm_layer(n_in), nn.Linear(n_in, n_out), nn.ReLU()]
     return ConcatInputs(*layers, norm_layer(sizes[-1]), nn.Linear(sizes[-1], out_features))
 
