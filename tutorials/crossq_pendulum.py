@@ -45,8 +45,20 @@ normalisation layers and the optimiser settings. The training loop is
 ``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py``, ``redq_pendulum.py`` and
 ``tqc_pendulum.py``.
 
-Results (20,000 steps, one CPU thread on a 2-core machine shared with other training runs):
-see ``benchmarks/results/learning/crossq_pendulum``; filled in below per seed.
+Results (20,000 steps, one CPU thread on a 2-core machine shared with three to five other
+processes, so the wall times are inflated two- to threefold; run directories under
+``benchmarks/results/learning/crossq_pendulum``):
+
+- rlloss, seed 0: final_return (evaluation) -109.8; the evaluation first reaches -200 at 2,000
+  steps (-139.5 after the first 1,000 gradient steps; -1409.4 at 1,000 steps, before any) and
+  stays between -108 and -122 from 4,000 steps on; the last 10 training episodes -206.1;
+  2,113 s. (SAC on the same loop, ``sac_pendulum.py``: -108.5 at 20k; its recorded runs
+  predate the periodic evaluation, so its first crossing is not known.)
+- TorchRL's ``CrossQLoss`` (the learning benchmark's one-import swap), seed 0: final_return
+  -108.9; first at or above -200 at 3,000 steps (-137.4; -1027.6 at 2,000); the last 10
+  training episodes -204.6; 1,289 s (at a lower machine load than the rlloss run). The two
+  runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
+- seeds 1 and 2 were not run: on the shared machine a run took 35 minutes.
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
