@@ -58,7 +58,10 @@ processes, so the wall times are inflated two- to threefold; run directories und
   -108.9; first at or above -200 at 3,000 steps (-137.4; -1027.6 at 2,000); the last 10
   training episodes -204.6; 1,289 s (at a lower machine load than the rlloss run). The two
   runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
-- seeds 1 and 2 were not run: on the shared machine a run took 35 minutes.
+- rlloss, seed 1: final_return -107.7; first at or above -200 at 3,000 steps (-108.9; -576.7
+  at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
+- seed 2 (and TorchRL's seeds 1, 2) not run: on the shared machine a run took 22 to 35
+  minutes.
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
