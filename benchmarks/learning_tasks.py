@@ -73,6 +73,13 @@ TASKS: dict[str, Task] = {
         -200.0,
         f"not looked up for TQC; {RL_ZOO} SAC: -157.0 +- 88.7 at 20k",
     ),
+    "crossq_pendulum": Task(
+        "crossq_pendulum.py",
+        (),
+        20_000,
+        -200.0,
+        f"none for CrossQ; {RL_ZOO} SAC: -157.0 +- 88.7 at 20k",
+    ),
     "td3_pendulum": Task(
         "td3_pendulum.py", (), 20_000, -200.0, f"{RL_ZOO} TD3: -151.9 +- 90.2 at 20k"
     ),

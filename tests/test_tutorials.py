@@ -23,7 +23,7 @@ TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUT
 OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
 OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
 # The SAC-family tutorials (tutorials/_sac_family.py) also log periodic greedy evaluations.
-SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum"}
+SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum", "crossq_pendulum"}
 # Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
 SWAP_IDENTICAL = ["a2c_cartpole", "reinforce_cartpole"]
 

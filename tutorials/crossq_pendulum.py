@@ -1,0 +1,99 @@
+"""CrossQ on Pendulum-v1 with rlloss, on SAC's training loop: no target networks,
+batch-renormalised networks.
+
+This tutorial trains SAC's tanh-Gaussian policy and two Q-networks through rlloss's
+``CrossQLoss`` (a drop-in replacement for ``torchrl.objectives.CrossQLoss``). The pieces map
+to "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample Efficiency
+and Simplicity" (Bhatt et al., ICLR 2024, https://openreview.net/pdf?id=PczQtTsTIX,
+Algorithm 1):
+
+1. actor and critics carry batch renormalisation layers (TorchRL's ``BatchRenorm1d``) on their
+   input and after every hidden layer; the agent acts with a ~ pi(.|s), the actor in eval mode
+   (the layers use their running statistics and leave them alone), and stores
+   (s, a, r, s', terminated) in a replay buffer, as SAC does;
+2. for every environment step, one gradient step (UTD 1) on ``CrossQLoss``'s outputs:
+
+   - ``loss_qvalue``: a' ~ pi(.|s') without gradient, then one joint pass of each critic, in
+     train mode, over the batch [(s, a); (s', a')], so that the normalisation statistics are
+     those of the mixture of both action distributions (the paper's Section 3); the target
+     y = r + gamma (1 - terminated) (min_i Q_i(s', a') - alpha log pi(a'|s')) comes from the
+     s' half of that same pass, detached: there are no target networks (Section 3.1), hence no
+     ``SoftUpdate`` (``target_networks=False``);
+   - ``loss_actor``: alpha log pi(a~|s) - min_i Q_i(s, a~), the critics in eval mode;
+   - ``loss_alpha``: SAC's automatic temperature, target entropy -dim(A);
+
+   the actor and temperature losses join the critic loss on every third gradient step only
+   (policy delay 3).
+
+Hyperparameters, from the paper (and the authors' code): Adam with betas (0.5, 0.999) and
+learning rate 1e-3, policy delay 3, UTD 1, two critics, batch 256, gamma 0.99, batch
+renormalisation with momentum 0.01 (the paper's 0.99 in Flax's convention), eps 1e-3 and a
+warm-up of 100,000 steps, a 256x256 actor. Two choices of ours:
+
+- critics of 2x256 units instead of the paper's 2x2048. One update (batch 256, one CPU
+  thread, measured on the shared 2-core machine) costs about 40-60 ms with 256-unit critics,
+  85-140 ms with 512, 260-340 ms with 1024 and 1.1 s with 2048: a 20k-step run would take
+  about 6 hours with the paper's critics and 15-20 minutes with ours. Pendulum is small enough
+  for 256 units (SAC solves it with them);
+- the batch renormalisation layers count their training passes (one per update for the
+  critics, two for the actor), so with 20k steps they never leave the 100,000-step warm-up:
+  they act as batch normalisation throughout, the paper's CrossQ with BatchNorm.
+
+Everything else is ``sac_pendulum.py``'s (squared-error critic loss, alpha learned from 1.0,
+1,000 steps of uniformly random actions first), so that the two differ by the loss, the
+normalisation layers and the optimiser settings. The training loop is
+``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py``, ``redq_pendulum.py`` and
+``tqc_pendulum.py``.
+
+Results (20,000 steps, one CPU thread on a 2-core machine shared with three to five other
+processes, so the wall times are inflated two- to threefold; run directories under
+``benchmarks/results/learning/crossq_pendulum``):
+
+- rlloss, seed 0: final_return (evaluation) -109.8; the evaluation first reaches -200 at 2,000
+  steps (-139.5 after the first 1,000 gradient steps; -1409.4 at 1,000 steps, before any) and
+  stays between -108 and -122 from 4,000 steps on; the last 10 training episodes -206.1;
+  2,113 s. (SAC on the same loop, ``sac_pendulum.py``: -108.5 at 20k; its recorded runs
+  predate the periodic evaluation, so its first crossing is not known.)
+- TorchRL's ``CrossQLoss`` (the learning benchmark's one-import swap), seed 0: final_return
+  -108.9; first at or above -200 at 3,000 steps (-137.4; -1027.6 at 2,000); the last 10
+  training episodes -204.6; 1,289 s (at a lower machine load than the rlloss run). The two
+  runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
+- rlloss, seed 1: final_return -107.7; first at or above -200 at 3,000 steps (-108.9; -576.7
+  at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
+- seed 2 (and TorchRL's seeds 1, 2) not run: on the shared machine a run took 22 to 35
+  minutes.
+
+Run:
+    python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
+
+It writes ``OUT/returns.csv`` (one row per finished episode), ``OUT/eval_returns.csv`` (the mean
+return of the deterministic policy over 10 unseen start states every 1,000 steps) and
+``OUT/curve.png``; it prints ``first_eval_at_target=`` (the first of those evaluations at or
+above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the mean return of
+the final deterministic policy's evaluation episodes).
+"""
+
+import functools
+
+from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+from torchrl.modules import BatchRenorm1d
+
+from rlloss import CrossQLoss
+
+CRITIC_CELLS = 256  # hidden units of each critic's two layers (the paper's: 2048, see above)
+POLICY_DELAY = 3  # gradient steps per actor (and temperature) step
+ADAM_BETAS = (0.5, 0.999)
+# PyTorch's momentum convention (running <- running + momentum (batch - running))
+BATCH_RENORM = functools.partial(BatchRenorm1d, momentum=0.01, eps=1e-3, warmup_steps=100_000)
+
+args = parse_args(__doc__, "runs/crossq_pendulum")
+
+
+def make_loss(actor, make_critic):
+    """Two batch-renormalised critics (one vmap call), no target copies; the target entropy
+    -dim(A) = -1 comes from the actor's spec."""
+    return CrossQLoss(actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0)
+
+
+train(args, make_loss, title="CrossQ", critic_cells=CRITIC_CELLS, target_networks=False,
+      norm_layer=BATCH_RENORM, policy_delay=POLICY_DELAY, adam_betas=ADAM_BETAS)
