@@ -24,7 +24,7 @@ What the update needs to compile well, and to be captured as a CUDA graph on a G
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -55,14 +55,36 @@ def zero_gradients(params: Sequence[torch.Tensor]) -> None:
 
 
 class Update:
-    """``update(batch=None)``: one gradient step (see :func:`compile_update`); returns the
-    loss module's outputs, detached. ``step`` is the part that takes a batch (what a CUDA graph
-    would capture); ``update()`` without a batch samples it from the replay buffer first."""
+    """One gradient step of ``loss_module`` as one callable, compiled.
+
+    ``update = compile_update(loss, optimizer, target_updater=updater, replay_buffer=rb)``, then
+    ``out = update()`` samples a batch from ``rb``, computes the losses, back-propagates their
+    sum, steps ``optimizer``, writes the new priorities back to ``rb`` (when its sampler is
+    prioritized) and steps ``updater``; ``update(batch)`` takes a batch you sampled yourself.
+    It returns the loss module's outputs, detached (read them on the host outside the update).
+
+    Args:
+        loss_module: any rlloss (or TorchRL) loss module.
+        optimizer: a ``torch.optim.Optimizer`` over the loss module's parameters; its gradients
+            are allocated now and zeroed in place by every update.
+        target_updater: ``rlloss.SoftUpdate`` / ``HardUpdate`` (anything with ``step()``), or
+            ``None`` for a loss without target networks.
+        replay_buffer: a TorchRL replay buffer to sample from and write priorities back to.
+        loss_keys: the entries summed into the total (default: ``loss`` and every ``loss_*``
+            entry of ``loss_module.out_keys``).
+        compile: ``True`` (``torch.compile`` with its defaults), a dict of ``torch.compile``
+            keywords (e.g. ``{"mode": "max-autotune-no-cudagraphs"}``), or ``False`` (eager:
+            the same steps, for debugging and comparison).
+
+    ``update.step`` is the part that takes a batch (what a CUDA graph would capture). See the
+    module docstring for what compiling and CUDA-graph capture need.
+    """
 
     def __init__(
         self,
         loss_module: nn.Module,
         optimizer: torch.optim.Optimizer,
+        *,
         target_updater=None,
         replay_buffer=None,
         loss_keys: Sequence[str] | None = None,
@@ -116,39 +138,10 @@ def _write_priorities(replay_buffer, batch: TensorDictBase) -> None:
         update(batch)
 
 
-def compile_update(
-    loss_module: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    *,
-    target_updater=None,
-    replay_buffer=None,
-    loss_keys: Sequence[str] | None = None,
-    compile: bool | dict = True,
-) -> Callable[[TensorDictBase | None], TensorDictBase]:
-    """One gradient step of ``loss_module`` as one callable, compiled.
-
-    ``update = compile_update(loss, optimizer, target_updater=updater, replay_buffer=rb)``, then
-    ``out = update()`` samples a batch from ``rb``, computes the losses, back-propagates their
-    sum, steps ``optimizer``, writes the new priorities back to ``rb`` (when its sampler is
-    prioritized) and steps ``updater``; ``update(batch)`` takes a batch you sampled yourself.
-    It returns the loss module's outputs, detached (read them on the host outside the update).
-
-    Args:
-        loss_module: any rlloss (or TorchRL) loss module.
-        optimizer: a ``torch.optim.Optimizer`` over the loss module's parameters; its gradients
-            are allocated now and zeroed in place by every update.
-        target_updater: ``rlloss.SoftUpdate`` / ``HardUpdate`` (anything with ``step()``), or
-            ``None`` for a loss without target networks.
-        replay_buffer: a TorchRL replay buffer to sample from and write priorities back to.
-        loss_keys: the entries summed into the total (default: ``loss`` and every ``loss_*``
-            entry of ``loss_module.out_keys``).
-        compile: ``True`` (``torch.compile`` with its defaults), a dict of ``torch.compile``
-            keywords (e.g. ``{"mode": "max-autotune-no-cudagraphs"}``), or ``False`` (eager:
-            the same steps, for debugging and comparison).
-
-    See the module docstring for what compiling and CUDA-graph capture need.
-    """
-    return Update(loss_module, optimizer, target_updater, replay_buffer, loss_keys, compile)
+def compile_update(loss_module: nn.Module, optimizer: torch.optim.Optimizer, **options) -> Update:
+    """``Update(loss_module, optimizer, **options)``: one gradient step as one compiled callable
+    (see :class:`Update` for the options)."""
+    return Update(loss_module, optimizer, **options)
 
 
 def _check_arguments(loss_module, optimizer, target_updater, replay_buffer, compile) -> None:
