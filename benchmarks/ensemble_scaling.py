@@ -6,6 +6,7 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
 
     python benchmarks/ensemble_scaling.py                          # REDQ 2/4/10, TQC 2/5/10
     python benchmarks/ensemble_scaling.py --losses REDQLoss --redq-critics 2 10 --smoke
+    python benchmarks/ensemble_scaling.py --custom-critic  # critics of one's own nn.Module
 
 Writes ``benchmarks/results/ensemble-scaling.json`` (rows in the overhead harness's format, plus
 ``num_critics`` and each method's growth over the smallest ensemble) and
@@ -24,10 +25,12 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # benchmark the working tree's rlloss
 
 from benchmarks import harness  # noqa: E402
+from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
 from benchmarks.cases.ensembles import build_ensemble  # noqa: E402
 from benchmarks.harness import LEVELS, MODES, Config  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "ensemble-scaling.json"
+CUSTOM_OUT = REPO_ROOT / "benchmarks" / "results" / "ensemble-scaling-custom-critic.json"
 SHOWN = ("plain", "rlloss", "torchrl")  # plain-min is the same loop as plain here
 
 
@@ -45,11 +48,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
     p.add_argument("--rtol", type=float, default=1e-5, help="equality-gate relative tolerance")
     p.add_argument("--compiled-rtol", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument(
+        "--custom-critic",
+        action="store_true",
+        help="critics written as a plain nn.Module (not TorchRL's MLP): rlloss cannot stack "
+        "them into batched matrix products",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"default: {DEFAULT_OUT.name}, or {CUSTOM_OUT.name} with --custom-critic",
+    )
     p.add_argument("--smoke", action="store_true", help="3 rounds of 1 step: checks the gate")
     a = p.parse_args(argv)
     if a.smoke:
         a.repeats, a.warmup = min(a.repeats, 3), min(a.warmup, 1)
+    if a.out is None:
+        a.out = CUSTOM_OUT if a.custom_critic else DEFAULT_OUT
     cfg = Config(
         cases=a.losses,
         batch_sizes=[a.batch_size],
@@ -154,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.losses:
         for n in critics[name]:
-            setup = build_ensemble(name, n, args.batch_size, args.seed)
-            for row in harness.run_case(name, setup, args.batch_size, cfg):
+            setup = build_ensemble(name, n, args.batch_size, args.seed, args.custom_critic)
+            label = name + (CUSTOM_SUFFIX if args.custom_critic else "")
+            for row in harness.run_case(label, setup, args.batch_size, cfg):
                 rows.append({**row, "num_critics": n})
             print(f"{name} critics={n}: done", file=sys.stderr, flush=True)
     rows = with_growth(rows)

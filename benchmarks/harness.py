@@ -12,6 +12,8 @@ every batch size, four implementations of the same math are run on the same netw
   what the math costs with zero framework overhead, and the baseline of the targets.
 * ``plain-min`` -- the same without the diagnostics (the losses only), for reference.
 * ``rlloss``  -- the rlloss loss module (TorchRL's keyword API and output keys).
+* ``rlloss-min`` -- the same with ``diagnostics=False`` (the losses only), the counterpart of
+  ``plain-min``, for the cases whose loss has diagnostics to skip.
 * ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
 
 One timed *step* is what an optimisation step costs minus the optimizer itself:
@@ -63,10 +65,17 @@ from typing import Any
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("plain", "plain-min", "rlloss", "torchrl")
+METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl")
+EAGER_ONLY = ("plain-min", "rlloss-min")  # the diagnostics-off variants: not compiled
 LEVELS = ("forward", "backward", "update")  # "update" last: it changes the weights
 MODES = ("eager", "compiled")
-RATIOS = (("rlloss", "plain"), ("rlloss", "plain-min"), ("torchrl", "rlloss"), ("torchrl", "plain"))
+RATIOS = (
+    ("rlloss", "plain"),
+    ("rlloss", "plain-min"),
+    ("rlloss-min", "plain-min"),
+    ("torchrl", "rlloss"),
+    ("torchrl", "plain"),
+)
 METHOD_TEXT = (
     "per step: forward (loss, graph built) | backward (zero_grad(set_to_none) + forward + "
     "backward) | update (backward + Adam step + soft target update); eager or torch.compile'd "
@@ -365,15 +374,16 @@ def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[
     rows = []
     for mode in cfg.modes:
         compiled = mode == "compiled"
-        names = [n for n in available if not (compiled and n == "plain-min")]
+        names = [n for n in available if not (compiled and n in EAGER_ONLY)]
         if compiled:
             torch._dynamo.reset()  # every method compiles afresh, none hits a cache limit
         t0 = time.perf_counter()
         report, methods = gate(setup, names, cfg.compiled_rtol if compiled else cfg.rtol, compiled)
         gate_s = time.perf_counter() - t0
         methods_status = gated_statuses(report, statuses, f"{case} B={batch_size} {mode}")
-        if compiled and "plain-min" in available:
-            methods_status["plain-min"] = {"status": "n/a", "reason": "eager only"}
+        for name in EAGER_ONLY if compiled else ():
+            if name in available:
+                methods_status[name] = {"status": "n/a", "reason": "eager only"}
         skipped = [n for n, m in methods_status.items() if m["status"] == "skipped"]
         failed = [n for n, m in methods_status.items() if m["status"] == "FAILED"]
         status = "FAILED" if failed or (skipped and cfg.require_all) else "ok"
@@ -442,6 +452,7 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
         "batch",
         *(f"{m} (us)" for m in METHODS),
         "rlloss/plain",
+        "rlloss-min/plain-min",
         "torchrl/rlloss",
     ]
     body = [
@@ -451,6 +462,7 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
             str(row["batch_size"]) + ("" if row["status"] == "ok" else " FAILED"),
             *(_fmt_time(row, m) for m in METHODS),
             _fmt_ratio(row, "rlloss/plain"),
+            _fmt_ratio(row, "rlloss-min/plain-min"),
             _fmt_ratio(row, "torchrl/rlloss"),
         ]
         for row in rows

@@ -27,6 +27,7 @@ from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import CQLLoss, CrossQLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.td3 import TD3BCLoss, TD3Loss
+from rlloss.update import Update, compile_update
 from rlloss.updaters import HardUpdate, SoftUpdate
 
 __all__ = [
@@ -73,6 +74,8 @@ __all__ = [
     "VTrace",
     "ValueNormalizer",
     "ValueEstimator",
+    "Update",
+    "compile_update",
     "data",
     "functional",
     "kl_exceeds",

@@ -531,9 +531,31 @@ class _MemberCall(nn.Module):
         return self.call(inputs)
 
 
+# Up to this many members, an ensemble of a network that is not a plain MLP runs its members one
+# after the other on views of the stacked parameters; beyond it, in one ``torch.vmap`` call.
+# Measured (TD3, custom critic, loss + backward, CPU, one thread): the loop beats vmap by ~10%
+# at 2-4 members for 256x256 critics at batch 256 and stays ahead up to ~10; for 64x64 critics
+# at batch 64, by ~7-22% at 2-4 members, and vmap wins from 6 (1.2-1.7x faster at 6-10).
+LOOP_MEMBERS_MAX = 4
+
+
+def members_in_turn(
+    module: nn.Module, params: Mapping[str, torch.Tensor], inputs: Mapping, size: int
+) -> dict:
+    """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
+    buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
+    dim: what ``torch.vmap(functional_call)`` gives, without its batching layer."""
+    outputs = [
+        torch.func.functional_call(module, {k: v[i] for k, v in params.items()}, (inputs,))
+        for i in range(size)
+    ]
+    return {key: torch.stack([out[key] for out in outputs]) for key in outputs[0].keys()}
+
+
 class Ensemble:
-    """``size`` copies of one network architecture evaluated in one batched call on stacked
-    parameters: batched matrix products for MLPs (:class:`StackedMLP`), else ``torch.vmap``.
+    """``size`` copies of one network architecture evaluated on stacked parameters: batched
+    matrix products for MLPs (:class:`StackedMLP`), else one call per member for up to
+    ``LOOP_MEMBERS_MAX`` members (:func:`members_in_turn`) and ``torch.vmap`` beyond.
 
     The stacked tensors are the loss's (``<name>_params`` and ``target_<name>_params``); call
     :meth:`use` after they are created or replaced (``.to()``, deep copies).
@@ -595,6 +617,9 @@ class Ensemble:
                     return {self.stacked.out_key: self.stacked(params, inputs)}
 
                 module = self.member if training is None else self.member_in_mode[training]
+                size = next(iter(params.values())).shape[0]
+                if size <= LOOP_MEMBERS_MAX:
+                    return members_in_turn(module, params, inputs, size)
 
                 def member(member_params):
                     return torch.func.functional_call(module, member_params, (inputs,))

@@ -76,6 +76,7 @@ class A2CLoss(_PolicyGradientLoss):
         clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
         policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
+        diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
 
     Differences from TorchRL: ``advantage_norm`` (TorchRL's running return scaling) is not
     supported (``TypeError``).
@@ -110,6 +111,7 @@ class A2CLoss(_PolicyGradientLoss):
         clip_value: float | None = None,
         policy_loss_addons: list | None = None,
         value_normalizer=None,
+        diagnostics: bool = True,
         **kwargs,
     ) -> None:
         for old, new in (("entropy_coef", "entropy_coeff"), ("critic_coef", "critic_coeff")):
@@ -140,6 +142,7 @@ class A2CLoss(_PolicyGradientLoss):
             samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,
             log_explained_variance=False,
+            diagnostics=diagnostics,
             critic_coeff=critic_coeff,
             loss_critic_type=loss_critic_type,
             separate_losses=separate_losses,
@@ -154,10 +157,12 @@ class A2CLoss(_PolicyGradientLoss):
     def out_keys(self) -> list[str]:
         """TorchRL's entries, in TorchRL's order (a keyword-tensor call returns them so), and
         ``value_clip_fraction`` with ``clip_value`` (TorchRL writes it without declaring it)."""
+        clip_fraction = self._has_critic and self.clip_value is not None and self.diagnostics
         keys = ["loss_objective"]
         keys += ["loss_critic"] if self._has_critic else []
-        keys += ["value_clip_fraction"] if self._has_critic and self.clip_value is not None else []
-        keys += ["entropy", "loss_entropy"] if self.entropy_bonus else []
+        keys += ["value_clip_fraction"] if clip_fraction else []
+        keys += ["entropy"] if self.entropy_bonus and self.diagnostics else []
+        keys += ["loss_entropy"] if self.entropy_bonus else []
         return keys
 
 
@@ -181,6 +186,7 @@ class ReinforceLoss(_PolicyGradientLoss):
             :class:`A2CLoss`.
         policy_loss_addons: extra terms on ``loss_actor`` (:mod:`rlloss.addons`).
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
+        diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
 
     Example:
         >>> loss = ReinforceLoss(actor, critic)
@@ -211,6 +217,7 @@ class ReinforceLoss(_PolicyGradientLoss):
         clip_value: float | None = None,
         policy_loss_addons: list | None = None,
         value_normalizer=None,
+        diagnostics: bool = True,
     ) -> None:
         actor_network, critic_network = torchrl_networks(
             type(self).__name__,
@@ -232,6 +239,7 @@ class ReinforceLoss(_PolicyGradientLoss):
             critic_network,
             entropy_bonus=False,
             log_explained_variance=False,
+            diagnostics=diagnostics,
             critic_coeff=1.0,
             loss_critic_type=loss_critic_type,
             separate_losses=separate_losses,
@@ -257,8 +265,8 @@ class ReinforceLoss(_PolicyGradientLoss):
     def out_keys(self) -> list[str]:
         """``loss_actor``, ``loss_value`` (TorchRL's), and ``value_clip_fraction`` with
         ``clip_value``."""
-        keys = ["loss_actor", "loss_value"]
-        return keys + (["value_clip_fraction"] if self.clip_value is not None else [])
+        clip_fraction = self.clip_value is not None and self.diagnostics
+        return ["loss_actor", "loss_value"] + (["value_clip_fraction"] if clip_fraction else [])
 
 
 def _requires_grad(value) -> bool:

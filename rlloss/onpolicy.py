@@ -93,6 +93,7 @@ class OnPolicyLoss(LossModule):
         samples_mc_entropy: int = 1,
         entropy_coeff: float | dict[NestedKey, float] = 0.01,
         log_explained_variance: bool = True,
+        diagnostics: bool = True,
         critic_coeff: float | None = None,
         loss_critic_type: str = "smooth_l1",
         normalize_advantage: bool = False,
@@ -155,6 +156,7 @@ class OnPolicyLoss(LossModule):
         self.entropy_bonus = entropy_bonus
         self.samples_mc_entropy = int(samples_mc_entropy)
         self.log_explained_variance = log_explained_variance
+        self.diagnostics = diagnostics
         self.loss_critic_type = loss_critic_type
         self.normalize_advantage = normalize_advantage
         self.separate_losses = separate_losses
@@ -240,11 +242,13 @@ class OnPolicyLoss(LossModule):
     def out_keys(self) -> list[str]:
         """The entries of the output TensorDict."""
         keys = list(self._objective_out_keys())
-        keys += ["loss_entropy", "entropy"] if self.entropy_bonus else []
+        keys += ["loss_entropy"] if self.entropy_bonus else []
+        keys += ["entropy"] if self.entropy_bonus and self.diagnostics else []
         if self._has_critic:
             keys += [self._critic_loss_key]
-            keys += ["value_clip_fraction"] if self.clip_value is not None else []
-            keys += ["explained_variance"] if self.log_explained_variance else []
+            if self.diagnostics:
+                keys += ["value_clip_fraction"] if self.clip_value is not None else []
+                keys += ["explained_variance"] if self.log_explained_variance else []
         return keys
 
     def _objective_in_keys(self) -> list[NestedKey]:
@@ -318,6 +322,8 @@ class OnPolicyLoss(LossModule):
             return self._composite_loss_entropy(distribution, mask)
         entropy = rlf.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
         reduced = rlf.reduce(entropy, self.reduction, mask)
+        if not self.diagnostics:
+            return -(self.entropy_coeff * reduced), {}
         mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
         return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
 
@@ -338,6 +344,8 @@ class OnPolicyLoss(LossModule):
                 for key, value in heads.items(True, True)
             )
         reduced = rlf.reduce(weighted, self.reduction, mask)
+        if not self.diagnostics:
+            return -reduced, {}
         entropy = rlf.reduce(sum_heads(heads, shape), "mean", mask)
         return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
 
@@ -404,10 +412,11 @@ class OnPolicyLoss(LossModule):
             loss, clipped = rlf.clipped_value_loss(
                 value, old_value, target, self.clip_value, self.loss_critic_type
             )
-            info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
+            if self.diagnostics:
+                info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
         if self.vf_clip_param is not None:  # rl8's clamp of the per-element loss
             loss = rlf.clamped_loss(loss, self.vf_clip_param)
-        if self.log_explained_variance:
+        if self.log_explained_variance and self.diagnostics:
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 

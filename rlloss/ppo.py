@@ -38,6 +38,12 @@ class PPOLoss(OnPolicyLoss):
             distribution has no closed-form entropy (e.g. TanhNormal).
         entropy_coeff: entropy weight (a buffer: ``loss.entropy_coeff = x`` is in place).
         log_explained_variance: report ``explained_variance`` of the critic.
+        diagnostics: compute and report the detached diagnostics (``kl_approx``, ``kl_k3``,
+            ``clip_fraction``, ``ESS``, ``max_ratio``, ``mean_ratio``, ``entropy``,
+            ``explained_variance``, ``value_clip_fraction``). ``False`` leaves the losses
+            only (plus what the loss itself needs, as KLPEN's ``kl`` and ``beta``): the same
+            losses and gradients, less work per update at small batches. Not a TorchRL
+            keyword (TorchRL has ``log_explained_variance`` only).
         critic_coeff: critic weight, default 1.0 when a critic is given (a buffer).
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
         normalize_advantage: standardise the advantage over the (valid part of the) batch.
@@ -77,13 +83,15 @@ class PPOLoss(OnPolicyLoss):
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
-    _surrogate_keys: tuple[str, ...] = ()
+    _diagnostic_keys: tuple[str, ...] = ("kl_approx", "kl_k3")  # dropped by diagnostics=False
+    _surrogate_keys: tuple[str, ...] = ()  # what the surrogate always reports (KLPEN's beta)
 
     def _objective_in_keys(self) -> list[NestedKey]:
         return as_list(self.tensor_keys.sample_log_prob)
 
     def _objective_out_keys(self) -> list[str]:
-        return ["loss_objective", "kl_approx", "kl_k3", *self._surrogate_keys]
+        diagnostics = self._diagnostic_keys if self.diagnostics else ()
+        return ["loss_objective", *diagnostics, *self._surrogate_keys]
 
     def _policy(self, batch: TensorDictBase) -> tuple[D.Distribution, torch.Tensor]:
         """The current policy and the log-ratio ``log pi(a|s) - log pi_old(a|s)``, ``[*B, 1]``."""
@@ -117,9 +125,10 @@ class PPOLoss(OnPolicyLoss):
         out["loss_objective"] = as_scalar_output(
             rlf.reduce(-surrogate, self.reduction, mask), self.reduction
         )
-        log_ratio = log_ratio.detach()
-        out["kl_approx"] = rlf.reduce(-log_ratio, "mean", mask)
-        out["kl_k3"] = rlf.reduce(rlf.kl_k3(log_ratio), "mean", mask)
+        if self.diagnostics:
+            log_ratio = log_ratio.detach()
+            out["kl_approx"] = rlf.reduce(-log_ratio, "mean", mask)
+            out["kl_k3"] = rlf.reduce(rlf.kl_k3(log_ratio), "mean", mask)
         return distribution, out
 
 
@@ -148,7 +157,13 @@ class ClipPPOLoss(PPOLoss):
     _schedulable_buffers = frozenset(
         {"clip_epsilon", "clip_epsilon_low", "clip_epsilon_high", "dual_clip"}
     )
-    _surrogate_keys = ("clip_fraction", "ESS", "max_ratio", "mean_ratio")
+    _diagnostic_keys = (
+        *PPOLoss._diagnostic_keys,
+        "clip_fraction",
+        "ESS",
+        "max_ratio",
+        "mean_ratio",
+    )
     _coefficient_ranges = {
         "clip_epsilon": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
         "clip_epsilon_low": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
@@ -210,6 +225,8 @@ class ClipPPOLoss(PPOLoss):
     def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
         surrogate = rlf.clipped_surrogate(log_ratio, advantage, low, high, self.dual_clip)
+        if not self.diagnostics:
+            return surrogate, {}
         with torch.no_grad():
             ratio = log_ratio.exp()
             info = {

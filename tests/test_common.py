@@ -180,9 +180,9 @@ def test_mlp_ensemble_batched_matmuls_match_vmap(activation):
     assert weights.grad[0].abs().sum() == 0
 
 
-def test_non_mlp_ensemble_falls_back_to_vmap():
-    """A member with a layer other than Linear and an activation (here LayerNorm) is evaluated
-    with vmap, and gives each member's own output."""
+def test_non_mlp_ensemble_gives_each_members_output():
+    """A member with a layer other than Linear and an activation (here LayerNorm) is not
+    stacked into batched matrix products, and gives each member's own output."""
     from torchrl.modules import MLP
 
     torch.manual_seed(0)
@@ -202,6 +202,48 @@ def test_non_mlp_ensemble_falls_back_to_vmap():
     for i in range(2):
         with members[i]["module"].to_module(net):
             torch.testing.assert_close(values[i], net(inputs))
+
+
+class _BatchNormCritic(torch.nn.Module):
+    """A custom critic (inputs concatenated in ``forward``) with a BatchNorm layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        )
+
+    def forward(self, observation, action):
+        return self.layers(torch.cat([observation, action], -1))
+
+
+@pytest.mark.parametrize("num", [2, 3, 6])
+def test_per_member_ensemble_calls_match_vmap(monkeypatch, num):
+    """Small ensembles of a custom module run one member at a time, large ones through vmap:
+    the same values, gradients and running-statistics updates (BatchNorm in train mode)."""
+    import rlloss._networks
+
+    torch.manual_seed(0)
+    looped, vmapped = (
+        _ensemble_loss(_BatchNormCritic(), num),
+        _ensemble_loss(_BatchNormCritic(), num),
+    )
+    vmapped.load_state_dict(looped.state_dict())
+    batch = TensorDict({"observation": torch.randn(16, 3), "action": torch.randn(16, 2)}, [16])
+    weights = torch.arange(1.0, num + 1).view(num, 1, 1)  # a different gradient per member
+    outputs = {}
+    for name, loss, limit in (("loop", looped, num), ("vmap", vmapped, num - 1)):
+        monkeypatch.setattr(rlloss._networks, "LOOP_MEMBERS_MAX", limit)
+        outputs[name] = loss(batch)
+        (outputs[name] * weights).sum().backward()
+    assert outputs["loop"].shape == (num, 16, 1)
+    torch.testing.assert_close(outputs["loop"], outputs["vmap"])
+    for (name, p_loop), p_vmap in zip(looped.named_parameters(), vmapped.parameters(), strict=True):
+        torch.testing.assert_close(p_loop.grad, p_vmap.grad, msg=name)
+    stats = looped.qvalue_network_params["module", "layers", "1", "running_mean"]
+    assert not torch.equal(stats[0], stats[1])  # each member updated its own statistics
+    for key, value in looped.qvalue_network_params.items(True, True):
+        torch.testing.assert_close(value, vmapped.qvalue_network_params[key], msg=str(key))
 
 
 def test_deepcopy_is_independent_of_the_original():

@@ -271,3 +271,47 @@ def test_klpen_compiled_adapts_beta_like_eager_without_recompiling():
 def test_family_outputs_are_tensordicts_of_scalars():
     out = rlloss.KLPENPPOLoss(make_actor(), make_critic())(rollout(make_actor()))
     assert isinstance(out, TensorDict) and all(v.shape == () for v in out.values())
+
+
+ON_POLICY = {**PPO_FAMILY, "A2CLoss": {}, "ReinforceLoss": {}}
+DIAGNOSTICS = {
+    "kl_approx",
+    "kl_k3",
+    "clip_fraction",
+    "ESS",
+    "max_ratio",
+    "mean_ratio",
+    "entropy",
+    "explained_variance",
+    "value_clip_fraction",
+}
+
+
+@pytest.mark.parametrize("name", list(ON_POLICY))
+def test_diagnostics_off_gives_the_same_losses_and_gradients_without_diagnostics(name):
+    actor = make_actor()
+    batch = rollout(actor)
+    kwargs = {**ON_POLICY[name], "clip_value": 0.2}
+    if name == "KLPENPPOLoss":
+        kwargs["adaptive_beta"] = False
+    new_actor, critic = perturbed(actor), make_critic()
+    full = getattr(rlloss, name)(copy.deepcopy(new_actor), copy.deepcopy(critic), **kwargs)
+    bare = getattr(rlloss, name)(new_actor, critic, diagnostics=False, **kwargs)
+    torch.manual_seed(3)
+    out_full = full(batch)
+    torch.manual_seed(3)
+    out_bare = bare(batch)
+    losses = sorted(k for k in out_full.keys() if k.startswith("loss_"))
+    assert losses and losses == sorted(k for k in out_bare.keys() if k.startswith("loss_"))
+    reported = set(out_full.keys()) & DIAGNOSTICS
+    assert reported and not set(out_bare.keys()) & DIAGNOSTICS  # something was dropped
+    assert set(out_bare.keys()) == set(bare.out_keys) and set(out_full.keys()) == set(full.out_keys)
+    if name == "KLPENPPOLoss":  # what the loss needs itself stays
+        assert {"kl", "beta"} <= set(out_bare.keys())
+    for key in losses:
+        torch.testing.assert_close(out_bare[key], out_full[key], msg=key)
+    sum(out_full[k] for k in losses).backward()
+    sum(out_bare[k] for k in losses).backward()
+    for (n, p_full), p_bare in zip(full.named_parameters(), bare.parameters(), strict=True):
+        if p_full.grad is not None:
+            torch.testing.assert_close(p_bare.grad, p_full.grad, msg=n)

@@ -99,7 +99,11 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
 def test_compile_tutorial_smoke(tmp_path):
     """A compiled SAC update gives the eager losses and runs without recompiling (about 50 s
     with an empty inductor cache on a small CPU, 15 s with a warm one)."""
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env = {
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
+    }
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     result = subprocess.run(

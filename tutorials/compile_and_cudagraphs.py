@@ -4,8 +4,9 @@ The losses of rlloss never synchronise with the host (no ``.item()``, no ``.cpu(
 branch on a tensor's value), so an entire gradient step can be compiled, and on a GPU recorded
 once as a CUDA graph and replayed. This tutorial builds the SAC of ``sac_pendulum.py`` (a
 ``TanhNormal`` ``ProbabilisticActor``, two 256x256 Q-networks, ``rlloss.SACLoss``,
-``rlloss.SoftUpdate``) and one function ``update(batch)``: loss forward, backward, Adam step and
-target update. No environment is needed: the batches are random replay-like TensorDicts.
+``rlloss.SoftUpdate``) and one function ``update(batch)`` (``rlloss.compile_update``): loss
+forward, backward, Adam step and target update. No environment is needed: the batches are
+random replay-like TensorDicts.
 
 What it shows, in order:
 
@@ -94,6 +95,7 @@ from torch import nn
 from torchrl.data import Bounded
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 
+import rlloss
 from rlloss import SACLoss, SoftUpdate
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -146,31 +148,12 @@ def make_loss() -> SACLoss:
 
 def make_optimizer(loss_module: SACLoss) -> torch.optim.Adam:
     """Adam over actor, critics and log(alpha), set up to be captured on CUDA (see the module
-    docstring), with every gradient allocated once."""
+    docstring)."""
     params = list(loss_module.parameters())
-    for p in params:
-        p.grad = torch.zeros_like(p)
     if device.type == "cuda":
         lr = torch.tensor(LR, device=device)  # a schedule may fill_() it: no recompilation
         return torch.optim.Adam(params, lr=lr, foreach=True, capturable=True)
     return torch.optim.Adam(params, lr=LR, foreach=True)
-
-
-def make_update(loss_module: SACLoss, optimizer: torch.optim.Adam, updater: SoftUpdate):
-    """``update(batch)``: one SAC gradient step and target update; returns the detached losses.
-    Nothing in it reads a tensor's value on the host."""
-    grads = [p.grad for p in loss_module.parameters()]
-
-    def update(batch: TensorDict) -> TensorDict:
-        torch._foreach_zero_(grads)
-        losses = loss_module(batch)
-        total = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        total.backward()
-        optimizer.step()
-        updater.step()
-        return losses.select("loss_actor", "loss_qvalue", "loss_alpha", "alpha").detach()
-
-    return update
 
 
 def random_batches(count: int, generator: torch.Generator) -> list[TensorDict]:
@@ -199,11 +182,14 @@ def random_batches(count: int, generator: torch.Generator) -> list[TensorDict]:
     return batches
 
 
-def agent(template: SACLoss):
-    """An independent copy of ``template`` (same weights) with its optimizer and ``update``."""
+def agent(template: SACLoss, compile: bool) -> rlloss.Update:
+    """An independent copy of ``template`` (same weights) with its optimizer, as ``update(batch)``:
+    one SAC gradient step and target update (``rlloss.compile_update``: every gradient allocated
+    once and zeroed in place; the detached losses returned)."""
     loss_module = copy.deepcopy(template)
     optimizer = make_optimizer(loss_module)
-    return make_update(loss_module, optimizer, SoftUpdate(loss_module, tau=TAU))
+    updater = SoftUpdate(loss_module, tau=TAU)
+    return rlloss.compile_update(loss_module, optimizer, target_updater=updater, compile=compile)
 
 
 def synchronize() -> None:
@@ -216,7 +202,7 @@ def max_loss_difference(template: SACLoss, batches: list[TensorDict]) -> float:
     """Largest ``|compiled - eager| / max(1, |eager|)`` of the three losses over the first
     updates of two identical agents, the compiled one drawing its noise with eager's generator
     (``fallback_random``)."""
-    eager, compiled = agent(template), torch.compile(agent(template))
+    eager, compiled = agent(template, False), agent(template, True)
     worst = 0.0
     with torch._inductor.config.patch(fallback_random=True):
         for step, batch in enumerate(batches):
@@ -250,10 +236,10 @@ def updates_per_second(update, batches: list[TensorDict], count: int) -> float:
 
 def compiled_update(template: SACLoss):
     """The timed compiled update: ``torch.compile``, wrapped in ``CudaGraphModule`` on CUDA."""
-    update = torch.compile(agent(template))
+    update = agent(template, True)
     if device.type == "cuda":
         # in_keys=[]: the argument is a TensorDict, copied into the graph's static input
-        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=WARMUP_UPDATES)
+        return CudaGraphModule(update.step, in_keys=[], out_keys=[], warmup=WARMUP_UPDATES)
     return update
 
 
@@ -283,11 +269,11 @@ if args.check_updates > 0:
 # ---- 2. Updates per second, eager and compiled (on CUDA: compiled and graph-captured) ----
 if device.type == "cuda":
     # a sync in the eager step would be reported here: it would break the capture below
-    probe = agent(template)
+    probe = agent(template, False)
     torch.cuda.set_sync_debug_mode("warn")
     probe(sample(batches, 0))
     torch.cuda.set_sync_debug_mode("default")
-eager = agent(template)
+eager = agent(template, False)
 warm_up(eager, batches)
 summary["eager_updates_per_second"] = updates_per_second(eager, batches, args.updates)
 compiled = compiled_update(template)

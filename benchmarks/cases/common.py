@@ -159,9 +159,32 @@ def policy_net(discrete: bool, act_dim: int) -> nn.Module:
     return nn.Sequential(mlp(OBS_DIM, 2 * act_dim), NormalParamExtractor())
 
 
-def q_net(discrete: bool, act_dim: int) -> nn.Module:
-    """A critic's network: ``Q(s, .)`` over ``act_dim`` actions, or ``Q(s, a)``."""
-    return mlp(OBS_DIM, act_dim) if discrete else mlp(OBS_DIM + act_dim, 1)
+class CustomCritic(nn.Module):
+    """A critic written the common way, not a TorchRL ``MLP``: its inputs concatenated, then
+    ``HIDDEN`` relu layers of its own (the libraries cannot stack it into batched matrix
+    products; rlloss's ensembles call it per member or through ``torch.vmap``)."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        sizes = (in_features, *HIDDEN)
+        pairs = zip(sizes[:-1], sizes[1:], strict=True)
+        hidden = [m for a, b in pairs for m in (nn.Linear(a, b), nn.ReLU())]
+        self.layers = nn.Sequential(*hidden, nn.Linear(sizes[-1], out_features))
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.layers(torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0])
+
+
+def q_net(discrete: bool, act_dim: int, custom: bool = False) -> nn.Module:
+    """A critic's network: ``Q(s, .)`` over ``act_dim`` actions, or ``Q(s, a)``; a TorchRL
+    ``MLP``, or with ``custom`` a :class:`CustomCritic` of the same shape."""
+    in_features, out_features = (OBS_DIM, act_dim) if discrete else (OBS_DIM + act_dim, 1)
+    if custom:
+        return CustomCritic(in_features, out_features)
+    return mlp(in_features, out_features)
+
+
+CUSTOM_SUFFIX = "-custom-critic"  # the case name of a loss timed with CustomCritic critics
 
 
 def q_module(net: nn.Module, discrete: bool) -> nn.Module:

@@ -15,6 +15,7 @@ from torchrl.modules import Actor, ValueOperator
 
 from benchmarks.cases.common import (
     ACT_DIM,
+    CUSTOM_SUFFIX,
     GAMMA,
     HIDDEN_TEXT,
     OBS_DIM,
@@ -100,11 +101,12 @@ def gated(name: str, nets: dict) -> dict[str, torch.Tensor]:
     return params
 
 
-def build(name: str, batch_size: int, seed: int) -> CaseSetup:
-    """The case ``name`` of the family at ``batch_size``."""
+def build(name: str, custom: bool, batch_size: int, seed: int) -> CaseSetup:
+    """The case ``name`` of the family at ``batch_size`` (``custom``: :class:`CustomCritic`
+    critics)."""
     torch.manual_seed(seed)
     actor_net = nn.Sequential(mlp(OBS_DIM, ACT_DIM), nn.Tanh())
-    critics = [q_net(False, ACT_DIM) for _ in range(CRITICS[name])]
+    critics = [q_net(False, ACT_DIM, custom) for _ in range(CRITICS[name])]
     g = torch.Generator().manual_seed(seed + 1)
     observation = torch.randn(batch_size, OBS_DIM, generator=g)
     batch = replay_batch(observation, torch.rand(batch_size, ACT_DIM, generator=g) * 2 - 1, g)
@@ -126,7 +128,8 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
         batches={"replay": batch},
         factories=library_factories(plain, loss_method),
         description=(
-            f"{name}; MLP actor and {CRITICS[name]} critic(s) {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
+            f"{name}; MLP actor and {CRITICS[name]} {'custom ' if custom else ''}critic(s) "
+            f"{HIDDEN_TEXT} relu, obs {OBS_DIM}, "
             f"action {ACT_DIM}, target networks"
             + ("" if name == "DDPGLoss" else ", policy_noise=0")
             + (f", alpha={TD3_BC_ALPHA}" if name == "TD3BCLoss" else "")
@@ -134,4 +137,5 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     )
 
 
-CASES = {name: partial(build, name) for name in CRITICS}
+CASES = {name: partial(build, name, False) for name in CRITICS}
+CASES.update({name + CUSTOM_SUFFIX: partial(build, name, True) for name in ("DDPGLoss", "TD3Loss")})

@@ -15,9 +15,11 @@ from torch import nn
 
 from benchmarks.cases.common import (
     ACT_DIM,
+    CUSTOM_SUFFIX,
     GAMMA,
     HIDDEN_TEXT,
     OBS_DIM,
+    CustomCritic,
     detached_call,
     frozen_copies,
     mlp,
@@ -135,12 +137,16 @@ ENSEMBLES = {  # name: (plain loss, default critics, critic outputs, library key
 }
 
 
-def build_ensemble(name: str, num_critics: int, batch_size: int, seed: int) -> CaseSetup:
-    """REDQ or TQC (``name``) with ``num_critics`` critics at ``batch_size``."""
+def build_ensemble(
+    name: str, num_critics: int, batch_size: int, seed: int, custom: bool = False
+) -> CaseSetup:
+    """REDQ or TQC (``name``) with ``num_critics`` critics at ``batch_size`` (``custom``:
+    :class:`CustomCritic` critics)."""
     plain_loss, _, outputs, options = ENSEMBLES[name]
     torch.manual_seed(seed)
     actor_net = policy_net(False, ACT_DIM)
-    critics = [mlp(OBS_DIM + ACT_DIM, outputs) for _ in range(num_critics)]
+    critic = CustomCritic if custom else mlp
+    critics = [critic(OBS_DIM + ACT_DIM, outputs) for _ in range(num_critics)]
     g = torch.Generator().manual_seed(seed + 1)
     action = torch.rand(batch_size, ACT_DIM, generator=g) * 2 - 1
     batch = replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
@@ -173,7 +179,8 @@ def build_ensemble(name: str, num_critics: int, batch_size: int, seed: int) -> C
         factories=soft_actor_critic_factories(template, library_loss, plain_method),
         description=(
             f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}); TanhNormal actor, "
-            f"{num_critics} critics ({outputs} output{'s' if outputs > 1 else ''}), MLPs "
+            f"{num_critics} {'custom ' if custom else ''}critics ({outputs} "
+            f"output{'s' if outputs > 1 else ''}), MLPs "
             f"{HIDDEN_TEXT} relu, obs {OBS_DIM}, action dim {ACT_DIM}, target critics"
             + (subset_text(num_critics) if name == "REDQLoss" else "")
         ),
@@ -181,3 +188,9 @@ def build_ensemble(name: str, num_critics: int, batch_size: int, seed: int) -> C
 
 
 CASES = {name: partial(build_ensemble, name, spec[1]) for name, spec in ENSEMBLES.items()}
+CASES.update(
+    {
+        name + CUSTOM_SUFFIX: partial(build_ensemble, name, spec[1], custom=True)
+        for name, spec in ENSEMBLES.items()
+    }
+)

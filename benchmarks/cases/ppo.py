@@ -208,10 +208,10 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     on_device(*nets.values())
     kwargs = loss_kwargs(name)
 
-    def module_factory(cls_getter: Callable[[], type]) -> Callable[[Any], Method]:
+    def module_factory(cls_getter: Callable[[], type], **extra) -> Callable[[Any], Method]:
         def make(batch) -> Method:
             m = copy.deepcopy(nets)  # one memo: wrappers and raw nets stay linked
-            loss = cls_getter()(m["actor"], m["critic"], **kwargs)
+            loss = cls_getter()(m["actor"], m["critic"], **kwargs, **extra)
             return loss_module_method(loss, batch, named(m), loss_keys(name))
 
         return make
@@ -229,6 +229,7 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
         "plain": plain_factory(True),
         "plain-min": plain_factory(False),
         "rlloss": module_factory(lambda: rlloss_attr(name)),
+        "rlloss-min": module_factory(lambda: rlloss_attr(name), diagnostics=False),
     }
     if hasattr(torchrl.objectives, name):
         factories["torchrl"] = module_factory(lambda: getattr(torchrl.objectives, name))

@@ -17,6 +17,7 @@ from torchrl.modules import OneHotCategorical, ProbabilisticActor, TanhNormal
 from benchmarks import harness
 from benchmarks.cases.common import (
     ACT_DIM,
+    CUSTOM_SUFFIX,
     DISCRETE_ACTIONS,
     GAMMA,
     HIDDEN_TEXT,
@@ -186,12 +187,13 @@ def soft_actor_critic_factories(
     return library_factories(plain, loss_method)
 
 
-def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
-    """The case ``name`` (discrete SAC with ``discrete``) at ``batch_size``."""
+def build(name: str, discrete: bool, batch_size: int, seed: int, custom: bool = False) -> CaseSetup:
+    """The case ``name`` (discrete SAC with ``discrete``) at ``batch_size`` (``custom``:
+    :class:`CustomCritic` critics)."""
     torch.manual_seed(seed)
     act_dim = DISCRETE_ACTIONS if discrete else ACT_DIM
     actor_net = policy_net(discrete, act_dim)
-    critics = [q_net(discrete, act_dim) for _ in range(2)]
+    critics = [q_net(discrete, act_dim, custom) for _ in range(2)]
     g = torch.Generator().manual_seed(seed + 1)
     if discrete:
         index = torch.randint(0, act_dim, (batch_size,), generator=g)
@@ -212,7 +214,7 @@ def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
         description=(
             f"{name}(loss_function='l2', alpha_init=1); "
             + ("categorical actor, Q(s, .) critics" if discrete else "TanhNormal actor")
-            + f", 2 critics, MLPs {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
+            + f", 2 {'custom ' if custom else ''}critics, MLPs {HIDDEN_TEXT} relu, obs {OBS_DIM}, "
             f"{'actions' if discrete else 'action dim'} {act_dim}, target critics"
         ),
     )
@@ -221,4 +223,6 @@ def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
 CASES = {
     "SACLoss": partial(build, "SACLoss", False),
     "DiscreteSACLoss": partial(build, "DiscreteSACLoss", True),
+    "SACLoss" + CUSTOM_SUFFIX: partial(build, "SACLoss", False, custom=True),
+    "DiscreteSACLoss" + CUSTOM_SUFFIX: partial(build, "DiscreteSACLoss", True, custom=True),
 }

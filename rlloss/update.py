@@ -1,0 +1,197 @@
+"""One gradient step as one callable, compiled: sample, loss, backward, optimiser step, priority
+write-back, target update.
+
+:func:`compile_update` packages what ``tutorials/compile_and_cudagraphs.py`` writes by hand.
+The loss forward, the backward, the optimiser step and the target update run under
+``torch.compile`` (dynamo splits them at ``backward()`` and around the optimiser's step: a few
+graphs, no recompilation from one batch to the next); sampling from a TorchRL replay buffer and
+writing priorities back run eagerly (``torch.compiler.disable``): the buffer's Python (storage
+indexing, writer bookkeeping) is not worth tracing, and rlloss's
+:class:`rlloss.data.PrioritizedSampler` keeps both sync-free anyway.
+
+What the update needs to compile well, and to be captured as a CUDA graph on a GPU:
+
+- **Gradients allocated once.** Every parameter the optimiser holds gets a zero ``.grad`` when
+  the update is built, and the update zeroes them in place (``torch._foreach_zero_``); do not
+  call ``optimizer.zero_grad()`` (whose default sets them to ``None``) between updates.
+- **No host synchronisation** in the loss (rlloss's losses have none) and in the target updater
+  (``rlloss.SoftUpdate`` / ``HardUpdate`` have none).
+- **On CUDA**: Adam/AdamW with ``capturable=True`` and ``foreach=True`` (the step counter stays on
+  the device) and a tensor learning rate (``lr=torch.tensor(3e-4, device="cuda")``) that a
+  schedule changes in place. For a CUDA graph, wrap the returned callable's ``step`` (a batch in,
+  the losses out; sampling stays outside the graph) in ``tensordict.nn.CudaGraphModule``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+LOSS_PREFIX = "loss"
+
+
+def loss_entries(out_keys: Sequence) -> list[str]:
+    """The entries a loss module's total is the sum of: ``loss`` and every ``loss_*``."""
+    return [k for k in out_keys if isinstance(k, str) and k.split("_")[0] == LOSS_PREFIX]
+
+
+def allocated_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimiser's parameters, each given a zero ``.grad`` if it has none yet."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    return params
+
+
+def zero_gradients(params: Sequence[torch.Tensor]) -> None:
+    """Zero the gradients in place (``Optimizer.zero_grad`` is a dynamo graph break)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        torch._foreach_zero_(grads)
+
+
+class Update:
+    """One gradient step of ``loss_module`` as one callable, compiled.
+
+    ``update = compile_update(loss, optimizer, target_updater=updater, replay_buffer=rb)``, then
+    ``out = update()`` samples a batch from ``rb``, computes the losses, back-propagates their
+    sum, steps ``optimizer``, writes the new priorities back to ``rb`` (when its sampler is
+    prioritized) and steps ``updater``; ``update(batch)`` takes a batch you sampled yourself.
+    It returns the loss module's outputs, detached (read them on the host outside the update).
+
+    Args:
+        loss_module: any rlloss (or TorchRL) loss module.
+        optimizer: a ``torch.optim.Optimizer`` over the loss module's parameters; its gradients
+            are allocated now and zeroed in place by every update.
+        target_updater: ``rlloss.SoftUpdate`` / ``HardUpdate`` (anything with ``step()``), or
+            ``None`` for a loss without target networks.
+        replay_buffer: a TorchRL replay buffer to sample from and write priorities back to.
+        loss_keys: the entries summed into the total (default: ``loss`` and every ``loss_*``
+            entry of ``loss_module.out_keys``).
+        compile: ``True`` (``torch.compile`` with its defaults), a dict of ``torch.compile``
+            keywords (e.g. ``{"mode": "max-autotune-no-cudagraphs"}``), or ``False`` (eager:
+            the same steps, for debugging and comparison).
+
+    ``update.step`` is the part that takes a batch (what a CUDA graph would capture). See the
+    module docstring for what compiling and CUDA-graph capture need.
+    """
+
+    def __init__(
+        self,
+        loss_module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        target_updater=None,
+        replay_buffer=None,
+        loss_keys: Sequence[str] | None = None,
+        compile: bool | dict = True,
+    ) -> None:
+        _check_arguments(loss_module, optimizer, target_updater, replay_buffer, compile)
+        self.loss_module, self.optimizer = loss_module, optimizer
+        self.target_updater, self.replay_buffer = target_updater, replay_buffer
+        self.loss_keys = _checked_loss_keys(loss_module, loss_keys)
+        self._params = allocated_gradients(optimizer)
+        options = compile if isinstance(compile, dict) else {}
+        self.step = torch.compile(self._step, **options) if compile else self._step
+
+    def _step(self, batch: TensorDictBase) -> TensorDictBase:
+        zero_gradients(self._params)
+        out = self.loss_module(batch)
+        total = sum(out[key] for key in self.loss_keys)
+        total.backward()
+        self.optimizer.step()
+        if self.target_updater is not None:
+            self.target_updater.step()
+        return out.detach()
+
+    def __call__(self, batch: TensorDictBase | None = None) -> TensorDictBase:
+        if batch is None:
+            if self.replay_buffer is None:
+                raise TypeError(
+                    "update() without a batch samples from the replay buffer, but none was "
+                    "given: pass compile_update(..., replay_buffer=rb), or call update(batch)."
+                )
+            batch = _sample(self.replay_buffer)
+        elif not isinstance(batch, TensorDictBase):
+            raise TypeError(f"update(batch): batch must be a TensorDict, got {type(batch)}.")
+        out = self.step(batch)
+        if self.replay_buffer is not None:
+            _write_priorities(self.replay_buffer, batch)
+        return out
+
+
+@torch.compiler.disable
+def _sample(replay_buffer) -> TensorDictBase:
+    return replay_buffer.sample()
+
+
+@torch.compiler.disable
+def _write_priorities(replay_buffer, batch: TensorDictBase) -> None:
+    """``replay_buffer.update_tensordict_priority(batch)`` (a no-op without a prioritized
+    sampler): the loss wrote the new priorities (its ``td_error``) into ``batch``."""
+    update = getattr(replay_buffer, "update_tensordict_priority", None)
+    if update is not None:
+        update(batch)
+
+
+def compile_update(loss_module: nn.Module, optimizer: torch.optim.Optimizer, **options) -> Update:
+    """``Update(loss_module, optimizer, **options)``: one gradient step as one compiled callable
+    (see :class:`Update` for the options)."""
+    return Update(loss_module, optimizer, **options)
+
+
+def _check_arguments(loss_module, optimizer, target_updater, replay_buffer, compile) -> None:
+    if not isinstance(loss_module, nn.Module):
+        raise TypeError(f"compile_update: loss_module must be an nn.Module, got {loss_module!r}.")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"compile_update: optimizer must be a torch.optim.Optimizer, got {optimizer!r}."
+        )
+    if target_updater is not None and not callable(getattr(target_updater, "step", None)):
+        raise TypeError(
+            "compile_update: target_updater must have a step() method (rlloss.SoftUpdate or "
+            f"HardUpdate), got {target_updater!r}."
+        )
+    if replay_buffer is not None and not callable(getattr(replay_buffer, "sample", None)):
+        raise TypeError(
+            f"compile_update: replay_buffer must have a sample() method, got {replay_buffer!r}."
+        )
+    if not isinstance(compile, bool | dict):
+        raise TypeError(
+            "compile_update: compile must be True, False or a dict of torch.compile keywords, "
+            f"got {compile!r}."
+        )
+    owned = {id(p) for p in loss_module.parameters() if p.requires_grad}
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if owned and not owned & held:
+        raise ValueError(
+            "compile_update: the optimizer holds none of the loss module's parameters; build "
+            "it over loss_module.parameters() (after the loss, which may copy the networks)."
+        )
+
+
+def _checked_loss_keys(loss_module: nn.Module, loss_keys: Sequence[str] | None) -> list[str]:
+    out_keys = list(getattr(loss_module, "out_keys", []) or [])
+    if loss_keys is None:
+        keys = loss_entries(out_keys)
+        if not keys:
+            raise ValueError(
+                f"compile_update: {type(loss_module).__name__}.out_keys ({out_keys}) has no "
+                "'loss' or 'loss_*' entry to sum; pass loss_keys=[...]."
+            )
+        return keys
+    keys = [loss_keys] if isinstance(loss_keys, str) else list(loss_keys)
+    unknown = [k for k in keys if out_keys and k not in out_keys]
+    if not keys or unknown:
+        raise ValueError(
+            f"compile_update: loss_keys {keys} must name entries of "
+            f"{type(loss_module).__name__}'s outputs {out_keys}."
+        )
+    return keys
+
+
+__all__ = ["Update", "compile_update"]
