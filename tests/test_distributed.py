@@ -181,11 +181,15 @@ def _reductions(rank: int) -> dict:
     mine = values[part]
     var, mean = torch.var_mean(mine, correction=0)
     count = torch.tensor(float(mine.numel()), dtype=torch.float64)
+    alone = [dist.new_group([r]) for r in range(WORLD)]  # every rank creates every group
     return {
         "moments": torch.stack(all_moments(count, mean, var * count)),
         "standardized": global_standardize(mine, mask[part]),
         "sum": all_sum(mine.sum()),
         "mean": all_mean(mine.mean()),
+        "sum_in_world": all_sum(mine.sum(), dist.group.WORLD),  # the group given explicitly
+        "sum_alone": all_sum(mine.sum(), alone[rank]),  # a group of one rank: a no-op
+        "mine": mine,
     }
 
 
@@ -359,7 +363,8 @@ def test_normalizer_statistics_equal_one_process(ranks):
 def test_reductions_equal_the_concatenated_values(ranks):
     """Over ranks of 7 and 13 values: ``all_moments`` equals the naive moments of the 20 values,
     ``global_standardize`` equals one process's masked ``standardize`` of them (TorchRL's rule),
-    ``all_sum`` the sum and ``all_mean`` the mean of the ranks' means."""
+    ``all_sum`` the sum and ``all_mean`` the mean of the ranks' means; the world group passed
+    explicitly gives the default group's sum, a group of one rank leaves the value alone."""
     values, mask = _reduction_values()
     var, mean = torch.var_mean(values, correction=0)
     naive = torch.stack([torch.tensor(20.0, dtype=torch.float64), mean, var * 20])
@@ -368,6 +373,8 @@ def test_reductions_equal_the_concatenated_values(ranks):
     for ours in results:
         torch.testing.assert_close(ours["moments"], naive, **MOMENTS)
         torch.testing.assert_close(ours["sum"], values.sum(), **MOMENTS)
+        assert torch.equal(ours["sum_in_world"], ours["sum"])
+        assert torch.equal(ours["sum_alone"], ours["mine"].sum())
         torch.testing.assert_close(ours["mean"], mean_of_means, **MOMENTS)
     standardized = torch.cat([ours["standardized"] for ours in results])
     torch.testing.assert_close(standardized, rlf.standardize(values, mask), **MOMENTS)
