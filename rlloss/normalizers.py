@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from rlloss._checks import check_choice, check_in_range, check_same_shape, state_dict_mismatch
+from rlloss.distributed import all_moments
 from rlloss.functional import discounted_returns
 
 
@@ -21,6 +22,7 @@ def merged_moments(
     m2: torch.Tensor,
     values: torch.Tensor,
     valid: torch.Tensor | None = None,
+    process_group=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Running ``(count, mean, M2)`` merged with a batch of ``values`` (Chan, Golub & LeVeque,
     "Updating formulae and a pairwise algorithm for computing sample variances", 1979)::
@@ -35,6 +37,11 @@ def merged_moments(
     sync: their moments are taken on the values shifted by a valid one (equal values still give
     ``M2 = 0`` exactly), and a batch with no valid value leaves the moments unchanged.
 
+    With a ``process_group`` (or the default group when ``torch.distributed`` is initialised),
+    the batch is the union of every rank's ``values``: the ranks' batch moments are merged first
+    (:func:`rlloss.distributed.all_moments`), so ranks that start from the same running moments
+    end with the same ones.
+
     Returns:
         The merged ``(count, mean, M2)``, 0-dim tensors.
     """
@@ -44,6 +51,9 @@ def merged_moments(
         batch_m2 = batch_var * batch_count
     else:
         batch_count, batch_mean, batch_m2 = _masked_moments(values, valid)
+    batch_count, batch_mean, batch_m2 = all_moments(
+        batch_count, batch_mean, batch_m2, process_group
+    )
     total = count + batch_count
     share = batch_count / torch.as_tensor(total).clamp_min(1)
     delta = batch_mean - mean
@@ -112,11 +122,20 @@ class RewardNormalizer(nn.Module):
     std of that call's returns ``R_t`` (the returns still continue across calls), with no
     running statistics: meant for one call per collected buffer ``[num_envs, T, 1]``.
 
+    Data-parallel training: with a ``process_group``, or the default group when
+    ``torch.distributed`` is initialised, each rank keeps the returns of its own environments
+    and the moments (or, in ``"buffer"`` mode, the buffer's std) are those of every rank's
+    returns (:func:`merged_moments` over the ranks): all ranks scale by the same std, the one a
+    single process stepping every rank's environments would use. Every rank must call the
+    normaliser the same number of times.
+
     Args:
-        num_envs: number of environments (the leading dim of ``reward``), >= 1.
+        num_envs: number of environments (the leading dim of ``reward``), >= 1; on this rank.
         gamma: discount factor of the returns, in [0, 1].
         eps: added to the std, >= 0.
         mode: ``"running"`` (default: gymnasium's running std) or ``"buffer"`` (rl8's).
+        process_group: the ``torch.distributed`` group whose returns are pooled (default: the
+            default group when initialised, else none).
 
     Example:
         >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
@@ -124,11 +143,17 @@ class RewardNormalizer(nn.Module):
     """
 
     def __init__(
-        self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8, mode: str = "running"
+        self,
+        num_envs: int,
+        gamma: float = 0.99,
+        eps: float = 1e-8,
+        mode: str = "running",
+        process_group=None,
     ) -> None:
         super().__init__()
         check_choice("mode", mode, NORMALIZER_MODES)
         self.mode = mode
+        self.process_group = process_group
         check_in_range("num_envs", num_envs, 1, integer=True)
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_in_range("eps", eps, 0.0)
@@ -160,13 +185,13 @@ class RewardNormalizer(nn.Module):
         sequence, flags = self._as_sequence(reward), self._as_sequence(done)
         if self.mode == "buffer":  # rl8: the std of this buffer's returns
             returns, finite = self._returns(sequence, flags, carry=self.training)
-            count, _, m2 = _masked_moments(returns, finite)
+            count, _, m2 = all_moments(*_masked_moments(returns, finite), self.process_group)
             return reward / _scale(m2 / count.clamp(min=1.0), self.eps).to(reward.dtype)
         if self.training:
             returns, finite = self._returns(sequence, flags, carry=True)
             for buffer, value in zip(
                 (self.count, self.mean, self.m2),
-                merged_moments(self.count, self.mean, self.m2, returns, finite),
+                merged_moments(self.count, self.mean, self.m2, returns, finite, self.process_group),
                 strict=True,
             ):
                 buffer.copy_(value)
@@ -262,10 +287,17 @@ class ValueNormalizer(nn.Module):
     (``make_value_estimator``). Values already stored in a batch (``state_value`` read, not
     computed, by an estimator; ``V_old`` for value clipping) are in return units.
 
+    Data-parallel training: with a ``process_group``, or the default group when
+    ``torch.distributed`` is initialised, :meth:`update` merges every rank's targets (an
+    all-reduce of their moments), so the ranks keep equal moments; every rank must update it the
+    same number of times (e.g. once per rollout through the loss's estimator).
+
     Args:
         eps: added to the standard deviation, >= 0 (default 1e-8, skrl's).
         clip_threshold: ``c``, the bound of normalised values (default 5.0, skrl's), > 0, or
             ``None`` for no bound.
+        process_group: the ``torch.distributed`` group whose targets are pooled (default: the
+            default group when initialised, else none).
 
     Differences from skrl: the moments start empty (skrl starts from a prior, mean 0, variance 1,
     count 1); only the returns enter them (skrl also merges the rollout's de-normalised values);
@@ -279,8 +311,11 @@ class ValueNormalizer(nn.Module):
         >>> out = loss(minibatch)  # critic regressed onto the normalised value targets
     """
 
-    def __init__(self, eps: float = 1e-8, clip_threshold: float | None = 5.0) -> None:
+    def __init__(
+        self, eps: float = 1e-8, clip_threshold: float | None = 5.0, process_group=None
+    ) -> None:
         super().__init__()
+        self.process_group = process_group
         check_in_range("eps", eps, 0.0)
         if clip_threshold is not None:
             check_in_range("clip_threshold", clip_threshold, 0.0, low_open=True)
@@ -330,7 +365,7 @@ class ValueNormalizer(nn.Module):
         if valid is not None:
             finite = finite & valid.reshape(*valid.shape, *(1,) * (target.ndim - valid.ndim))
         target = torch.where(finite, target, 0.0)
-        merged = merged_moments(self.count, self.mean, self.m2, target, finite)
+        merged = merged_moments(self.count, self.mean, self.m2, target, finite, self.process_group)
         for buffer, value in zip((self.count, self.mean, self.m2), merged, strict=True):
             buffer.copy_(value)
 

@@ -38,6 +38,7 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
+from rlloss.distributed import global_standardize
 from rlloss.functional.critic import DISTANCES
 from rlloss.normalizers import ValueNormalizer, check_value_normalizer
 
@@ -105,6 +106,8 @@ class OnPolicyLoss(LossModule):
         device: torch.device | str | None = None,
         policy_loss_addons: list | None = None,
         value_normalizer: ValueNormalizer | None = None,
+        normalize_advantage_global: bool = False,
+        process_group=None,
     ) -> None:
         super().__init__()
         if not callable(getattr(type(self), "_objective", None)):
@@ -158,7 +161,14 @@ class OnPolicyLoss(LossModule):
         self.log_explained_variance = log_explained_variance
         self.diagnostics = diagnostics
         self.loss_critic_type = loss_critic_type
+        if normalize_advantage_global and not normalize_advantage:
+            raise ValueError(
+                f"{type(self).__name__}: normalize_advantage_global=True chooses where "
+                "normalize_advantage takes its statistics; pass normalize_advantage=True too."
+            )
         self.normalize_advantage = normalize_advantage
+        self.normalize_advantage_global = normalize_advantage_global
+        self.process_group = process_group
         self.separate_losses = separate_losses
         self._has_critic = critic_network is not None and bool(critic_coeff)
         self._functional = functional
@@ -270,7 +280,9 @@ class OnPolicyLoss(LossModule):
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
             batch = self.value_estimator(batch.copy(), **self._estimator_weights())
         advantage = self._get(batch, "advantage")
-        if self.normalize_advantage and advantage.numel() > 1:
+        if self.normalize_advantage_global:  # the statistics of every rank's batch
+            advantage = global_standardize(advantage, mask, process_group=self.process_group)
+        elif self.normalize_advantage and advantage.numel() > 1:
             advantage = rlf.standardize(advantage, mask)
         return batch, advantage
 

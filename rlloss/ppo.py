@@ -19,6 +19,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss._networks import as_list, stored_log_prob, sum_heads
+from rlloss.distributed import all_mean
 from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
 
 
@@ -67,6 +68,13 @@ class PPOLoss(OnPolicyLoss):
             critic outputs normalised values, the value estimator works on de-normalised ones
             and feeds the moments with the value targets, the critic regresses onto the
             normalised targets. Not a TorchRL keyword.
+        normalize_advantage_global: with ``normalize_advantage``, take the mean and std over
+            every rank's batch in data-parallel training (two all-reduces of detached moments,
+            :func:`rlloss.distributed.global_standardize`) instead of this rank's; on one
+            process the same numbers. Not a TorchRL keyword.
+        process_group: the ``torch.distributed`` group that shares the adaptive state (KLPEN's
+            beta, the global advantage normalisation); default: the default group when
+            ``torch.distributed`` is initialised, else none. Not a TorchRL keyword.
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
@@ -249,6 +257,11 @@ class KLPENPPOLoss(PPOLoss):
     beta *= decrement``, clamped to ``[beta_min, beta_max]``. Outputs add ``kl`` (mean KL) and
     ``beta`` (the value the loss used).
 
+    Data-parallel training: with a ``process_group``, or the default group when
+    ``torch.distributed`` is initialised, the KL that adapts beta (in the forward and in
+    :meth:`update_beta`) is the mean of the ranks' mean KLs (an all-reduce on the device, no host
+    sync), so beta stays equal on every rank; ``kl`` in the output stays this rank's.
+
     Args:
         dtarg: target KL. beta: initial beta (a buffer, in ``state_dict``).
         increment, decrement: beta factors (``>= 1`` and ``<= 1``).
@@ -357,8 +370,10 @@ class KLPENPPOLoss(PPOLoss):
 
     @torch.no_grad()
     def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:
-        """Adapt beta to a mean KL (a float or a one-element tensor) without a host sync."""
+        """Adapt beta to a mean KL (a float or a one-element tensor), averaged over the ranks of
+        the process group if there is one, without a host sync."""
         kl = torch.as_tensor(kl, dtype=self.beta.dtype, device=self.beta.device).reshape(())
+        kl = all_mean(kl, self.process_group)
         beta = rlf.adaptive_kl_beta(
             self.beta, kl, self.dtarg, self.increment, self.decrement, self.beta_min, self.beta_max
         )

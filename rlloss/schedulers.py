@@ -19,6 +19,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from rlloss._checks import check_choice, check_in_range, check_is_dict, check_state_entries
+from rlloss.distributed import all_mean
 
 SCHEDULE_KINDS = ("step", "interp")
 
@@ -101,6 +102,11 @@ class KLAdaptiveLR(LRScheduler):
     and the last learning rates; :meth:`load_state_dict` writes those learning rates back into the
     optimizer.
 
+    Data-parallel training: with a ``process_group``, or the default group when
+    ``torch.distributed`` is initialised, the KL is first averaged over the ranks (an all-reduce,
+    :func:`rlloss.distributed.all_mean`), so every rank applies the same rule to the same KL and
+    the learning rates stay equal on all ranks.
+
     TorchRL 0.14 has a class of the same name (``torchrl.objectives.KLAdaptiveLR``, rsl_rl's
     rule): constructed with its keywords, ``KLAdaptiveLR(optimizer, target_kl=0.01, factor=1.5,
     min_lr=1e-5, max_lr=1e-2)``, this class follows TorchRL's rule: the same band (``kl_factor=2``)
@@ -115,6 +121,8 @@ class KLAdaptiveLR(LRScheduler):
         kl_factor: width of the KL band around ``kl_threshold``, > 1.
         lr_factor: multiplicative lr change, > 1.
         last_epoch: as in every PyTorch scheduler.
+        process_group: the ``torch.distributed`` group to average the KL over (default: the
+            default group when initialised, else none).
 
     Example:
         >>> scheduler = KLAdaptiveLR(optimizer, kl_threshold=0.01)
@@ -135,7 +143,9 @@ class KLAdaptiveLR(LRScheduler):
         *,
         target_kl: float | None = None,
         factor: float | None = None,
+        process_group=None,
     ) -> None:
+        self.process_group = process_group
         self.torchrl_rule = target_kl is not None or factor is not None
         if self.torchrl_rule:  # TorchRL's signature: KLAdaptiveLR(optimizer, target_kl=, factor=)
             kl_threshold = kl_threshold if target_kl is None else target_kl
@@ -188,6 +198,7 @@ class KLAdaptiveLR(LRScheduler):
             kl = _one_element(type(self).__name__, kl)
             if not isinstance(kl, torch.Tensor):
                 kl = torch.tensor(kl, dtype=torch.float64)
+            kl = all_mean(kl, self.process_group)  # the mean over ranks (itself on one process)
             if self.num_nonfinite.device != kl.device:  # a CPU count: read here, no device sync
                 count = int(self.num_nonfinite)
                 self.num_nonfinite = torch.full((), count, dtype=torch.int64, device=kl.device)
@@ -212,6 +223,13 @@ class KLAdaptiveLR(LRScheduler):
 
     _HYPERPARAMETERS = ("kl_threshold", "min_lr", "max_lr", "kl_factor", "lr_factor", "_last_lr")
 
+    def state_dict(self) -> dict:
+        """``LRScheduler.state_dict`` without the process group (a handle of this run, not
+        state: it cannot be saved)."""
+        state = super().state_dict()
+        state.pop("process_group")
+        return state
+
     def load_state_dict(self, state_dict: dict) -> None:
         """Load the scheduler state and set the optimizer's learning rates to the saved ones. A
         state saved for another number of param groups, or without the hyperparameters, raises
@@ -230,7 +248,7 @@ class KLAdaptiveLR(LRScheduler):
                 f"{saved} param group(s), the optimizer has {groups}; load it into a scheduler "
                 "over an optimizer with the same param groups."
             )
-        super().load_state_dict(state_dict)
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "process_group"})
         for group, lr in zip(self.optimizer.param_groups, self._last_lr, strict=True):
             _set_group_lr(group, lr)
         self._last_lr = _current_lrs(self.optimizer)
@@ -373,9 +391,17 @@ class KLEarlyStopping:
     rejected, not ignored) and is counted in ``num_nonfinite``. :meth:`state_dict` /
     :meth:`load_state_dict` save and restore the settings, the stop and the count.
 
+    Data-parallel training: with a ``process_group``, or the default group when
+    ``torch.distributed`` is initialised, :meth:`should_stop` tests the mean of the ranks' KLs
+    (an all-reduce): every rank gets the same answer at the same minibatch, so all run the same
+    number of backward passes (a rank that stopped alone would hang the others' gradient
+    all-reduce). Every rank must call :meth:`should_stop` at the same points.
+
     Args:
         target_kl: target KL, > 0.
         factor: the stop threshold is ``factor * target_kl``, > 0.
+        process_group: the ``torch.distributed`` group that decides together (default: the
+            default group when initialised, else none).
 
     Attributes:
         stopped: whether the current update has been stopped.
@@ -395,7 +421,8 @@ class KLEarlyStopping:
         >>> early_stopping.reset()  # before the next update
     """
 
-    def __init__(self, target_kl: float, factor: float = 1.5) -> None:
+    def __init__(self, target_kl: float, factor: float = 1.5, process_group=None) -> None:
+        self.process_group = process_group
         check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)
         check_in_range("factor", factor, 0.0, math.inf, low_open=True, high_open=True)
         self.target_kl = float(target_kl)
@@ -406,10 +433,12 @@ class KLEarlyStopping:
     def should_stop(self, kl: float | torch.Tensor) -> bool:
         """Whether to stop the update: ``kl > factor * target_kl`` now or earlier in this update.
 
-        ``kl`` is a float or a one-element tensor.
+        ``kl`` is a float or a one-element tensor; with a process group, the mean over the ranks
+        is tested (and is ``stop_kl``).
         """
         if not self.stopped:
-            value = float(_one_element(type(self).__name__, kl))  # the one host sync
+            kl = torch.as_tensor(_one_element(type(self).__name__, kl), dtype=torch.float64)
+            value = float(all_mean(kl, self.process_group))  # the one host sync
             self.num_nonfinite += not math.isfinite(value)
             if kl_exceeds(value, self.target_kl, self.factor):
                 self.stopped, self.stop_kl = True, value

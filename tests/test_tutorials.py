@@ -32,18 +32,26 @@ def _caller_pythonpath() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> None:
-    """Run ``script`` on a tiny budget and check its output contract."""
+def run_tutorial(
+    script: Path, out: Path, *args: str, frames: int = 2048, launcher: tuple[str, ...] = ()
+) -> str:
+    """Run ``script`` on a tiny budget (through ``python -m <launcher>`` if given) and check its
+    output contract; return its standard output."""
     result = subprocess.run(
-        [sys.executable, str(script), "--total-frames", str(frames), "--seed", "1"]
+        [sys.executable, *launcher, str(script), "--total-frames", str(frames), "--seed", "1"]
         + ["--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=600,
         # the tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a
         # checkout's rlloss where PYTHONPATH names one
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg",
-             "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()])},
+        env={
+            "OMP_NUM_THREADS": "1",
+            "PATH": "/usr/bin:/bin",
+            "MPLBACKEND": "Agg",
+            "GLOO_SOCKET_IFNAME": "lo",  # torchrun's processes talk over loopback only
+            "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
+        },
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
@@ -51,6 +59,7 @@ def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> Non
     float(last_line.split("=", 1)[1])  # a number (nan when no episode finished)
     assert (out / "returns.csv").read_text().startswith("frames,episode_return")
     assert (out / "curve.png").stat().st_size > 1000
+    return result.stdout
 
 
 @pytest.fixture(scope="session")
@@ -137,3 +146,15 @@ def test_compile_tutorial_smoke(tmp_path):
 def test_dqn_tutorial_with_prioritized_replay(tmp_path):
     """``dqn_cartpole.py --per`` (rlloss.data.PrioritizedSampler) trains end to end."""
     run_tutorial(TUTORIALS_DIR / "dqn_cartpole.py", tmp_path, "--per")
+
+
+def test_ppo_ddp_tutorial_on_two_processes(tmp_path):
+    """``ppo_ddp.py`` under ``torchrun --standalone --nproc_per_node 2`` (gloo, loopback) trains
+    end to end with 2 ranks, each stepping 4 of the 8 environments."""
+    stdout = run_tutorial(
+        TUTORIALS_DIR / "ppo_ddp.py",
+        tmp_path,
+        frames=1024,
+        launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+    )
+    assert "processes=2" in stdout.splitlines(), stdout[-2000:]
