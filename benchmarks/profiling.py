@@ -224,7 +224,8 @@ def instructions(case: str, method: str, batch_size: int, steps: int, level: str
 def instructions_per_step(
     case: str, methods: list[str], batch_size: int, level: str, steps_low: int, steps_high: int
 ) -> dict[str, dict[str, float]]:
-    """Per method of ``case`` the instructions of one step, and each one's ratio to plain's."""
+    """Per method of ``case`` the instructions of one step, and each one's ratio to plain's (to the
+    first method's without plain)."""
     available = CASES[case](batch_size, 0).factories
     per_step = {}
     for method in [m for m in methods if m in available]:
@@ -234,7 +235,8 @@ def instructions_per_step(
         print(
             f"{case} B={batch_size} {method}: {per_step[method] / 1e6:.3f} M instr/step", flush=True
         )
-    ratios = {f"{m}/plain": per_step[m] / per_step["plain"] for m in per_step if m != "plain"}
+    base = "plain" if "plain" in per_step else next(iter(per_step))  # e.g. plain-min
+    ratios = {f"{m}/{base}": per_step[m] / per_step[base] for m in per_step if m != base}
     print(
         f"{case} B={batch_size} ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()),
         flush=True,
