@@ -32,6 +32,17 @@ def _caller_pythonpath() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
+def tutorial_env() -> dict[str, str]:
+    """One thread, no display, and on the path the tutorials' helpers (_collect, _results...)
+    for scripts outside tutorials/, and a checkout's rlloss where PYTHONPATH names one."""
+    return {
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
+    }
+
+
 def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> None:
     """Run ``script`` on a tiny budget and check its output contract."""
     result = subprocess.run(
@@ -40,10 +51,7 @@ def run_tutorial(script: Path, out: Path, *args: str, frames: int = 2048) -> Non
         capture_output=True,
         text=True,
         timeout=600,
-        # the tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a
-        # checkout's rlloss where PYTHONPATH names one
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg",
-             "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()])},
+        env=tutorial_env(),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
@@ -133,3 +141,21 @@ def test_compile_tutorial_smoke(tmp_path):
 def test_dqn_tutorial_with_prioritized_replay(tmp_path):
     """``dqn_cartpole.py --per`` (rlloss.data.PrioritizedSampler) trains end to end."""
     run_tutorial(TUTORIALS_DIR / "dqn_cartpole.py", tmp_path, "--per")
+
+
+def test_recurrent_ppo_tutorial_feed_forward_and_rpo(tmp_path):
+    """``recurrent_ppo_cartpole.py --no-rnn`` (the feed-forward baseline) trains end to end;
+    ``--rpo-alpha`` stops with RPOLoss's reason: CartPole's policy is categorical, RPO perturbs
+    a continuous location."""
+    script = TUTORIALS_DIR / "recurrent_ppo_cartpole.py"
+    run_tutorial(script, tmp_path, "--no-rnn", frames=512)
+    result = subprocess.run(
+        [sys.executable, str(script), "--rpo-alpha", "0.5", "--out", str(tmp_path / "rpo")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=tutorial_env(),
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--rpo-alpha: RPOLoss perturbs the 'loc'" in result.stderr
+    assert "RPO's noise is defined for continuous actions" in result.stderr
