@@ -36,15 +36,15 @@ TASKS: dict[str, Task] = {
     "recurrent_ppo_cartpole": Task(
         "recurrent_ppo_cartpole.py",
         (),
-        100_000,
+        150_000,
         475.0,
         "not looked up for RecurrentPPO on CartPoleNoVel-v1 (rl-baselines3-zoo's ppo_lstm.yml "
-        "budget: 100k)",
+        "trains it for 100k)",
     ),
     "recurrent_ppo_cartpole_no_rnn": Task(
         "recurrent_ppo_cartpole.py",
         ("--no-rnn",),
-        100_000,
+        150_000,
         475.0,
         "the feed-forward baseline of recurrent_ppo_cartpole: not expected to reach the target",
     ),

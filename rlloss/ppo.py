@@ -396,8 +396,9 @@ class RPOLoss(ClipPPOLoss):
                 raise TypeError(
                     "RPOLoss perturbs the 'loc' parameter of a TorchRL ProbabilisticActor whose "
                     "last module builds a location-scale distribution (e.g. IndependentNormal or "
-                    "TanhNormal); this actor has no such 'loc' (a categorical policy has logits: "
-                    "RPO's noise is defined for continuous actions). For another actor pass "
+                    "TanhNormal); this actor's distribution has no 'loc' built that way (a "
+                    "categorical policy has logits: RPO's noise is defined for continuous "
+                    "actions). For another actor pass "
                     "noise_in_actor=True and apply the noise in the actor."
                 )
             self._loc_key = keys["loc"]
