@@ -67,8 +67,14 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, LSTMModule, ProbabilisticActor, ValueOperator, set_recurrent_mode
 from tqdm import tqdm
 
-from rlloss import (GAE, ClipPPOLoss, RewardNormalizer, RPOLoss, chunk_sequences,
-                    recurrent_state_keys)
+from rlloss import (
+    GAE,
+    ClipPPOLoss,
+    RewardNormalizer,
+    RPOLoss,
+    chunk_sequences,
+    recurrent_state_keys,
+)
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, default=0)
