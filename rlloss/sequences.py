@@ -53,12 +53,6 @@ def recurrent_state_keys(*networks: nn.Module) -> list[NestedKey]:
     return list(dict.fromkeys(keys))
 
 
-def is_init_keys(*networks: nn.Module) -> list[NestedKey]:
-    """The trajectory-start markers (``is_init``) that the recurrent modules inside ``networks``
-    read, each once."""
-    return list(dict.fromkeys(m.in_keys[-1] for m in recurrent_modules(*networks)))
-
-
 def chunk_sequences(
     batch: TensorDictBase,
     seq_len: int,
