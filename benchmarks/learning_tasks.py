@@ -33,6 +33,21 @@ TASKS: dict[str, Task] = {
     "torchrl_pipeline": Task(
         "torchrl_pipeline.py", (), 100_000, 475.0, f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
     ),
+    "recurrent_ppo_cartpole": Task(
+        "recurrent_ppo_cartpole.py",
+        (),
+        150_000,
+        475.0,
+        "not looked up for RecurrentPPO on CartPoleNoVel-v1 (rl-baselines3-zoo's ppo_lstm.yml "
+        "trains it for 100k)",
+    ),
+    "recurrent_ppo_cartpole_no_rnn": Task(
+        "recurrent_ppo_cartpole.py",
+        ("--no-rnn",),
+        150_000,
+        475.0,
+        "the feed-forward baseline of recurrent_ppo_cartpole: not expected to reach the target",
+    ),
     "rpo_pendulum": Task(
         "rpo_pendulum.py",
         (),

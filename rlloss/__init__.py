@@ -26,6 +26,7 @@ from rlloss.normalizers import RewardNormalizer, ValueNormalizer
 from rlloss.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
 from rlloss.sac import CQLLoss, CrossQLoss, DiscreteSACLoss, REDQLoss, SACLoss, TQCLoss
 from rlloss.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
+from rlloss.sequences import chunk_sequences, recurrent_state_keys
 from rlloss.td3 import TD3BCLoss, TD3Loss
 from rlloss.update import Update, compile_update
 from rlloss.updaters import HardUpdate, SoftUpdate
@@ -76,9 +77,11 @@ __all__ = [
     "ValueEstimator",
     "Update",
     "compile_update",
+    "chunk_sequences",
     "data",
     "functional",
     "kl_exceeds",
+    "recurrent_state_keys",
     "set_checks",
 ]
 

@@ -241,22 +241,26 @@ class DistributionCall:
     distribution parameters into ``batch``.
 
     ``perturb``, when given, receives the parameters (a dict keyed by batch key, see
-    :attr:`parameter_keys`) and returns the ones to build the distribution with; it needs the
-    direct path (``self.direct``). :meth:`stored` builds the distribution from parameters stored in a
-    batch at collection time (TorchRL's ``build_dist_from_params``).
+    :attr:`parameter_keys`) and returns the ones to build the distribution with; it needs an
+    actor whose parameters come before its distribution head (``self.splittable``): planned
+    modules (``self.direct``), or others (TorchRL's ``LSTMModule`` / ``GRUModule``) run through
+    the actor's ``get_dist_params`` on a shallow copy of the batch. :meth:`stored` builds the
+    distribution from parameters stored in a batch at collection time (TorchRL's
+    ``build_dist_from_params``).
     """
 
     def __init__(self, actor) -> None:
         self.actor = actor
         self.steps = None
         self.head = _distribution_head(actor)
-        if (
+        self.splittable = (
             self.head is not None
             and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
             and not actor.return_composite
             and not _is_composite(self.head)
             and actor.module[-1] is self.head
-        ):
+        )
+        if self.splittable:
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
@@ -271,15 +275,21 @@ class DistributionCall:
         return {_last(d): k for d, k in zip(self.head.dist_keys, self.head.in_keys, strict=True)}
 
     def distribution_parameters(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
-        """The distribution's parameters on ``batch``, keyed by batch key (direct path only):
+        """The distribution's parameters on ``batch``, keyed by batch key (a splittable actor):
         for losses that use them without building the distribution."""
+        if self.steps is None:  # modules the planner does not know: the actor's own call
+            try:
+                values = self.actor.get_dist_params(batch.copy())
+            except (*CALL_ERRORS, KeyError) as error:
+                raise explained_module_error(error, self.actor, batch) from error
+            return {k: values.get(k) for k in self.head.in_keys}
         values = _run(self.steps, batch, {})
         return {k: values[k] if k in values else entry(batch, k) for k in self.head.in_keys}
 
     def __call__(
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None
     ) -> D.Distribution:
-        if self.steps is None:
+        if self.steps is None and (perturb is None or not self.splittable):
             try:
                 return self.actor.get_dist(batch.copy())
             except (*CALL_ERRORS, KeyError) as error:

@@ -41,6 +41,7 @@ from rlloss._networks import (
     stored_log_prob,
 )
 from rlloss.normalizers import ValueNormalizer, check_value_normalizer
+from rlloss.sequences import recurrent_modules
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
 PADDING_MASK_KEY = ("collector", "mask")  # TorchRL's padding mask: padded steps update no moments
@@ -115,6 +116,7 @@ class ValueEstimator(TensorDictModuleBase):
         self.gamma = float(gamma)
         self.value_network = value_network
         self._value_call = None if value_network is None else NetworkCall(value_network)
+        self._recurrent_modules = [] if value_network is None else recurrent_modules(value_network)
         self.differentiable = differentiable
         self.time_dim = time_dim
         self.average_rewards = average_rewards
@@ -181,7 +183,8 @@ class ValueEstimator(TensorDictModuleBase):
                 tensordict.set(key, self._chunked_value(tensordict))
             next_tensordict = tensordict.get("next")
             with _weights(self.value_network, target_params):
-                next_tensordict.set(key, self._chunked_value(next_tensordict).detach())
+                next_value = self._chunked_value(self._next_inputs(tensordict))
+                next_tensordict.set(key, next_value.detach())
             return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
         key = self.tensor_keys.value
         if self._value_call is not None and not (
@@ -193,9 +196,34 @@ class ValueEstimator(TensorDictModuleBase):
             with hold_out_net(self.value_network) if held_out else contextlib.nullcontext():
                 tensordict.set(key, self._chunked_value(tensordict))
                 next_tensordict = tensordict.get("next")
-                next_value = self._chunked_value(next_tensordict)
+                next_value = self._chunked_value(self._next_inputs(tensordict))
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
         return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
+
+    def _next_inputs(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The value network's inputs at ``s'``: ``tensordict["next"]``; for a recurrent value
+        network (TorchRL's ``LSTMModule`` / ``GRUModule``) in recurrent mode, a shallow copy whose
+        ``is_init`` also marks the steps where the root's ``is_init`` does.
+
+        In recurrent mode the module runs along ``("next", ...)`` from the state stored at the
+        first step and restarts from the stored state where ``is_init`` is set; the successor of a
+        trajectory's first step is where the ``"next"`` sequence of a new trajectory starts (its
+        stored state is the one after that first step), so it must restart there too (TorchRL
+        merges the markers the same way). In sequential mode each step starts from its own stored
+        state, zeroed where ``is_init`` is set, so the ``"next"`` markers are left as they are.
+        """
+        next_tensordict = tensordict.get("next")
+        markers = [m.in_keys[-1] for m in self._recurrent_modules if m.recurrent_mode]
+        if not markers:
+            return next_tensordict
+        next_tensordict = next_tensordict.copy()
+        for key in dict.fromkeys(markers):
+            root = tensordict.get(key, None)
+            if root is None:  # the network's own call names the missing entry
+                continue
+            following = next_tensordict.get(key, None)
+            next_tensordict.set(key, root if following is None else following | root)
+        return next_tensordict
 
     def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
         """Inputs of :meth:`estimate` besides the returns' (V-trace's importance ratios)."""

@@ -424,11 +424,14 @@ class RPOLoss(ClipPPOLoss):
         self.noise_in_actor = noise_in_actor
         if not noise_in_actor:
             keys = self._actor_call.parameter_keys if self._actor_call.head is not None else {}
-            if "loc" not in keys or not self._actor_call.direct:
+            if "loc" not in keys or not self._actor_call.splittable:
                 raise TypeError(
                     "RPOLoss perturbs the 'loc' parameter of a TorchRL ProbabilisticActor whose "
-                    "modules are TensorDictModules (e.g. over IndependentNormal or TanhNormal); "
-                    "for another actor pass noise_in_actor=True and apply the noise in the actor."
+                    "last module builds a location-scale distribution (e.g. IndependentNormal or "
+                    "TanhNormal); this actor's distribution has no 'loc' built that way (a "
+                    "categorical policy has logits: RPO's noise is defined for continuous "
+                    "actions). For another actor pass "
+                    "noise_in_actor=True and apply the noise in the actor."
                 )
             self._loc_key = keys["loc"]
         self.register_buffer(

@@ -32,6 +32,19 @@ def _caller_pythonpath() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
+def tutorial_env() -> dict[str, str]:
+    """One thread, no display, torchrun's processes on the loopback, and on the path the
+    tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a checkout's
+    rlloss where PYTHONPATH names one."""
+    return {
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+        "MPLBACKEND": "Agg",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
+    }
+
+
 def run_tutorial(
     script: Path, out: Path, *args: str, frames: int = 2048, launcher: tuple[str, ...] = ()
 ) -> str:
@@ -43,15 +56,7 @@ def run_tutorial(
         capture_output=True,
         text=True,
         timeout=600,
-        # the tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a
-        # checkout's rlloss where PYTHONPATH names one
-        env={
-            "OMP_NUM_THREADS": "1",
-            "PATH": "/usr/bin:/bin",
-            "MPLBACKEND": "Agg",
-            "GLOO_SOCKET_IFNAME": "lo",  # torchrun's processes talk over loopback only
-            "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
-        },
+        env=tutorial_env(),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
@@ -108,11 +113,7 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
 def test_compile_tutorial_smoke(tmp_path):
     """A compiled SAC update gives the eager losses and runs without recompiling (about 50 s
     with an empty inductor cache on a small CPU, 15 s with a warm one)."""
-    env = {
-        "OMP_NUM_THREADS": "1",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
-    }
+    env = tutorial_env()
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     result = subprocess.run(
@@ -158,3 +159,21 @@ def test_ppo_ddp_tutorial_on_two_processes(tmp_path):
         launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
     )
     assert "processes=2" in stdout.splitlines(), stdout[-2000:]
+
+
+def test_recurrent_ppo_tutorial_feed_forward_and_rpo(tmp_path):
+    """``recurrent_ppo_cartpole.py --no-rnn`` (the feed-forward baseline) trains end to end;
+    ``--rpo-alpha`` stops with RPOLoss's reason: CartPole's policy is categorical, RPO perturbs
+    a continuous location."""
+    script = TUTORIALS_DIR / "recurrent_ppo_cartpole.py"
+    run_tutorial(script, tmp_path, "--no-rnn", frames=512)
+    result = subprocess.run(
+        [sys.executable, str(script), "--rpo-alpha", "0.5", "--out", str(tmp_path / "rpo")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=tutorial_env(),
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--rpo-alpha: RPOLoss perturbs the 'loc'" in result.stderr
+    assert "RPO's noise is defined for continuous actions" in result.stderr

@@ -41,8 +41,10 @@ class VectorCollector:
         """numpy (from the envs, on CPU) -> torch on the device."""
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
-    def step(self, policy: Callable[[TensorDict], torch.Tensor]) -> TensorDict:
-        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``."""
+    def step(self, policy: Callable[[TensorDict], torch.Tensor], keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td`` (under
+        ``"next"`` too, e.g. a recurrent state)."""
         num_envs = self.envs.num_envs
         td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
                         device=self.device)
@@ -54,7 +56,7 @@ class VectorCollector:
         next_obs = self.obs.copy()
         for i in np.flatnonzero(done):
             next_obs[i] = infos["final_obs"][i]
-        td["next"] = TensorDict(
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
             observation=self.tensor(next_obs),
             reward=self.tensor(reward).unsqueeze(-1),
             # Only termination stops bootstrapping: an episode truncated at the time limit still
@@ -62,13 +64,13 @@ class VectorCollector:
             terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
             done=self.tensor(done, torch.bool).unsqueeze(-1),
             batch_size=[num_envs],
-        )
+        ))
         self.running_return += reward
         self.frames += num_envs
         for i in np.flatnonzero(done):
             self.episodes.append((self.frames, self.running_return[i]))
             self.running_return[i] = 0.0
-        return td.select("observation", "action", "next")
+        return td.select("observation", "action", "next", *keep)
 
 
 def sample_from(actor) -> Callable[[TensorDict], torch.Tensor]:
