@@ -555,11 +555,33 @@ def members_in_turn(
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
     dim: what ``torch.vmap(functional_call)`` gives, without its batching layer."""
-    outputs = [
-        torch.func.functional_call(module, {k: v[i] for k, v in params.items()}, (inputs,))
-        for i in range(size)
-    ]
+    call = _functional_call if torch.compiler.is_compiling() else _swapped_call
+    outputs = [call(module, {k: v[i] for k, v in params.items()}, inputs) for i in range(size)]
     return {key: torch.stack([out[key] for out in outputs]) for key in outputs[0].keys()}
+
+
+def _functional_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):
+    return torch.func.functional_call(module, tensors, (inputs,))
+
+
+def _swapped_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):
+    """``torch.func.functional_call(module, tensors, (inputs,))`` for eager calls, at a third of
+    its cost (it checks and swaps through ``setattr``; ~0.2 ms a call on a small critic): the
+    entries of the owning modules' ``_parameters`` / ``_buffers`` are replaced by ``tensors``
+    for the call and restored after. ``tensors`` names every parameter and buffer (the stacked
+    ensemble's own)."""
+    slots = []
+    for name, tensor in tensors.items():
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name)
+        table = owner._parameters if attr in owner._parameters else owner._buffers
+        slots.append((table, attr, table[attr]))
+        table[attr] = tensor
+    try:
+        return module(inputs)
+    finally:
+        for table, attr, original in slots:
+            table[attr] = original
 
 
 class Ensemble:

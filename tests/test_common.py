@@ -284,3 +284,15 @@ def test_deepcopy_is_independent_of_the_original():
                     key.replace("target_actor_network_params.", "actor_network.")
                 ]
                 torch.testing.assert_close(value, online)
+
+
+def test_per_member_ensemble_compiles_without_graph_breaks():
+    """Under ``torch.compile(fullgraph=True)`` the members run through ``functional_call`` (the
+    eager path swaps the tensors in place): the same values."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    loss = _ensemble_loss(_BatchNormCritic(), 2).eval()  # eval: running statistics, no update
+    batch = TensorDict({"observation": torch.randn(16, 3), "action": torch.randn(16, 2)}, [16])
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(batch), loss(batch))
+    torch._dynamo.reset()
