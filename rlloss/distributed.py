@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from rlloss.functional.reduce import _expand_mask
+from rlloss import functional as rlf
 
 
 def resolve_group(process_group=None):
@@ -95,11 +95,6 @@ def global_standardize(
     gradient (advantages never do). On one rank the value equals
     :func:`rlloss.functional.standardize`'s.
     """
-    valid = torch.ones_like(x, dtype=torch.bool) if mask is None else _expand_mask(mask, x)
-    values = torch.where(valid, x.detach(), 0.0)
-    count = valid.sum().to(values.dtype)
-    local_mean = values.sum() / count.clamp_min(1)
-    local_m2 = torch.where(valid, values - local_mean, 0.0).square().sum()
-    total, mean, m2 = all_moments(count, local_mean, local_m2, process_group)
-    std = (m2 / (total - 1).clamp_min(1)).sqrt()
-    return (torch.where(valid, x, 0.0) - mean) / std.clamp_min(eps)
+    count, mean, m2 = rlf.masked_moments(x.detach(), mask)
+    total, mean, m2 = all_moments(count.to(mean.dtype), mean, m2, process_group)
+    return rlf.standardized_with(x, total, mean, m2, mask=mask, eps=eps)

@@ -83,9 +83,11 @@ from rlloss.functional.quantile import (
 )
 from rlloss.functional.reduce import (
     explained_variance,
+    masked_moments,
     normalized_effective_sample_size,
     reduce,
     standardize,
+    standardized_with,
 )
 from rlloss.functional.returns import (
     bootstrap_discount,
@@ -161,7 +163,9 @@ __all__ = [
     "td3_bc_actor_loss",
     "squash",
     "squash_log_abs_det_jacobian",
+    "masked_moments",
     "standardize",
+    "standardized_with",
     "straight_through_clamp",
     "surrogate",
     "unit_gaussian_kl",

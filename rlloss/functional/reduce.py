@@ -91,12 +91,37 @@ def standardize(
     """
     if mask is None:
         return (x - x.mean()) / x.std().clamp_min(eps)
-    mask = _expand_mask(mask, x)
+    return standardized_with(x, *masked_moments(x, mask), mask=mask, eps=eps)
+
+
+def masked_moments(
+    x: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(count, mean, M2)`` of the valid elements of ``x`` (``M2``: the sum of squared
+    deviations from the mean); padding enters no arithmetic. The moments Chan's formula merges
+    (:func:`rlloss.distributed.all_moments`)."""
+    mask = torch.ones_like(x, dtype=torch.bool) if mask is None else _expand_mask(mask, x)
     count = mask.sum()
-    valid = torch.where(mask, x, 0.0)  # padding never enters the arithmetic
+    valid = torch.where(mask, x, 0.0)
     mean = valid.sum() / count.clamp_min(1)
-    variance = torch.where(mask, (valid - mean) ** 2, 0.0).sum() / (count - 1).clamp_min(1)
-    return (valid - mean) / variance.sqrt().clamp_min(eps)
+    m2 = torch.where(mask, (valid - mean) ** 2, 0.0).sum()
+    return count, mean, m2
+
+
+def standardized_with(
+    x: torch.Tensor,
+    count: torch.Tensor,
+    mean: torch.Tensor,
+    m2: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """``(x - mean) / max(std, eps)`` with given moments, std with Bessel's correction
+    (``M2 / (count - 1)``); masked elements come out as ``-mean / std`` of a 0 (callers ignore
+    them)."""
+    valid = x if mask is None else torch.where(_expand_mask(mask, x), x, 0.0)
+    std = (m2 / (count - 1).clamp_min(1)).sqrt()
+    return (valid - mean) / std.clamp_min(eps)
 
 
 def normalized_effective_sample_size(
