@@ -18,8 +18,16 @@ What the update needs to compile well, and to be captured as a CUDA graph on a G
   (``rlloss.SoftUpdate`` / ``HardUpdate`` have none).
 - **On CUDA**: Adam/AdamW with ``capturable=True`` and ``foreach=True`` (the step counter stays on
   the device) and a tensor learning rate (``lr=torch.tensor(3e-4, device="cuda")``) that a
-  schedule changes in place. For a CUDA graph, wrap the returned callable's ``step`` (a batch in,
-  the losses out; sampling stays outside the graph) in ``tensordict.nn.CudaGraphModule``.
+  schedule changes in place (a float learning rate is baked into a CUDA graph).
+
+**CUDA graphs** (``cuda_graph=True``): the first ``warmup`` updates run on a side stream
+(compilation, optimiser state, cuDNN/cuBLAS handles), the next is recorded as one CUDA graph
+(``torch.cuda.graph``) over a static copy of its batch, and every update after it copies the new
+batch into that static batch and replays the graph: one launch for the whole forward, backward,
+optimiser step and target update. Sampling and the priority write-back (read from the static
+batch, where the loss wrote its ``td_error``) stay outside the graph. Every batch must have the
+first one's keys, shapes and dtypes; the returned losses are the graph's output buffers,
+overwritten by the next update (``.clone()`` what you keep).
 """
 
 from __future__ import annotations
@@ -75,6 +83,9 @@ class Update:
         compile: ``True`` (``torch.compile`` with its defaults), a dict of ``torch.compile``
             keywords (e.g. ``{"mode": "max-autotune-no-cudagraphs"}``), or ``False`` (eager:
             the same steps, for debugging and comparison).
+        cuda_graph: record the step (compiled or not) as a CUDA graph and replay it (module
+            docstring); needs the parameters on a CUDA device and a capturable optimiser.
+        warmup: with ``cuda_graph``, the updates run before the one recorded (at least 1).
 
     ``update.step`` is the part that takes a batch (what a CUDA graph would capture). See the
     module docstring for what compiling and CUDA-graph capture need.
@@ -89,14 +100,19 @@ class Update:
         replay_buffer=None,
         loss_keys: Sequence[str] | None = None,
         compile: bool | dict = True,
+        cuda_graph: bool = False,
+        warmup: int = 3,
     ) -> None:
         _check_arguments(loss_module, optimizer, target_updater, replay_buffer, compile)
+        if cuda_graph:
+            _check_cuda_graph(loss_module, optimizer, warmup)
         self.loss_module, self.optimizer = loss_module, optimizer
         self.target_updater, self.replay_buffer = target_updater, replay_buffer
         self.loss_keys = _checked_loss_keys(loss_module, loss_keys)
         self._params = allocated_gradients(optimizer)
         options = compile if isinstance(compile, dict) else {}
         self.step = torch.compile(self._step, **options) if compile else self._step
+        self.graph = CapturedStep(self.step, warmup) if cuda_graph else None
 
     def _step(self, batch: TensorDictBase) -> TensorDictBase:
         zero_gradients(self._params)
@@ -118,10 +134,58 @@ class Update:
             batch = _sample(self.replay_buffer)
         elif not isinstance(batch, TensorDictBase):
             raise TypeError(f"update(batch): batch must be a TensorDict, got {type(batch)}.")
-        out = self.step(batch)
+        if self.graph is None:
+            out = self.step(batch)
+        else:
+            out, batch = self.graph(batch)  # the batch the graph read (and wrote td_error to)
         if self.replay_buffer is not None:
             _write_priorities(self.replay_buffer, batch)
         return out
+
+
+class CapturedStep:
+    """``step(batch)`` recorded once as a CUDA graph and replayed (see the module docstring).
+
+    Returns ``(out, static_batch)``: the step's outputs and the batch it read, both buffers the
+    graph owns and rewrites on every replay."""
+
+    def __init__(self, step, warmup: int) -> None:
+        self.step, self.warmup, self.warmed = step, warmup, 0
+        self.graph = self.static_batch = self.static_out = None
+        self.side_stream = torch.cuda.Stream()
+
+    def __call__(self, batch: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        if self.graph is not None:
+            try:
+                self.static_batch.update_(batch)
+            except (KeyError, RuntimeError) as err:
+                raise ValueError(
+                    "compile_update(cuda_graph=True): every batch must have the keys, shapes and "
+                    f"dtypes of the recorded one ({err})."
+                ) from err
+        elif self.warmed < self.warmup:
+            self.warmed += 1
+            return self._on_side_stream(batch), batch
+        else:
+            self._record(batch)
+        self.graph.replay()
+        return self.static_out, self.static_batch
+
+    def _on_side_stream(self, batch: TensorDictBase) -> TensorDictBase:
+        self.side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side_stream):
+            out = self.step(batch)
+        torch.cuda.current_stream().wait_stream(self.side_stream)
+        return out
+
+    def _record(self, batch: TensorDictBase) -> None:
+        """Record the step on a static copy of ``batch``; recording runs nothing, the replay
+        that follows does the update."""
+        self.static_batch = batch.clone()
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.static_out = self.step(self.static_batch)
 
 
 @torch.compiler.disable
@@ -171,6 +235,28 @@ def _check_arguments(loss_module, optimizer, target_updater, replay_buffer, comp
         raise ValueError(
             "compile_update: the optimizer holds none of the loss module's parameters; build "
             "it over loss_module.parameters() (after the loss, which may copy the networks)."
+        )
+
+
+def _check_cuda_graph(loss_module: nn.Module, optimizer, warmup: int) -> None:
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
+        raise ValueError(f"compile_update: warmup must be an int >= 1, got {warmup!r}.")
+    uncapturable = [
+        i for i, group in enumerate(optimizer.param_groups) if group.get("capturable") is False
+    ]
+    if uncapturable:
+        raise ValueError(
+            f"compile_update(cuda_graph=True): {type(optimizer).__name__}'s param groups "
+            f"{uncapturable} have capturable=False; its step counter would sync with the host "
+            f"during the graph: build it with {type(optimizer).__name__}(..., capturable=True, "
+            "foreach=True)."
+        )
+    devices = {p.device.type for p in loss_module.parameters()}
+    if devices != {"cuda"} or not torch.cuda.is_available():
+        raise ValueError(
+            "compile_update(cuda_graph=True) records a CUDA graph: the loss module's parameters "
+            f"must all be on a CUDA device (found {sorted(devices)}); move it with "
+            "loss.to('cuda') before building the optimizer, or pass cuda_graph=False."
         )
 
 

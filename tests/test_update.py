@@ -34,20 +34,21 @@ def transitions(n: int, generator: torch.Generator) -> TensorDict:
     )
 
 
-def agent(seed: int = 0) -> dict:
+def agent(seed: int = 0, device: str = "cpu") -> dict:
     """A double DQN with target network, Adam, a soft updater and a prioritized buffer."""
     torch.manual_seed(seed)
-    loss = dqn_loss()
+    loss = dqn_loss().to(device)
     buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(CAPACITY),
-        sampler=PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4),
+        storage=LazyTensorStorage(CAPACITY, device=device),
+        sampler=PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4, device=device),
         priority_key="td_error",
         batch_size=BATCH,
     )
-    buffer.extend(transitions(CAPACITY, torch.Generator().manual_seed(seed)))
+    buffer.extend(transitions(CAPACITY, torch.Generator().manual_seed(seed)).to(device))
+    capturable = {"capturable": True, "foreach": True} if device == "cuda" else {}
     return {
         "loss": loss,
-        "optimizer": torch.optim.Adam(loss.parameters(), lr=1e-2),
+        "optimizer": torch.optim.Adam(loss.parameters(), lr=1e-2, **capturable),
         "updater": rlloss.SoftUpdate(loss, tau=0.1),
         "buffer": buffer,
     }
@@ -148,6 +149,34 @@ def test_update_takes_a_batch_and_sums_every_loss_entry():
         torch.testing.assert_close(x, y)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compile", [False, {"backend": "aot_eager"}])
+def test_cuda_graph_update_equals_the_steps_written_by_hand(compile):
+    """Six prioritized double-DQN updates on a GPU, the step recorded as a CUDA graph after two
+    warm-up updates and replayed: the losses, weights, target weights and priorities of the
+    hand-written loop at every step."""
+    torch._dynamo.reset()
+    manual, packaged = agent(device="cuda"), agent(device="cuda")
+    update = rlloss.compile_update(
+        packaged["loss"],
+        packaged["optimizer"],
+        target_updater=packaged["updater"],
+        replay_buffer=packaged["buffer"],
+        compile=compile,
+        cuda_graph=True,
+        warmup=2,
+    )
+    for step in range(6):
+        torch.manual_seed(100 + step)
+        expected = by_hand(manual)
+        torch.manual_seed(100 + step)
+        out = update()
+        torch.testing.assert_close(out["loss"], expected["loss"].detach(), rtol=1e-5, atol=1e-5)
+        assert_same_agents(manual, packaged, 1e-5)
+    assert update.graph.graph is not None  # recorded at the third update, replayed since
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
@@ -175,3 +204,18 @@ def test_update_without_batch_or_buffer_says_what_to_pass():
         update()
     with pytest.raises(TypeError, match="must be a TensorDict"):
         update({"observation": torch.zeros(2, OBS)})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"warmup": 0}, "warmup must be an int >= 1"),
+        ({"capturable": False}, "capturable=True"),
+        ({}, "must all be on a CUDA device"),
+    ],
+)
+def test_cuda_graph_needs_what_it_says(kwargs, message):
+    loss = td3_loss()
+    optimizer = torch.optim.Adam(loss.parameters(), capturable=kwargs.pop("capturable", True))
+    with pytest.raises(ValueError, match=message):
+        rlloss.compile_update(loss, optimizer, compile=False, cuda_graph=True, **kwargs)
