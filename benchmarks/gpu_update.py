@@ -16,7 +16,8 @@ Methods, per case and library:
 Figures per method (median over ``--repeats`` rounds of ``--inner`` updates, the GPU
 synchronised at both ends of a round): ``update()`` (sample from the buffer, the step, priority
 write-back: what a training loop runs), ``update(batch)`` (batches sampled beforehand) and, for
-the graphs, the replay alone (the GPU's own time for the step). Before timing, each library's
+the graphs, the replay alone (the GPU's own time for the step; and for ``update()`` when the
+sampling is recorded in the graph, as with rlloss's ``PrioritizedSampler``). Before timing, each library's
 ``step`` runs once under ``torch.cuda.set_sync_debug_mode("warn")`` and the host-device
 synchronisations it reports are counted; for DQN, the compiled graph's losses over 6 updates are
 checked against eager ones on the same batches (float32, rtol 1e-4).
@@ -114,7 +115,9 @@ def given_batches(update: rlloss.Update, batches: list):
 
 
 def syncs_in_step(update: rlloss.Update, batch) -> int:
-    """Host-device synchronisations ``update.step(batch)`` reports in sync-debug mode."""
+    """Host-device synchronisations ``update.step(batch)`` reports in sync-debug mode, on the
+    second step (the first creates the optimiser's state from host scalars)."""
+    update.step(batch.clone())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -150,14 +153,18 @@ def bench_case(case: str, a, record) -> None:
                 batches = [update.replay_buffer.sample() for _ in range(8)]
                 if method == "eager":
                     record(name, "host_syncs_in_step", syncs_in_step(update, batches[0].clone()))
-                for _ in range(a.warmup + 2):  # compilation, optimiser state, graph recording
+                for batch in batches[: a.warmup + 2]:  # compilation, state, graph recording
                     update()
+                    update(batch)
                 torch.cuda.synchronize()
                 record(name, "first_calls_s", round(time.perf_counter() - start, 1))
                 record(name, "update()", per_second(update, a))
                 record(name, "update(batch)", per_second(given_batches(update, batches), a))
                 if graph:
-                    record(name, "replay only", per_second(update.graph.graph.replay, a))
+                    record(name, "step replay only", per_second(update.graph.graph.replay, a))
+                if update.sampling_graph is not None:
+                    replay = update.sampling_graph.graph.replay
+                    record(name, "update() replay only", per_second(replay, a))
             except Exception as err:  # noqa: BLE001 - recorded; the other methods still run
                 record(name, "failed", f"{type(err).__name__}: {str(err)[:400]}")
                 traceback.print_exc()
@@ -207,11 +214,11 @@ def main(argv: list[str] | None = None) -> None:
                     record(f"DQN+PER {library} check", "graph_vs_eager_max_rel", worst)
                 except Exception as err:  # noqa: BLE001
                     record(f"DQN+PER {library} check", "failed", f"{type(err).__name__}: {err}")
-    print("\nupdates/s, update() (sampling included) / update(batch) / replay only")
+    print("\nupdates/s: update() (sampling included) / update(batch) / step replay only")
     for name, row in result["rows"].items():
         if "update()" in row:
             cells = [row["update()"]["median"], row["update(batch)"]["median"]]
-            cells += [row["replay only"]["median"]] if "replay only" in row else []
+            cells += [row["step replay only"]["median"]] if "step replay only" in row else []
             print(f"{name:<32} " + " / ".join(f"{c:9.1f}" for c in cells))
         elif "failed" in row:
             print(f"{name:<32} FAILED {row['failed'][:100]}")

@@ -24,10 +24,13 @@ What the update needs to compile well, and to be captured as a CUDA graph on a G
 (compilation, optimiser state, cuDNN/cuBLAS handles), the next is recorded as one CUDA graph
 (``torch.cuda.graph``) over a static copy of its batch, and every update after it copies the new
 batch into that static batch and replays the graph: one launch for the whole forward, backward,
-optimiser step and target update. Sampling and the priority write-back (read from the static
-batch, where the loss wrote its ``td_error``) stay outside the graph. Every batch must have the
-first one's keys, shapes and dtypes; the returned losses are the graph's output buffers,
-overwritten by the next update (``.clone()`` what you keep).
+optimiser step and target update. ``update()`` from a buffer whose sampler is
+sync-free on the GPU (:class:`rlloss.data.PrioritizedSampler` over a CUDA storage, no transform)
+records the sampling and the priority write-back in the graph too: the whole update is one
+replay. With other samplers, sampling and the write-back (read from the static batch, where the
+loss wrote its ``td_error``) stay outside the graph, as with ``update(batch)``. Every batch must
+have the first one's keys, shapes and dtypes; the returned losses are the graph's output
+buffers, overwritten by the next update (``.clone()`` what you keep).
 """
 
 from __future__ import annotations
@@ -112,7 +115,12 @@ class Update:
         self._params = allocated_gradients(optimizer)
         options = compile if isinstance(compile, dict) else {}
         self.step = torch.compile(self._step, **options) if compile else self._step
-        self.graph = CapturedStep(self.step, warmup) if cuda_graph else None
+        self.graph = Captured(self._given_batch, warmup) if cuda_graph else None
+        self.sampling_graph = (
+            Captured(self._sampled_batch, warmup)
+            if cuda_graph and samples_on_device(replay_buffer)
+            else None
+        )
 
     def _step(self, batch: TensorDictBase) -> TensorDictBase:
         zero_gradients(self._params)
@@ -124,6 +132,17 @@ class Update:
             self.target_updater.step()
         return out.detach()
 
+    def _given_batch(self, batch: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """The step on ``batch``, and the batch (where the loss wrote its priorities)."""
+        return self.step(batch), batch
+
+    def _sampled_batch(self) -> TensorDictBase:
+        """Sample, step, write the priorities back: the whole update."""
+        batch = _sample(self.replay_buffer)
+        out = self.step(batch)
+        _write_priorities(self.replay_buffer, batch)
+        return out
+
     def __call__(self, batch: TensorDictBase | None = None) -> TensorDictBase:
         if batch is None:
             if self.replay_buffer is None:
@@ -131,6 +150,8 @@ class Update:
                     "update() without a batch samples from the replay buffer, but none was "
                     "given: pass compile_update(..., replay_buffer=rb), or call update(batch)."
                 )
+            if self.sampling_graph is not None:
+                return self.sampling_graph()
             batch = _sample(self.replay_buffer)
         elif not isinstance(batch, TensorDictBase):
             raise TypeError(f"update(batch): batch must be a TensorDict, got {type(batch)}.")
@@ -143,49 +164,79 @@ class Update:
         return out
 
 
-class CapturedStep:
-    """``step(batch)`` recorded once as a CUDA graph and replayed (see the module docstring).
+def samples_on_device(replay_buffer) -> bool:
+    """Whether sampling from ``replay_buffer`` and writing its priorities can be recorded in the
+    update's CUDA graph: a sampler that says so (``capturable``, as
+    :class:`rlloss.data.PrioritizedSampler`: no host synchronisation, shapes fixed by the
+    capacity) over a storage on a CUDA device, and no transform."""
+    sampler = getattr(replay_buffer, "sampler", None)
+    storage = getattr(replay_buffer, "storage", None)
+    device = getattr(storage, "device", None)
+    transform = getattr(replay_buffer, "transform", None)
+    return (
+        getattr(sampler, "capturable", False)
+        and device not in (None, "auto")
+        and torch.device(device).type == "cuda"
+        and (transform is None or len(transform) == 0)
+    )
 
-    Returns ``(out, static_batch)``: the step's outputs and the batch it read, both buffers the
+
+class Captured:
+    """``fn(*batch)`` (a TensorDict or nothing) recorded once as a CUDA graph and replayed.
+
+    The first ``warmup`` calls run on a side stream; the next records ``fn`` on a static copy
+    of its batch (recording runs nothing: the replay that follows does the work); later calls
+    copy their batch into the static one and replay. Returns ``fn``'s output, buffers that the
     graph owns and rewrites on every replay."""
 
-    def __init__(self, step, warmup: int) -> None:
-        self.step, self.warmup, self.warmed = step, warmup, 0
+    def __init__(self, fn, warmup: int) -> None:
+        self.fn, self.warmup, self.warmed = fn, warmup, 0
         self.graph = self.static_batch = self.static_out = None
         self.side_stream = torch.cuda.Stream()
 
-    def __call__(self, batch: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    def __call__(self, *batch: TensorDictBase):
         if self.graph is not None:
-            try:
-                self.static_batch.update_(batch)
-            except (KeyError, RuntimeError) as err:
-                raise ValueError(
-                    "compile_update(cuda_graph=True): every batch must have the keys, shapes and "
-                    f"dtypes of the recorded one ({err})."
-                ) from err
+            if batch:
+                self._copy_in(batch[0])
         elif self.warmed < self.warmup:
             self.warmed += 1
-            return self._on_side_stream(batch), batch
+            return self._on_side_stream(*batch)
         else:
-            self._record(batch)
+            self._record(*batch)
         self.graph.replay()
-        return self.static_out, self.static_batch
+        return self.static_out
 
-    def _on_side_stream(self, batch: TensorDictBase) -> TensorDictBase:
+    def _copy_in(self, batch: TensorDictBase) -> None:
+        try:
+            self.static_batch.update_(batch)
+        except (KeyError, RuntimeError) as err:
+            raise ValueError(
+                "compile_update(cuda_graph=True): every batch must have the keys, shapes and "
+                f"dtypes of the recorded one ({err})."
+            ) from err
+
+    def _on_side_stream(self, *batch: TensorDictBase):
         self.side_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.side_stream):
-            out = self.step(batch)
+            out = self.fn(*batch)
         torch.cuda.current_stream().wait_stream(self.side_stream)
         return out
 
-    def _record(self, batch: TensorDictBase) -> None:
-        """Record the step on a static copy of ``batch``; recording runs nothing, the replay
-        that follows does the update."""
-        self.static_batch = batch.clone()
+    def _record(self, *batch: TensorDictBase) -> None:
+        self.static_batch = batch[0].clone() if batch else None
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.static_out = self.step(self.static_batch)
+        try:
+            with torch.cuda.graph(self.graph):
+                self.static_out = self.fn(*([self.static_batch] if batch else []))
+        except RuntimeError as err:
+            self.graph = None
+            raise RuntimeError(
+                "compile_update(cuda_graph=True) could not record the update as a CUDA graph: "
+                f"{err}. Something in it copies to or synchronises with the host (a CPU tensor, "
+                "`.item()`, a sampler or transform that is not sync-free); sample yourself and "
+                "call update(batch), or pass cuda_graph=False."
+            ) from err
 
 
 @torch.compiler.disable

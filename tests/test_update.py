@@ -149,12 +149,33 @@ def test_update_takes_a_batch_and_sums_every_loss_entry():
         torch.testing.assert_close(x, y)
 
 
+def test_the_recorded_update_is_the_whole_update():
+    """What a CUDA graph records for ``update()`` (sample, step, priority write-back), run
+    eagerly: the hand-written loop's losses, weights and priorities."""
+    manual, packaged = agent(), agent()
+    update = rlloss.compile_update(
+        packaged["loss"],
+        packaged["optimizer"],
+        target_updater=packaged["updater"],
+        replay_buffer=packaged["buffer"],
+        compile=False,
+    )
+    for step in range(3):
+        torch.manual_seed(100 + step)
+        expected = by_hand(manual)
+        torch.manual_seed(100 + step)
+        torch.testing.assert_close(update._sampled_batch()["loss"], expected["loss"].detach())
+        assert_same_agents(manual, packaged)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("compile", [False, {"backend": "aot_eager"}])
-def test_cuda_graph_update_equals_the_steps_written_by_hand(compile):
-    """Six prioritized double-DQN updates on a GPU, the step recorded as a CUDA graph after two
-    warm-up updates and replayed: the losses, weights, target weights and priorities of the
-    hand-written loop at every step."""
+@pytest.mark.parametrize("sampled", [True, False], ids=["update()", "update(batch)"])
+def test_cuda_graph_update_equals_the_steps_written_by_hand(compile, sampled):
+    """Six prioritized double-DQN updates on a GPU, recorded as a CUDA graph after two warm-up
+    updates and replayed: the losses, weights, target weights and priorities of the hand-written
+    loop at every step. ``update()`` records the sampling and the priority write-back too (the
+    sampler is sync-free); ``update(batch)`` only the step."""
     torch._dynamo.reset()
     manual, packaged = agent(device="cuda"), agent(device="cuda")
     update = rlloss.compile_update(
@@ -166,14 +187,16 @@ def test_cuda_graph_update_equals_the_steps_written_by_hand(compile):
         cuda_graph=True,
         warmup=2,
     )
+    assert (update.sampling_graph is not None) and update.graph is not None
     for step in range(6):
         torch.manual_seed(100 + step)
         expected = by_hand(manual)
         torch.manual_seed(100 + step)
-        out = update()
+        out = update() if sampled else update(packaged["buffer"].sample())
         torch.testing.assert_close(out["loss"], expected["loss"].detach(), rtol=1e-5, atol=1e-5)
         assert_same_agents(manual, packaged, 1e-5)
-    assert update.graph.graph is not None  # recorded at the third update, replayed since
+    recorded = update.sampling_graph if sampled else update.graph
+    assert recorded.graph is not None  # recorded at the third update, replayed since
     torch._dynamo.reset()
 
 

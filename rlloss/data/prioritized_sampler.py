@@ -95,6 +95,10 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         >>> # buffer.update_tensordict_priority(batch)  # priorities from batch["td_error"]
     """
 
+    #: sampling and priority updates have no host synchronisation and fixed shapes: they can be
+    #: recorded in a CUDA graph (``rlloss.compile_update(..., cuda_graph=True)`` does).
+    capturable = True
+
     def __init__(
         self,
         max_capacity: int,
