@@ -116,14 +116,15 @@ def given_batches(update: rlloss.Update, batches: list):
 
 def syncs_in_step(update: rlloss.Update, batch) -> int:
     """Host-device synchronisations ``update.step(batch)`` reports in sync-debug mode, on the
-    second step (the first creates the optimiser's state from host scalars)."""
-    update.step(batch.clone())
+    third step (the first creates the optimiser's state from host scalars)."""
+    for _ in range(2):
+        update.step(batch.clone())
+    torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
             update.step(batch)
-            torch.cuda.current_stream().synchronize()
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return sum("synchroniz" in str(w.message) for w in caught)
