@@ -64,7 +64,9 @@ def make_update(case: str, library: str, compiled: bool, graph: bool, a) -> rllo
     loss = build(LIBRARIES[library], a.seed).to(a.device)
     loss.make_value_estimator(gamma=GAMMA)
     sampler = (
-        rlloss.data.PrioritizedSampler(a.buffer_size, alpha=0.6, beta=0.4, device=a.device)
+        rlloss.data.PrioritizedSampler(
+            a.buffer_size, alpha=0.6, beta=0.4, device=a.device, compile=a.compile_sampler
+        )
         if prioritized
         else RandomSampler()
     )
@@ -146,8 +148,11 @@ def graph_matches_eager(library: str, a) -> float:
 
 def bench_case(case: str, a, record) -> None:
     for library in a.libraries:
-        for method, (compiled, graph) in METHODS.items():
-            name = f"{case} {library} {method}"
+        for method in a.methods:
+            compiled, graph = METHODS[method]
+            name = f"{case} {library} {method}" + (
+                " (compiled sampler)" if a.compile_sampler else ""
+            )
             try:
                 start = time.perf_counter()
                 update = make_update(case, library, compiled, graph, a)
@@ -183,6 +188,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    p.add_argument(
+        "--compile-sampler",
+        action="store_true",
+        help="DQN+PER: rlloss's PrioritizedSampler(compile=True) (its tree operations fused)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():

@@ -5,8 +5,8 @@ Every sampler holds N items with random priorities. One timed *sample* is the sa
 ``sample(storage, batch)`` (indices and importance weights); one timed *update* is
 ``update_priority(index, priority)`` of ``batch`` random indices. Also timed, for scale: a naive
 O(N) sampler (``torch.multinomial`` over the N masses, weights from the min mass), and with
-``--compiled`` rlloss's ``sample_index_and_weight`` / ``set_priority`` under
-``torch.compile(fullgraph=True)``. TorchRL's ``PrioritizedSampler`` is timed where its C++
+``--compiled`` rlloss's sampler built with ``compile=True`` (its tree operations under
+``torch.compile(fullgraph=True)``). TorchRL's ``PrioritizedSampler`` is timed where its C++
 extension loads (it needs the torch build TorchRL was compiled against); otherwise the output says
 so and records why. The time of one small eager op (an add of two 256-element tensors) is
 recorded beside the figures: on a shared machine it shows how much slower than usual it ran.
@@ -95,10 +95,10 @@ def methods_for(size: int, batch: int, compiled: bool) -> tuple[dict[str, Callab
         "rlloss update": lambda: ours.update_priority(index, new_priority),
     }
     if compiled:
-        sample = torch.compile(ours.sample_index_and_weight, fullgraph=True, dynamic=False)
-        update = torch.compile(ours.set_priority, fullgraph=True, dynamic=False)
-        methods["rlloss compiled sample"] = lambda: sample(batch)
-        methods["rlloss compiled update"] = lambda: update(index, new_priority)
+        fused = PrioritizedSampler(size, alpha=0.6, beta=0.4, compile=True)
+        fused.update_priority(torch.arange(size), priority)
+        methods["rlloss compiled sample"] = lambda: fused.sample(storage, batch)
+        methods["rlloss compiled update"] = lambda: fused.update_priority(index, new_priority)
     theirs = torchrl_trees_or_reason(size)
     if not isinstance(theirs, str):
         theirs.update_priority(torch.arange(size), priority)

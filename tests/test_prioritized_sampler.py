@@ -416,3 +416,27 @@ def test_torchrl_parameter_scheduler_anneals_beta():
     for _ in range(4):
         scheduler.step()
     assert buffer.sampler.beta == pytest.approx(1.0) and buffer.sampler._beta_tensor == 1.0
+
+
+def test_compiled_sampler_gives_the_eager_trees_and_draws():
+    """``compile=True``: the same trees after the same priority updates, and, with inductor
+    drawing through eager's generator (``fallback_random``), the same indices and weights."""
+    torch._dynamo.reset()
+    eager, compiled = (
+        PrioritizedSampler(50, 0.7, 0.5),
+        PrioritizedSampler(50, 0.7, 0.5, compile=True),
+    )
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        index = torch.randint(0, 50, (20,), generator=g)
+        priority = torch.rand(20, generator=g) * 3
+        eager.update_priority(index, priority)
+        compiled.update_priority(index, priority)
+        torch.testing.assert_close(compiled._trees, eager._trees, rtol=1e-12, atol=1e-12)
+    with torch._inductor.config.patch(fallback_random=True):
+        torch.manual_seed(1)
+        expected = eager.sample_index_and_weight(64)
+        torch.manual_seed(1)
+        got = compiled._sample_op(64)
+    torch.testing.assert_close(got, expected)
+    torch._dynamo.reset()

@@ -74,6 +74,13 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
             of the items stored now (``True``) or the largest ever given (``False``).
         device: where the trees live before the sampler first sees its storage; afterwards they
             follow the storage's device.
+        compile: run :meth:`sample_index_and_weight` and :meth:`set_priority` under
+            ``torch.compile(fullgraph=True)`` (not a TorchRL keyword). Inductor fuses the walk
+            down the tree into one kernel and each level's update into one: on one CPU thread at
+            N = 10^6, batch 256, a sample takes ~3x less time and a priority update ~1.3x less
+            (``benchmarks/per_sampler.py --compiled``); on a GPU, far fewer launches. The
+            compiled draws use inductor's generator: the same distribution, other numbers than
+            eager for a given seed. The first call compiles (seconds).
 
     Differences from TorchRL:
         - Negative, NaN or infinite priorities and indices past ``max_capacity`` raise a
@@ -109,6 +116,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
         device: torch.device | str | None = None,
+        compile: bool = False,
     ) -> None:
         if not (isinstance(max_capacity, int) and max_capacity > 0):
             raise ValueError(
@@ -133,6 +141,11 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         self.reduction = reduction
         self._max_priority_within_buffer = max_priority_within_buffer
         self._init(torch.device("cpu") if device is None else torch.device(device))
+        self._compile = bool(compile)
+        self._sample_op, self._set_op = self.sample_index_and_weight, self.set_priority
+        if compile:  # fused kernels: one walk down the tree per sample instead of ~5 ops a level
+            self._sample_op = torch.compile(self.sample_index_and_weight, fullgraph=True)
+            self._set_op = torch.compile(self.set_priority, fullgraph=True)
 
     def _init(self, device: torch.device | None = None) -> None:
         """Empty trees; the exponents as 0-d tensors, so changing them recompiles nothing."""
@@ -224,7 +237,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         self._follow_storage(storage)
         if len(storage) == 0:
             raise RuntimeError("Cannot sample from an empty storage: extend the buffer first.")
-        index, weight = self.sample_index_and_weight(batch_size)
+        index, weight = self._sample_op(batch_size)
         if storage.ndim > 1:
             index = unravel_index(index, storage.shape)
         return index, {"priority_weight": weight}
@@ -294,7 +307,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
                 f"update_priority got {index.numel()} indices but priority of shape "
                 f"{tuple(priority.shape)}: give one priority per index, or a single number."
             )
-        self.set_priority(index, priority.reshape(index.shape))
+        self._set_op(index, priority.reshape(index.shape))
 
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Give newly written items the default priority (the writer calls this)."""
