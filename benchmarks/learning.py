@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         machine = machine_info()
         swaps = {name: learning_runs.torchrl_swap(TASKS[name]) for name in cfg.tasks}
+        learning_runs.prepare_tasks(cfg.tasks)
         runs = learning_runs.plan_runs(cfg, swaps)
         print(f"{len(runs)} runs, {cfg.jobs} at a time, into {shown(str(cfg.results_dir))}")
         learning_runs.execute_all(runs, cfg.jobs, machine)

@@ -117,6 +117,28 @@ def plan_runs(cfg: argparse.Namespace, swaps: dict[str, dict]) -> list[Run]:
     return runs
 
 
+def prepare_tasks(names: list[str]) -> None:
+    """Run each task's ``prepare`` command once (the offline tasks' dataset), unless the path
+    it writes (``prepared``) already exists; stop with its error if it fails."""
+    done = set()
+    for name in names:
+        task = TASKS[name]
+        if not task.prepare or task.prepare in done:
+            continue
+        done.add(task.prepare)
+        if (REPO_ROOT / task.prepared).exists():
+            continue
+        command = [sys.executable, str(TUTORIALS_DIR / task.prepare[0]), *task.prepare[1:]]
+        shown = " ".join(display_path(part) for part in command)
+        print(f"{name}: preparing ({shown})", flush=True)
+        proc = subprocess.run(
+            command, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True
+        )
+        if proc.returncode != 0 or not (REPO_ROOT / task.prepared).exists():
+            why = last_error_line(proc.stderr) or f"it did not write {task.prepared}"
+            raise SystemExit(f"{name}: the preparation `{shown}` failed: {why}")
+
+
 def scaled_frames(task: Task, cfg: argparse.Namespace) -> int:
     """The task's budget times ``--total-frames-scale`` (``SMOKE_FRAMES`` with ``--smoke``)."""
     if cfg.smoke:

@@ -10,13 +10,33 @@ RL_ZOO = "rl-baselines3-zoo"  # benchmark.md: one training run each, determinist
 
 @dataclass(frozen=True)
 class Task:
-    """One tutorial run: its script, extra arguments, frame budget, target and reference."""
+    """One tutorial run: its script, extra arguments, frame budget, target and reference;
+    ``prepare``: a tutorial command (script and arguments, run from the repository root) that
+    must have run once before the task's runs, skipped when the path ``prepared`` exists (the
+    offline tasks' dataset)."""
 
     script: str
     extra_args: tuple[str, ...]
     total_frames: int
     target: float
     reference: str
+    prepare: tuple[str, ...] = ()
+    prepared: str | None = None
+
+
+# The offline tasks learn from one dataset (tutorials/offline_dataset.py, seed 0: SAC after
+# 3,000 steps, 50,000 transitions, mean return -839.2 +- 110.1); their target is to beat its
+# mean (and behaviour cloning, the bc_offline task, on the same data).
+OFFLINE_DIR = "runs/pendulum_offline"
+OFFLINE_DATASET_MEAN = -839.2
+OFFLINE = {
+    "prepare": ("offline_dataset.py", "--seed", "0", "--out", OFFLINE_DIR),
+    "prepared": f"{OFFLINE_DIR}/dataset",
+}
+OFFLINE_REFERENCE = (
+    "the dataset's mean return -839.2 +- 110.1; behaviour cloning (bc_offline) -797.6, -812.0, "
+    "-851.8 on seeds 0-2 (benchmarks/results/offline)"
+)
 
 
 TASKS: dict[str, Task] = {
@@ -107,4 +127,15 @@ TASKS: dict[str, Task] = {
     "mpo_cartpole": Task(
         "mpo_cartpole.py", (), 100_000, 475.0, "none found for categorical MPO on CartPole-v1"
     ),
+    **{
+        name: Task(
+            f"{name}.py",
+            ("--dataset", OFFLINE["prepared"]),
+            20_000,  # gradient steps: an offline learner collects no frames
+            OFFLINE_DATASET_MEAN,
+            OFFLINE_REFERENCE,
+            **OFFLINE,
+        )
+        for name in ("iql_offline", "cql_offline", "td3bc_offline", "bc_offline")
+    },
 }

@@ -1,0 +1,56 @@
+"""The learning benchmark's task table and its preparation step (the offline tasks' dataset)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import learning_runs
+from benchmarks.learning_tasks import OFFLINE, TASKS, Task
+
+
+def test_every_task_names_an_existing_tutorial_and_preparation():
+    for name, task in TASKS.items():
+        assert (learning_runs.TUTORIALS_DIR / task.script).is_file(), name
+        if task.prepare:
+            assert (learning_runs.TUTORIALS_DIR / task.prepare[0]).is_file(), name
+            assert task.prepared is not None, name
+    offline = [name for name, task in TASKS.items() if task.prepare == OFFLINE["prepare"]]
+    assert sorted(offline) == ["bc_offline", "cql_offline", "iql_offline", "td3bc_offline"]
+    for name in offline:  # each learns from the dataset the preparation writes
+        assert TASKS[name].extra_args == ("--dataset", OFFLINE["prepared"])
+
+
+def test_preparation_runs_once_and_is_skipped_when_its_output_exists(tmp_path, monkeypatch):
+    made, log = tmp_path / "dataset", tmp_path / "calls.txt"
+    script = tmp_path / "prepare.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        f"pathlib.Path({str(made)!r}).mkdir()\n"
+        f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    )
+    task = Task(
+        "ppo_cartpole.py", (), 10, 0.0, "", prepare=(str(script), "--seed", "0"), prepared=str(made)
+    )
+    monkeypatch.setitem(learning_runs.TASKS, "a", task)
+    monkeypatch.setitem(learning_runs.TASKS, "b", task)  # shares the preparation
+    learning_runs.prepare_tasks(["a", "b"])
+    assert made.is_dir() and log.read_text() == "--seed 0\n"
+    learning_runs.prepare_tasks(["a"])  # already there: not run again
+    assert log.read_text() == "--seed 0\n"
+
+
+def test_a_failed_preparation_stops_with_its_error(tmp_path, monkeypatch):
+    script = tmp_path / "prepare.py"
+    script.write_text("raise RuntimeError('no environment')\n")
+    task = Task(
+        "ppo_cartpole.py",
+        (),
+        10,
+        0.0,
+        "",
+        prepare=(str(script),),
+        prepared=str(tmp_path / "dataset"),
+    )
+    monkeypatch.setitem(learning_runs.TASKS, "a", task)
+    with pytest.raises(SystemExit, match="a: the preparation .*RuntimeError: no environment"):
+        learning_runs.prepare_tasks(["a"])
