@@ -54,6 +54,13 @@ def agent(seed: int = 0, device: str = "cpu") -> dict:
     }
 
 
+def packaged_update(a: dict, **options) -> rlloss.Update:
+    """``compile_update`` over an agent's loss, optimiser, target updater and buffer."""
+    return rlloss.compile_update(
+        a["loss"], a["optimizer"], target_updater=a["updater"], replay_buffer=a["buffer"], **options
+    )
+
+
 def by_hand(a: dict) -> TensorDict:
     """The update as a user writes it."""
     batch = a["buffer"].sample()
@@ -85,13 +92,7 @@ def test_update_equals_the_steps_written_by_hand(compile):
     torch._dynamo.reset()
     manual, packaged = agent(), agent()
     assert_same_agents(manual, packaged)
-    update = rlloss.compile_update(
-        packaged["loss"],
-        packaged["optimizer"],
-        target_updater=packaged["updater"],
-        replay_buffer=packaged["buffer"],
-        compile=compile,
-    )
+    update = packaged_update(packaged, compile=compile)
     assert update.loss_keys == ["loss"]
     before = copy.deepcopy(packaged["loss"].state_dict())
     for step in range(3):
@@ -153,13 +154,7 @@ def test_the_recorded_update_is_the_whole_update():
     """What a CUDA graph records for ``update()`` (sample, step, priority write-back), run
     eagerly: the hand-written loop's losses, weights and priorities."""
     manual, packaged = agent(), agent()
-    update = rlloss.compile_update(
-        packaged["loss"],
-        packaged["optimizer"],
-        target_updater=packaged["updater"],
-        replay_buffer=packaged["buffer"],
-        compile=False,
-    )
+    update = packaged_update(packaged, compile=False)
     for step in range(3):
         torch.manual_seed(100 + step)
         expected = by_hand(manual)
@@ -178,15 +173,7 @@ def test_cuda_graph_update_equals_the_steps_written_by_hand(compile, sampled):
     sampler is sync-free); ``update(batch)`` only the step."""
     torch._dynamo.reset()
     manual, packaged = agent(device="cuda"), agent(device="cuda")
-    update = rlloss.compile_update(
-        packaged["loss"],
-        packaged["optimizer"],
-        target_updater=packaged["updater"],
-        replay_buffer=packaged["buffer"],
-        compile=compile,
-        cuda_graph=True,
-        warmup=2,
-    )
+    update = packaged_update(packaged, compile=compile, cuda_graph=True, warmup=2)
     assert (update.sampling_graph is not None) and update.graph is not None
     for step in range(6):
         torch.manual_seed(100 + step)
