@@ -141,7 +141,6 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         self.reduction = reduction
         self._max_priority_within_buffer = max_priority_within_buffer
         self._init(torch.device("cpu") if device is None else torch.device(device))
-        self._compile = bool(compile)
         self._sample_op, self._set_op = self.sample_index_and_weight, self.set_priority
         if compile:  # fused kernels: one walk down the tree per sample instead of ~5 ops a level
             self._sample_op = torch.compile(self.sample_index_and_weight, fullgraph=True)
