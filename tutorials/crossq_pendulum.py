@@ -60,8 +60,9 @@ processes, so the wall times are inflated two- to threefold; run directories und
   runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
 - rlloss, seed 1: final_return -107.7; first at or above -200 at 3,000 steps (-108.9; -576.7
   at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
-- seed 2 (and TorchRL's seeds 1, 2) not run: on the shared machine a run took 22 to 35
-  minutes.
+- TorchRL's, seed 1: final_return -108.6; first at or above -200 at 3,000 steps (-156.6;
+  -899.9 at 2,000); 1,160 s;
+- seed 2 (both libraries) not run: on the shared machine a run took 19 to 35 minutes.
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
