@@ -100,6 +100,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return cfg
 
 
+def everything_on_disk(cfg: argparse.Namespace) -> argparse.Namespace:
+    """``cfg`` summarising every task and seed found in the results dir (as ``--summarize-only``
+    does), so that running some tasks or seeds does not drop the others from the summary."""
+    tasks = [t for t in TASKS if (cfg.results_dir / t).is_dir()]
+    return argparse.Namespace(**{**vars(cfg), "tasks": tasks, "seeds": None})
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     shown = learning_runs.display_path
@@ -112,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = learning_runs.plan_runs(cfg, swaps)
         print(f"{len(runs)} runs, {cfg.jobs} at a time, into {shown(str(cfg.results_dir))}")
         learning_runs.execute_all(runs, cfg.jobs, machine)
+        cfg = everything_on_disk(cfg)  # the summary keeps the tasks and seeds not run now
     result = learning_runs.write_summary(cfg, machine)
     learning_runs.print_summary(result)
     print(f"wrote {shown(str(cfg.out))}")

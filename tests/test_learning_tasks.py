@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from benchmarks import learning_runs
+from benchmarks.learning import everything_on_disk
 from benchmarks.learning_tasks import OFFLINE, TASKS, Task
 
 
@@ -54,3 +57,14 @@ def test_a_failed_preparation_stops_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setitem(learning_runs.TASKS, "a", task)
     with pytest.raises(SystemExit, match="a: the preparation .*RuntimeError: no environment"):
         learning_runs.prepare_tasks(["a"])
+
+
+def test_the_summary_after_a_run_keeps_every_task_and_seed_on_disk(tmp_path):
+    """Running some tasks or seeds must not drop the others from ``learning.json``."""
+    for name in ("td3_pendulum", "ppo_cartpole", "not_a_task"):
+        (tmp_path / name).mkdir()
+    cfg = argparse.Namespace(results_dir=tmp_path, tasks=["ppo_cartpole"], seeds=[1], jobs=1)
+    summary = everything_on_disk(cfg)
+    assert summary.tasks == ["ppo_cartpole", "td3_pendulum"]  # TASKS order, known tasks only
+    assert summary.seeds is None and summary.jobs == 1
+    assert cfg.tasks == ["ppo_cartpole"]  # the run's own configuration is left alone
