@@ -69,8 +69,9 @@ How the update is made compilable and capturable (checked against torch 2.13):
   optimizer step is compiled as its own graphs, between ``torch._dynamo.graph_break()`` calls
   torch places around it), and ``reduce-overhead`` records one CUDA graph per dynamo graph with
   Python in between, while a graph recorded around the call covers the step end to end, graph
-  breaks included. On one H200 (torch 2.11) this SAC update replays at about 3,100 updates/s
-  (``benchmarks/gpu_update.py``: 3,099/s on given batches, 143/s eager).
+  breaks included. This tutorial was not run on a GPU; ``benchmarks/gpu_update.py``'s SAC update
+  (the same network sizes and batch) ran at 3,099 updates/s on given batches with it on one
+  H200 (torch 2.11), against 143/s eager.
 
 Run:
     python tutorials/compile_and_cudagraphs.py --updates 200 --out runs/compile_sac
