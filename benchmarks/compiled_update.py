@@ -96,27 +96,50 @@ def transitions(size: int, discrete: bool, seed: int):
 CASES = {"DQN+PER": (dqn_loss, True), "TD3": (td3_loss, False), "SAC": (sac_loss, False)}
 
 
-def make_update(case: str, library_name: str, compiled: bool, a) -> rlloss.Update:
+def make_update(
+    case: str, library_name: str, compiled: bool, a, graph: bool = False
+) -> rlloss.Update:
+    """One case's update for one library. On a CPU (``a.device`` absent or ``"cpu"``): Adam with a
+    float learning rate. On CUDA (``benchmarks/gpu_update.py``): storage, sampler trees and
+    networks on the device, capturable Adam with a tensor learning rate, ``cuda_graph=graph``,
+    and the prioritized sampler compiled with ``a.compile_sampler``."""
+    device = torch.device(getattr(a, "device", "cpu"))
     build, prioritized = CASES[case]
     library = LIBRARIES[library_name]
-    loss = build(library, a.seed)
+    loss = build(library, a.seed).to(device)
     loss.make_value_estimator(gamma=GAMMA)
     sampler = (
-        rlloss.data.PrioritizedSampler(a.buffer_size, alpha=0.6, beta=0.4)
+        rlloss.data.PrioritizedSampler(
+            a.buffer_size,
+            alpha=0.6,
+            beta=0.4,
+            device=device,
+            compile=getattr(a, "compile_sampler", False),
+        )
         if prioritized
         else RandomSampler()
     )
     buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(a.buffer_size),
+        storage=LazyTensorStorage(a.buffer_size, device=device),
         sampler=sampler,
         batch_size=a.batch_size,
         priority_key="td_error",
     )
-    buffer.extend(transitions(a.buffer_size, prioritized, a.seed))
-    optimizer = torch.optim.Adam(loss.parameters(), lr=LR, foreach=True)
+    buffer.extend(transitions(a.buffer_size, prioritized, a.seed).to(device))
+    if device.type == "cuda":  # capturable: the step counter and the learning rate on the GPU
+        lr = torch.tensor(LR, device=device)
+        optimizer = torch.optim.Adam(loss.parameters(), lr=lr, foreach=True, capturable=True)
+    else:
+        optimizer = torch.optim.Adam(loss.parameters(), lr=LR, foreach=True)
     updater = library.SoftUpdate(loss, tau=TAU)
     return rlloss.compile_update(
-        loss, optimizer, target_updater=updater, replay_buffer=buffer, compile=compiled
+        loss,
+        optimizer,
+        target_updater=updater,
+        replay_buffer=buffer,
+        compile=compiled,
+        cuda_graph=graph,
+        warmup=getattr(a, "warmup", 3),
     )
 
 

@@ -44,10 +44,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer  # noqa: E402
 
 import rlloss  # noqa: E402
-from benchmarks.compiled_update import CASES, GAMMA, LIBRARIES, LR, TAU, transitions  # noqa: E402
+from benchmarks.compiled_update import CASES, LIBRARIES, make_update  # noqa: E402
 from benchmarks.harness import machine_info  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "gpu_update.json"
@@ -57,38 +56,6 @@ METHODS = {  # name: (compile, cuda_graph)
     "eager+graph": (False, True),
     "compiled+graph": (True, True),
 }
-
-
-def make_update(case: str, library: str, compiled: bool, graph: bool, a) -> rlloss.Update:
-    build, prioritized = CASES[case]
-    loss = build(LIBRARIES[library], a.seed).to(a.device)
-    loss.make_value_estimator(gamma=GAMMA)
-    sampler = (
-        rlloss.data.PrioritizedSampler(
-            a.buffer_size, alpha=0.6, beta=0.4, device=a.device, compile=a.compile_sampler
-        )
-        if prioritized
-        else RandomSampler()
-    )
-    buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(a.buffer_size, device=a.device),
-        sampler=sampler,
-        batch_size=a.batch_size,
-        priority_key="td_error",
-    )
-    buffer.extend(transitions(a.buffer_size, prioritized, a.seed).to(a.device))
-    lr = torch.tensor(LR, device=a.device)
-    optimizer = torch.optim.Adam(loss.parameters(), lr=lr, foreach=True, capturable=True)
-    updater = LIBRARIES[library].SoftUpdate(loss, tau=TAU)
-    return rlloss.compile_update(
-        loss,
-        optimizer,
-        target_updater=updater,
-        replay_buffer=buffer,
-        compile=compiled,
-        cuda_graph=graph,
-        warmup=a.warmup,
-    )
 
 
 def per_second(run, a) -> dict:
@@ -135,8 +102,8 @@ def syncs_in_step(update: rlloss.Update, batch) -> int:
 def graph_matches_eager(library: str, a) -> float:
     """Largest relative difference of DQN's loss between eager and compiled+graph updates on the
     same 6 batches (3 warm-up, the recorded one, 2 replays)."""
-    eager = make_update("DQN+PER", library, False, False, a)
-    graph = make_update("DQN+PER", library, True, True, a)
+    eager = make_update("DQN+PER", library, False, a)
+    graph = make_update("DQN+PER", library, True, a, graph=True)
     batches = [eager.replay_buffer.sample() for _ in range(a.warmup + 3)]
     worst = 0.0
     for batch in batches:
@@ -155,7 +122,7 @@ def bench_case(case: str, a, record) -> None:
             )
             try:
                 start = time.perf_counter()
-                update = make_update(case, library, compiled, graph, a)
+                update = make_update(case, library, compiled, a, graph=graph)
                 batches = [update.replay_buffer.sample() for _ in range(8)]
                 if method == "eager":
                     record(name, "host_syncs_in_step", syncs_in_step(update, batches[0].clone()))
