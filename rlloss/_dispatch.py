@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from tensordict import TensorDictBase, is_tensor_collection, make_tensordict
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection, make_tensordict
 
 from rlloss import _compat
 from rlloss._checks import check_finite, checks_enabled
@@ -23,7 +23,9 @@ def accepts_tensor_arguments(forward):
 
     @functools.wraps(forward)
     def forward_with_tensors(self, tensordict=None, *args, **kwargs):
-        if not args and not kwargs and isinstance(tensordict, TensorDictBase):
+        # a plain TensorDict first: the abstract-class check costs a Python frame a call
+        direct = type(tensordict) is TensorDict or isinstance(tensordict, TensorDictBase)
+        if not args and not kwargs and direct:
             check_batch(self, tensordict)
             return forward(self, tensordict)
         if is_tensor_collection(tensordict):

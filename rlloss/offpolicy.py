@@ -158,7 +158,11 @@ class TDTargetLoss(LossModule):
         :meth:`make_value_estimator`)."""
         reward, terminated, discount = self._bootstrap_terms(tensordict)
         if self._lmbda is None:
-            if next_value.shape[:-1] == reward.shape[:-1] and reward.shape[-1:] == (1,):
+            if (
+                next_value.shape[-1] != 1
+                and next_value.shape[:-1] == reward.shape[:-1]
+                and reward.shape[-1:] == (1,)
+            ):
                 # ``[*B, K]`` atoms of a distributional critic share the reward and the flags
                 reward, terminated = reward.expand_as(next_value), terminated.expand_as(next_value)
             return rlf.td0_return(reward, next_value, terminated, discount)

@@ -33,6 +33,7 @@ from rlloss._networks import (
     NetworkCall,
     action_log_prob,
     as_list,
+    entry,
     log_prob_of,
     sum_heads,
 )
@@ -275,7 +276,7 @@ class OnPolicyLoss(LossModule):
     ) -> tuple[TensorDictBase, torch.Tensor]:
         """The batch's advantage; when absent, the value estimator writes it (and the value
         target) into a shallow copy of the batch, returned with it."""
-        if batch.get(self.tensor_keys.advantage, None) is None:
+        if self._read(batch, "advantage") is None:
             if self.critic_network is None:
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
             batch = self.value_estimator(batch.copy(), **self._estimator_weights())
@@ -384,7 +385,7 @@ class OnPolicyLoss(LossModule):
         """The batch, with the actor trunk's outputs added when the critic reads some that the
         batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
         batch); detached under ``separate_losses``."""
-        if all(batch.get(key, None) is not None for key in self.critic_network.in_keys):
+        if all(entry(batch, key) is not None for key in self.critic_network.in_keys):
             return batch
         batch = batch.copy()
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.separate_losses):
@@ -438,7 +439,7 @@ class OnPolicyLoss(LossModule):
         return as_scalar_output(reduced, self.reduction)
 
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
-        mask = tensordict.get(self.tensor_keys.mask, None)
+        mask = self._read(tensordict, "mask")
         if mask is None:
             return None
         return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
