@@ -29,6 +29,17 @@ learned from 1.0, 1,000 random steps first), so that the two differ only by the 
 training loop is ``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py`` and
 ``redq_pendulum.py``.
 
+Results (20,000 steps, ``benchmarks/learning.py``, one CPU thread on a 2-core machine running
+two of these at once and other jobs, so the wall times are inflated): final_return (evaluation)
+-108.9, -108.9 and -157.7 on seeds 0, 1, 2 (seed 2's evaluation start states are the hard ones:
+SAC -160.3, REDQ -158.8 on them); the evaluation first at or above -200 at 4,000 steps on all
+three seeds (-180.2, -126.9, -169.4; -640.6, -656.8, -837.0 at 3,000), as SAC's first crossings
+(4,000 and 5,000) and REDQ's (4,000); the last 10 training episodes -177.8, -189.9, -194.1;
+3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seed 0 (run at the same time as
+rlloss's seed 0): final_return -109.9, first at or above -200 at 4,000 steps (-128.0), the last
+10 training episodes -179.2; 4,883 s. Seeds 1 and 2 with TorchRL's loss were not run (about an
+hour each here).
+
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
 
