@@ -94,6 +94,8 @@ def transitions(size: int, discrete: bool, seed: int):
 
 
 CASES = {"DQN+PER": (dqn_loss, True), "TD3": (td3_loss, False), "SAC": (sac_loss, False)}
+# TD3 and SAC's replay: TorchRL's sampler draws on the host; rlloss's on the storage's device
+UNIFORM_SAMPLERS = {"torchrl": RandomSampler, "rlloss": rlloss.data.RandomSampler}
 
 
 def make_update(
@@ -102,7 +104,8 @@ def make_update(
     """One case's update for one library. On a CPU (``a.device`` absent or ``"cpu"``): Adam with a
     float learning rate. On CUDA (``benchmarks/gpu_update.py``): storage, sampler trees and
     networks on the device, capturable Adam with a tensor learning rate, ``cuda_graph=graph``,
-    and the prioritized sampler compiled with ``a.compile_sampler``."""
+    and the prioritized sampler compiled with ``a.compile_sampler``. Uniform replay: TorchRL's
+    ``RandomSampler``, or rlloss's (capturable) with ``a.uniform_sampler == "rlloss"``."""
     device = torch.device(getattr(a, "device", "cpu"))
     build, prioritized = CASES[case]
     library = LIBRARIES[library_name]
@@ -117,7 +120,7 @@ def make_update(
             compile=getattr(a, "compile_sampler", False),
         )
         if prioritized
-        else RandomSampler()
+        else UNIFORM_SAMPLERS[getattr(a, "uniform_sampler", "torchrl")]()
     )
     buffer = TensorDictReplayBuffer(
         storage=LazyTensorStorage(a.buffer_size, device=device),
@@ -153,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--inner", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--uniform-sampler",
+        choices=list(UNIFORM_SAMPLERS),
+        default="torchrl",
+        help="TD3 and SAC: the replay buffer's uniform sampler",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -17,7 +17,9 @@ Figures per method (median over ``--repeats`` rounds of ``--inner`` updates, the
 synchronised at both ends of a round): ``update()`` (sample from the buffer, the step, priority
 write-back: what a training loop runs), ``update(batch)`` (batches sampled beforehand) and, for
 the graphs, the replay alone (the GPU's own time for the step; and for ``update()`` when the
-sampling is recorded in the graph, as with rlloss's ``PrioritizedSampler``). Before timing, each library's
+sampling is recorded in the graph, as with rlloss's ``PrioritizedSampler`` and, for TD3 and SAC
+with ``--uniform-sampler rlloss`` (the default), rlloss's ``RandomSampler``; ``--uniform-sampler
+torchrl`` gives TorchRL's, which draws on the host). Before timing, each library's
 ``step`` runs once under ``torch.cuda.set_sync_debug_mode("warn")`` and the host-device
 synchronisations it reports are counted; for DQN, the compiled graph's losses over 6 updates are
 checked against eager ones on the same batches (float32, rtol 1e-4).
@@ -46,7 +48,12 @@ if str(REPO_ROOT) not in sys.path:
 
 
 import rlloss  # noqa: E402
-from benchmarks.compiled_update import CASES, LIBRARIES, make_update  # noqa: E402
+from benchmarks.compiled_update import (  # noqa: E402
+    CASES,
+    LIBRARIES,
+    UNIFORM_SAMPLERS,
+    make_update,
+)
 from benchmarks.harness import machine_info  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "gpu_update.json"
@@ -117,8 +124,10 @@ def bench_case(case: str, a, record) -> None:
     for library in a.libraries:
         for method in a.methods:
             compiled, graph = METHODS[method]
-            name = f"{case} {library} {method}" + (
-                " (compiled sampler)" if a.compile_sampler else ""
+            name = (
+                f"{case} {library} {method}"
+                + (" (compiled sampler)" if a.compile_sampler and CASES[case][1] else "")
+                + (f" ({a.uniform_sampler} sampler)" if not CASES[case][1] else "")
             )
             try:
                 start = time.perf_counter()
@@ -160,6 +169,13 @@ def main(argv: list[str] | None = None) -> None:
         "--compile-sampler",
         action="store_true",
         help="DQN+PER: rlloss's PrioritizedSampler(compile=True) (its tree operations fused)",
+    )
+    p.add_argument(
+        "--uniform-sampler",
+        choices=list(UNIFORM_SAMPLERS),
+        default="rlloss",
+        help="TD3 and SAC: rlloss's RandomSampler (draws on the GPU: update() records the "
+        "sampling in the graph) or TorchRL's (draws on the host, the batch copied in)",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)

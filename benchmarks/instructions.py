@@ -31,18 +31,35 @@ def main() -> None:
     parser.add_argument("--steps-low", type=int, default=20)
     parser.add_argument("--steps-high", type=int, default=120)
     parser.add_argument(
+        "--critics", type=int, default=None, help="ensemble cases (REDQ, TQC): critics to use"
+    )
+    parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "instructions.json"
     )
     args = parser.parse_args()
     results = {
         case: instructions_per_step(
-            case, args.methods, args.batch_size, args.level, args.steps_low, args.steps_high
+            case,
+            args.methods,
+            args.batch_size,
+            args.level,
+            args.steps_low,
+            args.steps_high,
+            args.critics,
         )
         for case in args.cases
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        json.dumps({"batch_size": args.batch_size, "level": args.level, "cases": results}, indent=2)
+        json.dumps(
+            {
+                "batch_size": args.batch_size,
+                "level": args.level,
+                "critics": args.critics,
+                "cases": results,
+            },
+            indent=2,
+        )
     )
     print(f"wrote {args.out}")
 

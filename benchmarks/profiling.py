@@ -59,7 +59,9 @@ from pathlib import Path
 from torch.overrides import TorchFunctionMode
 
 from benchmarks.cases import CASES
-from benchmarks.harness import REPO_ROOT, level_steps
+from benchmarks.cases.common import CUSTOM_SUFFIX
+from benchmarks.cases.ensembles import ENSEMBLES, build_ensemble
+from benchmarks.harness import REPO_ROOT, CaseSetup, level_steps
 
 HERE = Path(__file__).resolve().parent
 CATEGORIES = (
@@ -178,13 +180,25 @@ def profile_rows(
 # --------------------------------------------------------------------------- #
 # Instructions
 # --------------------------------------------------------------------------- #
+def case_setup(case: str, batch_size: int, critics: int | None = None) -> CaseSetup:
+    """``CASES[case]`` at ``batch_size`` (seed 0); ``critics``: an ensemble case
+    (``REDQLoss``, ``TQCLoss``, with or without the custom-critic suffix) with that many
+    critics instead of its default."""
+    if critics is None:
+        return CASES[case](batch_size, 0)
+    name = case.removesuffix(CUSTOM_SUFFIX)
+    if name not in ENSEMBLES:
+        raise ValueError(f"--critics applies to {sorted(ENSEMBLES)} (custom or not), not {case}")
+    return build_ensemble(name, critics, batch_size, 0, custom=case.endswith(CUSTOM_SUFFIX))
+
+
 RUNNER = """
 import sys, torch
 sys.path.insert(0, {root!r})
-from benchmarks.cases import CASES
 from benchmarks.harness import level_steps
+from benchmarks.profiling import case_setup
 torch.set_num_threads(1)
-setup = CASES[{case!r}]({batch_size}, 0)
+setup = case_setup({case!r}, {batch_size}, {critics!r})
 method = setup.factories[{method!r}](next(iter(setup.batches.values())))
 step = level_steps(method, compiled=False)[{level!r}]
 for _ in range({steps}):
@@ -192,7 +206,9 @@ for _ in range({steps}):
 """
 
 
-def instructions(case: str, method: str, batch_size: int, steps: int, level: str) -> int:
+def instructions(
+    case: str, method: str, batch_size: int, steps: int, level: str, critics: int | None = None
+) -> int:
     """Total instructions of a process that runs ``steps`` steps (start-up included)."""
     with tempfile.TemporaryDirectory() as tmp:
         script, out = Path(tmp) / "run.py", Path(tmp) / "callgrind.out"
@@ -204,6 +220,7 @@ def instructions(case: str, method: str, batch_size: int, steps: int, level: str
                 batch_size=batch_size,
                 steps=steps,
                 level=level,
+                critics=critics,
             )
         )
         subprocess.run(
@@ -222,15 +239,21 @@ def instructions(case: str, method: str, batch_size: int, steps: int, level: str
 
 
 def instructions_per_step(
-    case: str, methods: list[str], batch_size: int, level: str, steps_low: int, steps_high: int
+    case: str,
+    methods: list[str],
+    batch_size: int,
+    level: str,
+    steps_low: int,
+    steps_high: int,
+    critics: int | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per method of ``case`` the instructions of one step, and each one's ratio to plain's (to the
-    first method's without plain)."""
-    available = CASES[case](batch_size, 0).factories
+    first method's without plain); ``critics``: see :func:`case_setup`."""
+    available = case_setup(case, batch_size, critics).factories
     per_step = {}
     for method in [m for m in methods if m in available]:
-        low = instructions(case, method, batch_size, steps_low, level)
-        high = instructions(case, method, batch_size, steps_high, level)
+        low = instructions(case, method, batch_size, steps_low, level, critics)
+        high = instructions(case, method, batch_size, steps_high, level, critics)
         per_step[method] = (high - low) / (steps_high - steps_low)
         print(
             f"{case} B={batch_size} {method}: {per_step[method] / 1e6:.3f} M instr/step", flush=True

@@ -554,9 +554,15 @@ def members_in_turn(
 ) -> dict:
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
-    dim: what ``torch.vmap(functional_call)`` gives, without its batching layer."""
+    dim: what ``torch.vmap(functional_call)`` gives, without its batching layer.
+
+    A tensor that requires gradient is split with ``unbind``, whose backward stacks the
+    members' gradients in one copy (``size`` ``select``s would each write a zero tensor of the
+    stacked size and add them up); buffers, updated in place by normalisation layers, are
+    indexed (an ``unbind`` output may not be modified in place)."""
     call = _functional_call if torch.compiler.is_compiling() else _swapped_call
-    outputs = [call(module, {k: v[i] for k, v in params.items()}, inputs) for i in range(size)]
+    members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
+    outputs = [call(module, {k: v[i] for k, v in members.items()}, inputs) for i in range(size)]
     return {key: torch.stack([out[key] for out in outputs]) for key in outputs[0].keys()}
 
 

@@ -1197,6 +1197,22 @@ class REDQLoss(SACLoss):
         device = self.log_alpha.device
         return torch.randperm(self.num_qvalue_nets, device=device)[: self.sub_sample_len]
 
+    def _current_and_next_sample(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a~ ~ pi(.|s)`` and ``a' ~ pi(.|s')`` and their log-probs, stacked along a leading
+        ``[2]`` dim, drawn in one call as TorchRL draws them. A tanh-Normal actor runs on ``s``
+        with gradient and on ``s'`` without, its parameters stacked before the one draw: the
+        same numbers as one call on the stacked inputs, without the actor's backward over the
+        ``s'`` half, which no loss term differentiates (``a'`` and its log-prob enter the target
+        and the detached temperature loss only)."""
+        if not self._tanh_normal or self.gSDE:
+            return self._policy_sample(self._current_and_next_inputs(batch))
+        call = self._actor_call
+        now = call.distribution_parameters(batch)
+        with torch.no_grad():
+            following = call.distribution_parameters(entry(batch, "next"))
+        params = {key: torch.stack([now[key], following[key]]) for key in now}
+        return self._squashed_sample(params, call)
+
     def _current_and_next_inputs(self, batch: TensorDictBase):
         """The actor's inputs at ``s`` and ``s'`` stacked along a leading ``[2]`` dim."""
         exclude = _EPS_GSDE if self.gSDE else None
@@ -1288,7 +1304,7 @@ class REDQLoss(SACLoss):
         into ``tensordict``."""
         batch = self._valid_batch(tensordict)
         subset = self._target_subset()  # drawn before the actions, as TorchRL does
-        action, log_prob = self._policy_sample(self._current_and_next_inputs(batch))
+        action, log_prob = self._current_and_next_sample(batch)
         self._fill_target_entropy(batch, action[0])
         loss_actor, info = self._actor_objective(batch, action[0], log_prob[0])
         target, next_value = self._subset_target(batch, action[1], log_prob[1], subset)

@@ -92,7 +92,7 @@ def test_target_is_the_minimum_over_the_drawn_critics():
     batch["steps_to_next_obs"] = torch.randint(1, 3, (B, 1))
     torch.manual_seed(11)
     subset = torch.randperm(6)[:3].tolist()
-    drawn = loss._policy_sample(loss._current_and_next_inputs(batch))
+    drawn = loss._current_and_next_sample(batch)
     torch.manual_seed(11)
     out = loss(batch.clone())
     next_action, next_log_prob = drawn[0][1], drawn[1][1]
@@ -106,6 +106,30 @@ def test_target_is_the_minimum_over_the_drawn_critics():
         expected = float(batch["next", "reward"][b]) + 0.99**n * alive * soft
         assert float(out["next.state_value"][b]) == pytest.approx(soft, rel=1e-5, abs=1e-5)
         assert float(out["target_value"][b]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+def test_actor_differentiates_the_current_states_only():
+    """``a~`` and ``a'`` are one draw from the actor's parameters at ``s`` and ``s'`` stacked
+    (the same numbers as the actor called on the stacked inputs), but only the ``s`` half is
+    computed with gradient: no loss term differentiates ``a'``, so the actor's backward never
+    runs over the next states (it did, doubling the actor's backward)."""
+    policy = actor()
+    loss = REDQLoss(policy, qvalue(), num_qvalue_nets=3)
+    batch = test_sac.transitions()
+    torch.manual_seed(5)
+    split = loss._current_and_next_sample(batch)
+    torch.manual_seed(5)
+    stacked = loss._policy_sample(loss._current_and_next_inputs(batch))
+    for mine, reference in zip(split, stacked, strict=True):
+        torch.testing.assert_close(mine, reference)
+    assert split[0][0].requires_grad
+    calls = []
+    first_layer = next(m for m in policy.modules() if isinstance(m, nn.Linear))
+    first_layer.register_forward_hook(
+        lambda module, args, output: calls.append((tuple(args[0].shape), output.requires_grad))
+    )
+    loss(batch)
+    assert calls == [((B, test_sac.OBS), True), ((B, test_sac.OBS), False)]
 
 
 def test_subset_draw_is_uniform_distinct_and_on_device():
