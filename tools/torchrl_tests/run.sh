@@ -6,7 +6,8 @@
 #   ONLY="dqn values" ./run.sh  # a subset of files (others keep their previous raw results)
 #   REPORT_ONLY=1 ./run.sh      # just rebuild REPORT.md / results_*.json from raw/
 #
-# Env: BUDGET (s per file per setting, default 1500), WAIT_FILE (wait until it exists before
+# Env: BUDGET (s per file per setting, default 1500), SETTINGS (default "torchrl rlloss"; e.g.
+# "rlloss" to rerun only the swapped side after a change to rlloss), WAIT_FILE (wait until it exists before
 # starting, checked every 60 s), VENV (a virtualenv to activate; default: the current python),
 # TESTS (default ./rl_tests, the
 # extracted `test/` of pytorch/rl; see raw/meta.txt for the commit).
@@ -48,13 +49,13 @@ if [ -z "${REPORT_ONLY:-}" ]; then
     echo "run: $(date -u +%FT%TZ), BUDGET=${BUDGET}s per file per setting"
   } > raw/meta.txt
   for name in $ONLY; do
-    for setting in torchrl rlloss; do
+    for setting in ${SETTINGS:-torchrl rlloss}; do
       swap=0; [ "$setting" = rlloss ] && swap=1
       rm -f "raw/${setting}_${name}.jsonl"
       sed -i "/^${setting}\t${name}\t/d" raw/runs.tsv 2>/dev/null
       t0=$(date +%s.%N)
       ( cd "$TESTS" && \
-        PYTHONPATH="$HERE" RLLOSS_SWAP=$swap RLLOSS_RESULTS="$HERE/raw/${setting}_${name}.jsonl" \
+        PYTHONPATH="$HERE:$REPO" RLLOSS_SWAP=$swap RLLOSS_RESULTS="$HERE/raw/${setting}_${name}.jsonl" \
         timeout -k 30 "$BUDGET" python -m pytest -p swap_plugin -p no:cacheprovider -q -rA \
           $(sel "$name") ) > "logs/${setting}_${name}.log" 2>&1
       rc=$?
