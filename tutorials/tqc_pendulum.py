@@ -35,10 +35,10 @@ two of these at once and other jobs, so the wall times are inflated): final_retu
 SAC -160.3, REDQ -158.8 on them); the evaluation first at or above -200 at 4,000 steps on all
 three seeds (-180.2, -126.9, -169.4; -640.6, -656.8, -837.0 at 3,000), as SAC's first crossings
 (4,000 and 5,000) and REDQ's (4,000); the last 10 training episodes -177.8, -189.9, -194.1;
-3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seed 0 (run at the same time as
-rlloss's seed 0): final_return -109.9, first at or above -200 at 4,000 steps (-128.0), the last
-10 training episodes -179.2; 4,883 s. Seeds 1 and 2 with TorchRL's loss were not run (about an
-hour each here).
+3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
+-109.9, -105.3, -159.0, first at or above -200 at 4,000 steps on all three (-128.0, -126.7,
+-169.6), the last 10 training episodes -179.2, -188.4, -201.7; 4,883, 4,419 and 4,301 s (seed 0
+beside rlloss's seed 0, seeds 1 and 2 side by side with other jobs running).
 
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
