@@ -62,7 +62,11 @@ processes, so the wall times are inflated two- to threefold; run directories und
   at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
 - TorchRL's, seed 1: final_return -108.6; first at or above -200 at 3,000 steps (-156.6;
   -899.9 at 2,000); 1,160 s;
-- seed 2 (both libraries) not run: on the shared machine a run took 19 to 35 minutes.
+- rlloss, seed 2: final_return -160.7 (seed 2's evaluation start states are the hard ones: SAC
+  -160.3, TQC -157.7 on them); first at or above -200 at 5,000 steps (-179.1; -221.5 at 3,000,
+  -214.6 at 4,000); the last 10 training episodes -207.6; 1,917 s;
+- TorchRL's, seed 2: final_return -159.0; first at or above -200 at 4,000 steps (-158.7; -234.0
+  at 3,000); the last 10 training episodes -220.2; 2,073 s (the two seed-2 runs side by side).
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
