@@ -45,8 +45,9 @@ and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 an
 agent (the resets depend on the seed alone), and for these seeds they are harder than average:
 the near-optimal hand-written controller of ``compose_losses.py`` (about -150 over random
 starts) scores -184, -192 and -222 on them. Re-run with the periodic evaluation
-(``benchmarks/learning.py``, seeds 0 and 1, two runs at once): final_return -112.3 and -106.5;
-the evaluation first at or above -200 at 4,000 and 5,000 steps; 605 s and 584 s.
+(``benchmarks/learning.py``, seeds 0 and 1 two runs at once, seed 2 beside other jobs):
+final_return -112.3, -106.5 and -158.2; the evaluation first at or above -200 at 4,000, 5,000
+and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000); 605, 584 and 931 s.
 
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
