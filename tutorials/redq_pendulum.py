@@ -37,7 +37,8 @@ shared with ``sac_pendulum.py`` and ``tqc_pendulum.py``.
 
 Results (20,000 steps, seed 0, one CPU thread on a 2-core machine shared with another training
 run): final_return (evaluation) -111.7; the evaluation first reaches -200 at 4,000 steps
-(-128.2; -870.1 at 3,000); the last 10 training episodes -182.9; 754 s. Seeds 1 and 2
+(-128.2; -870.1 at 3,000); the last 10 training episodes -182.9; 754 s (re-run through
+``benchmarks/learning.py`` beside other jobs: the same numbers, 1,067 s). Seeds 1 and 2
 (``benchmarks/learning.py``, machine shared with 2-4 other jobs): -106.4 and -158.8, both first
 at or above -200 at 4,000 steps; 1,011 s and 782 s. TorchRL's ``REDQLoss`` swapped in
 (``benchmarks/learning.py``, machine shared with 1-3 other jobs): -108.6, -106.2 and -159.5,
