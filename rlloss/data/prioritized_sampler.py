@@ -28,6 +28,12 @@ REDUCTIONS = ("max", "min", "median", "mean")
 DTYPES = (torch.float32, torch.float64)
 
 
+def storage_device(storage: Storage | None) -> torch.device | None:
+    """The device of ``storage``'s tensors, ``None`` while it has none (not yet, or ``"auto"``)."""
+    device = getattr(storage, "device", None)
+    return None if device is None or device == "auto" else torch.device(device)
+
+
 def _check_exponent(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
         raise ValueError(
@@ -204,11 +210,8 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
 
     def _follow_storage(self, storage: Storage | None) -> None:
         """Move the trees to the storage's device (once, when the storage first has one)."""
-        device = getattr(storage, "device", None)
-        if device is None or device == "auto":
-            return
-        device = torch.device(device)
-        if device != self.device:
+        device = storage_device(storage)
+        if device is not None and device != self.device:
             for name in ("_trees", "_max_seen", "_alpha_tensor", "_beta_tensor"):
                 setattr(self, name, getattr(self, name).to(device))
 

@@ -11,6 +11,8 @@ from torchrl.data import RandomSampler as TorchRLRandomSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
+from rlloss.data.prioritized_sampler import storage_device
+
 # Draws are taken modulo the number of stored items: with 2^62 possible draws the bias of the
 # modulo is below count / 2^62 (< 1e-12 for a billion items).
 DRAW_RANGE = 2**62
@@ -70,8 +72,8 @@ class RandomSampler(TorchRLRandomSampler):
 
     def _follow_storage(self, storage: Storage) -> None:
         """Move the count to the storage's device (once, when the storage first has one)."""
-        device = getattr(storage, "device", None)
-        if device is not None and device != "auto" and torch.device(device) != self.device:
+        device = storage_device(storage)
+        if device is not None and device != self.device:
             self._count = self._count.to(device)
 
     # ---- writes (eager, called by the buffer) ----
