@@ -108,11 +108,16 @@ def network_inputs(batch, network, exclude: NestedKey | None = None) -> dict:
 
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
-        inputs = [values[k] if k in values else entry(batch, k) for k in in_keys]
+        inputs = []
+        for key in in_keys:  # a loop, not a comprehension (a frame of its own before 3.12)
+            inputs.append(values[key] if key in values else entry(batch, key))
         try:
             outputs = call(*inputs)
         except CALL_ERRORS as error:  # free until raised: the diagnosis runs on failure only
             raise explained(error, call, in_keys, inputs, batch) from error
+        if type(outputs) is not tuple and len(out_keys) == 1:
+            values[out_keys[0]] = outputs  # the common case, without zip's strict check
+            continue
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         values.update(zip(out_keys, outputs, strict=True))
@@ -505,27 +510,23 @@ def reinitialised(module: nn.Module) -> nn.Module:
     return module
 
 
-class FrozenCopy:
+class FrozenCopy(NetworkCall):
     """A copy of a network whose tensors are not its own parameters: a target network (its
     tensors are the loss's ``target_<name>_params``) or a detached view (its tensors are
-    detached views of the online parameters). Called like :class:`NetworkCall`.
+    detached views of the online parameters). Called as a :class:`NetworkCall` of the copy.
 
     Held as a plain attribute, outside the module tree, so its tensors appear once in
     ``state_dict`` (under the loss's own names) and never in ``loss.parameters()``.
     """
 
     def __init__(self, module: nn.Module, until: NestedKey | None = None) -> None:
-        self.module = frozen_copy(module)
-        self.call = NetworkCall(self.module, until)
+        super().__init__(frozen_copy(module), until)
 
     def use(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Point the copy at ``tensors`` (dotted parameter names, as ``named_parameters``)."""
         for name, tensor in tensors.items():
             owner, _, attribute = name.rpartition(".")
             self.module.get_submodule(owner).register_buffer(attribute, tensor)
-
-    def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
-        return self.call(batch)
 
 
 class _MemberCall(nn.Module):

@@ -149,21 +149,22 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         ``tensordict.get`` unravels its key on every call; in eager mode the unravelled key is
         kept per name and reused while ``tensor_keys.<name>`` is the same object.
         """
-        key = getattr(self.tensor_keys, name)
-        if torch.compiler.is_compiling():
+        key = getattr(self._tensor_keys, name)
+        if torch.compiler.is_compiling():  # no cache in a graph: its guards would see it fill
             return tensordict.get(next_key(key, nested), None)
         cached = self._key_paths.get((name, nested))
-        if cached is None or cached[0] is not key:
-            value = tensordict.get(next_key(key, nested), None)  # tensordict checks the key
-            self._key_paths[name, nested] = (key, _compat.unravel_key(next_key(key, nested)))
-            return value
-        return _compat.get_path(tensordict, cached[1])
+        if cached is not None and cached[0] is key:
+            return _compat.get_path(tensordict, cached[1])
+        value = tensordict.get(next_key(key, nested), None)  # tensordict checks the key
+        self._key_paths[name, nested] = (key, _compat.unravel_key(next_key(key, nested)))
+        return value
 
     def _write(self, tensordict: TensorDictBase, name: str, value: torch.Tensor) -> None:
         """``tensordict.set(tensor_keys.<name>, value)`` for a ``value`` computed from the batch's
         own entries (so of its batch shape and device)."""
-        key = getattr(self.tensor_keys, name)
-        _compat.set_computed(tensordict, _compat.unravel_key(key), value)
+        key = getattr(self._tensor_keys, name)
+        path = (key,) if type(key) is str else _compat.unravel_key(key)  # a str: the common case
+        _compat.set_computed(tensordict, path, value)
 
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The batch's valid steps (``[*B]`` boolean), ``None`` when nothing is padded."""

@@ -93,7 +93,7 @@ class _MaximumAPosteriori(TDTargetLoss):
         if delay_qvalue:
             self._target_qvalue_call = self._register_target_network(
                 "qvalue_network", until=value_key
-            ).call
+            )
 
     @property
     def in_keys(self) -> list[NestedKey]:

@@ -195,6 +195,11 @@ class TDTargetLoss(LossModule):
         """Reduce a per-transition loss ``[*B, 1]``, weighted by ``priority_weight`` when the
         batch has it (``use_prioritized_weights``), as ``priority_weighting`` says; ``"none"``
         gives ``[*B]`` as TorchRL does."""
+        return self._reduce_weighted(loss, *self._replay_weights_and_mask(tensordict))
+
+    def _replay_weights_and_mask(self, tensordict: TensorDictBase) -> tuple:
+        """The batch's importance weights (``None`` without, or with
+        ``use_prioritized_weights=False``) and its valid transitions (``None``: all)."""
         weights = None
         if self.use_prioritized_weights is not False:
             weights = self._read(tensordict, "priority_weight")
@@ -203,10 +208,15 @@ class TDTargetLoss(LossModule):
             if weights is not None:
                 key = self.tensor_keys.priority_weight
                 check_entry_shape(type(self).__name__, key, weights, tensordict.batch_size)
+        return weights, self._loss_mask(tensordict)
+
+    def _reduce_weighted(
+        self, loss: torch.Tensor, weights: torch.Tensor | None, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         loss = rlf.reduce(
             loss,
             self.reduction,
-            mask=self._loss_mask(tensordict),
+            mask=mask,
             weights=weights,
             normalize_weights=self.priority_weighting == "normalized",
         )
@@ -252,8 +262,13 @@ class TDTargetLoss(LossModule):
     def _critic_loss(
         self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
     ) -> torch.Tensor:
-        """``L(Q(s, a), y)`` of one critic (``[*B, 1]``), reduced with the replay weights."""
-        return self._reduce_replayed(rlf.distance(value, target, self.loss_function), tensordict)
+        """``L(Q(s, a), y)`` of one critic (``[*B, 1]``), reduced with the replay weights; without
+        weights or padding, reduced inside the distance (one autograd node, the same value)."""
+        weights, mask = self._replay_weights_and_mask(tensordict)
+        if weights is None and mask is None and self.reduction != "none":
+            return rlf.distance(value, target, self.loss_function, self.reduction)
+        loss = rlf.distance(value, target, self.loss_function)
+        return self._reduce_weighted(loss, weights, mask)
 
     def _ensemble_critic_loss(
         self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase

@@ -419,6 +419,13 @@ class OnPolicyLoss(LossModule):
             old_value = None if old_value is None else self.value_normalizer.normalize(old_value)
         value = self._critic_value(batch)
         info = {}
+        if self.log_explained_variance and self.diagnostics:
+            info["explained_variance"] = rlf.explained_variance(value, target, mask)
+        unclipped = old_value is None and self.vf_clip_param is None
+        if unclipped and mask is None and self.reduction != "none":
+            # reduced inside the distance (one autograd node instead of a product and a mean)
+            loss = rlf.distance(value, target, self.loss_critic_type, self.reduction)
+            return self.critic_coeff * loss, info
         if old_value is None:
             loss = rlf.distance(value, target, self.loss_critic_type)
         else:
@@ -429,8 +436,6 @@ class OnPolicyLoss(LossModule):
                 info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
         if self.vf_clip_param is not None:  # rl8's clamp of the per-element loss
             loss = rlf.clamped_loss(loss, self.vf_clip_param)
-        if self.log_explained_variance and self.diagnostics:
-            info["explained_variance"] = rlf.explained_variance(value, target, mask)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
     def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:

@@ -14,19 +14,23 @@ DISTANCES = ("l1", "l2", "smooth_l1")
 TD_ERRORS = ("squared", "absolute")
 
 
-def distance(prediction: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
-    """Elementwise regression loss between ``prediction`` and ``target``.
+def distance(
+    prediction: torch.Tensor, target: torch.Tensor, kind: str, reduction: str = "none"
+) -> torch.Tensor:
+    """Regression loss between ``prediction`` and ``target``.
 
     ``kind``: ``"l2"`` (squared error, no 1/2 factor, as ``F.mse_loss``), ``"l1"`` (absolute
-    error) or ``"smooth_l1"`` (Huber with delta 1, as ``F.smooth_l1_loss``).
+    error) or ``"smooth_l1"`` (Huber with delta 1, as ``F.smooth_l1_loss``). ``reduction``:
+    ``"none"`` (elementwise), or ``"mean"`` / ``"sum"`` over every element in the same
+    operation (one autograd node instead of two: what an unweighted, unmasked loss takes).
     """
     check_same_shape(prediction=prediction, target=target)
     if kind == "l2":
-        return F.mse_loss(prediction, target, reduction="none")
+        return F.mse_loss(prediction, target, reduction=reduction)
     if kind == "l1":
-        return F.l1_loss(prediction, target, reduction="none")
+        return F.l1_loss(prediction, target, reduction=reduction)
     if kind == "smooth_l1":
-        return F.smooth_l1_loss(prediction, target, reduction="none")
+        return F.smooth_l1_loss(prediction, target, reduction=reduction)
     raise ValueError(f"unknown distance {kind!r}; expected one of {DISTANCES}")
 
 

@@ -70,6 +70,24 @@ def test_distance_worked_values():
     )
 
 
+@pytest.mark.parametrize("kind", ["l1", "l2", "smooth_l1"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_reduced_distance_is_the_reduced_elementwise_distance(kind, reduction):
+    """``distance(..., reduction)`` (one operation) gives the value and the gradient of the
+    elementwise distance reduced afterwards (what a weighted or masked loss does)."""
+    torch.manual_seed(0)
+    value = (3 * torch.randn(64, 1, dtype=torch.float64)).requires_grad_()
+    target = 3 * torch.randn(64, 1, dtype=torch.float64)
+    fused = distance(value, target, kind, reduction)
+    (fused_grad,) = torch.autograd.grad(fused, value)
+    elementwise = distance(value, target, kind)
+    after = elementwise.mean() if reduction == "mean" else elementwise.sum()
+    (after_grad,) = torch.autograd.grad(after, value)
+    assert fused.shape == ()
+    torch.testing.assert_close(fused, after, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fused_grad, after_grad, rtol=1e-12, atol=1e-12)
+
+
 def test_unknown_distance_raises():
     with pytest.raises(ValueError, match="huber"):
         distance(torch.zeros(2, 1), torch.zeros(2, 1), "huber")
