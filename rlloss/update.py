@@ -112,6 +112,8 @@ class Update:
         self.loss_module, self.optimizer = loss_module, optimizer
         self.target_updater, self.replay_buffer = target_updater, replay_buffer
         self.loss_keys = _checked_loss_keys(loss_module, loss_keys)
+        if callable(getattr(target_updater, "prepare", None)):
+            target_updater.prepare()  # eager work kept out of the trace (rlloss's updaters)
         self._params = allocated_gradients(optimizer)
         options = compile if isinstance(compile, dict) else {}
         self.step = torch.compile(self._step, **options) if compile else self._step

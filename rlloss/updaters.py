@@ -59,6 +59,12 @@ class _FusedStep:
             return super().step()
         self._fused_update(self._fused.targets, self._fused.sources)
 
+    def prepare(self) -> None:
+        """Gather the (target, source) lists now, eagerly: a compiled update that steps this
+        updater then traces the fused call alone (gathered inside the trace, each parameter's
+        lookup recompiled tensordict's ``__getitem__``, 8 times on the first call)."""
+        self._fused.current()
+
 
 class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
     """Polyak averaging of the target networks, ``target <- (1 - tau) target + tau source``

@@ -87,8 +87,9 @@ def assert_same_agents(a: dict, b: dict, rtol: float | None = None) -> None:
 @pytest.mark.parametrize("compile", [False, {"backend": "aot_eager"}])
 def test_update_equals_the_steps_written_by_hand(compile):
     """Three prioritized double-DQN updates: the same losses, weights, target weights and
-    priorities as the hand-written loop (sampling seeded alike); compiled, without
-    recompilation from one batch to the next."""
+    priorities as the hand-written loop (sampling seeded alike); compiled, without any
+    recompilation, the first call's included (the target updater gathers its tensor lists before
+    the trace: inside it, each parameter's lookup recompiled tensordict's ``__getitem__``)."""
     torch._dynamo.reset()
     manual, packaged = agent(), agent()
     assert_same_agents(manual, packaged)
@@ -99,7 +100,7 @@ def test_update_equals_the_steps_written_by_hand(compile):
         torch.manual_seed(100 + step)
         expected = by_hand(manual)
         torch.manual_seed(100 + step)
-        with torch._dynamo.config.patch(error_on_recompile=step > 0):
+        with torch._dynamo.config.patch(error_on_recompile=True):
             out = update()
         rtol = 1e-5 if compile else None
         torch.testing.assert_close(out["loss"], expected["loss"].detach(), rtol=rtol, atol=rtol)
