@@ -195,11 +195,13 @@ class TDTargetLoss(LossModule):
         """Reduce a per-transition loss ``[*B, 1]``, weighted by ``priority_weight`` when the
         batch has it (``use_prioritized_weights``), as ``priority_weighting`` says; ``"none"``
         gives ``[*B]`` as TorchRL does."""
-        return self._reduce_weighted(loss, *self._replay_weights_and_mask(tensordict))
+        loss = rlf.reduce(loss, self.reduction, **self._replay_weighting(tensordict))
+        return loss.squeeze(-1) if self.reduction == "none" else loss
 
-    def _replay_weights_and_mask(self, tensordict: TensorDictBase) -> tuple:
-        """The batch's importance weights (``None`` without, or with
-        ``use_prioritized_weights=False``) and its valid transitions (``None``: all)."""
+    def _replay_weighting(self, tensordict: TensorDictBase) -> dict:
+        """``rlf.reduce``'s keywords for the batch: its importance weights (``None`` without, or
+        with ``use_prioritized_weights=False``), its valid transitions (``None``: all) and
+        whether the weights are normalised."""
         weights = None
         if self.use_prioritized_weights is not False:
             weights = self._read(tensordict, "priority_weight")
@@ -208,19 +210,11 @@ class TDTargetLoss(LossModule):
             if weights is not None:
                 key = self.tensor_keys.priority_weight
                 check_entry_shape(type(self).__name__, key, weights, tensordict.batch_size)
-        return weights, self._loss_mask(tensordict)
-
-    def _reduce_weighted(
-        self, loss: torch.Tensor, weights: torch.Tensor | None, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        loss = rlf.reduce(
-            loss,
-            self.reduction,
-            mask=mask,
-            weights=weights,
-            normalize_weights=self.priority_weighting == "normalized",
-        )
-        return loss.squeeze(-1) if self.reduction == "none" else loss
+        return {
+            "mask": self._loss_mask(tensordict),
+            "weights": weights,
+            "normalize_weights": self.priority_weighting == "normalized",
+        }
 
     def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
         """``term`` (``[*B]``) reduced as ``loss_actor``: replay weights, padding, reduction."""
@@ -264,11 +258,9 @@ class TDTargetLoss(LossModule):
     ) -> torch.Tensor:
         """``L(Q(s, a), y)`` of one critic (``[*B, 1]``), reduced with the replay weights; without
         weights or padding, reduced inside the distance (one autograd node, the same value)."""
-        weights, mask = self._replay_weights_and_mask(tensordict)
-        if weights is None and mask is None and self.reduction != "none":
-            return rlf.distance(value, target, self.loss_function, self.reduction)
-        loss = rlf.distance(value, target, self.loss_function)
-        return self._reduce_weighted(loss, weights, mask)
+        weighting = self._replay_weighting(tensordict)
+        loss = rlf.reduced_distance(value, target, self.loss_function, self.reduction, **weighting)
+        return loss.squeeze(-1) if self.reduction == "none" else loss
 
     def _ensemble_critic_loss(
         self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase

@@ -421,10 +421,8 @@ class OnPolicyLoss(LossModule):
         info = {}
         if self.log_explained_variance and self.diagnostics:
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
-        unclipped = old_value is None and self.vf_clip_param is None
-        if unclipped and mask is None and self.reduction != "none":
-            # reduced inside the distance (one autograd node instead of a product and a mean)
-            loss = rlf.distance(value, target, self.loss_critic_type, self.reduction)
+        if old_value is None and self.vf_clip_param is None and mask is None:
+            loss = rlf.reduced_distance(value, target, self.loss_critic_type, self.reduction)
             return self.critic_coeff * loss, info
         if old_value is None:
             loss = rlf.distance(value, target, self.loss_critic_type)

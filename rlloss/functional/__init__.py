@@ -10,6 +10,7 @@ from rlloss.functional.critic import (
     distance,
     ensemble_td_error,
     expectile_loss,
+    reduced_distance,
     td_error,
 )
 from rlloss.functional.distributions import (
@@ -125,6 +126,7 @@ __all__ = [
     "discounted_returns",
     "discrete_soft_value",
     "distance",
+    "reduced_distance",
     "distribution_entropy",
     "double_q_value",
     "expected_action_value",

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rlloss._checks import check_same_shape
+from rlloss.functional.reduce import reduce
 
 Scalar = float | torch.Tensor
 
@@ -32,6 +33,23 @@ def distance(
     if kind == "smooth_l1":
         return F.smooth_l1_loss(prediction, target, reduction=reduction)
     raise ValueError(f"unknown distance {kind!r}; expected one of {DISTANCES}")
+
+
+def reduced_distance(
+    prediction: torch.Tensor,
+    target: torch.Tensor,
+    kind: str,
+    reduction: str,
+    mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    normalize_weights: bool = False,
+) -> torch.Tensor:
+    """``reduce(distance(prediction, target, kind), reduction, mask, weights, ...)``; without
+    a mask or weights, reduced inside the distance (one operation, the same value)."""
+    if mask is None and weights is None and reduction in ("mean", "sum"):
+        return distance(prediction, target, kind, reduction)
+    loss = distance(prediction, target, kind)
+    return reduce(loss, reduction, mask, weights, normalize_weights)
 
 
 def clipped_value_loss(

@@ -9,7 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlloss.functional import clipped_value_loss, distance, ensemble_td_error, td_error
+from rlloss.functional import (
+    clipped_value_loss,
+    distance,
+    ensemble_td_error,
+    reduce,
+    reduced_distance,
+    td_error,
+)
 from rlloss.functional.critic import TD_ERRORS
 from tests import reference
 
@@ -86,6 +93,21 @@ def test_reduced_distance_is_the_reduced_elementwise_distance(kind, reduction):
     assert fused.shape == ()
     torch.testing.assert_close(fused, after, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(fused_grad, after_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_reduced_distance_is_reduce_of_the_distance(masked, weighted, reduction):
+    """``reduced_distance`` equals ``reduce(distance(...))`` with or without a mask and weights
+    (only the unmasked, unweighted mean and sum take the one-operation path)."""
+    torch.manual_seed(1)
+    value, target = torch.randn(32, 1, dtype=torch.float64), torch.randn(32, 1, dtype=torch.float64)
+    mask = torch.rand(32, 1) < 0.7 if masked else None
+    weights = torch.rand(32, dtype=torch.float64) if weighted else None
+    expected = reduce(distance(value, target, "smooth_l1"), reduction, mask, weights)
+    got = reduced_distance(value, target, "smooth_l1", reduction, mask, weights)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_unknown_distance_raises():
