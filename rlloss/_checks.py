@@ -109,8 +109,14 @@ def check_same_shape(**tensors: torch.Tensor) -> None:
     Silent broadcasting between ``[B]`` and ``[B, 1]`` turns an elementwise loss into a ``[B, B]``
     matrix; this check refuses it and names both shapes.
     """
+    shapes = iter(tensors.values())
+    reference = next(shapes).shape
+    for tensor in shapes:  # the common case: no name looked up
+        if tensor.shape != reference:
+            break
+    else:
+        return
     names = list(tensors)
-    reference = tensors[names[0]].shape
     for name in names[1:]:
         shape = tensors[name].shape
         if shape != reference:

@@ -54,6 +54,8 @@ def get_path(tensordict: TensorDictBase, path: tuple[str, ...], default=None):
         if len(path) == 1 or value is default:
             return value
         if type(value) is TensorDict:
+            if len(path) == 2:  # ("next", key): without a recursive call
+                return value._tensordict.get(path[1], default)
             return get_path(value, path[1:], default)
     return tensordict._get_tuple(path, default)
 
@@ -65,7 +67,9 @@ def set_computed(tensordict: TensorDictBase, path: tuple[str, ...], value: torch
     Why private: for a plain ``TensorDict``, ``_set_tuple(..., validated=True)`` stores the
     tensor without re-checking its batch shape and device; other TensorDict types take ``set``.
     """
-    if type(tensordict) is TensorDict and path:
+    if type(tensordict) is TensorDict and len(path) == 1:  # without `_set_tuple`'s frame
+        tensordict._set_str(path[0], value, inplace=False, validated=True, non_blocking=False)
+    elif type(tensordict) is TensorDict and path:
         tensordict._set_tuple(path, value, inplace=False, validated=True, non_blocking=False)
     else:
         tensordict.set(path, value)

@@ -88,9 +88,10 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         # off-policy base registers it again with a target network, the only case where it fires.
         _compat.clear_forward_pre_hooks(self)
         # ``tensor_keys.<name>`` (and whether under "next") -> (key, its unravelled path), see
-        # `_read`: looking the path up once per key took DQN's forward from 1.179x to 1.148x
-        # plain torch in instructions per step.
+        # `_read`: resolved here and in `set_keys`, never in a forward (a compiled graph sees a
+        # fixed dict)
         self._key_paths: dict[tuple[str, bool], tuple] = {}
+        self._resolve_keys()
 
     # ----------------------------------------------------------------------------- coefficients
     @classmethod
@@ -116,7 +117,22 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         ones.
         """
         remap_keys(type(self).__name__, self.tensor_keys, self._AcceptedKeys, **kwargs)
+        self._resolve_keys()
         self._forward_value_estimator_keys(**kwargs)
+
+    def _resolve_keys(self) -> None:
+        """Unravel every ``tensor_keys`` entry, and its ``("next", ...)`` form, once (``_read``
+        then looks the path up without unravelling the key on each call)."""
+        for field in dataclasses.fields(self._tensor_keys):
+            for nested in (False, True):
+                self._resolve_key(field.name, nested)
+
+    def _resolve_key(self, name: str, nested: bool) -> tuple:
+        key = getattr(self._tensor_keys, name)
+        valid = isinstance(key, (str, tuple))  # another type: `_read` lets tensordict refuse it
+        path = _compat.unravel_key(next_key(key, nested)) if valid else ()
+        self._key_paths[name, nested] = (key, path)
+        return self._key_paths[name, nested]
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         estimator = _compat.stored_value_estimator(self)
@@ -146,18 +162,17 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         """The entry ``tensor_keys.<name>`` of ``tensordict`` (under ``"next"`` when ``nested``),
         or ``None`` if absent.
 
-        ``tensordict.get`` unravels its key on every call; in eager mode the unravelled key is
-        kept per name and reused while ``tensor_keys.<name>`` is the same object.
+        ``tensordict.get`` unravels its key on every call; the unravelled path is resolved
+        with the keys (:meth:`_resolve_keys`), again only after a direct assignment
+        ``loss.tensor_keys.<name> = key``.
         """
-        key = getattr(self._tensor_keys, name)
-        if torch.compiler.is_compiling():  # no cache in a graph: its guards would see it fill
+        resolved = self._key_paths.get((name, nested))
+        if resolved is None or resolved[0] != getattr(self._tensor_keys, name):
+            resolved = self._resolve_key(name, nested)  # assigned directly since set_keys
+        key, path = resolved
+        if not path:  # not a valid key: tensordict's error names it
             return tensordict.get(next_key(key, nested), None)
-        cached = self._key_paths.get((name, nested))
-        if cached is not None and cached[0] is key:
-            return _compat.get_path(tensordict, cached[1])
-        value = tensordict.get(next_key(key, nested), None)  # tensordict checks the key
-        self._key_paths[name, nested] = (key, _compat.unravel_key(next_key(key, nested)))
-        return value
+        return _compat.get_path(tensordict, path)
 
     def _write(self, tensordict: TensorDictBase, name: str, value: torch.Tensor) -> None:
         """``tensordict.set(tensor_keys.<name>, value)`` for a ``value`` computed from the batch's

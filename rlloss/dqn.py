@@ -103,7 +103,7 @@ class DQNLoss(TDTargetLoss):
         return self._transition_keys([*in_keys, self.tensor_keys.action], in_keys)
 
     def _action_values(self, batch: TensorDictBase) -> torch.Tensor:
-        return self._value_call(batch)[self.tensor_keys.action_value]
+        return self._value_call(batch)[self._tensor_keys.action_value]
 
     def _chosen_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q(s, .)`` (``[*B, A]``) and ``Q(s, a)`` of the batch's action (``[*B, 1]``)."""
@@ -115,7 +115,7 @@ class DQNLoss(TDTargetLoss):
         with torch.no_grad():
             if not self.delay_value:
                 return rlf.greedy_value(self._action_values(next_batch))
-            target = self._target_value_call(next_batch)[self.tensor_keys.action_value]
+            target = self._target_value_call(next_batch)[self._tensor_keys.action_value]
             if not self.double_dqn:
                 return rlf.greedy_value(target)
             return rlf.double_q_value(self._action_values(next_batch), target)
@@ -275,7 +275,7 @@ class DistributionalDQNLoss(DQNLoss):
             greedy = rlf.expected_action_value(online, support).argmax(-1)  # double Q
             target = online
             if self.delay_value:
-                target = self._target_value_call(next_batch)[self.tensor_keys.action_value]
+                target = self._target_value_call(next_batch)[self._tensor_keys.action_value]
             probs = self._log_probs_at(target, greedy).exp()
             atoms = self._td_target(batch, support.expand_as(probs))  # r + gamma^n (1 - d) z
             return rlf.categorical_projection(atoms, probs, support)

@@ -263,6 +263,36 @@ def test_compiles_as_one_graph_without_recompiling():
     torch._dynamo.reset()
 
 
+def test_eager_calls_between_compiled_calls_do_not_recompile():
+    """The compiled and the eager forward of one loss share its table of resolved keys: eager
+    calls between compiled ones change nothing that the graph's guards read."""
+    torch._dynamo.reset()
+    loss = rlloss.DQNLoss(q_actor(), double_dqn=True)
+    SoftUpdate(loss, tau=0.1)
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")
+    compiled(transitions())
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(2):
+            batch = transitions()
+            torch.testing.assert_close(loss(batch.clone())["loss"], compiled(batch)["loss"])
+    torch._dynamo.reset()
+
+
+def test_keys_assigned_without_set_keys_are_read():
+    """``loss.tensor_keys.<name> = key`` (TorchRL's key dataclass, assigned directly) takes effect
+    on the next forward, as ``set_keys`` does."""
+    loss = rlloss.DQNLoss(q_actor(), delay_value=False)
+    batch = transitions()
+    expected = loss(batch)["loss"]
+    renamed = batch.clone()
+    renamed["next", "my_reward"] = renamed["next"].pop("reward")
+    loss.tensor_keys.reward = "my_reward"
+    torch.testing.assert_close(loss(renamed)["loss"], expected)
+    loss.tensor_keys.reward = ("my", "reward")
+    renamed["next", "my", "reward"] = renamed["next"].pop("my_reward")
+    torch.testing.assert_close(loss(renamed)["loss"], expected)
+
+
 def test_keys_remapped_after_a_forward_are_read_and_written():
     """Key lookups are memoised per name; remapping a key after a forward takes effect."""
     loss = rlloss.DQNLoss(q_actor(), delay_value=False)

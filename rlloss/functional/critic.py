@@ -104,7 +104,7 @@ def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -
         The detached error, same shape as the inputs.
     """
     check_same_shape(value=value, target=target)
-    return _error_size(value - target, kind)
+    return _error_size(value.detach() - target, kind)
 
 
 def ensemble_td_error(
@@ -127,11 +127,12 @@ def ensemble_td_error(
             f"target has shape {tuple(target.shape)}; target must have shape "
             f"{tuple(values.shape[1:])}."
         )
-    return _error_size(values - target.expand_as(values), kind).max(0).values
+    return _error_size(values.detach() - target, kind).amax(0)
 
 
 def _error_size(difference: torch.Tensor, kind: str) -> torch.Tensor:
-    """``difference^2`` or ``|difference|``, detached."""
+    """``difference^2`` or ``|difference|``, detached (callers subtract from a detached value:
+    no autograd node is built for the difference)."""
     if kind == "squared":
         return difference.detach().square()
     if kind == "absolute":

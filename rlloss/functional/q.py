@@ -46,8 +46,9 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
 
 
 def greedy_value(action_value: torch.Tensor) -> torch.Tensor:
-    """``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989)."""
-    return action_value.max(-1, keepdim=True).values
+    """``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989). ``amax``: the
+    value without the argmax (a tie shares the gradient, where ``max`` gives it to one action)."""
+    return action_value.amax(-1, keepdim=True)
 
 
 def double_q_value(

@@ -73,7 +73,10 @@ def td0_return(
             n-step transitions, see :func:`bootstrap_discount`).
     """
     check_same_shape(reward=reward, next_value=next_value, terminated=terminated)
-    return reward + gamma * _unless(terminated, next_value)
+    bootstrap = _unless(terminated, next_value)
+    if type(gamma) is float:  # ``r + gamma * v`` in one operation: no scalar tensor for gamma
+        return torch.add(reward, bootstrap, alpha=gamma)
+    return reward + gamma * bootstrap
 
 
 def td0_error(
