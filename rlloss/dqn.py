@@ -263,9 +263,11 @@ class DistributionalDQNLoss(DQNLoss):
 
     def _log_probs_at(self, log_probs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``log p(s, a)`` ``[*B, K]`` of ``action`` (index ``[*B]``/``[*B, 1]`` or one-hot)."""
-        atoms_first = log_probs.movedim(-2, 0)  # [K, *B, A]
-        action = action.expand(atoms_first.shape[0], *action.shape)
-        return rlf.chosen_action_value(atoms_first, action).squeeze(-1).movedim(0, -1)
+        if action.shape == log_probs.shape[:-2]:  # an index [*B]
+            action = action.unsqueeze(-1)
+        # the same action for every atom, as a view: [*B, K, A] one-hot or [*B, K, 1] index
+        action = action.unsqueeze(-2).expand(*log_probs.shape[:-1], action.shape[-1])
+        return rlf.chosen_action_value(log_probs, action).squeeze(-1)
 
     def _target_distribution(self, batch: TensorDictBase, support: torch.Tensor) -> torch.Tensor:
         """The projected target ``m`` ``[*B, K]`` (no gradient)."""
