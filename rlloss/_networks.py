@@ -312,14 +312,17 @@ class DistributionCall:
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:
         """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
-        missing = [k for k in self.parameter_keys.values() if batch.get(k, None) is None]
+        params = {}
+        for key in self.head.in_keys:  # each entry read once (a loop: no comprehension frame)
+            params[key] = entry(batch, key)
+        missing = [key for key, value in params.items() if value is None]
         if missing:
             raise KeyError(
                 f"the batch does not hold the distribution parameters {missing} of the policy "
                 "that collected it; store them at collection time (a TorchRL ProbabilisticActor "
                 "writes them into the rollout TensorDict)."
             )
-        return self.head.get_dist(batch)
+        return self.head.get_dist(params if self.splittable else batch)
 
 
 def as_list(key) -> list:
