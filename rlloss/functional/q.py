@@ -198,6 +198,8 @@ def cql_penalty(
     """
     if log_proposal is not None:
         action_value = action_value - log_proposal
+    if type(temperature) in (int, float) and temperature == 1:  # the paper's T: no scaling ops
+        return torch.logsumexp(action_value, -1, keepdim=True) - chosen_value
     soft_maximum = temperature * torch.logsumexp(action_value / temperature, -1, keepdim=True)
     return soft_maximum - chosen_value
 

@@ -53,6 +53,10 @@ def test_penalty_identities():
     torch.testing.assert_close(
         cql_penalty(values, chosen), cql_penalty(values, chosen, torch.zeros(5, 4), 1.0)
     )
+    # T = 1 given as a tensor (the scaled expression) equals the unscaled one
+    torch.testing.assert_close(
+        cql_penalty(values, chosen, temperature=torch.tensor(1.0)), cql_penalty(values, chosen)
+    )
     # the log-sum-exp is a soft maximum: T -> 0 gives the maximum
     torch.testing.assert_close(
         cql_penalty(values, chosen, temperature=1e-3),
