@@ -321,6 +321,7 @@ class Config:
     out: Path
     device: str = "cpu"
     smoke: bool = False
+    small_only: bool = False  # each case's small batch size only
     no_aot_cse: bool = False
 
 

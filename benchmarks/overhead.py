@@ -9,6 +9,7 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/overhead.py                      # full run
     python benchmarks/overhead.py --smoke              # seconds; for CI
     python benchmarks/overhead.py --batch-sizes 64 4096 --repeats 50 --out my.json
+    python benchmarks/overhead.py --small-only --modes eager --out small.json  # the headline rows
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def batch_sizes_of(case: str, cfg: Config) -> list[int]:
     if cfg.batch_sizes:
         return cfg.batch_sizes
     small, large = BATCH_SIZES[case]
-    return [small] if cfg.smoke else [small, large]
+    return [small] if cfg.smoke or cfg.small_only else [small, large]
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -48,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="e.g. '64 4096' or '64,4096' (default: each case's small and large sizes, 64 and 4096 "
         "for PPO and DQN, 256 and 4096 for DDPG, TD3, SAC, CrossQ, IQL and CQL, 64 and 1024 for REDQ and "
         "TQC, 256 and 1024 for MPO; the small one with --smoke)",
+    )
+    p.add_argument(
+        "--small-only", action="store_true", help="each case's small batch size only (the headline)"
     )
     p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
