@@ -114,7 +114,7 @@ def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
             if key in values:
                 inputs.append(values[key])
             elif plain and type(key) is str:
-                inputs.append(batch._tensordict.get(key))
+                inputs.append(_compat.get_path(batch, (key,)))
             else:
                 inputs.append(entry(batch, key))
         try:
