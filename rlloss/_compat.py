@@ -49,15 +49,16 @@ def get_path(tensordict: TensorDictBase, path: tuple[str, ...], default=None):
     missing entry by raising and catching a ``KeyError`` (about 1 us each; a loss looks for its
     optional entries, masks and replay weights, on every forward).
     """
-    if type(tensordict) is TensorDict:
-        value = tensordict._tensordict.get(path[0], default)
-        if len(path) == 1 or value is default:
-            return value
-        if type(value) is TensorDict:
-            if len(path) == 2:  # ("next", key): without a recursive call
-                return value._tensordict.get(path[1], default)
-            return get_path(value, path[1:], default)
-    return tensordict._get_tuple(path, default)
+    if type(tensordict) is not TensorDict:
+        return tensordict._get_tuple(path, default)
+    node = tensordict
+    for key in path:  # a loop down the nested plain TensorDicts, no recursive call
+        if type(node) is not TensorDict:  # another TensorDict type (or a leaf) on the way
+            return tensordict._get_tuple(path, default)
+        node = node._tensordict.get(key, default)
+        if node is default:
+            return default
+    return node
 
 
 def set_computed(tensordict: TensorDictBase, path: tuple[str, ...], value: torch.Tensor) -> None:

@@ -107,16 +107,10 @@ def network_inputs(batch, network, exclude: NestedKey | None = None) -> dict:
 
 
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
-    plain = type(batch) is TensorDict  # its entries read without `entry`'s frame
     for call, in_keys, out_keys in steps:
         inputs = []
         for key in in_keys:  # a loop, not a comprehension (a frame of its own before 3.12)
-            if key in values:
-                inputs.append(values[key])
-            elif plain and type(key) is str:
-                inputs.append(_compat.get_path(batch, (key,)))
-            else:
-                inputs.append(entry(batch, key))
+            inputs.append(values[key] if key in values else entry(batch, key))
         try:
             outputs = call(*inputs)
         except CALL_ERRORS as error:  # free until raised: the diagnosis runs on failure only

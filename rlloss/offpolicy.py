@@ -234,10 +234,10 @@ class TDTargetLoss(LossModule):
         """``tensordict``, or, when it marks padded transitions (``loss_mask_key``), a copy whose
         padding holds a valid transition (:func:`rlloss.common.fill_padding`): padding then
         reaches no value and no gradient. The priority is still written into ``tensordict``."""
-        mask = self._loss_mask(tensordict)
+        mask = self._padding_mask(tensordict)
         if mask is None:
             return tensordict
-        return fill_padding(tensordict, mask.squeeze(-1), self._mask_paths())
+        return fill_padding(tensordict, mask, self._mask_paths())
 
     def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
