@@ -8,6 +8,8 @@ and in one place, instead of deep inside a loss. This module imports nothing fro
 from __future__ import annotations
 
 import abc
+import contextlib
+import copy
 from collections.abc import Callable, Iterator
 
 import torch
@@ -246,3 +248,61 @@ def assert_all(condition: torch.Tensor, message: str) -> None:
     without a graph break (a ``bool(condition)`` would sync and break the graph).
     """
     torch._assert_async(condition, message)
+
+
+@contextlib.contextmanager
+def whole_storage(storage) -> Iterator[None]:
+    """While inside, ``storage`` reports itself full.
+
+    TorchRL's ``TensorStorage.get`` gathers from ``storage[:len(storage)]`` until the storage is
+    full. A CUDA graph that records a sample bakes that slice in: items written after the
+    recording lie outside it, and a later draw of one is an out-of-bounds gather (a device-side
+    assert). Recorded as full, the gather reads the whole allocation (a ``LazyTensorStorage``
+    allocates its capacity at the first write), and the sampler's own count or priorities keep
+    the draws on written items. A storage without TorchRL's ``_len`` is left as it is."""
+    if not isinstance(getattr(type(storage), "_len", None), property) or not isinstance(
+        getattr(storage, "max_size", None), int
+    ):
+        yield
+        return
+    length = storage._len
+    storage._len = storage.max_size
+    try:
+        yield
+    finally:
+        storage._len = length
+
+
+def tanh_normal_builder(head: nn.Module) -> Callable | None:
+    """For a distribution head whose class is TorchRL's ``TanhNormal``: ``build(loc, scale)``,
+    the distribution ``head.get_dist`` would give, without the host synchronisations of
+    ``TanhNormal.__init__`` on a GPU (it checks ``(high > low).all()`` and reads
+    ``(high != 1).any()`` on the host, and copies Python-number bounds to the device, at every
+    construction). ``None`` for any other head.
+
+    The first call per device, dtype and rank builds a template with TorchRL's constructor (its
+    checks run once, there), its ``non_trivial_max/min`` made Python bools; each call then takes
+    a shallow copy of the template, drops the copy's base distribution, and lets TanhNormal's
+    own ``update(loc, scale)`` build a fresh one. Same class, same methods, same numbers."""
+    from torchrl.modules import TanhNormal
+
+    if getattr(head, "distribution_class", None) is not TanhNormal:
+        return None
+    kwargs = dict(head.distribution_kwargs)
+    templates: dict = {}
+
+    def build(loc: torch.Tensor, scale: torch.Tensor) -> TanhNormal:
+        key = (loc.device, loc.dtype, loc.ndim)
+        template = templates.get(key)
+        if template is None:
+            zeros = loc.detach().new_zeros((1,) * loc.ndim)
+            template = TanhNormal(zeros, torch.ones_like(zeros), **kwargs)
+            template.non_trivial_max = bool(template.non_trivial_max)
+            template.non_trivial_min = bool(template.non_trivial_min)
+            templates[key] = template
+        dist = copy.copy(template)
+        del dist.base_dist  # the copy's own: update() then builds a new base distribution
+        dist.update(loc, scale)
+        return dist
+
+    return build

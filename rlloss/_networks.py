@@ -269,6 +269,13 @@ class DistributionCall:
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
+        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
+        self._tanh_normal = _compat.tanh_normal_builder(self.head) if self.splittable else None
+        if self._tanh_normal is not None:
+            keys = self.parameter_keys
+            self._tanh_normal_keys = (keys.get("loc"), keys.get("scale"))
+            if None in self._tanh_normal_keys or len(keys) != 2:
+                self._tanh_normal = None
 
     @property
     def direct(self) -> bool:
@@ -302,7 +309,15 @@ class DistributionCall:
         params = self.distribution_parameters(batch)
         if perturb is not None:
             params = perturb(params)
-        return self.head.get_dist(params)
+        return self.from_parameters(params)
+
+    def from_parameters(self, params: Mapping) -> D.Distribution:
+        """``head.get_dist(params)``; a TanhNormal head's without a host sync (eager calls:
+        compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
+        if self._tanh_normal is None or torch.compiler.is_compiling():
+            return self.head.get_dist(params)
+        loc, scale = self._tanh_normal_keys
+        return self._tanh_normal(params[loc], params[scale])
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:
         """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
@@ -316,7 +331,7 @@ class DistributionCall:
                 "that collected it; store them at collection time (a TorchRL ProbabilisticActor "
                 "writes them into the rollout TensorDict)."
             )
-        return self.head.get_dist(params if self.splittable else batch)
+        return self.from_parameters(params) if self.splittable else self.head.get_dist(batch)
 
 
 def as_list(key) -> list:

@@ -492,7 +492,7 @@ class MPOLoss(_MaximumAPosteriori):
         if self.action_penalization:
             info["penalty_temperature"] = penalty_temperature.detach()
         loss = self._reduce_replayed(loss.unsqueeze(-1), tensordict)
-        actor = ActorOutput(distribution=lambda: self._actor_call.head.get_dist(params))
+        actor = ActorOutput(distribution=lambda: self._actor_call.from_parameters(params))
         return self._with_policy_addons(loss, tensordict, actor, info)
 
     # ----------------------------------------------------------------------------- critic
@@ -600,7 +600,7 @@ class DiscreteMPOLoss(_MaximumAPosteriori):
         """The current policy's distribution, from its ``logits`` when the actor's head reads
         nothing else, else by running the actor."""
         if self._logits_key is not None:
-            return self._actor_call.head.get_dist({self._logits_key: logits})
+            return self._actor_call.from_parameters({self._logits_key: logits})
         return self._actor_call(batch)
 
     def _target_policy_and_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:

@@ -598,7 +598,7 @@ class DiscreteSACLoss(_SoftActorCritic):
         """The current policy's distribution, from its log-probabilities when the actor's head
         reads only logits, else by running the actor."""
         if self._logits_key is not None:
-            return self._actor_call.head.get_dist({self._logits_key: log_probs})
+            return self._actor_call.from_parameters({self._logits_key: log_probs})
         return self._actor_call(batch)
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
@@ -873,7 +873,7 @@ class CQLLoss(SACLoss):
         if self._tanh_normal:  # the distribution's parameters, computed once
             params = self._actor_call.distribution_parameters(tensordict)
             _, log_prob = self._squashed_sample(params, self._actor_call)
-            distribution = self._actor_call.head.get_dist(params)
+            distribution = self._actor_call.from_parameters(params)
         else:
             distribution = self._actor_call(tensordict)
             _, log_prob = self._sample(distribution, tensordict.batch_size)

@@ -35,11 +35,14 @@ buffers, overwritten by the next update (``.clone()`` what you keep).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
+
+from rlloss._compat import whole_storage
 
 LOSS_PREFIX = "loss"
 
@@ -119,7 +122,7 @@ class Update:
         self.step = torch.compile(self._step, **options) if compile else self._step
         self.graph = Captured(self._given_batch, warmup) if cuda_graph else None
         self.sampling_graph = (
-            Captured(self._sampled_batch, warmup)
+            Captured(self._sampled_batch, warmup, lambda: whole_storage(replay_buffer.storage))
             if cuda_graph and samples_on_device(replay_buffer)
             else None
         )
@@ -189,10 +192,13 @@ class Captured:
     The first ``warmup`` calls run on a side stream; the next records ``fn`` on a static copy
     of its batch (recording runs nothing: the replay that follows does the work); later calls
     copy their batch into the static one and replay. Returns ``fn``'s output, buffers that the
-    graph owns and rewrites on every replay."""
+    graph owns and rewrites on every replay. ``recording``, when given, returns a context
+    manager that the recording runs in (the sampling graph records the replay buffer's storage
+    as full: see :func:`rlloss._compat.whole_storage`)."""
 
-    def __init__(self, fn, warmup: int) -> None:
+    def __init__(self, fn, warmup: int, recording=contextlib.nullcontext) -> None:
         self.fn, self.warmup, self.warmed = fn, warmup, 0
+        self.recording = recording
         self.graph = self.static_batch = self.static_out = None
         self.side_stream = torch.cuda.Stream()
 
@@ -229,7 +235,7 @@ class Captured:
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(self.graph):
+            with self.recording(), torch.cuda.graph(self.graph):
                 self.static_out = self.fn(*([self.static_batch] if batch else []))
         except RuntimeError as err:
             self.graph = None

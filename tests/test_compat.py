@@ -244,3 +244,78 @@ def test_get_path_misses_without_raising_inside():
     finally:
         sys.settrace(None)
     assert raised == []
+
+
+def test_whole_storage_lets_a_gather_reach_past_the_written_items_and_restores_the_length():
+    """What a CUDA graph records for a sample of a storage that is not yet full: TorchRL gathers
+    from ``storage[:len]``, so an index written later is out of bounds (on a GPU, a device-side
+    assert at a replay); recorded inside ``whole_storage`` the gather spans the capacity."""
+    from torchrl.data import LazyTensorStorage, ListStorage
+
+    storage = LazyTensorStorage(8)
+    storage.set(torch.arange(3), TensorDict(x=torch.arange(3.0), batch_size=[3]))
+    later = torch.tensor([1, 5])
+    with pytest.raises(IndexError):
+        storage.get(later)
+    with _compat.whole_storage(storage):
+        assert len(storage) == 8
+        torch.testing.assert_close(storage.get(torch.tensor([2, 1]))["x"], torch.tensor([2.0, 1.0]))
+        assert storage.get(later).shape == (2,)
+    assert len(storage) == 3
+    storage.set(torch.arange(3, 6), TensorDict(x=torch.arange(3.0, 6.0), batch_size=[3]))
+    assert len(storage) == 6  # writes after the context count from the true length
+    with pytest.raises(RuntimeError), _compat.whole_storage(storage):
+        raise RuntimeError("an error inside still restores the length")
+    assert len(storage) == 6
+    listed = ListStorage(4)
+    with _compat.whole_storage(listed):  # no TorchRL tensor length: left as it is
+        assert len(listed) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"low": -2.0, "high": 1.0, "tanh_loc": True},
+        {"low": torch.tensor([-1.0, -2.0, -3.0]), "high": torch.tensor([1.0, 0.5, 3.0])},
+        {"safe_tanh": False, "event_dims": 2, "upscale": 3.0},
+    ],
+    ids=["unit", "tanh_loc", "tensor-bounds", "event-dims"],
+)
+def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwargs, monkeypatch):
+    """The builder's TanhNormal is TorchRL's: the same log-probabilities, samples under the same
+    seed, mode and shapes, gradients to its parameters; TanhNormal's constructor (where the host
+    syncs are) runs once, for the template, not at every build; two builds share nothing."""
+    from tensordict.nn import ProbabilisticTensorDictModule
+    from torchrl.modules import TanhNormal
+
+    head = ProbabilisticTensorDictModule(
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        distribution_class=TanhNormal,
+        distribution_kwargs=kwargs,
+    )
+    build = _compat.tanh_normal_builder(head)
+    constructed = []
+    init = TanhNormal.__init__
+    monkeypatch.setattr(
+        TanhNormal, "__init__", lambda self, *a, **k: constructed.append(1) or init(self, *a, **k)
+    )
+    loc = torch.randn(5, 4, 3, requires_grad=True)
+    scale = torch.rand(5, 4, 3) + 0.1
+    first, second = build(loc, scale), build(2 * loc, scale)
+    assert len(constructed) == 1
+    expected = TanhNormal(loc, scale, **kwargs)
+    assert type(first) is TanhNormal
+    assert (first.batch_shape, first.event_shape) == (expected.batch_shape, expected.event_shape)
+    action = expected.sample()
+    torch.testing.assert_close(first.log_prob(action), expected.log_prob(action))
+    torch.testing.assert_close(first.deterministic_sample, expected.deterministic_sample)
+    torch.manual_seed(1)
+    drawn = expected.rsample()
+    torch.manual_seed(1)
+    torch.testing.assert_close(first.rsample(), drawn)
+    assert not torch.equal(second.root_dist.loc, first.root_dist.loc)
+    first.log_prob(action).sum().backward()
+    assert loc.grad is not None and loc.grad.abs().sum() > 0
+    assert _compat.tanh_normal_builder(make_critic()) is None

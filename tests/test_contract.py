@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch._dynamo
 from tensordict import TensorDict
+from torch.utils._python_dispatch import TorchDispatchMode
 from torchrl.modules import IndependentNormal
 
 import rlloss
@@ -455,3 +456,59 @@ def test_compiles_as_one_graph_without_recompiling(row):
             if not hasattr(loss, "adaptive_beta"):
                 assert_same_outputs(out, seeded(loss, batch))
     torch._dynamo.reset()
+
+
+def test_no_forward_after_the_first_runs_tanh_normals_constructor(row, monkeypatch):
+    """TorchRL's ``TanhNormal.__init__`` synchronises with the host on a GPU (it checks the
+    bounds with ``.all()``/``.any()`` and copies Python-number bounds to the device): after a
+    loss's first forward, no forward runs it (the GPU check itself: tests/test_cuda.py)."""
+    from torchrl.modules import TanhNormal
+
+    loss = row.build()
+    seeded(loss, row.batch())
+    constructed = []
+    init = TanhNormal.__init__
+    monkeypatch.setattr(
+        TanhNormal, "__init__", lambda self, *a, **k: constructed.append(1) or init(self, *a, **k)
+    )
+    for seed in range(2):
+        out = seeded(loss, row.batch(), seed)
+        sum(v for k, v in out.items() if is_loss(k)).backward()
+    assert not constructed
+
+
+# aten operations that read a tensor's value on the host (a synchronisation on a GPU): scalar
+# reads (.item(), bool(), if tensor), data-dependent shapes, and torch.normal's std >= 0 check.
+HOST_READS = {
+    "aten._local_scalar_dense",
+    "aten.is_nonzero",
+    "aten.equal",
+    "aten.nonzero",
+    "aten.masked_select",
+    "aten._unique2",
+    "aten.unique_consecutive",
+    "aten.normal",
+}
+
+
+class HostReads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket._qualified_op_name.replace("::", ".") in HOST_READS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_forward_and_backward_read_no_tensor_on_the_host(row):
+    """The CPU side of the GPU check in tests/test_cuda.py: after a loss's first forward, no
+    forward or backward runs an operation that needs a tensor's value on the host."""
+    loss = row.build()
+    seeded(loss, row.batch())
+    batch = row.batch()
+    with HostReads() as reads:
+        out = seeded(loss, batch)
+        sum(v for k, v in out.items() if is_loss(k)).backward()
+    assert not reads.seen

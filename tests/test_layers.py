@@ -39,7 +39,7 @@ ALLOWED = {
     "schedulers": {"_checks", "distributed"},
     "data": {"_compat"},
     "updaters": {"_checks", "_compat"},
-    "update": set(),  # compile_update: any loss module, optimizer, updater and buffer
+    "update": {"_compat"},  # compile_update: any loss module, optimizer, updater and buffer
     "common": {"_checks", "_compat", "_dispatch", "addons", "estimators", "functional"},
     "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
     "onpolicy": {

@@ -172,8 +172,10 @@ def kl_divergence(
     gradient through the draws (right when only ``q`` is trained), or, with
     ``reparameterized``, drawn with ``rsample`` so that the gradient reaches ``p``'s parameters
     through them (needed when ``p`` is the trained policy: with detached draws the expected
-    gradient of ``log p(x_k)`` is 0). The family is read from the Python types, so the choice
-    costs nothing and compiles without a graph break.
+    gradient of ``log p(x_k)`` is 0). Detached draws also come from ``rsample`` (under
+    ``no_grad``) where ``p`` has one: ``sample`` of a Normal goes through ``torch.normal``, whose
+    ``std >= 0`` check synchronises with the host on a GPU. The family is read from the Python
+    types, so the choice costs nothing and compiles without a graph break.
     """
     base_p, base_q, event_dims = p, q, 0
     while isinstance(base_p, D.Independent) and isinstance(base_q, D.Independent):
@@ -186,9 +188,9 @@ def kl_divergence(
         return categorical_kl(p.logits, q.logits)
     if reparameterized:
         draws = p.rsample((samples,))
-    else:
+    else:  # rsample where there is one: Normal.sample's torch.normal checks std >= 0 on the host
         with torch.no_grad():
-            draws = p.sample((samples,))
+            draws = p.rsample((samples,)) if p.has_rsample else p.sample((samples,))
     return (p.log_prob(draws) - q.log_prob(draws)).mean(0)
 
 
