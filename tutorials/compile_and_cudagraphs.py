@@ -69,9 +69,10 @@ How the update is made compilable and capturable (checked against torch 2.13):
   optimizer step is compiled as its own graphs, between ``torch._dynamo.graph_break()`` calls
   torch places around it), and ``reduce-overhead`` records one CUDA graph per dynamo graph with
   Python in between, while a graph recorded around the call covers the step end to end, graph
-  breaks included. This tutorial was not run on a GPU; ``benchmarks/gpu_update.py``'s SAC update
-  (the same network sizes and batch) ran at 3,099 updates/s on given batches with it on one
-  H200 (torch 2.11), against 143/s eager.
+  breaks included. On one H100 (torch 2.11, 2026-11-26) this tutorial with ``--device cuda
+  --updates 2000`` printed 3,067 compiled + graph updates/s against 146.5/s eager (20.9x),
+  eager and compiled losses within 1.1e-5 over the first 3 updates, 4 graphs, no
+  recompilation while timed.
 
 Run:
     python tutorials/compile_and_cudagraphs.py --updates 200 --out runs/compile_sac
