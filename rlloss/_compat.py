@@ -273,36 +273,51 @@ def whole_storage(storage) -> Iterator[None]:
         storage._len = length
 
 
-def tanh_normal_builder(head: nn.Module) -> Callable | None:
-    """For a distribution head whose class is TorchRL's ``TanhNormal``: ``build(loc, scale)``,
-    the distribution ``head.get_dist`` would give, without the host synchronisations of
-    ``TanhNormal.__init__`` on a GPU (it checks ``(high > low).all()`` and reads
-    ``(high != 1).any()`` on the host, and copies Python-number bounds to the device, at every
-    construction). ``None`` for any other head.
-
-    The first call per device, dtype and rank builds a template with TorchRL's constructor (its
-    checks run once, there), its ``non_trivial_max/min`` made Python bools; each call then takes
-    a shallow copy of the template, drops the copy's base distribution, and lets TanhNormal's
-    own ``update(loc, scale)`` build a fresh one. Same class, same methods, same numbers."""
+def tanh_normal_builder(head: nn.Module) -> TanhNormalBuilder | None:
+    """A :class:`TanhNormalBuilder` for a distribution head whose class is TorchRL's
+    ``TanhNormal``; ``None`` for any other head."""
     from torchrl.modules import TanhNormal
 
     if getattr(head, "distribution_class", None) is not TanhNormal:
         return None
-    kwargs = dict(head.distribution_kwargs)
-    templates: dict = {}
+    return TanhNormalBuilder(dict(head.distribution_kwargs))
 
-    def build(loc: torch.Tensor, scale: torch.Tensor) -> TanhNormal:
+
+class TanhNormalBuilder:
+    """``build(loc, scale)``: the TanhNormal ``head.get_dist`` would give, without the host
+    synchronisations of ``TanhNormal.__init__`` on a GPU (it checks ``(high > low).all()`` and
+    reads ``(high != 1).any()`` on the host, and copies Python-number bounds to the device, at
+    every construction).
+
+    The first call per device, dtype and rank builds a template with TorchRL's constructor (its
+    checks run once, there), its ``non_trivial_max/min`` made Python bools; each call then takes
+    a shallow copy of the template, drops the copy's base distribution, and lets TanhNormal's
+    own ``update(loc, scale)`` build a fresh one. Same class, same methods, same numbers. The
+    head's ``distribution_kwargs`` are read once, when the builder is made; the templates are
+    not pickled (a loaded loss builds them again)."""
+
+    def __init__(self, kwargs: dict) -> None:
+        self.kwargs = kwargs
+        self.templates: dict = {}
+
+    def __getstate__(self) -> dict:
+        return {"kwargs": self.kwargs, "templates": {}}
+
+    def __call__(self, loc: torch.Tensor, scale: torch.Tensor):
         key = (loc.device, loc.dtype, loc.ndim)
-        template = templates.get(key)
+        template = self.templates.get(key)
         if template is None:
-            zeros = loc.detach().new_zeros((1,) * loc.ndim)
-            template = TanhNormal(zeros, torch.ones_like(zeros), **kwargs)
-            template.non_trivial_max = bool(template.non_trivial_max)
-            template.non_trivial_min = bool(template.non_trivial_min)
-            templates[key] = template
+            template = self.templates[key] = self._template(loc)
         dist = copy.copy(template)
         del dist.base_dist  # the copy's own: update() then builds a new base distribution
         dist.update(loc, scale)
         return dist
 
-    return build
+    def _template(self, loc: torch.Tensor):
+        from torchrl.modules import TanhNormal
+
+        zeros = loc.detach().new_zeros((1,) * loc.ndim)
+        template = TanhNormal(zeros, torch.ones_like(zeros), **self.kwargs)
+        template.non_trivial_max = bool(template.non_trivial_max)
+        template.non_trivial_min = bool(template.non_trivial_min)
+        return template

@@ -4,6 +4,7 @@ the same checks. A new loss joins by adding a row to LOSSES."""
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -512,3 +513,17 @@ def test_forward_and_backward_read_no_tensor_on_the_host(row):
         out = seeded(loss, batch)
         sum(v for k, v in out.items() if is_loss(k)).backward()
     assert not reads.seen
+
+
+def test_a_whole_loss_pickles_and_gives_the_same_outputs(row):
+    """``torch.save(loss)`` / ``torch.load`` (and so spawn-started processes): every attribute
+    of a loss pickles, and the loaded one computes what the original does."""
+    loss = row.build()
+    batch = row.batch()
+    seeded(loss, batch.clone())  # lazy state (templates, caches) made before saving
+    buffer = io.BytesIO()
+    torch.save(loss, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    expected = seeded(loss, batch.clone())  # KLPEN's adaptive beta moved by the first call
+    assert_same_outputs(seeded(loaded, batch.clone()), expected)
