@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey, _unravel_key_to_tuple
 from torch import nn
+from torchrl.modules import TanhNormal
 from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
 
@@ -273,18 +274,20 @@ def whole_storage(storage) -> Iterator[None]:
         storage._len = length
 
 
-def tanh_normal_builder(head: nn.Module) -> TanhNormalBuilder | None:
+def tanh_normal_builder(head: nn.Module, parameter_keys: dict) -> TanhNormalBuilder | None:
     """A :class:`TanhNormalBuilder` for a distribution head whose class is TorchRL's
-    ``TanhNormal``; ``None`` for any other head."""
-    from torchrl.modules import TanhNormal
-
+    ``TanhNormal`` with exactly ``loc`` and ``scale`` read from the batch (``parameter_keys``:
+    distribution keyword -> batch key); ``None`` for any other head."""
     if getattr(head, "distribution_class", None) is not TanhNormal:
         return None
-    return TanhNormalBuilder(dict(head.distribution_kwargs))
+    if set(parameter_keys) != {"loc", "scale"}:
+        return None
+    keys = (parameter_keys["loc"], parameter_keys["scale"])
+    return TanhNormalBuilder(dict(head.distribution_kwargs), keys)
 
 
 class TanhNormalBuilder:
-    """``build(loc, scale)``: the TanhNormal ``head.get_dist`` would give, without the host
+    """``build(params)``: the TanhNormal ``head.get_dist(params)`` would give, without the host
     synchronisations of ``TanhNormal.__init__`` on a GPU (it checks ``(high > low).all()`` and
     reads ``(high != 1).any()`` on the host, and copies Python-number bounds to the device, at
     every construction).
@@ -296,14 +299,15 @@ class TanhNormalBuilder:
     head's ``distribution_kwargs`` are read once, when the builder is made; the templates are
     not pickled (a loaded loss builds them again)."""
 
-    def __init__(self, kwargs: dict) -> None:
-        self.kwargs = kwargs
+    def __init__(self, kwargs: dict, keys: tuple) -> None:
+        self.kwargs, self.keys = kwargs, keys
         self.templates: dict = {}
 
     def __getstate__(self) -> dict:
-        return {"kwargs": self.kwargs, "templates": {}}
+        return {"kwargs": self.kwargs, "keys": self.keys, "templates": {}}
 
-    def __call__(self, loc: torch.Tensor, scale: torch.Tensor):
+    def __call__(self, params) -> TanhNormal:
+        loc, scale = params[self.keys[0]], params[self.keys[1]]
         key = (loc.device, loc.dtype, loc.ndim)
         template = self.templates.get(key)
         if template is None:
@@ -313,9 +317,7 @@ class TanhNormalBuilder:
         dist.update(loc, scale)
         return dist
 
-    def _template(self, loc: torch.Tensor):
-        from torchrl.modules import TanhNormal
-
+    def _template(self, loc: torch.Tensor) -> TanhNormal:
         zeros = loc.detach().new_zeros((1,) * loc.ndim)
         template = TanhNormal(zeros, torch.ones_like(zeros), **self.kwargs)
         template.non_trivial_max = bool(template.non_trivial_max)

@@ -270,12 +270,9 @@ class DistributionCall:
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
         # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
-        self._tanh_normal = _compat.tanh_normal_builder(self.head) if self.splittable else None
-        if self._tanh_normal is not None:
-            keys = self.parameter_keys
-            self._tanh_normal_keys = (keys.get("loc"), keys.get("scale"))
-            if None in self._tanh_normal_keys or len(keys) != 2:
-                self._tanh_normal = None
+        self._tanh_normal = (
+            _compat.tanh_normal_builder(self.head, self.parameter_keys) if self.splittable else None
+        )
 
     @property
     def direct(self) -> bool:
@@ -316,8 +313,7 @@ class DistributionCall:
         compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
         if self._tanh_normal is None or torch.compiler.is_compiling():
             return self.head.get_dist(params)
-        loc, scale = self._tanh_normal_keys
-        return self._tanh_normal(params[loc], params[scale])
+        return self._tanh_normal(params)
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:
         """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""

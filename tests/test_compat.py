@@ -295,7 +295,7 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
         distribution_class=TanhNormal,
         distribution_kwargs=kwargs,
     )
-    build = _compat.tanh_normal_builder(head)
+    build = _compat.tanh_normal_builder(head, {"loc": "loc", "scale": "scale"})
     constructed = []
     init = TanhNormal.__init__
     monkeypatch.setattr(
@@ -303,7 +303,8 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
     )
     loc = torch.randn(5, 4, 3, requires_grad=True)
     scale = torch.rand(5, 4, 3) + 0.1
-    first, second = build(loc, scale), build(2 * loc, scale)
+    first = build({"loc": loc, "scale": scale})
+    second = build({"loc": 2 * loc, "scale": scale})
     assert len(constructed) == 1
     expected = TanhNormal(loc, scale, **kwargs)
     assert type(first) is TanhNormal
@@ -318,4 +319,5 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
     assert not torch.equal(second.root_dist.loc, first.root_dist.loc)
     first.log_prob(action).sum().backward()
     assert loc.grad is not None and loc.grad.abs().sum() > 0
-    assert _compat.tanh_normal_builder(make_critic()) is None
+    assert _compat.tanh_normal_builder(make_critic(), {"loc": "loc", "scale": "scale"}) is None
+    assert _compat.tanh_normal_builder(head, {"loc": "loc"}) is None
