@@ -33,10 +33,11 @@ step 120 tests python3 -m pytest -q -p no:cacheprovider -rfE tests/test_cuda.py 
     -k "cuda or recorded_update_samples or trees_follow"
 tail -3 "$log" | head -2
 step 230 "gpu_update SAC TD3" python3 benchmarks/gpu_update.py --cases SAC TD3 --inner 100 \
+    --methods eager compiled compiled+graph "compiled+graph, sample()" --profile \
     --out "$out/gpu_update.json"
 step 90 "gpu_update DQN+PER compiled sampler" python3 benchmarks/gpu_update.py \
-    --cases DQN+PER --methods compiled+graph --compile-sampler --inner 100 \
-    --out "$out/gpu_update-compiled-sampler.json"
+    --cases DQN+PER --methods compiled+graph "compiled+graph, sample()" --compile-sampler \
+    --inner 100 --out "$out/gpu_update-compiled-sampler.json"
 step 90 tutorial python3 tutorials/compile_and_cudagraphs.py --device cuda --updates 2000 \
     --out /tmp/rlloss-tutorial
 grep -A40 "^updates/s" "$log" | grep -v "^===" | head -60

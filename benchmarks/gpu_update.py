@@ -11,7 +11,13 @@ Methods, per case and library:
 
 * ``eager``: ``compile_update(..., compile=False)``;
 * ``compiled``: ``compile=True`` (inductor, default mode);
-* ``eager+graph`` and ``compiled+graph``: the same with ``cuda_graph=True``.
+* ``eager+graph`` and ``compiled+graph``: the same with ``cuda_graph=True``;
+* ``compiled+graph, sample()``: ``compiled+graph`` with the batch taken by ``buffer.sample()``
+  and then given to the step, as before rlloss's samplers drew in the step's own trace
+  (``Update.draws_in_step`` off): the gathers as kernels of their own.
+
+With ``--profile``, each recorded graph's kernels in one replay (count, summed device time, the
+costliest) from ``torch.profiler``.
 
 Figures per method (median over ``--repeats`` rounds of ``--inner`` updates, the GPU
 synchronised at both ends of a round): ``update()`` (sample from the buffer, the step, priority
@@ -57,11 +63,12 @@ from benchmarks.compiled_update import (  # noqa: E402
 from benchmarks.harness import machine_info  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "gpu_update.json"
-METHODS = {  # name: (compile, cuda_graph)
-    "eager": (False, False),
-    "compiled": (True, False),
-    "eager+graph": (False, True),
-    "compiled+graph": (True, True),
+METHODS = {  # name: (compile, cuda_graph, the batch drawn in the step's trace where it can be)
+    "eager": (False, False, True),
+    "compiled": (True, False, True),
+    "eager+graph": (False, True, True),
+    "compiled+graph": (True, True, True),
+    "compiled+graph, sample()": (True, True, False),  # before: buffer.sample(), then the step
 }
 
 
@@ -120,10 +127,36 @@ def graph_matches_eager(library: str, a) -> float:
     return worst
 
 
+def kernels_per_replay(replay, n: int = 20) -> dict:
+    """The GPU's kernels (and copies) in one replay of a recorded graph, from the profiler: how
+    many, their summed device time (us), and the 12 costliest by name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                replay()
+            torch.cuda.synchronize()
+        rows = [e for e in prof.key_averages() if str(e.device_type).endswith("CUDA")]
+    except Exception as err:  # noqa: BLE001 - a profiler failure must not lose the timings
+        return {"failed": f"{type(err).__name__}: {str(err)[:200]}"}
+
+    def device_us(e) -> float:
+        return getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+
+    rows.sort(key=device_us, reverse=True)
+    return {
+        "kernels": round(sum(e.count for e in rows) / n, 1),
+        "device_us": round(sum(device_us(e) for e in rows) / n, 1),
+        "top": [[e.key[:90], round(e.count / n, 1), round(device_us(e) / n, 1)] for e in rows[:12]],
+    }
+
+
 def bench_case(case: str, a, record) -> None:
     for library in a.libraries:
         for method in a.methods:
-            compiled, graph = METHODS[method]
+            compiled, graph, draw_in_step = METHODS[method]
             name = (
                 f"{case} {library} {method}"
                 + (" (compiled sampler)" if a.compile_sampler and CASES[case][1] else "")
@@ -132,6 +165,7 @@ def bench_case(case: str, a, record) -> None:
             try:
                 start = time.perf_counter()
                 update = make_update(case, library, compiled, a, graph=graph)
+                update.draws_in_step &= draw_in_step
                 batches = [update.replay_buffer.sample() for _ in range(8)]
                 if method == "eager":
                     record(name, "host_syncs_in_step", syncs_in_step(update, batches[0].clone()))
@@ -144,9 +178,13 @@ def bench_case(case: str, a, record) -> None:
                 record(name, "update(batch)", per_second(given_batches(update, batches), a))
                 if graph:
                     record(name, "step replay only", per_second(update.graph.graph.replay, a))
+                    if a.profile:
+                        record(name, "step kernels", kernels_per_replay(update.graph.graph.replay))
                 if update.sampling_graph is not None:
                     replay = update.sampling_graph.graph.replay
                     record(name, "update() replay only", per_second(replay, a))
+                    if a.profile:
+                        record(name, "update() kernels", kernels_per_replay(replay))
             except Exception as err:  # noqa: BLE001 - recorded; the other methods still run
                 record(name, "failed", f"{type(err).__name__}: {str(err)[:400]}")
                 traceback.print_exc()
@@ -176,6 +214,11 @@ def main(argv: list[str] | None = None) -> None:
         default="rlloss",
         help="TD3 and SAC: rlloss's RandomSampler (draws on the GPU: update() records the "
         "sampling in the graph) or TorchRL's (draws on the host, the batch copied in)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="for the graphs: the kernels of one replay (count, device time, costliest)",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)

@@ -17,6 +17,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey, _unravel_key_to_tuple
 from torch import nn
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, TensorStorage
+from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.modules import TanhNormal
 from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
@@ -272,6 +274,52 @@ def whole_storage(storage) -> Iterator[None]:
         yield
     finally:
         storage._len = length
+
+
+def sample_is_a_gather(replay_buffer) -> bool:
+    """Whether ``replay_buffer.sample()`` is, for this buffer, exactly: the sampler's draw
+    (flat indices and info, from a sampler with ``draw``), one gather of those indices from the
+    storage's TensorDict (:func:`stored_items`), and the info and ``"index"`` set in the batch.
+
+    Why private: what TorchRL's ``TensorDictReplayBuffer.sample`` does around the draw (locks,
+    a sample unit, generation tracking, collate, transforms, prefetch, pinned memory) is read off
+    its private attributes; only a buffer with none of them qualifies. A compiled update then
+    traces the gather with the loss (inductor fuses it into the loss's first kernels) instead of
+    calling ``sample()``, which dynamo cannot trace (a lock, ``len(storage)``).
+    """
+    sampler, storage = (
+        getattr(replay_buffer, "sampler", None),
+        getattr(replay_buffer, "storage", None),
+    )
+    transform = getattr(replay_buffer, "transform", None)
+    return (
+        isinstance(replay_buffer, TensorDictReplayBuffer)
+        and type(replay_buffer).sample is TensorDictReplayBuffer.sample
+        and type(replay_buffer)._sample is TensorDictReplayBuffer._sample
+        and callable(getattr(sampler, "draw", None))
+        and callable(getattr(sampler, "check_storage", None))
+        and type(storage) in (TensorStorage, LazyTensorStorage)
+        and storage.ndim == 1
+        and isinstance(replay_buffer.batch_size, int)
+        and replay_buffer._collate_fn is _collate_id
+        and replay_buffer._sample_unit is None
+        and not getattr(replay_buffer._writer, "tracks_generations", False)
+        and not replay_buffer._prefetch
+        and not replay_buffer._pin_memory
+        and (transform is None or len(transform) == 0)
+    )
+
+
+def stored_items(storage, index: torch.Tensor) -> TensorDictBase:
+    """``storage.get(index)`` for a full ``TensorStorage`` of TensorDicts: the items at the flat
+    ``index`` of the whole allocation.
+
+    Why private: ``TensorStorage.get`` slices the storage to ``len(storage)`` first, a host int
+    (a ``torch.compiler.disable``-d ``__len__``, so a graph break, and a graph recorded before the
+    buffer fills would keep the slice: see :func:`whole_storage`); the allocation is
+    ``storage._storage``. The sampler's draws keep ``index`` on written items.
+    """
+    return storage._storage[index]
 
 
 def tanh_normal_builder(head: nn.Module, parameter_keys: dict) -> TanhNormalBuilder | None:

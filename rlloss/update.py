@@ -42,7 +42,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlloss._compat import whole_storage
+from rlloss._compat import sample_is_a_gather, stored_items, whole_storage
 
 LOSS_PREFIX = "loss"
 
@@ -119,15 +119,22 @@ class Update:
             target_updater.prepare()  # eager work kept out of the trace (rlloss's updaters)
         self._params = allocated_gradients(optimizer)
         options = compile if isinstance(compile, dict) else {}
-        self.step = torch.compile(self._step, **options) if compile else self._step
-        self.graph = Captured(self._given_batch, warmup) if cuda_graph else None
+        self.run = torch.compile(self._run, **options) if compile else self._run
+        # a buffer whose sample() is a draw and a gather: drawn in the step's own trace
+        self.draws_in_step = sample_is_a_gather(replay_buffer)
+        self.graph = Captured(self.run, warmup) if cuda_graph else None
         self.sampling_graph = (
             Captured(self._sampled_batch, warmup, lambda: whole_storage(replay_buffer.storage))
             if cuda_graph and samples_on_device(replay_buffer)
             else None
         )
 
-    def _step(self, batch: TensorDictBase) -> TensorDictBase:
+    def _run(self, batch: TensorDictBase | None) -> tuple[TensorDictBase, TensorDictBase]:
+        """The step on ``batch`` (``None``: on a batch drawn from the replay buffer in the same
+        trace, so that inductor fuses its gathers into the loss's first kernels), and the batch
+        it read, where the loss wrote its priorities."""
+        if batch is None:
+            batch = draw_batch(self.replay_buffer)
         zero_gradients(self._params)
         out = self.loss_module(batch)
         total = sum(out[key] for key in self.loss_keys)
@@ -135,16 +142,15 @@ class Update:
         self.optimizer.step()
         if self.target_updater is not None:
             self.target_updater.step()
-        return out.detach()
+        return out.detach(), batch
 
-    def _given_batch(self, batch: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """The step on ``batch``, and the batch (where the loss wrote its priorities)."""
-        return self.step(batch), batch
+    def step(self, batch: TensorDictBase) -> TensorDictBase:
+        """The step on ``batch`` (no sampling, no priority write-back): the loss's outputs."""
+        return self.run(batch)[0]
 
     def _sampled_batch(self) -> TensorDictBase:
         """Sample, step, write the priorities back: the whole update."""
-        batch = _sample(self.replay_buffer)
-        out = self.step(batch)
+        out, batch = self.run(None if self.draws_in_step else _sample(self.replay_buffer))
         _write_priorities(self.replay_buffer, batch)
         return out
 
@@ -155,8 +161,12 @@ class Update:
                     "update() without a batch samples from the replay buffer, but none was "
                     "given: pass compile_update(..., replay_buffer=rb), or call update(batch)."
                 )
+            if self.draws_in_step:
+                self.replay_buffer.sampler.check_storage(self.replay_buffer.storage)
             if self.sampling_graph is not None:
                 return self.sampling_graph()
+            if self.graph is None:
+                return self._sampled_batch()
             batch = _sample(self.replay_buffer)
         elif not isinstance(batch, TensorDictBase):
             raise TypeError(f"update(batch): batch must be a TensorDict, got {type(batch)}.")
@@ -245,6 +255,19 @@ class Captured:
                 "`.item()`, a sampler or transform that is not sync-free); sample yourself and "
                 "call update(batch), or pass cuda_graph=False."
             ) from err
+
+
+def draw_batch(replay_buffer) -> TensorDictBase:
+    """``replay_buffer.sample()`` for a buffer where it is a draw and a gather
+    (:func:`rlloss._compat.sample_is_a_gather`), in operations dynamo traces: the same draws for
+    a given seed, the same entries, ``index`` and the sampler's info (``priority_weight``) set
+    as TorchRL sets them. Call the sampler's ``check_storage`` before, eagerly."""
+    index, info = replay_buffer.sampler.draw(replay_buffer.batch_size)
+    batch = stored_items(replay_buffer.storage, index)
+    for key, value in info.items():
+        batch.set(key, value)
+    batch.set("index", index)
+    return batch
 
 
 @torch.compiler.disable

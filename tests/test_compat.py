@@ -272,6 +272,80 @@ def test_whole_storage_lets_a_gather_reach_past_the_written_items_and_restores_t
         assert len(listed) == 0
 
 
+def replay_buffer(sampler, storage=None, written: int = 8, **kwargs):
+    """A TensorDict replay buffer of ``written`` of 12 slots written (``x``,
+    ``("next", "y")``)."""
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(12) if storage is None else storage,
+        sampler=sampler,
+        batch_size=5,
+        **kwargs,
+    )
+    if written:
+        buffer.extend(
+            TensorDict(
+                x=torch.arange(float(written)).unsqueeze(-1).expand(written, 3),
+                next=TensorDict(y=-torch.arange(written), batch_size=[written]),
+                batch_size=[written],
+            )
+        )
+    return buffer
+
+
+def test_sample_is_a_gather_only_where_sample_does_nothing_else():
+    """A capturable sampler with ``draw`` over a one-dim tensor storage, and nothing around the
+    draw; any transform, another sampler or storage, prefetch or generation tracking refuses."""
+    from torchrl.data import (
+        LazyMemmapStorage,
+        LazyTensorStorage,
+        ListStorage,
+        RandomSampler,
+        ReplayBuffer,
+    )
+    from torchrl.envs import Compose, RewardScaling
+
+    from rlloss.data import PrioritizedSampler
+    from rlloss.data import RandomSampler as DeviceRandomSampler
+
+    assert _compat.sample_is_a_gather(replay_buffer(DeviceRandomSampler()))
+    assert _compat.sample_is_a_gather(replay_buffer(PrioritizedSampler(12, 0.6, 0.4)))
+    refused = [
+        replay_buffer(RandomSampler()),
+        replay_buffer(DeviceRandomSampler(), LazyMemmapStorage(12)),
+        replay_buffer(DeviceRandomSampler(), LazyTensorStorage(12, ndim=2), written=0),
+        replay_buffer(DeviceRandomSampler(), transform=Compose(RewardScaling(0.0, 2.0))),
+        replay_buffer(DeviceRandomSampler(), prefetch=2),
+        ReplayBuffer(storage=ListStorage(12), sampler=DeviceRandomSampler(), batch_size=5),
+        None,
+    ]
+    assert [_compat.sample_is_a_gather(buffer) for buffer in refused] == [False] * len(refused)
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+def test_a_drawn_batch_is_what_sample_returns(prioritized):
+    """``rlloss.update.draw_batch`` (the sampler's draw and ``stored_items``, traced in a
+    compiled update) gives what ``buffer.sample()`` gives under the same seed: the same keys in
+    the same order, the same values, ``index`` and the sampler's info; only written items."""
+    from rlloss.data import PrioritizedSampler, RandomSampler
+    from rlloss.update import draw_batch
+
+    sampler = PrioritizedSampler(12, 0.6, 0.4) if prioritized else RandomSampler()
+    buffer = replay_buffer(sampler)
+    if prioritized:
+        buffer.update_priority(torch.arange(8), torch.arange(1.0, 9.0))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected = buffer.sample()
+        torch.manual_seed(seed)
+        drawn = draw_batch(buffer)
+        assert list(drawn.keys(True, True)) == list(expected.keys(True, True))
+        assert (drawn == expected).all()
+        assert ((drawn["index"] >= 0) & (drawn["index"] < 8)).all()
+        torch.testing.assert_close(drawn["x"][:, 0], drawn["index"].float())
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -10,9 +10,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import RandomSampler as TorchRLRandomSampler
 
 import rlloss
-from rlloss.data import PrioritizedSampler
+from rlloss.data import PrioritizedSampler, RandomSampler
 from tests.test_updaters import ACT, OBS, dqn_loss, sac_loss, td3_loss
 
 CAPACITY, BATCH = 64, 16
@@ -34,13 +35,21 @@ def transitions(n: int, generator: torch.Generator) -> TensorDict:
     )
 
 
-def agent(seed: int = 0, device: str = "cpu") -> dict:
-    """A double DQN with target network, Adam, a soft updater and a prioritized buffer."""
+SAMPLERS = {
+    "prioritized": lambda device: PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4, device=device),
+    "uniform": lambda device: RandomSampler(device),
+    "torchrl-uniform": lambda device: TorchRLRandomSampler(),  # draws on the host: sample()
+}
+
+
+def agent(seed: int = 0, device: str = "cpu", sampler: str = "prioritized") -> dict:
+    """A double DQN with target network, Adam, a soft updater and a buffer (prioritized by
+    default, or one of ``SAMPLERS``)."""
     torch.manual_seed(seed)
     loss = dqn_loss().to(device)
     buffer = TensorDictReplayBuffer(
         storage=LazyTensorStorage(CAPACITY, device=device),
-        sampler=PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4, device=device),
+        sampler=SAMPLERS[sampler](device),
         priority_key="td_error",
         batch_size=BATCH,
     )
@@ -81,19 +90,23 @@ def assert_same_agents(a: dict, b: dict, rtol: float | None = None) -> None:
         a["loss"].state_dict().items(), b["loss"].state_dict().values(), strict=True
     ):
         torch.testing.assert_close(x, y, msg=name, **tol)
-    torch.testing.assert_close(a["buffer"].sampler._trees, b["buffer"].sampler._trees, **tol)
+    if isinstance(a["buffer"].sampler, PrioritizedSampler):
+        torch.testing.assert_close(a["buffer"].sampler._trees, b["buffer"].sampler._trees, **tol)
 
 
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
 @pytest.mark.parametrize("compile", [False, {"backend": "aot_eager"}])
-def test_update_equals_the_steps_written_by_hand(compile):
-    """Three prioritized double-DQN updates: the same losses, weights, target weights and
-    priorities as the hand-written loop (sampling seeded alike); compiled, without any
+def test_update_equals_the_steps_written_by_hand(compile, sampler):
+    """Three double-DQN updates: the same losses, weights, target weights and priorities as
+    the hand-written loop (sampling seeded alike), with rlloss's samplers (whose draw the update
+    traces with the step) and TorchRL's (sampled by ``buffer.sample()``); compiled, without any
     recompilation, the first call's included (the target updater gathers its tensor lists before
     the trace: inside it, each parameter's lookup recompiled tensordict's ``__getitem__``)."""
     torch._dynamo.reset()
-    manual, packaged = agent(), agent()
+    manual, packaged = agent(sampler=sampler), agent(sampler=sampler)
     assert_same_agents(manual, packaged)
     update = packaged_update(packaged, compile=compile)
+    assert update.draws_in_step == (sampler != "torchrl-uniform")
     assert update.loss_keys == ["loss"]
     before = copy.deepcopy(packaged["loss"].state_dict())
     for step in range(3):
@@ -111,6 +124,39 @@ def test_update_equals_the_steps_written_by_hand(compile):
     changed = [k for k, v in packaged["loss"].state_dict().items() if not torch.equal(v, before[k])]
     assert any("target" in k for k in changed) and any("target" not in k for k in changed)
     torch._dynamo.reset()
+
+
+def test_the_draw_is_traced_with_the_loss():
+    """With rlloss's sampler, the compiled update's first graph draws the batch, gathers it from
+    the storage and runs the loss (inductor can fuse the gathers into the loss's kernels): no
+    graph of its own for sampling, no graph break before the backward."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    update = packaged_update(agent(), compile={"backend": record})
+    update()
+    reads_storage = [
+        gm
+        for gm, inputs in graphs
+        if any(isinstance(x, torch.Tensor) and x.shape[:1] == (CAPACITY,) for x in inputs)
+    ]
+    assert len(reads_storage) == 1 and reads_storage[0] is graphs[0][0]
+    called = {str(node.target) for node in graphs[0][0].graph.nodes}
+    assert any("linear" in name for name in called)  # the Q-network, in the same graph
+    torch._dynamo.reset()
+
+
+def test_an_empty_buffer_is_refused_before_drawing():
+    """A batch drawn in the trace is still checked first: an empty buffer raises the sampler's
+    error, not an index error from the gather."""
+    a = agent()
+    a["buffer"].empty()
+    with pytest.raises(RuntimeError, match="empty storage"):
+        packaged_update(a, compile=False)()
 
 
 def test_update_takes_a_batch_and_sums_every_loss_entry():

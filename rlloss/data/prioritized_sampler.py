@@ -234,15 +234,27 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         weight = (leaf_mass / self._trees[MIN, 1]).pow(-self._beta_tensor)
         return index, weight.to(self.dtype)
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Any, dict]:
-        """Indices into ``storage`` and ``{"priority_weight": w}`` (see the class docstring)."""
+    def check_storage(self, storage: Storage) -> None:
+        """What :meth:`sample` does before drawing (eager: it reads the storage's length on the
+        host): refuse an empty storage, and keep the trees on the storage's device."""
         self._follow_storage(storage)
         if len(storage) == 0:
             raise RuntimeError("Cannot sample from an empty storage: extend the buffer first.")
+
+    def draw(self, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """``batch_size`` flat indices and ``{"priority_weight": w}`` (what :meth:`sample`
+        returns for a one-dim storage), without reading the storage: a compiled update traces
+        it (after :meth:`check_storage`)."""
         index, weight = self._sample_op(batch_size)
+        return index, {"priority_weight": weight}
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Any, dict]:
+        """Indices into ``storage`` and ``{"priority_weight": w}`` (see the class docstring)."""
+        self.check_storage(storage)
+        index, info = self.draw(batch_size)
         if storage.ndim > 1:
             index = unravel_index(index, storage.shape)
-        return index, {"priority_weight": weight}
+        return index, info
 
     # ---- priorities ----
 

@@ -100,14 +100,25 @@ class RandomSampler(TorchRLRandomSampler):
         draws = torch.randint(0, DRAW_RANGE, (batch_size,), device=self.device, generator=self._rng)
         return draws % size
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        """Indices into ``storage`` (``[B]``, or one tensor per dim for ``ndim > 1``) and
-        ``{}``."""
+    def check_storage(self, storage: Storage) -> None:
+        """What :meth:`sample` does before drawing (eager: it reads the storage's length on the
+        host): refuse an empty storage, and keep the count on the storage's device."""
         self._follow_storage(storage)
         if len(storage) == 0:
             raise RuntimeError("Cannot sample from an empty storage: extend the buffer first.")
+
+    def draw(self, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """``batch_size`` flat indices among the items written, and ``{}`` (what :meth:`sample`
+        returns for a one-dim storage), without reading the storage: a compiled update traces
+        it (after :meth:`check_storage`)."""
+        return self.sample_index(batch_size), {}
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """Indices into ``storage`` (``[B]``, or one tensor per dim for ``ndim > 1``) and
+        ``{}``."""
+        self.check_storage(storage)
         if storage.ndim == 1:
-            return self.sample_index(batch_size), {}
+            return self.draw(batch_size)
         shape = tuple(storage.shape)  # on the host: fixed by the capacity
         return unravel_index(self.sample_index(batch_size, math.prod(shape)), shape), {}
 
