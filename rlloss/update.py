@@ -4,16 +4,21 @@ write-back, target update.
 :func:`compile_update` packages what ``tutorials/compile_and_cudagraphs.py`` writes by hand.
 The loss forward, the backward, the optimiser step and the target update run under
 ``torch.compile`` (dynamo splits them at ``backward()`` and around the optimiser's step: a few
-graphs, no recompilation from one batch to the next); sampling from a TorchRL replay buffer and
-writing priorities back run eagerly (``torch.compiler.disable``): the buffer's Python (storage
-indexing, writer bookkeeping) is not worth tracing, and rlloss's
-:class:`rlloss.data.PrioritizedSampler` keeps both sync-free anyway.
+graphs, no recompilation from one batch to the next). With rlloss's samplers
+(:class:`rlloss.data.RandomSampler`, :class:`rlloss.data.PrioritizedSampler`) over a plain
+``TensorDictReplayBuffer`` of a tensor storage, the draw and the gather of the batch are traced
+with the loss (inductor fuses the gathers into the loss's first kernels); any other buffer is
+sampled by ``buffer.sample()``, eagerly.
+Writing priorities back runs eagerly (``torch.compiler.disable``; rlloss's prioritized sampler
+keeps it sync-free).
 
 What the update needs to compile well, and to be captured as a CUDA graph on a GPU:
 
-- **Gradients allocated once.** Every parameter the optimiser holds gets a zero ``.grad`` when
-  the update is built, and the update zeroes them in place (``torch._foreach_zero_``); do not
-  call ``optimizer.zero_grad()`` (whose default sets them to ``None``) between updates.
+- **Gradients set to ``None`` before each step**, outside the compiled code (what
+  ``optimizer.zero_grad()`` does by default): the backward writes each gradient instead of
+  adding it to a zeroed one, and the compiled code holds no zeroing (functionalised, an in-place
+  zeroing copies every gradient twice). Under a CUDA graph the gradients are the graph's
+  buffers, rewritten by every replay.
 - **No host synchronisation** in the loss (rlloss's losses have none) and in the target updater
   (``rlloss.SoftUpdate`` / ``HardUpdate`` have none).
 - **On CUDA**: Adam/AdamW with ``capturable=True`` and ``foreach=True`` (the step counter stays on
@@ -52,20 +57,11 @@ def loss_entries(out_keys: Sequence) -> list[str]:
     return [k for k in out_keys if isinstance(k, str) and k.split("_")[0] == LOSS_PREFIX]
 
 
-def allocated_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimiser's parameters, each given a zero ``.grad`` if it has none yet."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+def clear_gradients(params: Sequence[torch.Tensor]) -> None:
+    """``optimizer.zero_grad()`` (gradients set to ``None``) without its profiler record and
+    hooks: called before every step, outside the compiled code."""
     for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    return params
-
-
-def zero_gradients(params: Sequence[torch.Tensor]) -> None:
-    """Zero the gradients in place (``Optimizer.zero_grad`` is a dynamo graph break)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if grads:
-        torch._foreach_zero_(grads)
+        p.grad = None
 
 
 class Update:
@@ -79,8 +75,8 @@ class Update:
 
     Args:
         loss_module: any rlloss (or TorchRL) loss module.
-        optimizer: a ``torch.optim.Optimizer`` over the loss module's parameters; its gradients
-            are allocated now and zeroed in place by every update.
+        optimizer: a ``torch.optim.Optimizer`` over the loss module's parameters; every update
+            sets their gradients to ``None`` before its backward.
         target_updater: ``rlloss.SoftUpdate`` / ``HardUpdate`` (anything with ``step()``), or
             ``None`` for a loss without target networks.
         replay_buffer: a TorchRL replay buffer to sample from and write priorities back to.
@@ -117,12 +113,12 @@ class Update:
         self.loss_keys = _checked_loss_keys(loss_module, loss_keys)
         if callable(getattr(target_updater, "prepare", None)):
             target_updater.prepare()  # eager work kept out of the trace (rlloss's updaters)
-        self._params = allocated_gradients(optimizer)
+        self._params = [p for group in optimizer.param_groups for p in group["params"]]
         options = compile if isinstance(compile, dict) else {}
         self.run = torch.compile(self._run, **options) if compile else self._run
         # a buffer whose sample() is a draw and a gather: drawn in the step's own trace
         self.draws_in_step = sample_is_a_gather(replay_buffer)
-        self.graph = Captured(self.run, warmup) if cuda_graph else None
+        self.graph = Captured(self._step, warmup) if cuda_graph else None
         self.sampling_graph = (
             Captured(self._sampled_batch, warmup, lambda: whole_storage(replay_buffer.storage))
             if cuda_graph and samples_on_device(replay_buffer)
@@ -135,7 +131,6 @@ class Update:
         it read, where the loss wrote its priorities."""
         if batch is None:
             batch = draw_batch(self.replay_buffer)
-        zero_gradients(self._params)
         out = self.loss_module(batch)
         total = sum(out[key] for key in self.loss_keys)
         total.backward()
@@ -144,13 +139,18 @@ class Update:
             self.target_updater.step()
         return out.detach(), batch
 
+    def _step(self, batch: TensorDictBase | None) -> tuple[TensorDictBase, TensorDictBase]:
+        """Clear the gradients, then :meth:`run` (what a CUDA graph records)."""
+        clear_gradients(self._params)
+        return self.run(batch)
+
     def step(self, batch: TensorDictBase) -> TensorDictBase:
         """The step on ``batch`` (no sampling, no priority write-back): the loss's outputs."""
-        return self.run(batch)[0]
+        return self._step(batch)[0]
 
     def _sampled_batch(self) -> TensorDictBase:
         """Sample, step, write the priorities back: the whole update."""
-        out, batch = self.run(None if self.draws_in_step else _sample(self.replay_buffer))
+        out, batch = self._step(None if self.draws_in_step else _sample(self.replay_buffer))
         _write_priorities(self.replay_buffer, batch)
         return out
 
