@@ -129,7 +129,8 @@ def test_update_equals_the_steps_written_by_hand(compile, sampler):
 def test_the_draw_is_traced_with_the_loss():
     """With rlloss's sampler, the compiled update's first graph draws the batch, gathers it from
     the storage and runs the loss (inductor can fuse the gathers into the loss's kernels): no
-    graph of its own for sampling, no graph break before the backward."""
+    graph of its own for sampling, no graph break before the backward; and no graph zeroes the
+    gradients."""
     torch._dynamo.reset()
     graphs = []
 
@@ -147,6 +148,10 @@ def test_the_draw_is_traced_with_the_loss():
     assert len(reads_storage) == 1 and reads_storage[0] is graphs[0][0]
     called = {str(node.target) for node in graphs[0][0].graph.nodes}
     assert any("linear" in name for name in called)  # the Q-network, in the same graph
+    # no gradient zeroing traced (functionalised, it copies every gradient twice): the update
+    # clears the gradients to None outside the compiled code
+    traced = {str(node.target) for gm, _ in graphs for node in gm.graph.nodes}
+    assert not any("zero" in name for name in traced), sorted(traced)
     torch._dynamo.reset()
 
 
