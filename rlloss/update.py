@@ -115,7 +115,8 @@ class Update:
             target_updater.prepare()  # eager work kept out of the trace (rlloss's updaters)
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         options = compile if isinstance(compile, dict) else {}
-        self.run = torch.compile(self._run, **options) if compile else self._run
+        # _run as traced (compiled or not); _step clears the gradients around it
+        self._traced_run = torch.compile(self._run, **options) if compile else self._run
         # a buffer whose sample() is a draw and a gather: drawn in the step's own trace
         self.draws_in_step = sample_is_a_gather(replay_buffer)
         self.graph = Captured(self._step, warmup) if cuda_graph else None
@@ -140,9 +141,9 @@ class Update:
         return out.detach(), batch
 
     def _step(self, batch: TensorDictBase | None) -> tuple[TensorDictBase, TensorDictBase]:
-        """Clear the gradients, then :meth:`run` (what a CUDA graph records)."""
+        """Clear the gradients, then :meth:`_run`, compiled (what a CUDA graph records)."""
         clear_gradients(self._params)
-        return self.run(batch)
+        return self._traced_run(batch)
 
     def step(self, batch: TensorDictBase) -> TensorDictBase:
         """The step on ``batch`` (no sampling, no priority write-back): the loss's outputs."""
