@@ -28,7 +28,10 @@ Method
   check the gate and the code paths: a full collection costs ~0.2 s, 27 of them a case).
 * Equality gate, before any timing: every method must reproduce the TorchRL total
   loss and the gradient of every network parameter to ``--rtol`` (relative; the
-  gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor). It runs
+  gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor; the total's,
+  ``|l - l_ref| <= rtol * sum_i |t_i|`` over the reference's loss terms ``t_i``, the scale
+  of a sum's rounding error: a total whose terms nearly cancel is not held to its own
+  tiny magnitude, which one summation order or another misses on some CPUs). It runs
   on the timed batch and on gate-only variants (for PPO: an off-policy batch whose
   stored log-probs are shifted so that the clipping branch is active). A method that
   fails is reported as FAILED, is not timed, and the script exits with status 1.
@@ -108,6 +111,9 @@ class Method:
     # More gradients to gate, by name, read after the backward: those of parameters a library
     # holds stacked (a critic ensemble) and the plain baseline as one module per member.
     gated_grads: Callable[[], dict[str, torch.Tensor]] | None = None
+    # sum_i |t_i| over the loss terms of the last ``loss()`` call, read after it: the scale of
+    # the total's rounding error in the gate (``None``: the total's own magnitude).
+    loss_scale: Callable[[], torch.Tensor] | None = None
 
 
 @dataclass
@@ -156,9 +162,11 @@ def _zero_grad(params: tuple[torch.Tensor, ...]) -> None:
 
 
 def _values(backward: Callable[[], torch.Tensor], method: Method) -> dict[str, torch.Tensor]:
+    """The total loss, its scale (``loss_scale``, not compared) and every gated gradient."""
     torch.manual_seed(0)  # methods that draw noise draw the same
     total = backward()
-    vals = {"loss": total.detach().clone()}
+    scale = total.abs() if method.loss_scale is None else method.loss_scale()
+    vals = {"loss": total.detach().clone(), "loss_scale": scale.detach().clone()}
     for name, p in method.params.items():
         if p.grad is None:
             raise AssertionError(f"no gradient reached parameter {name}")
@@ -169,14 +177,18 @@ def _values(backward: Callable[[], torch.Tensor], method: Method) -> dict[str, t
     return vals
 
 
-def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+def _rel_err(a: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+    """``||a - ref|| / ||scale||`` (``scale`` defaults to ``ref``), in double precision."""
     a, ref = a.double(), ref.double()
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    scale = ref if scale is None else scale.double()
+    return ((a - ref).norm() / scale.norm().clamp_min(1e-30)).item()
 
 
 def _compare(vals: dict, ref: dict, rtol: float, batch_name: str, entry: dict) -> None:
     for key, r in ref.items():
-        err = _rel_err(vals[key], r)
+        if key == "loss_scale":
+            continue
+        err = _rel_err(vals[key], r, ref["loss_scale"] if key == "loss" else None)
         if err > entry["max_rel_err"] or math.isnan(err):
             entry["max_rel_err"], entry["worst"] = err, f"{batch_name}:{key}"
         if not err <= rtol:

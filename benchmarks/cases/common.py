@@ -65,13 +65,18 @@ def loss_module_method(
     tensors with a graph back into its input in place, which the next call's backward would
     go through)."""
     k0, *rest = loss_keys
+    last = {}  # the last call's output, for the gate's scale
 
     def loss() -> torch.Tensor:
         out = loss_module(batch.copy() if fresh_batch else batch)
+        last["out"] = out
         total = out[k0]
         for k in rest:
             total = total + out[k]
         return total
+
+    def loss_scale() -> torch.Tensor:
+        return sum(last["out"][k].detach().abs().sum() for k in loss_keys)
 
     has_targets = any(
         "target_" in name and "target_entropy" not in name  # SAC's entropy target: no network
@@ -86,6 +91,7 @@ def loss_module_method(
         params=named_params,
         trainable=tuple(loss_module.parameters()),
         update_targets=updater.step if updater is not None else None,
+        loss_scale=loss_scale,
     )
 
 

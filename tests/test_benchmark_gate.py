@@ -1,0 +1,67 @@
+"""The overhead harness's equality gate (benchmarks/harness.py): what it lets through and what it
+stops, on hand-made methods whose totals and gradients differ by known amounts."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.harness import CaseSetup, Method, gate
+
+
+def method(terms: list[float], offset: float = 0.0, grad_scale: float = 1.0, scaled=True):
+    """A method whose loss is ``sum(terms) + offset`` (``terms`` times a parameter equal to 1,
+    so that its gradient is ``sum(terms) * grad_scale``); ``scaled``: it reports its terms'
+    magnitudes as a library loss module does."""
+    weight = torch.nn.Parameter(torch.ones(()))
+    values = torch.tensor(terms, dtype=torch.float64)
+
+    def loss() -> torch.Tensor:
+        return (values * weight).sum() * grad_scale + offset + weight * 0
+
+    return Method(
+        loss=loss,
+        params={"w": weight},
+        trainable=(weight,),
+        loss_scale=(lambda: values.abs().sum()) if scaled else None,
+    )
+
+
+def verdict(reference: Method, candidate: Method, rtol: float = 1e-5) -> dict:
+    setup = CaseSetup(
+        batches={"only": None},
+        factories={"ref": lambda _: reference, "candidate": lambda _: candidate},
+        reference="ref",
+    )
+    report, _ = gate(setup, ["ref", "candidate"], rtol, compiled=False)
+    return report["candidate"]
+
+
+# Terms that nearly cancel: a total of 2e-3 from terms of magnitude ~1.
+CANCELLING = [1.0, -0.5, -0.498]
+
+
+def test_a_cancelling_total_is_held_to_the_scale_of_its_terms():
+    # 1e-7 away: 5e-5 of the tiny total (which its own magnitude would refuse), 5e-8 of the terms
+    report = verdict(method(CANCELLING), method(CANCELLING, offset=1e-7))
+    assert report["ok"], report
+    assert 1e-8 < report["max_rel_err"] < 1e-7
+
+
+def test_a_total_off_by_more_than_rtol_of_its_terms_fails():
+    report = verdict(method(CANCELLING), method(CANCELLING, offset=1e-4))
+    assert not report["ok"]
+    assert report["worst"] == "only:loss"
+    assert report["max_rel_err"] > 1e-5
+
+
+def test_a_reference_without_terms_falls_back_to_its_total():
+    # the plain reference of cases TorchRL does not have: the total's own magnitude
+    report = verdict(method(CANCELLING, scaled=False), method(CANCELLING, offset=1e-7))
+    assert not report["ok"]
+    assert report["max_rel_err"] > 1e-5
+
+
+def test_gradients_are_still_compared_on_their_own_scale():
+    report = verdict(method(CANCELLING), method(CANCELLING, grad_scale=1 + 1e-3))
+    assert not report["ok"]
+    assert report["worst"] == "only:grad/w"
