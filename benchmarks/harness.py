@@ -111,8 +111,8 @@ class Method:
     # More gradients to gate, by name, read after the backward: those of parameters a library
     # holds stacked (a critic ensemble) and the plain baseline as one module per member.
     gated_grads: Callable[[], dict[str, torch.Tensor]] | None = None
-    # sum_i |t_i| over the loss terms of the last ``loss()`` call, read after it: the scale of
-    # the total's rounding error in the gate (``None``: the total's own magnitude).
+    # sum_i |t_i| over the loss terms (a forward of its own, without gradient): the scale of the
+    # total's rounding error in the gate (``None``: the total's own magnitude).
     loss_scale: Callable[[], torch.Tensor] | None = None
 
 

@@ -65,18 +65,19 @@ def loss_module_method(
     tensors with a graph back into its input in place, which the next call's backward would
     go through)."""
     k0, *rest = loss_keys
-    last = {}  # the last call's output, for the gate's scale
 
     def loss() -> torch.Tensor:
         out = loss_module(batch.copy() if fresh_batch else batch)
-        last["out"] = out
         total = out[k0]
         for k in rest:
             total = total + out[k]
         return total
 
     def loss_scale() -> torch.Tensor:
-        return sum(last["out"][k].detach().abs().sum() for k in loss_keys)
+        # a forward of its own, for the gate only: the timed loss keeps no output around
+        with torch.no_grad():
+            out = loss_module(batch.copy() if fresh_batch else batch)
+        return sum(out[k].abs().sum() for k in loss_keys)
 
     has_targets = any(
         "target_" in name and "target_entropy" not in name  # SAC's entropy target: no network
