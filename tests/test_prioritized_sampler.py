@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data import PrioritizedSampler as TorchRLPrioritizedSampler
-from torchrl.data.replay_buffers.scheduler import LinearScheduler
+from torchrl.data.replay_buffers.scheduler import LinearScheduler, SchedulerList, StepScheduler
 
 from rlloss.data import PrioritizedSampler
 from rlloss.data.segment_tree import (
@@ -183,6 +183,19 @@ def test_max_priority_within_buffer():
     assert ever.default_priority == 7.0  # the largest ever given
 
 
+@pytest.mark.parametrize("within_buffer", [False, True])
+def test_max_priority_is_torchrls_value_and_index(within_buffer):
+    """The ``_max_priority`` TorchRL's class exposes (and this one inherits): the raw priority
+    new items get and the index holding it, ``(None, None)`` before any priority."""
+    sampler = PrioritizedSampler(4, alpha=0.5, beta=1.0, max_priority_within_buffer=within_buffer)
+    assert sampler._max_priority == (None, None)
+    sampler.update_priority(torch.arange(4), torch.tensor([1.0, 7.0, 2.0, 3.0]))
+    assert sampler._max_priority == (7.0, 1)  # raw, not (7 + eps) ** alpha
+    sampler.update_priority(1, 0.5)
+    assert sampler._max_priority == ((3.0, 3) if within_buffer else (7.0, None))
+    assert sampler._max_priority[0] == float(sampler.default_priority)
+
+
 # ---- inside TorchRL's replay buffers ----
 
 
@@ -287,9 +300,12 @@ def test_state_dict_round_trip(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"alpha": -0.1}, "alpha must be a finite number >= 0"),
-        ({"alpha": float("nan")}, "alpha must be a finite number >= 0"),
-        ({"beta": -1.0}, "beta must be a finite number >= 0"),
+        ({"alpha": -0.1}, "alpha must be greater or equal than 0"),  # TorchRL's words
+        ({"alpha": float("nan")}, "alpha must be a finite number"),
+        ({"alpha": torch.ones(2)}, "alpha must be a finite number"),
+        ({"alpha": True}, "alpha must be a finite number"),
+        ({"beta": -1.0}, "beta must be greater or equal than 0"),
+        ({"beta": torch.tensor(float("inf"))}, "beta must be a finite number"),
         ({"eps": -1e-3}, "eps must be a finite number >= 0"),
         ({"max_capacity": 0}, "max_capacity must be a positive int"),
         ({"dtype": torch.int64}, "dtype must be torch.float32 or torch.float64"),
@@ -307,12 +323,12 @@ def test_bad_priorities_and_indices():
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(RuntimeError, match="every priority must be finite and >= 0"):
             sampler.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, bad]))
-    with pytest.raises(RuntimeError, match=r"an index is >= max_capacity \(8\)"):
+    with pytest.raises(RuntimeError, match=r"an index is >= max_capacity \(8\). Build the sampler"):
         sampler.update_priority(torch.tensor([3, 8]), torch.tensor([1.0, 1.0]))
     with pytest.raises(ValueError, match="one priority per index"):
         sampler.update_priority(torch.arange(4), torch.ones(3))
     torch.testing.assert_close(sampler._trees, before)  # the asserts run before any write
-    with pytest.raises(ValueError, match="beta must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="beta must be greater or equal than 0"):
         sampler.beta = -0.5
     with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
         prioritized_buffer(8).sample()
@@ -416,6 +432,32 @@ def test_torchrl_parameter_scheduler_anneals_beta():
     for _ in range(4):
         scheduler.step()
     assert buffer.sampler.beta == pytest.approx(1.0) and buffer.sampler._beta_tensor == 1.0
+
+
+def test_exponents_given_as_tensors_anneal_like_numbers():
+    """alpha and beta as one-element tensors (TorchRL's scheduler tests build buffers so): the
+    same sampler as with the numbers, and TorchRL's schedulers anneal both."""
+    priority = torch.rand(16) + 0.1
+    given = {"alpha": torch.tensor(1.0), "beta": torch.tensor(0.1)}
+    as_tensors = filled_sampler(priority, **given)
+    as_numbers = filled_sampler(priority, alpha=1.0, beta=0.1)
+    assert (as_tensors.alpha, as_tensors.beta) == (1.0, pytest.approx(0.1))
+    torch.testing.assert_close(as_tensors._trees, as_numbers._trees)
+    buffer = prioritized_buffer(16)
+    buffer.extend(transitions(16))
+    schedulers = SchedulerList(
+        (
+            LinearScheduler(buffer, param_name="alpha", final_value=0.2, num_steps=4),
+            StepScheduler(buffer, "beta", gamma=0.1, n_steps=2, max_value=1.0, mode="additive"),
+        )
+    )
+    for _ in range(4):
+        schedulers.step()
+    assert buffer.sampler.alpha == pytest.approx(0.2)
+    assert buffer.sampler.beta == pytest.approx(0.6)
+    buffer.sampler.alpha = torch.tensor(0.3)  # a tensor set directly
+    assert buffer.sampler.alpha == pytest.approx(0.3)
+    assert buffer.sampler._alpha_tensor == pytest.approx(0.3)
 
 
 def test_compiled_sampler_gives_the_eager_trees_and_draws():

@@ -34,12 +34,18 @@ def storage_device(storage: Storage | None) -> torch.device | None:
     return None if device is None or device == "auto" else torch.device(device)
 
 
-def _check_exponent(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
+def _check_exponent(name: str, value: float | torch.Tensor) -> float:
+    """``value`` as a float: a number, or a one-element tensor (TorchRL's parameter schedulers
+    may set one; read on the host, as TorchRL reads it), finite and >= 0."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)):
         raise ValueError(
-            f"{name} must be a finite number >= 0, got {name}={value!r} "
+            f"{name} must be a finite number, got {name}={value!r} "
             f"(typical values: alpha=0.6, beta=0.4 annealed to 1)."
         )
+    if value < 0:  # TorchRL's words
+        raise ValueError(f"{name} must be greater or equal than 0, got {name}={value}.")
     return float(value)
 
 
@@ -98,6 +104,12 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
           the stored priorities (a max tree); TorchRL forgets its maximum when the item holding
           it is overwritten and uses 1.0 until the next update.
         - ``dumps``/``loads`` write one ``torch.save`` file instead of memory-mapped trees.
+        - A ``max_capacity`` smaller than the storage is refused at the first index past it
+          (TorchRL's trees round the capacity up to a power of two and accept indices up to it).
+        - Annealing ``alpha`` away from 0 re-weights every item exactly (the raw priorities are
+          kept); TorchRL warns and keeps uniform masses until the next update.
+        - TorchRL's private ``_sum_tree`` / ``_min_tree`` do not exist (one tensor, ``_trees``);
+          ``_max_priority`` gives the index holding the largest priority now.
 
     Example:
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
@@ -137,8 +149,10 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
             raise ValueError(f"eps must be a finite number >= 0, got eps={eps!r}.")
         self._max_capacity = max_capacity
         self._index_error = (  # built here: a compiled set_priority formats no string
-            f"PrioritizedSampler.update_priority: an index is >= max_capacity ({max_capacity}); "
-            f"give indices into the storage (the sample's 'index')."
+            f"PrioritizedSampler.update_priority: an index is >= max_capacity ({max_capacity}). "
+            f"Build the sampler with the storage's capacity (a ReplayBuffer without a storage "
+            f"gets ListStorage(max_size=1000)), and give indices into the storage (the "
+            f"sample's 'index')."
         )
         self._alpha = _check_exponent("alpha", alpha)
         self._beta = _check_exponent("beta", beta)
@@ -190,6 +204,18 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         leaves[SUM] = torch.where(stored, mass, 0.0)
         leaves[MIN] = torch.where(stored, mass, float("inf"))
         rebuild(self._trees)
+
+    @property
+    def _max_priority(self) -> tuple[float | None, int | None]:
+        """TorchRL's ``(largest raw priority, its index)``: the one new items get (see
+        :attr:`default_priority`), and where it is stored (``None`` when no item holds it any
+        more); ``(None, None)`` before any priority. Reads the trees on the host."""
+        if not bool(self._trees[MAX, 1] > float("-inf")):
+            return (None, None)
+        largest = float(self.default_priority)
+        leaves = self._trees[MAX, self._trees.shape[-1] // 2 :]
+        holders = (leaves == largest).nonzero()
+        return (largest, int(holders[0, 0]) if len(holders) else None)
 
     @property
     def beta(self) -> float:

@@ -6,6 +6,8 @@ modules execute ``from torchrl.objectives import PPOLoss`` and friends.
 
 Environment:
   RLLOSS_SWAP=1     patch rlloss's classes into torchrl's namespaces (default 0: TorchRL's own).
+  RLLOSS_SWAP_SAMPLERS=1  also patch ``rlloss.data.PrioritizedSampler`` over TorchRL's (for its
+                    replay-buffer tests, ``test/rb``; see README.md).
   RLLOSS_RESULTS=F  append one JSON line per test to F (nodeid, outcome, message, ...).
                     Written as each test finishes, so a run killed by ``timeout`` keeps what
                     it had done.
@@ -24,6 +26,17 @@ import os
 import pytest
 
 SWAP = os.environ.get("RLLOSS_SWAP", "0") == "1"
+SWAP_SAMPLERS = os.environ.get("RLLOSS_SWAP_SAMPLERS", "0") == "1"
+# the defining module of TorchRL's PrioritizedSampler and every namespace that re-exports it or
+# builds one (TensorDictPrioritizedReplayBuffer, PrioritizedReplayBuffer)
+SAMPLER_MODULES = [
+    "torchrl.data.replay_buffers.samplers.prioritized",
+    "torchrl.data.replay_buffers.samplers",
+    "torchrl.data.replay_buffers",
+    "torchrl.data",
+    "torchrl.data.replay_buffers.replay_buffers.prioritized",
+    "torchrl.data.replay_buffers.replay_buffers.prioritized_tensordict",
+]
 RESULTS = os.environ.get("RLLOSS_RESULTS")
 
 # name -> torchrl modules whose attribute is replaced: the defining module plus the package
@@ -96,6 +109,14 @@ def _install():
         for m in mods:
             setattr(m, name, new)
         ACTIVE[name] = new
+    if SWAP_SAMPLERS:
+        import rlloss.data
+
+        for name in SAMPLER_MODULES:
+            module = importlib.import_module(name)
+            if hasattr(module, "PrioritizedSampler"):
+                module.PrioritizedSampler = rlloss.data.PrioritizedSampler
+        ACTIVE["PrioritizedSampler"] = rlloss.data.PrioritizedSampler
     for cls in set(ACTIVE.values()):
         _track(cls)
 
