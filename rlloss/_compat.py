@@ -18,6 +18,7 @@ from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey, _unravel_key_to_tuple
 from torch import nn
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, TensorStorage
+from torchrl.data.replay_buffers.samplers.base import _REPLACEMENT_DISPATCH
 from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.modules import TanhNormal
 from torchrl.objectives import LossModule as TorchRLLossModule
@@ -201,6 +202,16 @@ def updater_pairs(updater) -> Iterator[tuple[str, NestedKey]]:
     for (name, *rest), distinct in updater._distinct_and_params.items():
         if distinct:
             yield name, tuple(rest) if len(rest) > 1 else rest[0]
+
+
+def dispatch_without_replacement(sampler_class: type, without: type) -> None:
+    """Make ``sampler_class(replacement=False, **kwargs)`` build ``without(**kwargs)``, as
+    TorchRL's ``RandomSampler(replacement=False)`` builds a ``SamplerWithoutReplacement``.
+
+    Why private: TorchRL's samplers' metaclass dispatches through its ``_REPLACEMENT_DISPATCH``
+    registry, which knows TorchRL's classes only (a subclass is refused with a ``TypeError``).
+    """
+    _REPLACEMENT_DISPATCH[sampler_class] = without
 
 
 # ----------------------------------------------------------------------------- torch

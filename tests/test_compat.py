@@ -14,6 +14,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
+from torchrl.data import RandomSampler as TorchRLRandomSampler
+from torchrl.data import SamplerWithoutReplacement
 from torchrl.modules import MLP
 from torchrl.objectives import LossModule as TorchRLLossModule
 
@@ -395,3 +397,15 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
     assert loc.grad is not None and loc.grad.abs().sum() > 0
     assert _compat.tanh_normal_builder(make_critic(), {"loc": "loc", "scale": "scale"}) is None
     assert _compat.tanh_normal_builder(head, {"loc": "loc"}) is None
+
+
+def test_dispatch_without_replacement_registers_a_subclass_as_torchrls_classes_are():
+    class Uniform(TorchRLRandomSampler):
+        pass
+
+    with pytest.raises(TypeError, match="replacement=False"):  # unregistered: refused
+        Uniform(replacement=False)
+    _compat.dispatch_without_replacement(Uniform, SamplerWithoutReplacement)
+    sampler = Uniform(replacement=False, drop_last=True)
+    assert type(sampler) is SamplerWithoutReplacement and sampler.drop_last
+    assert type(Uniform(replacement=True)) is Uniform

@@ -74,12 +74,23 @@ def test_a_drop_in_for_torchrl_random_sampler():
     assert "priority_weight" not in sample.keys()
 
 
-def test_replacement_false_is_refused():
-    """Only draws with replacement can be recorded in a graph: ``replacement=False`` raises
-    (TorchRL's ``SamplerWithoutReplacement`` is the class for that); ``True`` is accepted."""
-    with pytest.raises(TypeError, match="replacement=False"):
+def test_replacement_false_builds_torchrls_sampler_without_replacement():
+    """As TorchRL's ``RandomSampler``: ``replacement=False`` builds a
+    ``SamplerWithoutReplacement`` with the other keywords (which exhausts the storage before
+    repeating an item), ``True`` this sampler."""
+    sampler = RandomSampler(replacement=False, drop_last=True, shuffle=False)
+    assert type(sampler) is torchrl.data.SamplerWithoutReplacement
+    assert sampler.drop_last and not sampler.shuffle
+    assert type(RandomSampler(replacement=True)) is RandomSampler
+    assert type(torchrl.data.RandomSampler(replacement=False)) is type(
         RandomSampler(replacement=False)
-    assert isinstance(RandomSampler(replacement=True), RandomSampler)
+    )  # TorchRL's own class still dispatches as before
+    buffer = ReplayBuffer(
+        storage=LazyTensorStorage(11), sampler=RandomSampler(replacement=False), batch_size=3
+    )
+    buffer.extend(torch.arange(11))
+    seen = torch.cat([buffer.sample() for _ in range(4)])
+    assert set(seen.tolist()) == set(range(11))
 
 
 def test_storages_with_several_dims_sample_their_whole_shape_as_torchrl_does():

@@ -8,9 +8,11 @@ from typing import Any
 
 import torch
 from torchrl.data import RandomSampler as TorchRLRandomSampler
+from torchrl.data import SamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
+from rlloss._compat import dispatch_without_replacement
 from rlloss.data.prioritized_sampler import storage_device
 
 # Draws are taken modulo the number of stored items: with 2^62 possible draws the bias of the
@@ -45,9 +47,11 @@ class RandomSampler(TorchRLRandomSampler):
         - The draws are other numbers than TorchRL's for a given seed (a draw in
           ``[0, 2^62)`` modulo the count, not ``torch.randint(0, len(storage))``): the same
           distribution.
-        - ``state_dict`` holds the count (TorchRL's is empty); ``replacement=False`` is refused
-          (TorchRL dispatches it to ``SamplerWithoutReplacement``, which cannot be recorded in a
-          graph: use it directly).
+        - ``state_dict`` holds the count (TorchRL's is empty).
+
+    ``RandomSampler(replacement=False, **kwargs)`` builds TorchRL's
+    ``SamplerWithoutReplacement(**kwargs)``, as TorchRL's ``RandomSampler`` does (that sampler
+    reads its permutation on the host: a compiled update samples it eagerly, outside the graph).
 
     Example:
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
@@ -140,3 +144,6 @@ class RandomSampler(TorchRLRandomSampler):
 
     def loads(self, path: str | Path) -> None:
         self.load_state_dict(torch.load(Path(path) / "random_sampler.pt", map_location=self.device))
+
+
+dispatch_without_replacement(RandomSampler, SamplerWithoutReplacement)

@@ -6,8 +6,8 @@ modules execute ``from torchrl.objectives import PPOLoss`` and friends.
 
 Environment:
   RLLOSS_SWAP=1     patch rlloss's classes into torchrl's namespaces (default 0: TorchRL's own).
-  RLLOSS_SWAP_SAMPLERS=1  also patch ``rlloss.data.PrioritizedSampler`` over TorchRL's (for its
-                    replay-buffer tests, ``test/rb``; see README.md).
+  RLLOSS_SWAP_SAMPLERS=1  also patch ``rlloss.data.PrioritizedSampler`` and ``RandomSampler``
+                    over TorchRL's (for its replay-buffer tests, ``test/rb``; see README.md).
   RLLOSS_RESULTS=F  append one JSON line per test to F (nodeid, outcome, message, ...).
                     Written as each test finishes, so a run killed by ``timeout`` keeps what
                     it had done.
@@ -27,16 +27,20 @@ import pytest
 
 SWAP = os.environ.get("RLLOSS_SWAP", "0") == "1"
 SWAP_SAMPLERS = os.environ.get("RLLOSS_SWAP_SAMPLERS", "0") == "1"
-# the defining module of TorchRL's PrioritizedSampler and every namespace that re-exports it or
-# builds one (TensorDictPrioritizedReplayBuffer, PrioritizedReplayBuffer)
+# the defining modules of TorchRL's samplers and every namespace that re-exports them or builds
+# one (every buffer's default RandomSampler, the prioritized buffers' PrioritizedSampler)
 SAMPLER_MODULES = [
     "torchrl.data.replay_buffers.samplers.prioritized",
+    "torchrl.data.replay_buffers.samplers.random",
     "torchrl.data.replay_buffers.samplers",
     "torchrl.data.replay_buffers",
     "torchrl.data",
+    "torchrl.data.replay_buffers.replay_buffers.base",
     "torchrl.data.replay_buffers.replay_buffers.prioritized",
     "torchrl.data.replay_buffers.replay_buffers.prioritized_tensordict",
+    "torchrl.data.replay_buffers.her",
 ]
+SAMPLERS = ("PrioritizedSampler", "RandomSampler")
 RESULTS = os.environ.get("RLLOSS_RESULTS")
 
 # name -> torchrl modules whose attribute is replaced: the defining module plus the package
@@ -114,9 +118,10 @@ def _install():
 
         for name in SAMPLER_MODULES:
             module = importlib.import_module(name)
-            if hasattr(module, "PrioritizedSampler"):
-                module.PrioritizedSampler = rlloss.data.PrioritizedSampler
-        ACTIVE["PrioritizedSampler"] = rlloss.data.PrioritizedSampler
+            for sampler in SAMPLERS:
+                if hasattr(module, sampler):
+                    setattr(module, sampler, getattr(rlloss.data, sampler))
+        ACTIVE.update({sampler: getattr(rlloss.data, sampler) for sampler in SAMPLERS})
     for cls in set(ACTIVE.values()):
         _track(cls)
 
