@@ -18,6 +18,7 @@ from rlloss.data.segment_tree import (
     SUM,
     empty_trees,
     last_write_wins,
+    leaves,
     prefix_search,
     rebuild,
     tree_capacity,
@@ -198,11 +199,11 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
     def alpha(self, value: float) -> None:
         self._alpha = _check_exponent("alpha", value)
         self._alpha_tensor.fill_(self._alpha)
-        leaves = self._trees[:, self._trees.shape[-1] // 2 :]
-        stored = leaves[MAX] > float("-inf")
-        mass = self._mass(leaves[MAX].clamp_min(0))
-        leaves[SUM] = torch.where(stored, mass, 0.0)
-        leaves[MIN] = torch.where(stored, mass, float("inf"))
+        rows = leaves(self._trees)
+        stored = rows[MAX] > float("-inf")
+        mass = self._mass(rows[MAX].clamp_min(0))
+        rows[SUM] = torch.where(stored, mass, 0.0)
+        rows[MIN] = torch.where(stored, mass, float("inf"))
         rebuild(self._trees)
 
     @property
@@ -213,8 +214,7 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         if not bool(self._trees[MAX, 1] > float("-inf")):
             return (None, None)
         largest = float(self.default_priority)
-        leaves = self._trees[MAX, self._trees.shape[-1] // 2 :]
-        holders = (leaves == largest).nonzero()
+        holders = (leaves(self._trees)[MAX] == largest).nonzero()
         return (largest, int(holders[0, 0]) if len(holders) else None)
 
     @property

@@ -35,6 +35,12 @@ def empty_trees(size: int, device: torch.device | str | None = None) -> torch.Te
     return torch.tensor(EMPTY, dtype=torch.float64, device=device).unsqueeze(-1).repeat(1, nodes)
 
 
+def leaves(trees: torch.Tensor) -> torch.Tensor:
+    """The ``[3, C]`` leaf rows of ``trees`` (a view: writing them and calling :func:`rebuild`
+    updates the trees)."""
+    return trees[:, trees.shape[-1] // 2 :]
+
+
 def combine_children(children: torch.Tensor) -> torch.Tensor:
     """Parents from their child pairs: ``children`` is ``[3, *B, 2]``; returns ``[3, *B]`` (the
     sum, the min and the max of each pair, one row each)."""
