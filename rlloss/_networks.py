@@ -482,6 +482,11 @@ class StackedMLP:
             h = h.expand(weight.shape[0], *h.shape[1:])
             if bias is None:
                 h = torch.bmm(h, weight.mT)
+            elif torch.compiler.is_compiling():
+                # compiled: the bias add fuses into the next pointwise kernel, as inductor does
+                # for ``addmm`` on GPUs; a compiled ``baddbmm`` first copies the broadcast bias
+                # into its output (one more kernel a layer). Eager: one operation, not two.
+                h = torch.bmm(h, weight.mT) + bias.unsqueeze(-2)
             else:
                 h = torch.baddbmm(bias.unsqueeze(-2), h, weight.mT)
         return h.reshape(h.shape[0], *batch_shape, h.shape[-1])

@@ -127,3 +127,50 @@ def test_cql_loss_under_aot_autograd_matches_eager():
         return loss_and_grads(call, module, batch.clone())
 
     assert_same(seeded(compiled, twin), seeded(eager, eager))
+
+
+class _RecordedTorchCalls(torch.overrides.TorchFunctionMode):
+    """The torch functions an eager call issues."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.add(func)
+        return func(*args, **(kwargs or {}))
+
+
+def test_compiled_mlp_ensemble_adds_its_bias_after_the_batched_product():
+    """A stacked MLP ensemble runs ``baddbmm`` eagerly (one operation a layer) and, compiled,
+    ``bmm`` then the bias add, which inductor fuses into the next pointwise kernel (a compiled
+    ``baddbmm`` first copies the broadcast bias into its output: one more kernel a layer on a
+    GPU). Both give the same values and gradients."""
+    from tensordict import TensorDict
+    from torchrl.modules import MLP
+
+    from tests.test_common import _ensemble_loss
+
+    torch.manual_seed(0)
+    net = MLP(in_features=5, out_features=1, num_cells=[8, 8], activation_class=torch.nn.Tanh)
+    eager = _ensemble_loss(net, 2)
+    twin = copy.deepcopy(eager)
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(twin, fullgraph=True, backend=capture)
+    batch = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2)}, [6])
+    with _RecordedTorchCalls() as recorded:
+        eager_values = eager(batch)
+    compiled_values = compiled(batch)
+    traced = {n.target for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
+    assert torch.baddbmm in recorded.calls and torch.bmm not in recorded.calls
+    assert torch.bmm in traced and torch.baddbmm not in traced
+    torch.testing.assert_close(compiled_values, eager_values)
+    compiled_values.sum().backward()
+    eager_values.sum().backward()
+    for p_compiled, p_eager in zip(twin.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p_compiled.grad, p_eager.grad)
