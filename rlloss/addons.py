@@ -33,7 +33,8 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import MissingKeyError, check_choice, check_in_range, check_network
-from rlloss._networks import DistributionCall, NetworkCall, action_log_prob, frozen_copy
+from rlloss._ensembles import frozen_copy
+from rlloss._networks import DistributionCall, NetworkCall, action_log_prob
 
 ADDON_PREFIX = "addon_"
 BC_MODES = ("auto", "log_likelihood", "squared_error")

@@ -40,7 +40,7 @@ from rlloss._checks import (
 )
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss.addons import ActorOutput, check_policy_addons
-from rlloss.estimators import build_value_estimator
+from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
 
 

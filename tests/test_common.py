@@ -221,7 +221,7 @@ class _BatchNormCritic(torch.nn.Module):
 def test_per_member_ensemble_calls_match_vmap(monkeypatch, num):
     """Small ensembles of a custom module run one member at a time, large ones through vmap:
     the same values, gradients and running-statistics updates (BatchNorm in train mode)."""
-    import rlloss._networks
+    import rlloss._ensembles
 
     torch.manual_seed(0)
     looped, vmapped = (
@@ -233,7 +233,7 @@ def test_per_member_ensemble_calls_match_vmap(monkeypatch, num):
     weights = torch.arange(1.0, num + 1).view(num, 1, 1)  # a different gradient per member
     outputs = {}
     for name, loss, limit in (("loop", looped, num), ("vmap", vmapped, num - 1)):
-        monkeypatch.setattr(rlloss._networks, "LOOP_MEMBERS_MAX", limit)
+        monkeypatch.setattr(rlloss._ensembles, "LOOP_MEMBERS_MAX", limit)
         outputs[name] = loss(batch)
         (outputs[name] * weights).sum().backward()
     assert outputs["loop"].shape == (num, 16, 1)

@@ -19,8 +19,8 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss._networks import as_list, stored_log_prob, sum_heads
-from rlloss.distributed import all_mean
-from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
+from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
+from rlloss.training.distributed import all_mean
 
 
 class PPOLoss(OnPolicyLoss):

@@ -34,9 +34,10 @@ from rlloss._checks import (
     next_key,
     warn_terminated_from_done,
 )
-from rlloss._networks import Ensemble, FrozenCopy, reinitialised
+from rlloss._ensembles import Ensemble, FrozenCopy, reinitialised
 from rlloss.common import LossModule, fill_padding
-from rlloss.estimators import DEFAULT_GAMMA, build_value_estimator
+from rlloss.estimators.base import DEFAULT_GAMMA
+from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from rlloss._checks import check_choice, check_in_range, check_same_shape, state_dict_mismatch
-from rlloss.distributed import all_moments
 from rlloss.functional import discounted_returns
+from rlloss.training.distributed import all_moments
 
 
 def merged_moments(

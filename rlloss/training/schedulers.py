@@ -19,7 +19,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from rlloss._checks import check_choice, check_in_range, check_is_dict, check_state_entries
-from rlloss.distributed import all_mean
+from rlloss.training.distributed import all_mean
 
 SCHEDULE_KINDS = ("step", "interp")
 

@@ -21,7 +21,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
 class IQLLoss(TDTargetLoss):

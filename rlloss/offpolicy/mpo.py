@@ -1,177 +1,29 @@
-"""Maximum a posteriori policy optimisation: ``MPOLoss`` (Gaussian policies, decoupled mean and
-covariance constraints) and ``DiscreteMPOLoss`` (categorical policies).
-
-Abdolmaleki et al., "Maximum a Posteriori Policy Optimisation", arXiv:1806.06920; "Relative
-Entropy Regularized Policy Iteration", arXiv:1812.02256. DeepMind Acme is the reference
-implementation; the defaults are Acme's.
-
-The Lagrange multipliers (``temperature``, ``alpha``...) are parameters of the loss, softplus
-parameterised as in Acme: ``dual = softplus(param) + 1e-8``. Give them their own optimizer or
-parameter group (:meth:`dual_parameters`); Acme trains the networks with Adam at 1e-4 and the
-duals with Adam at 1e-2, both with gradient norms clipped at 40. Their floor: each ``param`` is
-projected in place onto ``[-18, inf)`` (Acme's bound) at the start of every :meth:`loss_actor`,
-under ``no_grad``, and :meth:`clamp_duals` does the same on demand (e.g. right after the dual
-optimizer's step, which is when Acme clips). The projection is never part of the graph: a
-``clamp`` there would give a zero gradient below the floor and the dual could never grow again.
+"""MPO for Gaussian policies: ``MPOLoss`` (decoupled mean and covariance constraints, per-dimension
+multipliers, optional action penalisation). Abdolmaleki et al., arXiv:1806.06920 and
+arXiv:1812.02256; the dual variables are described in :mod:`rlloss.offpolicy.maximum_a_posteriori`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Bounded, Composite
 from torchrl.modules import IndependentNormal, TanhNormal
 
-from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range, check_network
-from rlloss._networks import DistributionCall, NetworkCall, network_inputs
+from rlloss._checks import check_in_range
+from rlloss._networks import network_inputs
 from rlloss.addons import ActorOutput
-from rlloss.functional.mpo import MIN_LOG_DUAL
-from rlloss.offpolicy import TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
 
 
-class _MaximumAPosteriori(TDTargetLoss):
-    """What both MPO losses share: online and target actor and critic, the dual parameters and
-    their floor, and ``forward``.
-
-    ``value``: the name of the key the Q network writes (``tensor_keys.<value>``); the other
-    keywords are documented in :class:`MPOLoss`, ``replay`` in
-    :class:`rlloss.offpolicy.TDTargetLoss`.
-    """
-
-    _actor_loss_key = "loss_actor"
-    _coefficient_ranges = {
-        name: {"low": 0.0, "low_open": True}
-        for name in (
-            "epsilon",
-            "epsilon_mean",
-            "epsilon_stddev",
-            "epsilon_penalty",
-            "epsilon_policy",
-        )
-    }
-
-    def __init__(
-        self,
-        actor_network,
-        qvalue_network,
-        *,
-        value: str,
-        loss_function: str = "l2",
-        delay_actor: bool = True,
-        delay_qvalue: bool = True,
-        **replay,
-    ) -> None:
-        check_network(type(self).__name__, "actor_network", actor_network)
-        check_network(type(self).__name__, "qvalue_network", qvalue_network)
-        super().__init__(loss_function=loss_function, **replay)
-        self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
-        self._dual_names: list[str] = []
-        self._dual_bounds: dict[str, float | None] = {}  # the parameter's cap, from a maximum
-        self._dual_scales: dict[str, float] = {}
-        value_key = getattr(self.tensor_keys, value)
-
-        self.actor_network = actor_network
-        self._actor_call = DistributionCall(actor_network)
-        self.qvalue_network = qvalue_network
-        self._expose_parameters("actor_network", "qvalue_network")
-        self._qvalue_call = NetworkCall(qvalue_network, until=value_key)
-        self._qvalue_in_keys = list(qvalue_network.in_keys)
-        # without target copies, the online networks' outputs are used (no gradient)
-        self._target_actor_call = self._actor_call
-        self._target_qvalue_call = self._qvalue_call
-        if delay_actor:
-            target_actor = self._register_target_network("actor_network")
-            self._target_actor_call = DistributionCall(target_actor.module)
-        if delay_qvalue:
-            self._target_qvalue_call = self._register_target_network(
-                "qvalue_network", until=value_key
-            )
-
-    @property
-    def in_keys(self) -> list[NestedKey]:
-        keys = [*self.actor_network.in_keys, *self._qvalue_in_keys, self.tensor_keys.action]
-        next_keys = [k for k in self._qvalue_in_keys if k != self.tensor_keys.action]
-        return self._transition_keys(keys, [*self.actor_network.in_keys, *next_keys])
-
-    # ----------------------------------------------------------------------------- duals
-    def _register_dual(
-        self,
-        name: str,
-        init: float,
-        shape: tuple[int, ...],
-        device,
-        maximum: float | None = None,
-        scale: float = 1.0,
-    ) -> None:
-        """A softplus-parameterised Lagrange multiplier, an ``nn.Parameter`` named ``name``;
-        ``maximum`` caps the multiplier (its parameter is clamped by :meth:`clamp_duals`),
-        ``scale`` multiplies its dual loss (its step size, pytorchrl's ``alpha_*_scale``)."""
-        setattr(self, name, nn.Parameter(torch.full(shape, float(init), device=device)))
-        self._dual_names.append(name)
-        self._dual_bounds[name] = None if maximum is None else rlf.dual_parameter_bound(maximum)
-        self._dual_scales[name] = float(scale)
-
-    def dual_parameters(self) -> Iterator[nn.Parameter]:
-        """The dual parameters (for their own optimizer or parameter group, lr 1e-2 in Acme)."""
-        return (getattr(self, name) for name in self._dual_names)
-
-    def clamp_duals(self) -> None:
-        """Project every dual parameter in place onto ``[-18, cap]`` (Acme's floor, and the cap
-        of a multiplier given a maximum); no sync."""
-        with torch.no_grad():
-            for name in self._dual_names:
-                getattr(self, name).clamp_(min=MIN_LOG_DUAL, max=self._dual_bounds[name])
-
-    def _dual_loss(
-        self, name: str, alpha: torch.Tensor, kl: torch.Tensor, epsilon: float
-    ) -> torch.Tensor:
-        """The Lagrange dual loss of the multiplier ``name`` (its value ``alpha``), times its
-        scale."""
-        loss = rlf.lagrange_dual_loss(kl, alpha, epsilon)
-        scale = self._dual_scales[name]
-        return loss if scale == 1.0 else scale * loss
-
-    def _dual(self, name: str) -> torch.Tensor:
-        return rlf.dual_variable(getattr(self, name))
-
-    # ----------------------------------------------------------------------------- critic
-    def _mpo_critic_loss(
-        self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
-    ) -> tuple[torch.Tensor, dict]:
-        """``L(Q(s, a), y)`` reduced; ``td_error = |Q(s, a) - y|``, ``target_value`` and
-        ``pred_value`` (``[*B]``, detached)."""
-        info = {
-            "td_error": rlf.td_error(value, target, "absolute").squeeze(-1),
-            **self._regression_diagnostics(value, target),
-        }
-        return self._critic_loss(value, target, tensordict), info
-
-    def _call(self, call: NetworkCall, inputs: dict, batch_shape) -> Mapping:
-        """``call`` on a mapping of input tensors (a TensorDict only for the fallback path)."""
-        if call.steps is None:
-            return call(TensorDict(inputs, batch_size=batch_shape))
-        return call(inputs)
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
-        batch = self._valid_batch(tensordict)
-        loss_qvalue, info_qvalue = self.loss_qvalue(batch)
-        loss_actor, info = self.loss_actor(batch)
-        self._write_priority(tensordict, info_qvalue["td_error"])
-        return _compat.output_tensordict(
-            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
-        )
-
-
-class MPOLoss(_MaximumAPosteriori):
+class MPOLoss(MaximumAPosteriori):
     """MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
 
     E-step (arXiv:1806.06920, sec. 4): at each state ``s_i`` draw ``N = num_samples`` actions
@@ -511,144 +363,4 @@ class MPOLoss(_MaximumAPosteriori):
         inputs[key] = action
         outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
         value = outputs[self.tensor_keys.state_action_value]
-        return self._mpo_critic_loss(value, target, tensordict)
-
-
-class DiscreteMPOLoss(_MaximumAPosteriori):
-    """Categorical MPO: the E-step enumerates the actions instead of sampling them.
-
-    E-step: ``log q(a|s) = log_softmax_a(log pi_target(a|s) + Q_target(s, a) / eta)`` (no
-    gradient); temperature loss ``eta (epsilon + mean_s log sum_a pi_target(a|s) exp(Q_target(s,
-    a) / eta))``. M-step: ``loss_actor = mean_s [-sum_a q(a|s) log pi(a|s) + sg(alpha) KL(
-    pi_target || pi)]``, ``loss_alpha = alpha (epsilon_policy - sg(mean_s KL))`` (Acme's
-    ``CategoricalMPO``). Critic (expected SARSA, exact): ``L(Q(s, a), y)``, ``y = r + gamma^n (1
-    - terminated) sum_a' pi_target(a'|s') Q_target(s', a')``.
-
-    Args:
-        actor_network: a ``ProbabilisticActor`` over a categorical (``logits``): ``Categorical``
-            or ``OneHotCategorical``.
-        qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``).
-        epsilon, epsilon_policy: the E-step and M-step KL bounds (Acme's defaults).
-        init_log_temperature, init_log_alpha: initial dual parameters (softplus space).
-        alpha_max, alpha_scale: a cap on the KL multiplier and a factor on its dual loss
-            (pytorchrl's ``alpha_max`` / ``alpha_scale``; default uncapped, 1).
-        Other arguments: as :class:`MPOLoss`. The taken action is an index or a one-hot (its
-        dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
-
-    Outputs: ``loss_actor``, ``loss_qvalue``, ``loss_temperature``, ``loss_alpha``; diagnostics
-    ``temperature``, ``alpha``, ``kl`` (``KL(pi_target || pi)``), ``kl_q`` (``KL(q ||
-    pi_target)``), ``q_mean`` (``Q_target(s, .)`` over states and actions). ``forward`` writes
-    ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
-
-    Example:
-        >>> loss = DiscreteMPOLoss(actor, qvalue)
-        >>> out = loss(batch)
-    """
-
-    @dataclasses.dataclass
-    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """Keys read by DiscreteMPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
-
-        action: NestedKey = "action"  # the action taken: index or one-hot
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
-
-    out_keys = [
-        "loss_actor",
-        "loss_qvalue",
-        "loss_temperature",
-        "loss_alpha",
-        "temperature",
-        "alpha",
-        "kl",
-        "kl_q",
-        "q_mean",
-    ]
-
-    def __init__(
-        self,
-        actor_network: nn.Module,
-        qvalue_network: nn.Module,
-        *,
-        epsilon: float = 0.1,
-        epsilon_policy: float = 2.5e-3,
-        init_log_temperature: float = 3.0,
-        init_log_alpha: float = 3.0,
-        alpha_max: float | None = None,
-        alpha_scale: float = 1.0,
-        **options,
-    ) -> None:
-        self._check_coefficient("epsilon", epsilon)
-        self._check_coefficient("epsilon_policy", epsilon_policy)
-        if alpha_max is not None:
-            check_in_range("alpha_max", alpha_max, 0.0, low_open=True)
-        check_in_range("alpha_scale", alpha_scale, 0.0, low_open=True)
-        super().__init__(actor_network, qvalue_network, value="action_value", **options)
-        self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
-        keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
-        self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
-        device = next(actor_network.parameters()).device
-        self._register_dual("log_temperature", init_log_temperature, (), device)
-        self._register_dual("log_alpha", init_log_alpha, (), device, alpha_max, alpha_scale)
-
-    def _logits(self, call: DistributionCall, batch: TensorDictBase) -> torch.Tensor:
-        """The policy's logits ``[*B, num_actions]`` on ``batch``."""
-        if self._logits_key is not None:
-            return call.distribution_parameters(batch)[self._logits_key]
-        return call(batch).logits
-
-    def _policy(self, batch: TensorDictBase, logits: torch.Tensor):
-        """The current policy's distribution, from its ``logits`` when the actor's head reads
-        nothing else, else by running the actor."""
-        if self._logits_key is not None:
-            return self._actor_call.from_parameters({self._logits_key: logits})
-        return self._actor_call(batch)
-
-    def _target_policy_and_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, ...]:
-        """Under ``no_grad``: the target policy's logits and ``Q_target(s, .)``, ``[*B, A]``."""
-        with torch.no_grad():
-            logits = self._logits(self._target_actor_call, batch)
-            inputs = network_inputs(batch, self.qvalue_network)
-            outputs = self._call(self._target_qvalue_call, inputs, batch.batch_size)
-            return logits, outputs[self.tensor_keys.action_value]
-
-    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """The M-step loss reduced, and in the metadata ``loss_temperature``, ``loss_alpha`` and
-        the detached diagnostics. Projects the dual parameters onto their floor first."""
-        self.clamp_duals()
-        temperature, alpha = self._dual("log_temperature"), self._dual("log_alpha")
-        target_logits, action_values = self._target_policy_and_values(tensordict)
-        logits = self._logits(self._actor_call, tensordict)
-
-        log_weights = rlf.categorical_mpo_log_weights(action_values, target_logits, temperature)
-        loss_temperature = rlf.categorical_mpo_temperature_loss(
-            action_values, target_logits, temperature, self.epsilon
-        )
-        kl = rlf.categorical_kl(target_logits, logits).unsqueeze(-1)
-        loss = rlf.categorical_cross_entropy(log_weights, logits) + rlf.kl_penalty(kl, alpha)
-        loss_alpha = self._dual_loss("log_alpha", alpha, kl, self.epsilon_policy)
-        info = {
-            "loss_temperature": self._reduce_replayed(loss_temperature.unsqueeze(-1), tensordict),
-            "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), tensordict),
-            "temperature": temperature.detach(),
-            "alpha": alpha.detach(),
-            "kl": kl.detach().mean(),
-            "kl_q": rlf.categorical_kl(log_weights, target_logits).mean(),
-            "q_mean": action_values.mean(),
-        }
-        loss = self._reduce_replayed(loss.unsqueeze(-1), tensordict)
-        actor = ActorOutput(distribution=lambda: self._policy(tensordict, logits))
-        return self._with_policy_addons(loss, tensordict, actor, info)
-
-    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``L(Q(s, a), y)`` reduced with ``y = r + gamma^n (1 - terminated) sum_a'
-        pi_target(a'|s') Q_target(s', a')``; and ``td_error``, ``target_value``, ``pred_value``."""
-        action = self._get(tensordict, "action")
-        with torch.no_grad():
-            next_logits, next_values = self._target_policy_and_values(tensordict.get("next"))
-            # the expected value under pi_target: a soft value with temperature 0
-            next_value = rlf.discrete_soft_value(next_values, next_logits.log_softmax(-1), 0.0)
-            target = self._td_target(tensordict, next_value)
-        inputs = network_inputs(tensordict, self.qvalue_network)
-        outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
-        value = rlf.chosen_action_value(outputs[self.tensor_keys.action_value], action)
         return self._mpo_critic_loss(value, target, tensordict)

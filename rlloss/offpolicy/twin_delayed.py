@@ -1,5 +1,5 @@
-"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al., "Addressing Function
-Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+"""The TD3 base: twin delayed deep deterministic policy gradient (Fujimoto et al., "Addressing
+Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_in_range, check_network
 from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy import TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
 
 
 def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,42 +43,10 @@ def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
     return low, high
 
 
-class TD3Loss(TDTargetLoss):
-    """TD3's actor and critic losses.
-
-    Critic: ``sum_i L(Q_i(s, a), y)`` with ``y = r + gamma^n (1 - terminated) min_i Q_i,target(s',
-    a')`` and ``a' = clip(mu_target(s') + clip(eps, -noise_clip, noise_clip), low, high)``,
-    ``eps ~ N(0, policy_noise^2)`` (target policy smoothing, clipped double Q). Actor: ``-Q_1(s,
-    mu(s))`` (the critics get no gradient from it). The Q networks are an ensemble of
-    ``num_qvalue_nets`` evaluated in one ``vmap`` call. :meth:`loss_actor` and
-    :meth:`loss_qvalue` can be called separately (delayed actor updates); ``forward`` returns
-    both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)
-    into the batch for prioritized replay.
-
-    Args:
-        actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
-        qvalue_network: a module reading the observation and ``action`` and writing
-            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (their weights
-            kept; copies of a single module are re-initialised).
-        action_spec / bounds: the action bounds for the smoothed target action (exactly one).
-        num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
-        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
-
-    Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
-    network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
-    times the work), so ``state_action_value_actor`` is ``[1, *B]`` (TorchRL's
-    ``[num_qvalue_nets, *B]``; index 0 is the same in both); copies of a single Q module are
-    re-initialised with each layer's ``reset_parameters`` (TorchRL draws them uniformly between
-    the original weights' min and max); ``priority_weighting`` defaults to the PER paper's mean;
-    ``separate_losses`` is not supported.
-
-    Example:
-        >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
-        >>> critic_loss, _ = loss.loss_qvalue(batch)
-        >>> if step % 2 == 0:
-        ...     actor_loss, _ = loss.loss_actor(batch)
+class TwinDelayedLoss(TDTargetLoss):
+    """TD3's steps, the base of ``TD3Loss`` and ``TD3BCLoss``: the deterministic actor, the Q
+    ensemble at substituted actions, target policy smoothing and the clipped double-Q target.
+    The keywords are documented in :class:`rlloss.TD3Loss`.
     """
 
     @dataclasses.dataclass
@@ -213,54 +181,3 @@ class TD3Loss(TDTargetLoss):
         self._write_priority(tensordict, info.pop("td_error").amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
         return _compat.output_tensordict(out)
-
-
-class TD3BCLoss(TD3Loss):
-    """TD3+BC (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement Learning",
-    arXiv:2106.06860): TD3's critic, and an actor that also imitates the dataset,
-    ``loss_actor = -lambda Q_1(s, mu(s)) + mean((mu(s) - a)^2)`` with ``lambda = alpha /
-    mean|Q_1(s, mu(s))|`` (:func:`rlloss.functional.td3_bc_actor_loss`).
-
-    TorchRL's ``TD3BCLoss`` with the same keywords and outputs: :class:`TD3Loss`'s, plus
-    ``bc_loss`` and ``lmbd``; ``state_action_value_actor`` is ``Q_1(s, mu(s))``, ``[*B]``, as
-    TorchRL's (only ``Q_1`` is evaluated for the actor, as in :class:`TD3Loss`).
-
-    Args:
-        alpha: the weight of the RL term, > 0 (default 2.5, the paper's).
-        Other arguments as :class:`TD3Loss`.
-
-    Example:
-        >>> loss = TD3BCLoss(actor, qvalue, action_spec=env.action_spec, alpha=2.5)
-        >>> out = loss(offline_batch)
-        >>> (out["loss_actor"] + out["loss_qvalue"]).backward()
-    """
-
-    _coefficient_ranges = {"alpha": {"low": 0.0, "low_open": True}}
-
-    def __init__(self, actor_network, qvalue_network, *, alpha: float = 2.5, **kwargs) -> None:
-        self._check_coefficient("alpha", alpha)
-        super().__init__(actor_network, qvalue_network, **kwargs)
-        self.alpha = float(alpha)
-
-    @property
-    def out_keys(self) -> list[str]:
-        return [*super().out_keys, "bc_loss", "lmbd"]
-
-    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``-lambda Q_1(s, mu(s)) + BC`` reduced, and ``Q_1(s, mu(s))`` (``[*B]``), the BC
-        term and ``lambda`` (detached)."""
-        action = self._actor_call(tensordict)[self.tensor_keys.action]
-        value = self._q_values(tensordict, action, detach=True, members=1)
-        loss, bc_loss, lmbd = rlf.td3_bc_actor_loss(
-            value[0], action, self._get(tensordict, "action"), self.alpha
-        )
-        info = {
-            "state_action_value_actor": value[0].squeeze(-1).detach(),  # [*B], as TorchRL's
-            "bc_loss": bc_loss.detach(),
-            "lmbd": lmbd,
-        }
-        loss = self._reduce_replayed(loss, tensordict)
-        return self._with_policy_addons(loss, tensordict, ActorOutput(action=action), info)
-
-    actor_loss = loss_actor
-    qvalue_loss = TD3Loss.loss_qvalue  # TorchRL's TD3BCLoss calls its critic loss this

@@ -16,7 +16,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy import TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
 
 
 class DDPGLoss(TDTargetLoss):

@@ -18,7 +18,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import refuse_removed_keys
 from rlloss._networks import as_list
-from rlloss.onpolicy import OnPolicyLoss, as_scalar_output
+from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
 
 
 class _PolicyGradientLoss(OnPolicyLoss):

@@ -1,4 +1,4 @@
-"""Value estimators: ``GAE``, ``TD0Estimator``, ``TD1Estimator``, ``TDLambdaEstimator``.
+"""The value estimators' shared base: ``ValueEstimator``.
 
 TensorDict modules over :mod:`rlloss.functional.returns` with TorchRL's constructor keywords.
 Each reads a ``[*B, T]`` batch (time the last batch dim unless ``time_dim`` says otherwise),
@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.objectives.utils import ValueEstimators, hold_out_net
+from torchrl.objectives.utils import hold_out_net
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -33,15 +33,9 @@ from rlloss._checks import (
     warn_terminated_from_done,
 )
 from rlloss._dispatch import accepts_tensor_arguments
-from rlloss._networks import (
-    DistributionCall,
-    NetworkCall,
-    action_log_prob,
-    as_list,
-    stored_log_prob,
-)
-from rlloss.normalizers import ValueNormalizer, check_value_normalizer
-from rlloss.sequences import recurrent_modules
+from rlloss._networks import NetworkCall
+from rlloss.training.normalizers import ValueNormalizer, check_value_normalizer
+from rlloss.training.sequences import recurrent_modules
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
 PADDING_MASK_KEY = ("collector", "mask")  # TorchRL's padding mask: padded steps update no moments
@@ -357,219 +351,3 @@ class ValueEstimator(TensorDictModuleBase):
 def _weights(network: nn.Module, params):
     """Call ``network`` with ``params`` in place of its weights (nothing when ``None``)."""
     return contextlib.nullcontext() if params is None else params.to_module(network)
-
-
-class TD0Estimator(ValueEstimator):
-    """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``, ``advantage =
-    value_target - V(s)``.
-
-    Example:
-        >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
-        >>> batch = estimator(batch)  # batch["advantage"], batch["value_target"]
-    """
-
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        value_target = rlf.td0_return(reward, next_value, terminated, gamma)
-        return value_target - value, value_target
-
-
-class TDLambdaEstimator(ValueEstimator):
-    """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
-
-    Example:
-        >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
-    """
-
-    def __init__(self, *, gamma: float, lmbda: float, **kwargs) -> None:
-        super().__init__(gamma=gamma, **kwargs)
-        check_in_range("lmbda", lmbda, 0.0, 1.0)
-        self.lmbda = float(lmbda)
-
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        value_target = rlf.td_lambda_return(
-            reward, next_value, done, terminated, gamma, self.lmbda, time_dim
-        )
-        return value_target - value, value_target
-
-
-class TD1Estimator(TDLambdaEstimator):
-    """TD(1): the discounted return to the end of the batch, bootstrapped there
-    (:class:`TDLambdaEstimator` with ``lmbda=1``).
-
-    Example:
-        >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
-    """
-
-    def __init__(self, *, gamma: float, **kwargs) -> None:
-        super().__init__(gamma=gamma, lmbda=1.0, **kwargs)
-
-
-class GAE(ValueEstimator):
-    """Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
-
-    ``advantage`` is :func:`rlloss.functional.gae_advantage`, ``value_target = advantage +
-    V(s)``; ``average_gae=True`` standardises the advantage over the batch.
-
-    Example:
-        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        >>> rollout = gae(rollout)  # rollout: [num_envs, T]
-    """
-
-    def __init__(self, *, gamma: float, lmbda: float, average_gae: bool = False, **kwargs) -> None:
-        super().__init__(gamma=gamma, **kwargs)
-        check_in_range("lmbda", lmbda, 0.0, 1.0)
-        self.lmbda = float(lmbda)
-        self.average_gae = average_gae
-
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        advantage = rlf.gae_advantage(
-            reward, value, next_value, done, terminated, gamma, self.lmbda, time_dim
-        )
-        value_target = advantage + value
-        if self.average_gae:
-            advantage = rlf.standardize(advantage)
-        return advantage, value_target
-
-
-class MultiAgentGAE(GAE):
-    """GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
-    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's.
-
-    Example:
-        >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
-    """
-
-    def __init__(self, *, agent_dim: int = -2, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.agent_dim = agent_dim
-
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
-        if value.ndim > reward.ndim:  # team signals: one copy per agent
-            dim = self.agent_dim % value.ndim
-            reward, done, terminated = (
-                x.unsqueeze(dim).expand_as(value) for x in (reward, done, terminated)
-            )
-            gamma = gamma.unsqueeze(dim) if isinstance(gamma, torch.Tensor) else gamma
-        return super().estimate(
-            reward=reward,
-            value=value,
-            next_value=next_value,
-            done=done,
-            terminated=terminated,
-            gamma=gamma,
-            time_dim=time_dim,
-        )
-
-
-class VTrace(ValueEstimator):
-    """V-trace (Espeholt et al., arXiv:1802.01561): off-policy corrected value targets and
-    advantages (:func:`rlloss.functional.vtrace`), the importance ratio ``pi(a|s) / mu(a|s)``
-    from the current ``actor_network`` (held out of the graph) and the behaviour log-prob
-    ``sample_log_prob`` stored at collection.
-
-    Difference from TorchRL: TorchRL's ``VTrace`` scores a fresh action drawn from the current
-    policy (or its mode) instead of the action taken; rlloss scores the taken action
-    (``tensor_keys.action``), as the paper's ratio is defined.
-
-    Example:
-        >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
-    """
-
-    @dataclasses.dataclass
-    class _AcceptedKeys(ValueEstimator._AcceptedKeys):
-        action: NestedKey = "action"  # the action taken, scored by the current policy
-
-    def __init__(
-        self,
-        *,
-        gamma: float,
-        actor_network: nn.Module,
-        rho_thresh: float = 1.0,
-        c_thresh: float = 1.0,
-        **kwargs,
-    ) -> None:
-        super().__init__(gamma=gamma, **kwargs)
-        check_in_range("rho_thresh", rho_thresh, 0.0, low_open=True)
-        check_in_range("c_thresh", c_thresh, 0.0, low_open=True)
-        self.actor_network = actor_network
-        self._actor_call = DistributionCall(actor_network)
-        sample_keys = getattr(actor_network, "dist_sample_keys", None)
-        if sample_keys:  # the actor's action key is where the batch holds the taken action
-            self.tensor_keys.action = sample_keys[0] if len(sample_keys) == 1 else sample_keys
-        log_prob_keys = getattr(actor_network, "log_prob_keys", None)
-        if log_prob_keys and len(log_prob_keys) == 1:
-            self.tensor_keys.sample_log_prob = log_prob_keys[0]
-        self.rho_thresh, self.c_thresh = float(rho_thresh), float(c_thresh)
-
-    def _policy_keys(self) -> list[NestedKey]:
-        return [*self.actor_network.in_keys, *as_list(self.tensor_keys.sample_log_prob)]
-
-    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
-        owner = type(self).__name__
-        with torch.no_grad():
-            distribution = self._actor_call(tensordict)
-            log_pi = action_log_prob(distribution, tensordict, self.tensor_keys.action, owner)
-        log_mu = stored_log_prob(tensordict, self.tensor_keys.sample_log_prob, owner)
-        return {"log_rho": (log_pi - log_mu).reshape(value.shape)}
-
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, log_rho):
-        return rlf.vtrace(
-            reward,
-            value,
-            next_value,
-            done,
-            terminated,
-            log_rho,
-            gamma,
-            self.rho_thresh,
-            self.c_thresh,
-            time_dim,
-        )
-
-
-# TorchRL's ValueEstimators members -> rlloss's estimator classes and their default keywords.
-ESTIMATORS = {
-    ValueEstimators.TD0: TD0Estimator,
-    ValueEstimators.TD1: TD1Estimator,
-    ValueEstimators.TDLambda: TDLambdaEstimator,
-    ValueEstimators.GAE: GAE,
-    ValueEstimators.MAGAE: MultiAgentGAE,
-    ValueEstimators.VTrace: VTrace,
-}
-DEFAULT_VALUE_HYPERPARAMS = {
-    ValueEstimators.TD0: {"gamma": DEFAULT_GAMMA},
-    ValueEstimators.TD1: {"gamma": DEFAULT_GAMMA},
-    ValueEstimators.TDLambda: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
-    ValueEstimators.GAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
-    ValueEstimators.MAGAE: {"gamma": DEFAULT_GAMMA, "lmbda": DEFAULT_LMBDA},
-    ValueEstimators.VTrace: {"gamma": DEFAULT_GAMMA},
-}
-
-
-def build_value_estimator(loss: nn.Module, value_type, hyperparams: dict) -> tuple:
-    """``(estimator, value_type)`` for ``loss.make_value_estimator(value_type, **hyperparams)``:
-    an estimator instance is used as is; a ``ValueEstimators`` member (``None``: the loss's
-    ``default_value_estimator``) builds rlloss's estimator over TorchRL's default keywords, with
-    the loss's value network (its ``_value_network_name`` attribute) when it has one."""
-    if isinstance(value_type, nn.Module):
-        return value_type, type(value_type)
-    value_type = loss.default_value_estimator if value_type is None else value_type
-    estimator_class = value_type if isinstance(value_type, type) else ESTIMATORS.get(value_type)
-    if estimator_class is not None and issubclass(estimator_class, VTrace):
-        hyperparams = {"actor_network": loss.actor_network, **hyperparams}
-    if isinstance(value_type, type) and issubclass(value_type, ValueEstimator):
-        member = {cls: m for m, cls in ESTIMATORS.items()}.get(value_type)
-        defaults = DEFAULT_VALUE_HYPERPARAMS.get(member, {"gamma": DEFAULT_GAMMA})
-        name = loss._value_network_name
-        value_network = getattr(loss, name) if name else None
-        kwargs = {"value_network": value_network, **defaults, **hyperparams}
-        return value_type(**kwargs), value_type
-    if value_type not in ESTIMATORS:
-        raise ValueError(
-            f"{type(loss).__name__}.make_value_estimator: unsupported value_type "
-            f"{value_type!r}; expected one of {list(ESTIMATORS)} or an estimator instance."
-        )
-    hyperparams = {**DEFAULT_VALUE_HYPERPARAMS[value_type], **hyperparams}
-    name = loss._value_network_name
-    value_network = getattr(loss, name) if name else None
-    return ESTIMATORS[value_type](value_network=value_network, **hyperparams), value_type

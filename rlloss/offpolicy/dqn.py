@@ -1,5 +1,5 @@
 """DQN losses: ``DQNLoss`` (Q-learning, double Q-learning with ``double_dqn=True``),
-``DDQNLoss``, ``DiscreteCQLLoss`` and ``DistributionalDQNLoss`` (C51).
+``DDQNLoss`` and ``DistributionalDQNLoss`` (C51).
 
 Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015; van
 Hasselt et al., "Deep Reinforcement Learning with Double Q-learning", arXiv:1509.06461.
@@ -13,16 +13,16 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.modules import QValueActor
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_network, check_support, refuse_removed_keys
-from rlloss._networks import NetworkCall, entry
-from rlloss.offpolicy import ACTION_SPACES, TDTargetLoss
+from rlloss._checks import check_support, refuse_removed_keys
+from rlloss._networks import entry
+from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.q_learning import QLearningLoss
 
 
-class DQNLoss(TDTargetLoss):
+class DQNLoss(QLearningLoss):
     """Q-learning loss ``L(Q(s, a), r + gamma^n (1 - terminated) V'(s'))``.
 
     ``V'(s') = max_a Q_target(s', a)``, or with ``double_dqn=True`` the target network's value
@@ -54,140 +54,12 @@ class DQNLoss(TDTargetLoss):
         >>> replay_buffer.update_tensordict_priority(batch)
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """Keys read by DQNLoss (``priority``: the squared TD error, ``[*B, 1]``)."""
-
-        value: NestedKey = "chosen_action_value"  # Q(s, a) (kept for TorchRL's key names)
-        advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
-        value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the value network
-        action: NestedKey = "action"  # the action taken: index or one-hot
-
-    out_keys = ["loss"]
-
-    def __init__(
-        self,
-        value_network: nn.Module,
-        *,
-        loss_function: str = "l2",
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        action_space: str | None = None,
-        **replay,
-    ) -> None:
-        if isinstance(value_network, nn.Module) and not hasattr(value_network, "in_keys"):
-            # TorchRL's convenience: a plain network of the observation becomes a QValueActor
-            space = action_space if isinstance(action_space, str) else "one-hot"
-            value_network = QValueActor(value_network, in_keys=["observation"], action_space=space)
-        check_network(type(self).__name__, "value_network", value_network)
-        super().__init__(loss_function=loss_function, **replay)
-        if isinstance(action_space, str):
-            check_choice("action_space", action_space, ACTION_SPACES)
-        if double_dqn and not delay_value:
-            raise ValueError("double_dqn=True needs delay_value=True (a target network).")
-        self.double_dqn = double_dqn
-        self.delay_value = delay_value
-        self.value_network = value_network
-        self._expose_parameters("value_network")
-        self._value_call = NetworkCall(value_network, until=self.tensor_keys.action_value)
-        self._target_value_call = None
-        if delay_value:
-            self._target_value_call = self._register_target_network(
-                "value_network", until=self.tensor_keys.action_value
-            )
-
-    @property
-    def in_keys(self) -> list[NestedKey]:
-        in_keys = self.value_network.in_keys
-        return self._transition_keys([*in_keys, self.tensor_keys.action], in_keys)
-
-    def _action_values(self, batch: TensorDictBase) -> torch.Tensor:
-        return self._value_call(batch)[self._tensor_keys.action_value]
-
-    def _chosen_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``Q(s, .)`` (``[*B, A]``) and ``Q(s, a)`` of the batch's action (``[*B, 1]``)."""
-        action_values = self._action_values(batch)
-        return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
-
-    def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
-        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient."""
-        with torch.no_grad():
-            if not self.delay_value:
-                return rlf.greedy_value(self._action_values(next_batch))
-            target = self._target_value_call(next_batch)[self._tensor_keys.action_value]
-            if not self.double_dqn:
-                return rlf.greedy_value(target)
-            return rlf.double_q_value(self._action_values(next_batch), target)
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
-        batch = self._valid_batch(tensordict)
-        _, value = self._chosen_values(batch)
-        target = self._td_target(batch, self._next_value(entry(batch, "next")))
-        self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
-        return _compat.output_tensordict({"loss": self._critic_loss(value, target, batch)})
-
 
 class DDQNLoss(DQNLoss):
     """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias."""
 
     def __init__(self, value_network: nn.Module, **kwargs) -> None:
         super().__init__(value_network, double_dqn=True, delay_value=True, **kwargs)
-
-
-class DiscreteCQLLoss(DQNLoss):
-    """Discrete conservative Q-learning (Kumar et al., arXiv:2006.04779, CQL(H)) for offline RL:
-    DQN's regression, halved as TorchRL does (``loss_qvalue = 0.5 mean(L(Q(s, a), y))``, ``y``
-    the target network's greedy value), and ``loss_cql = mean(logsumexp_a Q(s, a) - Q(s,
-    a_data))`` (:func:`rlloss.functional.cql_penalty`); weight the two in the sum as the paper's
-    ``alpha`` asks.
-
-    TorchRL's ``DiscreteCQLLoss`` with the same keywords and outputs (``loss_qvalue``,
-    ``loss_cql``, and the batch means ``td_error`` (``[1]``), ``pred_value`` (over every action)
-    and ``target_value``); ``forward`` writes the per-sample squared TD error (``[*B, 1]``) into
-    the batch for prioritized replay.
-
-    Differences from TorchRL: the predicted action values are not written back into the
-    caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
-    here computes them itself).
-
-    Example:
-        >>> loss = DiscreteCQLLoss(QValueActor(net, in_keys=["observation"], spec=spec))
-        >>> out = loss(offline_batch)
-        >>> (out["loss_qvalue"] + alpha * out["loss_cql"]).backward()
-    """
-
-    out_keys = ["loss_qvalue", "loss_cql", "td_error", "pred_value", "target_value"]
-
-    def __init__(
-        self, value_network: nn.Module, *, loss_function: str = "l2", delay_value=True, **kwargs
-    ) -> None:
-        super().__init__(
-            value_network, loss_function=loss_function, delay_value=delay_value, **kwargs
-        )
-
-    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``mean(logsumexp_a Q(s, a) - Q(s, a_data))`` reduced (TorchRL's method name)."""
-        action_values, value = self._chosen_values(tensordict)
-        return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
-        batch = self._valid_batch(tensordict)
-        action_values, value = self._chosen_values(batch)
-        target = self._td_target(batch, self._next_value(entry(batch, "next")))
-        td_error = rlf.td_error(value, target, "squared")
-        self._write_priority(tensordict, td_error)
-        loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)
-        out = {
-            "loss_qvalue": 0.5 * self._critic_loss(value, target, batch),
-            "loss_cql": loss_cql,
-            "td_error": td_error.mean(0),
-            "pred_value": action_values.detach().mean(),
-            "target_value": target.mean(),
-        }
-        return _compat.output_tensordict(out)
 
 
 class DistributionalDQNLoss(DQNLoss):

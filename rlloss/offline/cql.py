@@ -1,0 +1,316 @@
+"""Conservative Q-learning for continuous actions: ``CQLLoss`` (Kumar et al., "Conservative
+Q-Learning for Offline Reinforcement Learning", arXiv:2006.04779), on the soft actor-critic base."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import functional as rlf
+from rlloss._checks import (
+    check_in_range,
+)
+from rlloss._networks import (
+    entry,
+    log_prob_of,
+    network_inputs,
+)
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
+
+_CQL_OUT_KEYS = [
+    "loss_actor",
+    "loss_actor_bc",
+    "loss_qvalue",
+    "loss_cql",
+    "loss_alpha",
+    "alpha",
+    "entropy",
+]
+
+
+class CQLLoss(ContinuousSoftActorCritic):
+    """Conservative Q-learning (CQL(H)) for offline RL with continuous actions, on SAC.
+
+    - ``loss_qvalue = sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) V'(s')``, no
+      gradient: ``V'(s') = min_i Q_i,target(s', a')`` with ``a' ~ pi(.|s')``
+      (``deterministic_backup``, the default), minus ``alpha log pi(a'|s')`` otherwise; with
+      ``max_q_backup``, ``min_i max_k Q_i,target(s', a'_k)`` over ``num_random`` samples
+      (:func:`rlloss.functional.max_backup_value`).
+    - ``loss_cql = min_q_weight sum_i [T logsumexp_k((Q_i(s, a_k) - log q(a_k)) / T) - Q_i(s,
+      a)]`` (:func:`rlloss.functional.cql_penalty`, eq. 4 and appendix F): the ``a_k`` are
+      ``num_random`` uniform actions, ``num_random`` actions from ``pi(.|s)`` and ``num_random``
+      from ``pi(.|s')``, all evaluated at ``s``, ``q`` the density each was drawn from (policy
+      samples and log-densities without gradient); ``T = temperature``.
+    - ``with_lagrange``: ``loss_cql`` is weighted by ``alpha' = min(exp(log_alpha_prime), 1e6)``
+      (no gradient) and ``loss_alpha_prime = alpha' (tau - mean_i penalty_i)`` (penalties without
+      gradient, ``tau = lagrange_thresh``) adapts ``alpha'`` to keep the penalty near ``tau``.
+    - ``loss_actor``, ``loss_alpha``, ``alpha``, ``entropy``: :class:`rlloss.SACLoss`'s;
+      ``loss_actor_bc = alpha log pi(a~|s) - log pi(a|s)`` (the authors' behaviour-cloning warm-up,
+      :func:`rlloss.functional.soft_behavior_cloning_loss`).
+
+    The ``td_error`` written into the batch is ``max_i (Q_i - y)^2`` (``[*B]``). TorchRL's
+    ``CQLLoss`` with the same keywords, keys, outputs and methods (``q_loss``, ``cql_loss``,
+    ``alpha_prime_loss``, ``actor_loss``, ``actor_bc_loss``, ``alpha_loss``), each callable alone.
+
+    Args:
+        actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha,
+            fixed_alpha, action_spec, target_entropy, delay_actor, delay_qvalue: as
+            :class:`rlloss.SACLoss`.
+        num_qvalue_nets: Q networks, >= 1 (default 2; TorchRL's is fixed at 2).
+        temperature: ``T`` of the log-sum-exp, > 0 (default 1.0).
+        min_q_weight: the penalty's weight, >= 0 (default 1.0; the paper's ``alpha``).
+        max_q_backup, deterministic_backup: the target value (see above).
+        num_random: actions sampled per state and proposal (default 10).
+        with_lagrange, lagrange_thresh: the Lagrangian form (default off, threshold 0).
+        reduction, use_prioritized_weights, priority_weighting: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
+
+    The uniform actions cover the tanh-Normal actor's ``[low, high]`` (TorchRL's ``[-1, 1]``
+    whatever the bounds), ``[-1, 1]`` for other actors.
+
+    Differences from TorchRL: the log-sum-exp runs over the ``3 num_random`` actions of each
+    state and the actions sampled at ``s'`` are evaluated at ``s``, as in the paper and the
+    authors' code (TorchRL takes it over the three proposals of each sample separately and
+    evaluates the ``s'`` samples at ``s'``); with ``with_lagrange`` the penalty in ``loss_cql`` is
+    weighted by ``alpha'`` and ``loss_alpha_prime`` sends no gradient to the Q networks (TorchRL
+    leaves ``loss_cql`` unweighted, and its ``loss_alpha_prime`` pushes the Q networks to raise
+    the penalty); ``max_q_backup`` draws no unused ``pi(.|s')`` sample; nothing (``pred_q1``,
+    ``cql_q1_loss``...) is written into the caller's batch, so ``cql_loss`` and
+    ``alpha_prime_loss`` need no earlier call; prioritized-replay weights apply to every loss;
+    ``loss_alpha_prime`` follows ``reduction`` (TorchRL's is always a mean).
+
+    Example:
+        >>> loss = CQLLoss(actor, qvalue, action_spec=env.action_spec, with_lagrange=True,
+        ...                lagrange_thresh=5.0)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(offline_batch)
+        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(ContinuousSoftActorCritic._AcceptedKeys):
+        """Keys read by CQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
+
+        log_prob: NestedKey = "_log_prob"  # the key of log pi in ``actor_loss``'s metadata
+        pred_q1: NestedKey = "pred_q1"  # kept for TorchRL's key names (not written)
+        pred_q2: NestedKey = "pred_q2"  # kept for TorchRL's key names (not written)
+        cql_q1_loss: NestedKey = "cql_q1_loss"  # kept for TorchRL's key names (not written)
+        cql_q2_loss: NestedKey = "cql_q2_loss"  # kept for TorchRL's key names (not written)
+
+    _coefficient_ranges = {
+        "temperature": {"low": 0.0, "low_open": True},
+        "min_q_weight": {"low": 0.0},
+    }
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        temperature: float = 1.0,
+        min_q_weight: float = 1.0,
+        max_q_backup: bool = False,
+        deterministic_backup: bool = True,
+        num_random: int = 10,
+        with_lagrange: bool = False,
+        lagrange_thresh: float = 0.0,
+        **options,
+    ) -> None:
+        self._check_coefficient("temperature", temperature)
+        self._check_coefficient("min_q_weight", min_q_weight)
+        check_in_range("num_random", num_random, 1, integer=True)
+        super().__init__(actor_network, qvalue_network, **options)
+        self.temperature, self.min_q_weight = float(temperature), float(min_q_weight)
+        self.max_q_backup = max_q_backup
+        self.deterministic_backup = deterministic_backup
+        self.num_random = int(num_random)
+        self.with_lagrange = with_lagrange
+        self.target_action_gap = float(lagrange_thresh)
+        if with_lagrange:
+            self.log_alpha_prime = nn.Parameter(torch.zeros((), device=self.log_alpha.device))
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [*_CQL_OUT_KEYS, *(["loss_alpha_prime"] if self.with_lagrange else [])]
+
+    # ----------------------------------------------------------------------------- sampling
+    def _policy_samples(self, batch: TensorDictBase, num: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``num`` actions per state from the current policy, ``[*B, num, D]``, and their
+        log-probs ``[*B, num]`` (drawn as TorchRL does: each state repeated ``num`` times in a
+        row along the last batch dim)."""
+        dim, size = batch.ndim - 1, batch.batch_size
+        if self._tanh_normal:  # the actor runs once per state, its parameters are repeated
+            params = self._actor_call.distribution_parameters(batch)
+            action, log_prob = self._squashed_sample(params, self._actor_call, num)
+        else:
+            inputs = network_inputs(batch, self.actor_network)
+            repeated = TensorDict(
+                {key: value.repeat_interleave(num, dim=dim) for key, value in inputs.items()},
+                batch_size=(*size[:-1], size[-1] * num),
+            )
+            action, log_prob = self._policy_sample(repeated)
+        return action.reshape(*size, num, *action.shape[batch.ndim :]), log_prob.reshape(*size, num)
+
+    def _sampled_q_values(
+        self, batch: TensorDictBase, action: torch.Tensor, **kwargs
+    ) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, K, 1]`` values of ``K`` actions per state (``[*B, K, D]``) at
+        the batch's observations, in one ensemble call."""
+        key, dim = self._qvalue_action_key, batch.ndim
+        inputs = {
+            name: value.unsqueeze(dim).expand(*value.shape[:dim], action.shape[dim], -1)
+            for name, value in network_inputs(batch, self._qvalue, exclude=key).items()
+        }
+        inputs[key] = action
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+
+    def _proposal_actions(self, batch: TensorDictBase, data_action: torch.Tensor):
+        """The penalty's ``3 num_random`` actions per state ``[*B, 3 num_random, D]`` (uniform,
+        from ``pi(.|s')``, from ``pi(.|s)``) and their log-densities ``[*B, 3 num_random]``, no
+        gradient; drawn in TorchRL's order (uniform, ``s``, ``s'``)."""
+        num, dim = self.num_random, batch.ndim
+        low, high = (self.action_low, self.action_high) if self._tanh_normal else (-1.0, 1.0)
+        shape = (*batch.batch_size, num, data_action.shape[-1])
+        uniform, uniform_log_prob = rlf.uniform_sample_and_log_prob(
+            low, high, shape, data_action.dtype, data_action.device
+        )  # [*B, num, D], [*B, num]
+        with torch.no_grad():
+            current, current_log_prob = self._policy_samples(batch, num)
+            following, following_log_prob = self._policy_samples(entry(batch, "next"), num)
+        actions = torch.cat([uniform, following, current], dim=dim)
+        log_prob = torch.cat([uniform_log_prob, following_log_prob, current_log_prob], -1)
+        return actions, log_prob
+
+    # ----------------------------------------------------------------------------- pieces
+    def _next_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``V'(s')`` of the target, ``[*B, 1]``, without gradient (see the class docstring)."""
+        next_batch = entry(tensordict, "next")
+        with torch.no_grad():
+            kwargs = {"target": self.delay_qvalue, "detach": not self.delay_qvalue}
+            if self.max_q_backup:
+                actions, _ = self._policy_samples(next_batch, self.num_random)
+                return rlf.max_backup_value(self._sampled_q_values(next_batch, actions, **kwargs))
+            action, log_prob = self._policy_sample(next_batch)
+            action = self._skip_done(tensordict, action)
+            log_prob = self._skip_done(tensordict, log_prob)
+            value = rlf.clipped_double_q_value(self._q_values(next_batch, action, **kwargs))
+            if self.deterministic_backup:
+                return value
+            return rlf.soft_value(value, log_prob, self._alpha())
+
+    def _q_regression(self, tensordict: TensorDictBase, values: torch.Tensor):
+        """``sum_i L(Q_i(s, a), y)`` reduced, and the squared TD errors ``[E, *B]``."""
+        with torch.no_grad():
+            target = self._td_target(tensordict, self._next_value(tensordict))
+        td_error = rlf.td_error(values, target.expand_as(values), "squared").squeeze(-1)
+        return self._ensemble_critic_loss(values, target, tensordict), {"td_error": td_error}
+
+    def _penalties(self, tensordict: TensorDictBase, values: torch.Tensor) -> torch.Tensor:
+        """``min_q_weight`` times each network's CQL penalty, ``[E, *B, 1]`` (``values``: the
+        networks' ``Q_i(s, a)`` of the dataset's actions, ``[E, *B, 1]``)."""
+        actions, log_proposal = self._proposal_actions(tensordict, self._get(tensordict, "action"))
+        sampled = self._sampled_q_values(tensordict, actions).squeeze(-1)  # [E, *B, 3 num]
+        penalty = rlf.cql_penalty(sampled, values, log_proposal, self.temperature)
+        return self.min_q_weight * penalty
+
+    def _alpha_prime(self) -> torch.Tensor:
+        """``alpha' = min(exp(log_alpha_prime), 1e6)``."""
+        return self.log_alpha_prime.exp().clamp_max(1e6)
+
+    def _cql_loss(self, tensordict: TensorDictBase, penalties: torch.Tensor) -> torch.Tensor:
+        """``sum_i penalty_i`` reduced, weighted by ``alpha'`` (no gradient) with the Lagrangian
+        form."""
+        penalty = penalties.sum(0)
+        if self.with_lagrange:
+            penalty = self._alpha_prime().detach() * penalty
+        return self._reduce_replayed(penalty, tensordict)
+
+    def _alpha_prime_loss(self, tensordict: TensorDictBase, penalties: torch.Tensor):
+        """``alpha' (tau - mean_i penalty_i)`` reduced; only ``log_alpha_prime`` gets gradient."""
+        dual = rlf.lagrange_dual_loss(
+            penalties.mean(0), self._alpha_prime(), self.target_action_gap
+        )
+        return self._reduce_replayed(dual.unsqueeze(-1), tensordict)
+
+    def _q_values_of_data(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``[E, *B, 1]`` values of the dataset's actions (with gradient)."""
+        return self._q_values(tensordict, self._get(tensordict, "action"))
+
+    # ----------------------------------------------------------------------------- losses
+    def q_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``loss_qvalue`` and ``td_error`` (``[E, *B]``, squared) (TorchRL's method name)."""
+        return self._q_regression(tensordict, self._q_values_of_data(tensordict))
+
+    loss_qvalue = q_loss
+
+    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``loss_cql`` (TorchRL's method name)."""
+        penalties = self._penalties(tensordict, self._q_values_of_data(tensordict))
+        return self._cql_loss(tensordict, penalties), {}
+
+    def alpha_prime_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``loss_alpha_prime`` (``with_lagrange`` only; TorchRL's method name)."""
+        with torch.no_grad():
+            penalties = self._penalties(tensordict, self._q_values_of_data(tensordict))
+        return self._alpha_prime_loss(tensordict, penalties), {}
+
+    def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """:meth:`rlloss.SACLoss.loss_actor`, its log-probs under ``tensor_keys.log_prob``."""
+        loss, info = self.loss_actor(tensordict)
+        return loss, {self.tensor_keys.log_prob: info["log_prob"]}
+
+    def actor_bc_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a~|s) - log pi(a|s)`` reduced, and ``bc_log_prob`` (the mean of
+        ``log pi(a|s)``, detached)."""
+        alpha = self._alpha()
+        action = self._get(tensordict, "action")
+        if self._tanh_normal:  # the distribution's parameters, computed once
+            params = self._actor_call.distribution_parameters(tensordict)
+            _, log_prob = self._squashed_sample(params, self._actor_call)
+            distribution = self._actor_call.from_parameters(params)
+        else:
+            distribution = self._actor_call(tensordict)
+            _, log_prob = self._sample(distribution, tensordict.batch_size)
+        key, owner = self.tensor_keys.action, type(self).__name__
+        data_log_prob = log_prob_of(distribution, action, key, owner)
+        loss = rlf.soft_behavior_cloning_loss(log_prob, data_log_prob, alpha)
+        loss = self._reduce_replayed(loss.unsqueeze(-1), tensordict)
+        return loss, {"bc_log_prob": data_log_prob.mean().detach()}
+
+    def alpha_loss(self, tensordict, mask_tensordict: TensorDictBase | None = None):
+        """``loss_alpha`` from ``actor_loss``'s metadata (``tensor_keys.log_prob``); the batch for
+        the padding mask and replay weights is ``mask_tensordict`` (TorchRL's signature)."""
+        log_prob = tensordict.get(self.tensor_keys.log_prob)
+        if mask_tensordict is None:
+            mask_tensordict = (
+                tensordict
+                if isinstance(tensordict, TensorDictBase)
+                else TensorDict({}, batch_size=log_prob.shape)
+            )
+        return self._temperature_loss(log_prob, mask_tensordict), {}
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Every loss, ``alpha`` and ``entropy``; writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        values = self._q_values_of_data(batch)
+        loss_qvalue, info = self._q_regression(batch, values)
+        penalties = self._penalties(batch, values)
+        loss_actor_bc, _ = self.actor_bc_loss(batch)
+        loss_actor, info_actor = self.loss_actor(batch)
+        log_prob = info_actor["log_prob"]
+        self._write_priority(tensordict, info["td_error"].amax(0))
+        out = {
+            "loss_actor": loss_actor,
+            "loss_actor_bc": loss_actor_bc,
+            "loss_qvalue": loss_qvalue,
+            "loss_cql": self._cql_loss(batch, penalties),
+            "loss_alpha": self._temperature_loss(log_prob, batch),
+            **self._addon_entries(info_actor),
+        }
+        if self.with_lagrange:
+            out["loss_alpha_prime"] = self._alpha_prime_loss(batch, penalties)
+        return self._outputs(out, log_prob, tensordict)

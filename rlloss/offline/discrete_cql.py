@@ -1,0 +1,67 @@
+"""Discrete conservative Q-learning: ``DiscreteCQLLoss`` (Kumar et al., "Conservative Q-Learning
+for Offline Reinforcement Learning", arXiv:2006.04779), on the Q-learning base."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._networks import entry
+from rlloss.offpolicy.q_learning import QLearningLoss
+
+
+class DiscreteCQLLoss(QLearningLoss):
+    """Discrete conservative Q-learning (Kumar et al., arXiv:2006.04779, CQL(H)) for offline RL:
+    DQN's regression, halved as TorchRL does (``loss_qvalue = 0.5 mean(L(Q(s, a), y))``, ``y``
+    the target network's greedy value), and ``loss_cql = mean(logsumexp_a Q(s, a) - Q(s,
+    a_data))`` (:func:`rlloss.functional.cql_penalty`); weight the two in the sum as the paper's
+    ``alpha`` asks.
+
+    TorchRL's ``DiscreteCQLLoss`` with the same keywords and outputs (``loss_qvalue``,
+    ``loss_cql``, and the batch means ``td_error`` (``[1]``), ``pred_value`` (over every action)
+    and ``target_value``); ``forward`` writes the per-sample squared TD error (``[*B, 1]``) into
+    the batch for prioritized replay.
+
+    Differences from TorchRL: the predicted action values are not written back into the
+    caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
+    here computes them itself).
+
+    Example:
+        >>> loss = DiscreteCQLLoss(QValueActor(net, in_keys=["observation"], spec=spec))
+        >>> out = loss(offline_batch)
+        >>> (out["loss_qvalue"] + alpha * out["loss_cql"]).backward()
+    """
+
+    out_keys = ["loss_qvalue", "loss_cql", "td_error", "pred_value", "target_value"]
+
+    def __init__(
+        self, value_network: nn.Module, *, loss_function: str = "l2", delay_value=True, **kwargs
+    ) -> None:
+        super().__init__(
+            value_network, loss_function=loss_function, delay_value=delay_value, **kwargs
+        )
+
+    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``mean(logsumexp_a Q(s, a) - Q(s, a_data))`` reduced (TorchRL's method name)."""
+        action_values, value = self._chosen_values(tensordict)
+        return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        action_values, value = self._chosen_values(batch)
+        target = self._td_target(batch, self._next_value(entry(batch, "next")))
+        td_error = rlf.td_error(value, target, "squared")
+        self._write_priority(tensordict, td_error)
+        loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)
+        out = {
+            "loss_qvalue": 0.5 * self._critic_loss(value, target, batch),
+            "loss_cql": loss_cql,
+            "td_error": td_error.mean(0),
+            "pred_value": action_values.detach().mean(),
+            "target_value": target.mean(),
+        }
+        return _compat.output_tensordict(out)

@@ -1,0 +1,62 @@
+"""TD3+BC: ``TD3BCLoss`` (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement
+Learning", arXiv:2106.06860), on the TD3 base."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from rlloss import functional as rlf
+from rlloss.addons import ActorOutput
+from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
+
+
+class TD3BCLoss(TwinDelayedLoss):
+    """TD3+BC (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement Learning",
+    arXiv:2106.06860): TD3's critic, and an actor that also imitates the dataset,
+    ``loss_actor = -lambda Q_1(s, mu(s)) + mean((mu(s) - a)^2)`` with ``lambda = alpha /
+    mean|Q_1(s, mu(s))|`` (:func:`rlloss.functional.td3_bc_actor_loss`).
+
+    TorchRL's ``TD3BCLoss`` with the same keywords and outputs: :class:`rlloss.TD3Loss`'s, plus
+    ``bc_loss`` and ``lmbd``; ``state_action_value_actor`` is ``Q_1(s, mu(s))``, ``[*B]``, as
+    TorchRL's (only ``Q_1`` is evaluated for the actor, as in :class:`rlloss.TD3Loss`).
+
+    Args:
+        alpha: the weight of the RL term, > 0 (default 2.5, the paper's).
+        Other arguments as :class:`rlloss.TD3Loss`.
+
+    Example:
+        >>> loss = TD3BCLoss(actor, qvalue, action_spec=env.action_spec, alpha=2.5)
+        >>> out = loss(offline_batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"]).backward()
+    """
+
+    _coefficient_ranges = {"alpha": {"low": 0.0, "low_open": True}}
+
+    def __init__(self, actor_network, qvalue_network, *, alpha: float = 2.5, **kwargs) -> None:
+        self._check_coefficient("alpha", alpha)
+        super().__init__(actor_network, qvalue_network, **kwargs)
+        self.alpha = float(alpha)
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [*super().out_keys, "bc_loss", "lmbd"]
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``-lambda Q_1(s, mu(s)) + BC`` reduced, and ``Q_1(s, mu(s))`` (``[*B]``), the BC
+        term and ``lambda`` (detached)."""
+        action = self._actor_call(tensordict)[self.tensor_keys.action]
+        value = self._q_values(tensordict, action, detach=True, members=1)
+        loss, bc_loss, lmbd = rlf.td3_bc_actor_loss(
+            value[0], action, self._get(tensordict, "action"), self.alpha
+        )
+        info = {
+            "state_action_value_actor": value[0].squeeze(-1).detach(),  # [*B], as TorchRL's
+            "bc_loss": bc_loss.detach(),
+            "lmbd": lmbd,
+        }
+        loss = self._reduce_replayed(loss, tensordict)
+        return self._with_policy_addons(loss, tensordict, ActorOutput(action=action), info)
+
+    actor_loss = loss_actor
+    qvalue_loss = TwinDelayedLoss.loss_qvalue  # TorchRL's TD3BCLoss calls its critic loss this

@@ -1,0 +1,181 @@
+"""SAC: ``SACLoss``, the soft actor-critic's actor, critic and temperature losses (SAC v2), with
+SAC v1's state-value network as a composed alternative backup.
+
+Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905; Haarnoja et
+al., "Soft Actor-Critic: Off-Policy Maximum Entropy Deep Reinforcement Learning with a Stochastic
+Actor", arXiv:1801.01290 (v1)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import functional as rlf
+from rlloss._networks import NetworkCall, entry
+from rlloss.offpolicy.soft_actor_critic import _OUT_KEYS, ContinuousSoftActorCritic
+
+
+class SoftQBackup:
+    """SAC v2's critic target: ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s', a') -
+    alpha log pi(a'|s'))``; no other network."""
+
+    out_keys: tuple[str, ...] = ()
+
+    @staticmethod
+    def critic_loss(loss: SACLoss, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        return ContinuousSoftActorCritic.loss_qvalue(loss, tensordict)
+
+    @staticmethod
+    def other_losses(loss: SACLoss, tensordict: TensorDictBase) -> dict:
+        return {}
+
+
+class StateValueBackup:
+    """SAC v1's critic target through a state-value network: ``y = r + gamma^n (1 - terminated)
+    V_target(s')``, with ``V`` trained by ``loss_value`` (:meth:`SACLoss.loss_value`)."""
+
+    out_keys: tuple[str, ...] = ("loss_value",)
+
+    @staticmethod
+    def critic_loss(loss: SACLoss, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        return loss._qvalue_v1_loss(tensordict)
+
+    @staticmethod
+    def other_losses(loss: SACLoss, tensordict: TensorDictBase) -> dict:
+        return {"loss_value": loss.loss_value(tensordict)}
+
+
+class SACLoss(ContinuousSoftActorCritic):
+    """SAC's actor, critic and temperature losses (SAC v2: no state-value network).
+
+    Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s',
+    a') - alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')`` from the current policy, no gradient.
+    Actor: ``alpha log pi(a~|s) - min_i Q_i(s, a~)`` with ``a~`` reparameterised (the critics
+    get no gradient from it). Temperature: ``-log alpha (log pi(a~|s) + target_entropy)``
+    (arXiv:1812.05905, eqs. 5, 7 and 18). The Q networks are an ensemble of ``num_qvalue_nets``
+    evaluated in one ``vmap`` call. ``forward`` writes ``td_error`` (``max_i |Q_i - y|``,
+    ``[*B]``) into the batch.
+
+    For a TorchRL ``ProbabilisticActor`` over ``TanhNormal`` the action and its log-probability
+    come from :func:`rlloss.functional.tanh_normal_sample_and_log_prob` on the actor's
+    ``loc``/``scale`` (no ``torch.distributions`` transform path, no host sync); any other
+    actor is sampled with its distribution's ``rsample`` and ``log_prob``.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (weights kept;
+            copies of a single module are re-initialised).
+        num_qvalue_nets, loss_function: as in TorchRL.
+        alpha_init: initial temperature; ``fixed_alpha``: keep it (``log_alpha`` is a buffer).
+        min_alpha, max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        action_spec: the action spec, for ``target_entropy="auto"`` (``-dim(A)``); without it
+            the actor's ``spec``, else the batch's action shape at the first call.
+        target_entropy: ``"auto"`` or a number.
+        delay_actor: not supported (SAC v2 samples target actions from the current policy).
+        delay_value: accepted and ignored, as TorchRL does for SAC v2 (it concerns the state-value
+            network of SAC v1, which SAC v2 does not have).
+        delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
+        gamma, reduction, use_prioritized_weights, priority_weighting,
+            policy_loss_addons: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
+
+    Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
+    ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
+    ``reduction="none"`` too; ``value_network`` (SAC v1), ``delay_actor=True``,
+    ``skip_done_states=True`` and ``separate_losses=True`` are not supported; the tanh is not
+    clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
+    pre-tanh value, finite at the bounds.
+
+    Example:
+        >>> loss = SACLoss(actor, [qvalue_1, qvalue_2], action_spec=env.action_spec)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    """
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        value_network: nn.Module | None = None,
+        *,
+        delay_value: bool = True,
+        **options,
+    ) -> None:
+        super().__init__(actor_network, qvalue_network, **options)
+        self.value_network = value_network
+        self.delay_value = delay_value
+        self._backup = SoftQBackup if value_network is None else StateValueBackup
+        if value_network is not None:  # SAC v1 (arXiv:1801.01290): V(s) and its target
+            self._expose_parameters("value_network")
+            self._value_call = NetworkCall(value_network, self.tensor_keys.value)
+            self._target_value = (
+                self._register_target_network("value_network", self.tensor_keys.value)
+                if delay_value
+                else self._register_detached_view("value_network", self.tensor_keys.value)
+            )
+
+    @property
+    def _version(self) -> int:
+        """TorchRL's attribute: 1 with a state-value network (SAC v1), else 2."""
+        return 1 if self._backup is StateValueBackup else 2
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [*_OUT_KEYS, *self._backup.out_keys]
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = super().in_keys
+        if self.value_network is None:
+            return keys
+        return list(dict.fromkeys([*keys, *self.value_network.in_keys]))
+
+    def _value_losses(self, tensordict: TensorDictBase) -> dict:
+        return self._backup.other_losses(self, tensordict)
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
+        (``y`` from the backup: SAC v2's soft Q target, or SAC v1's state value)."""
+        return self._backup.critic_loss(self, tensordict)
+
+    def loss_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """SAC v1's state-value loss ``L(V(s), min_i Q_i,target(s, a~) - alpha log pi(a~|s))``
+        reduced, ``a~`` from the target policy (the current one without ``delay_actor``), no
+        gradient through the target (arXiv:1801.01290, eq. 5)."""
+        alpha = self._alpha()
+        with torch.no_grad():
+            action, log_prob = self._policy_sample(tensordict, self._target_actor_call)
+            values = self._q_values(
+                tensordict, action, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            target = rlf.soft_value(rlf.clipped_double_q_value(values), log_prob, alpha)
+        value = self._value_call(tensordict)[self.tensor_keys.value]
+        loss = rlf.distance(value, target, self.loss_function)
+        return self._reduce_replayed(loss, tensordict)
+
+    def _qvalue_v1_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """SAC v1's critic loss, as TorchRL computes it: ``y = r + gamma^n (1 - terminated)
+        V_target(s')`` and each Q network regressed on its own ``1 / num_qvalue_nets`` of the
+        batch (the batch size must be a multiple of it); ``td_error = (Q_i - y)^2``."""
+        with torch.no_grad():
+            next_value = self._target_value(entry(tensordict, "next"))[self.tensor_keys.value]
+            target = self._td_target(tensordict, next_value)
+        n, size = self.num_qvalue_nets, tensordict.batch_size
+        if size[0] % n:
+            raise RuntimeError(
+                f"SACLoss (SAC v1): the batch's first dimension ({size[0]}) must be a multiple "
+                f"of num_qvalue_nets={n}: each Q network is trained on its own share of it."
+            )
+        values = self._q_values(tensordict, self._get(tensordict, "action"))  # [n, *B, 1]
+        own = values.reshape(n, n, -1, *values.shape[2:]).diagonal(dim1=0, dim2=1)
+        own = own.movedim(-1, 0).reshape(values.shape[1:])
+        loss = rlf.distance(own, target, self.loss_function)
+        info = {
+            "td_error": (own - target).pow(2).reshape(size),
+            **self._regression_diagnostics(own, target),
+        }
+        return self._reduce_replayed(loss, tensordict), info

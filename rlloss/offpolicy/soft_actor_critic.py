@@ -1,0 +1,387 @@
+"""The soft actor-critic base shared by SAC, discrete SAC, CQL, TQC, REDQ and CrossQ: the Q
+ensemble, the temperature and its loss, and (for continuous actions) the policy sample with its
+log-prob, Q at substituted actions, the soft target and the actor and critic losses.
+
+Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import (
+    CompositeDistribution,
+    set_composite_lp_aggregate,
+)
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import Composite
+from torchrl.modules import TanhNormal
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import (
+    check_choice,
+    check_in_range,
+    check_network,
+)
+from rlloss._networks import (
+    DistributionCall,
+    entry,
+    network_inputs,
+    sum_heads,
+)
+from rlloss.addons import ActorOutput
+from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
+
+_OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+
+
+class _SoftActorCritic(TDTargetLoss):
+    """What both SAC losses share: the Q ensemble, the temperature ``alpha = exp(log_alpha)``
+    (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
+    before each use, as TorchRL does), its loss and the outputs.
+
+    ``value``: the name of the key the Q networks write (``tensor_keys.<value>``); the other
+    keywords are documented in :class:`SACLoss`, ``replay`` in
+    :class:`rlloss.offpolicy.TDTargetLoss`.
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+        """The keys both SAC losses have (besides the replay keys)."""
+
+        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
+
+    out_keys = _OUT_KEYS
+    # with separate_losses, critic layers shared with the actor stay the actor's parameters
+    # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
+    _ties_shared_layers = False
+    _actor_loss_key = "loss_actor"
+    # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
+    _schedulable_buffers = frozenset(
+        {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
+    )
+
+    def __init__(
+        self,
+        actor_network,
+        qvalue_network,
+        *,
+        value: str,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
+        delay_qvalue: bool = True,
+        delay_actor: bool = False,
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        priority_key: NestedKey | None = None,
+        **replay,
+    ) -> None:
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
+        super().__init__(loss_function=loss_function, **replay)
+        if scalar_output_mode is not None:
+            check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
+        self.scalar_output_mode = scalar_output_mode or "exclude"
+        self.skip_done_states = skip_done_states
+        self.deactivate_vmap = deactivate_vmap  # same numbers: the ensemble path is rlloss's own
+        if priority_key is not None:  # removed from TorchRL's constructors: the same error
+            raise RuntimeError(
+                f"{type(self).__name__}: setting priority_key via the constructor is deprecated "
+                f"(as in TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
+            )
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
+        check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
+        for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if bound is not None:
+                check_in_range(name, bound, 0.0, low_open=True)
+        if min_alpha is not None and max_alpha is not None:
+            check_in_range("max_alpha", max_alpha, min_alpha)
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        self.delay_qvalue = delay_qvalue
+        self.fixed_alpha = fixed_alpha
+        device = next(actor_network.parameters()).device
+
+        def log_of(bound):
+            return None if bound is None else torch.tensor(math.log(bound), device=device)
+
+        log_alpha = log_of(alpha_init)
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+        self.register_buffer("min_log_alpha", log_of(min_alpha))
+        self.register_buffer("max_log_alpha", log_of(max_alpha))
+
+        self.actor_network = actor_network
+        self._expose_parameters("actor_network")
+        self.delay_actor = delay_actor
+        self._actor_call = DistributionCall(actor_network)
+        self._target_actor_call = None  # SAC v1's value target samples from it (v2: unused)
+        if delay_actor:
+            target_actor = self._register_target_network("actor_network")
+            self._target_actor_call = DistributionCall(target_actor.module)
+        self._qvalue = self._register_ensemble(
+            "qvalue_network",
+            qvalue_network,
+            self.num_qvalue_nets,
+            target=delay_qvalue,
+            until=getattr(self.tensor_keys, value),
+            tied_to="actor_network" if self.separate_losses and self._ties_shared_layers else None,
+        )
+
+    qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        actor_in_keys = self.actor_network.in_keys
+        keys = [*actor_in_keys, *self._qvalue.in_keys, self.tensor_keys.action]
+        return self._transition_keys(keys, actor_in_keys)
+
+    def _alpha(self) -> torch.Tensor:
+        """``exp(log_alpha)`` (no gradient), after projecting ``log_alpha`` in place onto
+        ``[log min_alpha, log max_alpha]`` (TorchRL's behaviour; no host sync)."""
+        if self.min_log_alpha is not None or self.max_log_alpha is not None:
+            with torch.no_grad():
+                self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
+        return self.log_alpha.detach().exp()
+
+    def _soft_critic_loss(
+        self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i, y)`` reduced; ``td_error = max_i |Q_i - y|`` ``[*B]``, the targets
+        ``[*B]`` and the values ``[num_qvalue_nets, *B]`` (detached)."""
+        info = {
+            "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
+            **self._regression_diagnostics(values, target),
+        }
+        return self._ensemble_critic_loss(values, target, tensordict), info
+
+    def _temperature_loss(self, log_prob: torch.Tensor, tensordict: TensorDictBase):
+        """``-log_alpha (log pi + target_entropy)`` reduced (only ``log_alpha`` gets gradient)."""
+        loss = rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        return self._reduce_replayed(loss.unsqueeze(-1), tensordict)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
+        ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        loss_qvalue, info = self.loss_qvalue(batch)
+        value_losses = self._value_losses(batch)
+        loss_actor, info_actor = self.loss_actor(batch)
+        log_prob = info_actor["log_prob"]
+        self._write_priority(tensordict, info["td_error"])
+        out = {
+            "loss_actor": loss_actor,
+            "loss_qvalue": loss_qvalue,
+            "loss_alpha": self._temperature_loss(log_prob, batch),
+            **value_losses,
+            **self._addon_entries(info_actor),
+        }
+        return self._outputs(out, log_prob, tensordict)
+
+    def _outputs(self, losses: dict, log_prob: torch.Tensor, tensordict: TensorDictBase):
+        """The losses with ``alpha`` and ``entropy`` (``-mean(log pi)``): one TensorDict of
+        scalars, or with ``reduction="none"`` of per-sample losses (the two scalars as non-tensor
+        entries with ``scalar_output_mode="non_tensor"``, else left out, as TorchRL)."""
+        scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}
+        if self.reduction != "none":
+            return _compat.output_tensordict({**losses, **scalars})
+        out = TensorDict(losses, batch_size=tensordict.batch_size)  # per-sample losses
+        if self.scalar_output_mode == "non_tensor":
+            for name, value in scalars.items():
+                out.set_non_tensor(name, value)
+        return out
+
+    def _value_losses(self, tensordict: TensorDictBase) -> dict:
+        """Losses of networks besides the actor, critics and temperature (SAC v1's V)."""
+        return {}
+
+    def _skip_done(self, tensordict: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
+        """With ``skip_done_states``, ``value`` (``[*B, ...]``) is 0 at transitions whose next
+        state is done, as TorchRL's (which does not run the actor there)."""
+        if not self.skip_done_states:
+            return value
+        done = self._get(tensordict, "done", nested=True).reshape(tensordict.batch_size)
+        done = done.reshape(*done.shape, *(1,) * (value.ndim - done.ndim))
+        return torch.where(done, torch.zeros((), dtype=value.dtype, device=value.device), value)
+
+
+class ContinuousSoftActorCritic(_SoftActorCritic):
+    """The continuous-action soft actor-critic steps every SAC-family loss shares (SAC v2, no
+    state-value network): a reparameterised policy sample with its log-prob
+    (:meth:`_policy_sample`), the Q ensemble at substituted actions (:meth:`_q_values`), the soft
+    target (:meth:`_soft_target`), the actor loss (:meth:`loss_actor`) and the critic loss
+    (:meth:`loss_qvalue`). :class:`rlloss.SACLoss`, ``CQLLoss``, ``TQCLoss``, ``REDQLoss`` and
+    ``CrossQLoss`` each add their own pieces; the keywords are documented in
+    :class:`rlloss.SACLoss`.
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
+        """Keys read by the continuous SAC losses (``priority``: ``max_i |TD error|``, ``[*B]``)."""
+
+        action: NestedKey = "action"  # the action taken, and the actor's sample key
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        action_spec=None,
+        target_entropy: str | float = "auto",
+        **options,
+    ) -> None:
+        super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
+        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
+        if len(sample_keys) == 1:
+            self.set_keys(action=sample_keys[0])
+        self._qvalue_action_key = self.tensor_keys.action
+        self._tanh_normal = self._tanh_normal_bounds(actor_network)
+        if target_entropy == "auto":
+            action_spec = (
+                action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+            )
+            target_entropy = self._action_entropy_target(action_spec)
+        self._target_entropy_from_batch = target_entropy is None
+        self.register_buffer(
+            "target_entropy",
+            torch.tensor(
+                math.nan if target_entropy is None else float(target_entropy),
+                device=self.log_alpha.device,
+            ),
+        )
+
+    def _tanh_normal_bounds(self, actor_network) -> bool:
+        """Register ``action_low``/``action_high`` and return ``True`` when the actor is a
+        TanhNormal ``ProbabilisticActor`` that rlloss can sample directly from its parameters."""
+        head = self._actor_call.head
+        if not self._actor_call.direct or head.distribution_class is not TanhNormal:
+            return False
+        kwargs = dict(head.distribution_kwargs)
+        if kwargs.get("tanh_loc", False) or kwargs.get("event_dims", 1) != 1:
+            return False
+        if set(self._actor_call.parameter_keys) != {"loc", "scale"}:
+            return False
+        device = self.log_alpha.device
+        dtype = torch.get_default_dtype()
+        for name, bound in (("low", -1.0), ("high", 1.0)):
+            value = torch.as_tensor(kwargs.get(name, bound), dtype=dtype, device=device)
+            self.register_buffer(f"action_{name}", value.clone())
+        return True
+
+    def _action_entropy_target(self, action_spec) -> float | None:
+        """``-dim(A)`` from a spec (TorchRL's rule), or ``None`` to read it from the batch."""
+        if action_spec is None:
+            return None
+        container_shape = torch.Size([])
+        if isinstance(action_spec, Composite):
+            container_shape = action_spec.shape
+            action_spec = action_spec.get(self.tensor_keys.action, None)
+        if action_spec is None:  # e.g. a ProbabilisticActor built without a spec
+            return None
+        return -float(action_spec.shape[len(container_shape) :].numel())
+
+    def _policy_sample(
+        self, batch: TensorDictBase, call: DistributionCall | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``[*B, D]`` from the current policy (or the one ``call``
+        builds) and its log-prob ``[*B]``."""
+        call = self._actor_call if call is None else call
+        if self._tanh_normal:
+            return self._squashed_sample(call.distribution_parameters(batch), call)
+        return self._sample(call(batch), batch.batch_size)
+
+    def _squashed_sample(
+        self, params: dict, call: DistributionCall, repeats: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tanh-Normal action and its log-prob from the actor's parameters (``params``, as
+        ``call.distribution_parameters`` returns them); with ``repeats``, ``repeats`` actions
+        per state, in a row along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``)."""
+        keys = call.parameter_keys
+        loc, scale = params[keys["loc"]], params[keys["scale"]]
+        if repeats > 1:
+            loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
+        return rlf.tanh_normal_sample_and_log_prob(loc, scale, self.action_low, self.action_high)
+
+    @staticmethod
+    def _sample(distribution, batch_size: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action of ``distribution`` and its log-prob ``[*B]``."""
+        if isinstance(distribution, CompositeDistribution):  # a TensorDict of actions
+            with set_composite_lp_aggregate(False):
+                action = distribution.rsample()
+                return action, sum_heads(distribution.log_prob(action), batch_size)
+        action = distribution.rsample()
+        return action, distribution.log_prob(action)
+
+    def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
+        key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
+        inputs = network_inputs(batch, self._qvalue, exclude=key)
+        inputs[key] = action
+        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+
+    def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
+        alpha = self._alpha()
+        action, log_prob = self._policy_sample(tensordict)
+        value = self._policy_value(self._q_values(tensordict, action, detach=True))
+        loss = -rlf.soft_value(value, log_prob, alpha)
+        self._fill_target_entropy(tensordict, action)
+        loss = self._reduce_replayed(loss, tensordict)
+        # for add-ons: the sample, and the distribution (the actor runs again if one asks)
+        actor = ActorOutput(action=action, distribution=lambda: self._actor_call(tensordict))
+        return self._with_policy_addons(loss, tensordict, actor, {"log_prob": log_prob.detach()})
+
+    def _fill_target_entropy(self, tensordict: TensorDictBase, action: torch.Tensor) -> None:
+        """``target_entropy="auto"`` without a spec: ``-dim(A)`` from the batch's action shape,
+        written while the buffer is still unset (NaN); in place, no Python state changes, so a
+        compiled loss does not recompile."""
+        if self._target_entropy_from_batch:
+            dim = float(action.shape[tensordict.ndim :].numel())
+            unset = self.target_entropy.isnan()
+            self.target_entropy.copy_(torch.where(unset, -dim, self.target_entropy))
+
+    def _policy_value(self, values: torch.Tensor) -> torch.Tensor:
+        """The critics' estimate ``[*B, 1]`` of ``Q(s, a~)`` that the actor maximises, from the
+        ensemble's outputs ``[num_qvalue_nets, *B, 1]``: ``min_i Q_i``."""
+        return rlf.clipped_double_q_value(values)
+
+    def _next_soft_value(
+        self, next_values: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """The soft value of the next state, ``min_i Q_i,target(s', a') - alpha log pi(a'|s')``
+        ``[*B, 1]``, from the target critics' outputs ``[num_qvalue_nets, *B, 1]``."""
+        return rlf.soft_value(rlf.clipped_double_q_value(next_values), next_log_prob, alpha)
+
+    def _soft_target(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The critics' regression target ``r + gamma^n (1 - terminated) V(s')`` (no gradient),
+        ``V(s')`` from :meth:`_next_soft_value` with ``a' ~ pi(.|s')``."""
+        alpha = self._alpha()
+        with torch.no_grad():
+            next_batch = entry(tensordict, "next")
+            next_action, next_log_prob = self._policy_sample(next_batch)
+            next_action = self._skip_done(tensordict, next_action)
+            next_log_prob = self._skip_done(tensordict, next_log_prob)
+            next_values = self._q_values(
+                next_batch, next_action, target=self.delay_qvalue, detach=not self.delay_qvalue
+            )
+            next_value = self._next_soft_value(next_values, next_log_prob, alpha)
+            return self._td_target(tensordict, next_value)
+
+    def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
+        (see :meth:`_soft_critic_loss`)."""
+        target = self._soft_target(tensordict)
+        values = self._q_values(tensordict, self._get(tensordict, "action"))
+        return self._soft_critic_loss(values, target, tensordict)

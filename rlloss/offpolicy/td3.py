@@ -1,0 +1,46 @@
+"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al., "Addressing Function
+Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+
+from __future__ import annotations
+
+from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
+
+
+class TD3Loss(TwinDelayedLoss):
+    """TD3's actor and critic losses.
+
+    Critic: ``sum_i L(Q_i(s, a), y)`` with ``y = r + gamma^n (1 - terminated) min_i Q_i,target(s',
+    a')`` and ``a' = clip(mu_target(s') + clip(eps, -noise_clip, noise_clip), low, high)``,
+    ``eps ~ N(0, policy_noise^2)`` (target policy smoothing, clipped double Q). Actor: ``-Q_1(s,
+    mu(s))`` (the critics get no gradient from it). The Q networks are an ensemble of
+    ``num_qvalue_nets`` evaluated in one ``vmap`` call. :meth:`loss_actor` and
+    :meth:`loss_qvalue` can be called separately (delayed actor updates); ``forward`` returns
+    both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)
+    into the batch for prioritized replay.
+
+    Args:
+        actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
+        qvalue_network: a module reading the observation and ``action`` and writing
+            ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (their weights
+            kept; copies of a single module are re-initialised).
+        action_spec / bounds: the action bounds for the smoothed target action (exactly one).
+        num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
+        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
+            see :class:`rlloss.offpolicy.TDTargetLoss`.
+
+    Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
+    network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
+    times the work), so ``state_action_value_actor`` is ``[1, *B]`` (TorchRL's
+    ``[num_qvalue_nets, *B]``; index 0 is the same in both); copies of a single Q module are
+    re-initialised with each layer's ``reset_parameters`` (TorchRL draws them uniformly between
+    the original weights' min and max); ``priority_weighting`` defaults to the PER paper's mean;
+    ``separate_losses`` is not supported.
+
+    Example:
+        >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
+        >>> critic_loss, _ = loss.loss_qvalue(batch)
+        >>> if step % 2 == 0:
+        ...     actor_loss, _ = loss.loss_actor(batch)
+    """
+

@@ -1,0 +1,155 @@
+"""Truncated quantile critics: ``TQCLoss`` (Kuznetsov et al., "Controlling Overestimation Bias
+with Truncated Mixture of Continuous Distributional Quantile Critics", arXiv:2005.04269)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlloss import functional as rlf
+from rlloss._checks import (
+    check_in_range,
+    refuse_unknown_keywords,
+)
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
+
+# TorchRL's TQCLoss keywords besides the networks, passed on to the soft actor-critic base (with rlloss's
+# ``priority_weighting``); SACLoss's others (``loss_function``, ``value_network``, ``gamma``...)
+# have no meaning here and are refused.
+_TQC_OPTIONS = frozenset(
+    {
+        "alpha_init",
+        "min_alpha",
+        "max_alpha",
+        "action_spec",
+        "fixed_alpha",
+        "target_entropy",
+        "delay_qvalue",
+        "separate_losses",
+        "reduction",
+        "deactivate_vmap",
+        "skip_done_states",
+        "use_prioritized_weights",
+        "scalar_output_mode",
+        "priority_weighting",
+        "policy_loss_addons",
+    }
+)
+
+
+class TQCLoss(ContinuousSoftActorCritic):
+    """TQC's actor, critic and temperature losses: SAC with quantile critics.
+
+    Each of the ``num_qvalue_nets`` critics outputs ``M`` atoms ``theta_n^m(s, a)`` (the last
+    dim of ``state_action_value``, ``[*B, M]``). Critic: the target critics' ``N M`` atoms at
+    ``(s', a')``, ``a' ~ pi(.|s')``, are pooled and sorted and the ``d N`` largest dropped
+    (``d = top_quantiles_to_drop_per_net``, :func:`rlloss.functional.truncated_mixture_atoms`);
+    the kept atoms give ``y_k = r + gamma^n (1 - terminated) (z_(k) - alpha log pi(a'|s'))``
+    and each critic is trained by the quantile Huber loss against all of them, summed over the
+    critics (:func:`rlloss.functional.quantile_huber_loss`; arXiv:2005.04269).
+    Actor: ``alpha log pi(a~|s) - 1/(N M) sum_n sum_m theta_n^m(s, a~)`` (the critics
+    get no gradient from it). Temperature: SAC's. ``forward`` writes ``td_error`` (``max_n``
+    of the mean ``|y_k - theta_n^m|`` over the atom pairs, ``[*B]``) into the batch.
+
+    Args:
+        actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
+        qvalue_network: a module writing ``state_action_value`` of shape ``[*B, M]``, or a list
+            of ``num_qvalue_nets`` such modules.
+        num_qvalue_nets: the number of critics ``N`` (default 5).
+        top_quantiles_to_drop_per_net: ``d``, the pooled atoms dropped per critic (default 2;
+            ``d N`` in all, fewer than ``N M``).
+        Other arguments: as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
+        one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
+
+    Differences from TorchRL: those of :class:`rlloss.SACLoss` (``priority_weighting``
+    defaults to the PER paper's mean, ``alpha`` and ``entropy`` come with ``reduction="none"``
+    too, no ``safe_tanh`` clamp); ``skip_done_states`` changes no number: the actor runs at
+    terminal next states too and their next value is discarded by ``terminated``, NaN-safe
+    (TorchRL does not run it there, so its random stream differs).
+
+    Example:
+        >>> loss = TQCLoss(actor, quantile_critic, num_qvalue_nets=5, action_spec=spec)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    """
+
+    _one_step_targets_only = True  # the targets are per atom
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        num_qvalue_nets: int = 5,
+        top_quantiles_to_drop_per_net: int = 2,
+        **options,
+    ) -> None:
+        refuse_unknown_keywords("TQCLoss", options, _TQC_OPTIONS)
+        drop = top_quantiles_to_drop_per_net
+        if isinstance(drop, (int, float)) and drop < 0:  # TorchRL's words
+            raise ValueError(
+                f"TQCLoss: top_quantiles_to_drop_per_net must be greater than or equal to zero, "
+                f"got {drop}."
+            )
+        check_in_range("top_quantiles_to_drop_per_net", drop, 0, integer=True)
+        super().__init__(actor_network, qvalue_network, num_qvalue_nets=num_qvalue_nets, **options)
+        self.top_quantiles_to_drop_per_net = int(drop)
+
+    # TorchRL's names for the two losses and the target
+    actor_loss = ContinuousSoftActorCritic.loss_actor
+
+    def qvalue_v2_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's name of :meth:`loss_qvalue`."""
+        return self.loss_qvalue(tensordict)
+
+    def compute_target(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The kept target atoms ``y_k`` (no gradient), ``[*B, N M - d N]``."""
+        return self._soft_target(tensordict)
+
+    def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``[num_qvalue_nets, *B, M]`` atoms of ``action`` at the batch's observations."""
+        quantiles = super()._q_values(batch, action, **kwargs)
+        if quantiles.ndim != batch.ndim + 2:
+            raise RuntimeError(
+                "TQCLoss: the critic must write one quantile dim after the batch dims "
+                f"({tuple(batch.batch_size)}), got {self.tensor_keys.state_action_value!r} "
+                f"of shape {tuple(quantiles.shape[1:])}."
+            )
+        return quantiles
+
+    def _policy_value(self, values: torch.Tensor) -> torch.Tensor:
+        """The mixture's mean ``1/(N M) sum_n sum_m theta_n^m``, ``[*B, 1]``: the actor sees
+        every atom (only the critic's target is truncated)."""
+        return values.mean((0, -1)).unsqueeze(-1)
+
+    def _next_soft_value(
+        self, next_values: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """The kept atoms of the pooled target mixture minus ``alpha log pi(a'|s')``,
+        ``[*B, N M - d N]``."""
+        num_quantiles = next_values.shape[-1]
+        if self.top_quantiles_to_drop_per_net >= num_quantiles:
+            raise ValueError(
+                f"TQCLoss: top_quantiles_to_drop_per_net={self.top_quantiles_to_drop_per_net} "
+                f"must be smaller than the critic's number of quantiles ({num_quantiles})."
+            )
+        dropped = self.top_quantiles_to_drop_per_net * self.num_qvalue_nets
+        atoms = rlf.truncated_mixture_atoms(next_values, dropped)
+        return rlf.soft_value(atoms, next_log_prob.unsqueeze(-1).expand_as(atoms), alpha)
+
+    def _skip_done(self, tensordict: TensorDictBase, value: torch.Tensor) -> torch.Tensor:
+        """Nothing to skip: a terminal next state's value is discarded by ``terminated``
+        (NaN-safe) and a truncated one bootstraps."""
+        return value
+
+    def _soft_critic_loss(
+        self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, dict]:
+        """``sum_n`` of each critic's quantile Huber loss against the target atoms, reduced,
+        and ``td_error`` ``[*B]``."""
+        target = target.expand(values.shape[0], *target.shape)
+        loss = rlf.quantile_huber_loss(values, target).sum(0).unsqueeze(-1)
+        td_error = rlf.quantile_td_error(values, target).max(0).values
+        return self._reduce_replayed(loss, tensordict), {"td_error": td_error}
