@@ -110,8 +110,8 @@ class ApiPage:
     names: tuple[str, ...]  # the public paths it documents, e.g. ("rlloss.ClipPPOLoss",)
 
     def markdown(self) -> str:
-        if len(self.names) == 1:
-            return f"# {self.title}\n\n::: {self.names[0]}\n"
+        if len(self.names) == 1:  # the object's own heading is the page's title
+            return f"::: {self.names[0]}\n"
         sections = "\n\n".join(f"::: {name}\n    options:\n      heading_level: 2"
                                for name in self.names)
         return f"# {self.title}\n\n{sections}\n"
@@ -286,6 +286,28 @@ def on_files(files, config, **kwargs):
             files.append(File(figure, str(ROOT), config["site_dir"],
                               config["use_directory_urls"]))
     return files
+
+
+# Sphinx roles in the docstrings (":class:`PPOLoss`"), as rendered: the code span after the role.
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>~?([\w.]+?)(?:\(\))?</code>")
+
+
+def sphinx_roles_to_links(html: str, public: set[str]) -> str:
+    """A role naming a public name becomes a link to its entry, any other one a code span."""
+
+    def link(match: re.Match) -> str:
+        target = match.group(1)
+        for full in (target, f"rlloss.{target}", f"rlloss.functional.{target}",
+                     f"rlloss.data.{target}"):
+            if full in public:
+                return f'<autoref identifier="{full}" optional><code>{target}</code></autoref>'
+        return f"<code>{target}</code>"
+
+    return _ROLE.sub(link, html)
+
+
+def on_page_content(html, page, config, files, **kwargs):
+    return sphinx_roles_to_links(html, {n for p in _pages for n in p.names})
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
