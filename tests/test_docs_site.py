@@ -14,6 +14,7 @@ import functools
 import html
 import http.server
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -71,9 +72,17 @@ def test_readme_links_into_the_site_resolve():
         assert relative in generated or (ROOT / link).is_file(), link
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the site quietly and records what the browser asked for."""
+
+    requested: list[str]
+
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        self.requested.append(self.path)
+        super().do_GET()
 
 
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
@@ -116,8 +125,10 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         for name in page.names:
             assert f'id="{name}"' in built, (page.path, name)
 
+    requested: list[str] = []
+    handler = type("Handler", (_RecordingHandler,), {"requested": requested})
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(site)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     artifacts = Path(os.environ.get("RLLOSS_ARTIFACTS") or tmp_path)
@@ -145,6 +156,12 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         assert re.search(rf'class="md-nav__link[^"]*"[^>]*>.*?{re.escape(entry)}', home, re.S), entry
     assert "Correct" in home_text and "Drop-in" in home_text
     assert re.search(r'<input[^>]*class="md-search__input"[^>]*placeholder="Search"', home)
+    # search: the page started Material's search worker, which fetched the index, and the index
+    # holds the API pages
+    assert any(p.startswith("/assets/javascripts/workers/search.") for p in requested), requested
+    assert "/search/search_index.json" in requested, requested
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert any(doc["location"].startswith("api/ClipPPOLoss/") for doc in index["docs"])
 
     # an API page: its title, the class under its public path, its signature, its docstring
     assert re.search(r"<title>\s*ClipPPOLoss - rlloss\s*</title>", api)
