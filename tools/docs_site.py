@@ -179,12 +179,11 @@ def api_index_markdown(pages: list[ApiPage]) -> str:
     for page in pages:
         if page.section != section:
             section = page.section
-            out += ["", f"## {' / '.join(section)}", "", "| name | summary |", "|---|---|"]
+            out += ["", f"## {' / '.join(section)}", ""]
         for full in page.names:
             module_name, name = full.rsplit(".", 1)
             obj = getattr(importlib.import_module(module_name), name)
-            summary = _summary(obj).replace("|", "\\|")
-            out.append(f"| [`{full}`][{full}] | {summary} |")
+            out.append(f"- [`{full}`][{full}]: {_summary(obj)}")
     return "\n".join(out) + "\n"
 
 
