@@ -88,12 +88,24 @@ class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
-            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
-            "--virtual-time-budget=5000", *args,
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            *args,
         ],
-        capture_output=True, text=True, timeout=180, check=True,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
     )
 
 
@@ -112,11 +124,18 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
 
     site = tmp_path / "site"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), "NO_MKDOCS_2_WARNING": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "NO_MKDOCS_2_WARNING": "1",
+    }
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert build.returncode == 0, build.stdout + build.stderr
     assert "WARNING" not in build.stdout + build.stderr
@@ -128,7 +147,8 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     requested: list[str] = []
     handler = type("Handler", (_RecordingHandler,), {"requested": requested})
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(site)))
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(site))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     artifacts = Path(os.environ.get("RLLOSS_ARTIFACTS") or tmp_path)
@@ -136,14 +156,21 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         home = _chromium("--dump-dom", f"{base}/", profile=tmp_path / "profile-home").stdout
-        api = _chromium("--dump-dom", f"{base}/api/ClipPPOLoss/",
-                        profile=tmp_path / "profile-api").stdout
+        api = _chromium(
+            "--dump-dom", f"{base}/api/ClipPPOLoss/", profile=tmp_path / "profile-api"
+        ).stdout
         screenshots = {}
-        for name, url in (("docs-home.png", f"{base}/"),
-                          ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/")):
+        for name, url in (
+            ("docs-home.png", f"{base}/"),
+            ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
+        ):
             screenshots[name] = artifacts / name
-            _chromium(f"--screenshot={screenshots[name]}", "--window-size=1280,900", url,
-                      profile=tmp_path / f"profile-{name}")
+            _chromium(
+                f"--screenshot={screenshots[name]}",
+                "--window-size=1280,900",
+                url,
+                profile=tmp_path / f"profile-{name}",
+            )
     finally:
         server.shutdown()
         server.server_close()
@@ -151,9 +178,18 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     # the home page: its title, the navigation, the search box
     assert re.search(r"<title>\s*rlloss\s*</title>", home)
     home_text = _text(home)
-    for entry in ("Getting started", "Guides", "Policy-loss add-ons", "Differences from TorchRL",
-                  "Tutorials", "Benchmarks", "API reference"):
-        assert re.search(rf'class="md-nav__link[^"]*"[^>]*>.*?{re.escape(entry)}', home, re.S), entry
+    for entry in (
+        "Getting started",
+        "Guides",
+        "Policy-loss add-ons",
+        "Differences from TorchRL",
+        "Tutorials",
+        "Benchmarks",
+        "API reference",
+    ):
+        assert re.search(rf'class="md-nav__link[^"]*"[^>]*>.*?{re.escape(entry)}', home, re.S), (
+            entry
+        )
     assert "Correct" in home_text and "Drop-in" in home_text
     assert re.search(r'<input[^>]*class="md-search__input"[^>]*placeholder="Search"', home)
     # search: the page started Material's search worker, which fetched the index, and the index
@@ -179,4 +215,3 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         data = path.read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, path
         print(f"screenshot: {path}")
-

@@ -49,8 +49,10 @@ KNOWN_DOCSTRING_LINES = (
 class _KnownDocstringLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not any(f"Failed to get 'name: description' pair from '{line}'" in message
-                       for line in KNOWN_DOCSTRING_LINES)
+        return not any(
+            f"Failed to get 'name: description' pair from '{line}'" in message
+            for line in KNOWN_DOCSTRING_LINES
+        )
 
 
 logging.getLogger("mkdocs.plugins.griffe").addFilter(_KnownDocstringLines())
@@ -59,25 +61,54 @@ logging.getLogger("mkdocs.plugins.griffe").addFilter(_KnownDocstringLines())
 # page, under "Other" (the pages follow ``__all__``, the grouping is only for the reader).
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "On-policy losses": (
-        "PPOLoss", "ClipPPOLoss", "KLPENPPOLoss", "RPOLoss", "A2CLoss", "ReinforceLoss",
+        "PPOLoss",
+        "ClipPPOLoss",
+        "KLPENPPOLoss",
+        "RPOLoss",
+        "A2CLoss",
+        "ReinforceLoss",
     ),
     "Off-policy losses": (
-        "DQNLoss", "DDQNLoss", "DistributionalDQNLoss", "DDPGLoss", "TD3Loss", "SACLoss",
-        "DiscreteSACLoss", "REDQLoss", "CrossQLoss", "TQCLoss", "MPOLoss", "DiscreteMPOLoss",
+        "DQNLoss",
+        "DDQNLoss",
+        "DistributionalDQNLoss",
+        "DDPGLoss",
+        "TD3Loss",
+        "SACLoss",
+        "DiscreteSACLoss",
+        "REDQLoss",
+        "CrossQLoss",
+        "TQCLoss",
+        "MPOLoss",
+        "DiscreteMPOLoss",
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Base class": ("LossModule",),
     "Value estimators": (
-        "GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator", "VTrace", "MultiAgentGAE",
+        "GAE",
+        "TD0Estimator",
+        "TD1Estimator",
+        "TDLambdaEstimator",
+        "VTrace",
+        "MultiAgentGAE",
         "ValueEstimator",
     ),
     "Policy-loss add-ons": ("PolicyLossAddon", "BehaviorCloning", "AttractionKL", "ActorOutput"),
     "Training helpers": (
-        "KLAdaptiveLR", "PiecewiseSchedule", "KLEarlyStopping", "kl_exceeds", "RewardNormalizer",
-        "ValueNormalizer", "chunk_sequences", "recurrent_state_keys",
+        "KLAdaptiveLR",
+        "PiecewiseSchedule",
+        "KLEarlyStopping",
+        "kl_exceeds",
+        "RewardNormalizer",
+        "ValueNormalizer",
+        "chunk_sequences",
+        "recurrent_state_keys",
     ),
     "Target networks and the compiled update": (
-        "SoftUpdate", "HardUpdate", "compile_update", "Update",
+        "SoftUpdate",
+        "HardUpdate",
+        "compile_update",
+        "Update",
     ),
     "Errors and checks": ("MissingKeyError", "set_checks"),
 }
@@ -112,8 +143,9 @@ class ApiPage:
     def markdown(self) -> str:
         if len(self.names) == 1:  # the object's own heading is the page's title
             return f"::: {self.names[0]}\n"
-        sections = "\n\n".join(f"::: {name}\n    options:\n      heading_level: 2"
-                               for name in self.names)
+        sections = "\n\n".join(
+            f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
+        )
         return f"# {self.title}\n\n{sections}\n"
 
 
@@ -135,24 +167,44 @@ def api_pages() -> list[ApiPage]:
     category_of = {name: cat for cat, names in CATEGORIES.items() for name in names}
     pages = []
     order = list(CATEGORIES) + [OTHER]
-    for name in sorted(top, key=lambda n: (order.index(category_of.get(n, OTHER)),
-                                           _order_in_category(n, category_of))):
-        pages.append(ApiPage(f"api/{name}.md", name, ("rlloss", category_of.get(name, OTHER)),
-                             (f"rlloss.{name}",)))
+    for name in sorted(
+        top,
+        key=lambda n: (order.index(category_of.get(n, OTHER)), _order_in_category(n, category_of)),
+    ):
+        pages.append(
+            ApiPage(
+                f"api/{name}.md",
+                name,
+                ("rlloss", category_of.get(name, OTHER)),
+                (f"rlloss.{name}",),
+            )
+        )
     functional = importlib.import_module("rlloss.functional")
     groups: dict[str, list[str]] = {}
     for name in _public("rlloss.functional"):
         module = getattr(getattr(functional, name), "__module__", "") or ""
         groups.setdefault(module.rsplit(".", 1)[-1], []).append(name)
-    for group in sorted(groups, key=lambda g: (g not in FUNCTIONAL_TITLES,
-                                               list(FUNCTIONAL_TITLES).index(g)
-                                               if g in FUNCTIONAL_TITLES else 0, g)):
+    for group in sorted(
+        groups,
+        key=lambda g: (
+            g not in FUNCTIONAL_TITLES,
+            list(FUNCTIONAL_TITLES).index(g) if g in FUNCTIONAL_TITLES else 0,
+            g,
+        ),
+    ):
         title = FUNCTIONAL_TITLES.get(group, group)
-        pages.append(ApiPage(f"api/functional/{group}.md", title, ("rlloss.functional",),
-                             tuple(f"rlloss.functional.{n}" for n in groups[group])))
+        pages.append(
+            ApiPage(
+                f"api/functional/{group}.md",
+                title,
+                ("rlloss.functional",),
+                tuple(f"rlloss.functional.{n}" for n in groups[group]),
+            )
+        )
     for name in _public("rlloss.data"):
-        pages.append(ApiPage(f"api/data/{name}.md", name, ("rlloss.data",),
-                             (f"rlloss.data.{name}",)))
+        pages.append(
+            ApiPage(f"api/data/{name}.md", name, ("rlloss.data",), (f"rlloss.data.{name}",))
+        )
     return pages
 
 
@@ -219,7 +271,8 @@ def tutorial_entries() -> list[Tutorial]:
     for path in sorted((ROOT / "tutorials").glob("[!_]*.py")):
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         mine = tuple(
-            f.relative_to(ROOT).as_posix() for f in figures
+            f.relative_to(ROOT).as_posix()
+            for f in figures
             if _figure_owner(f.stem.removeprefix("learning_"), path.stem) == path.stem
         )
         entries.append(Tutorial(path.stem, doc.split("\n\n", 1)[0].replace("\n", " "), mine))
@@ -282,8 +335,7 @@ def on_files(files, config, **kwargs):
         files.append(File.generated(config, page.path, content=page.markdown()))
     for entry in tutorial_entries():  # the curves, served from where the benchmark wrote them
         for figure in entry.figures:
-            files.append(File(figure, str(ROOT), config["site_dir"],
-                              config["use_directory_urls"]))
+            files.append(File(figure, str(ROOT), config["site_dir"], config["use_directory_urls"]))
     return files
 
 
@@ -296,8 +348,12 @@ def sphinx_roles_to_links(html: str, public: set[str]) -> str:
 
     def link(match: re.Match) -> str:
         target = match.group(1)
-        for full in (target, f"rlloss.{target}", f"rlloss.functional.{target}",
-                     f"rlloss.data.{target}"):
+        for full in (
+            target,
+            f"rlloss.{target}",
+            f"rlloss.functional.{target}",
+            f"rlloss.data.{target}",
+        ):
             if full in public:
                 return f'<autoref identifier="{full}" optional><code>{target}</code></autoref>'
         return f"<code>{target}</code>"
