@@ -1,0 +1,217 @@
+"""The documentation site: every public name has an API entry, and the built site reads right.
+
+The fast tests check the API pages that ``tools/docs_site.py`` (the site's MkDocs hook) generates
+against ``rlloss.__all__``, ``rlloss.functional.__all__`` and ``rlloss.data.__all__``, and the
+README's links into the site. The slow one builds the site with ``mkdocs build --strict``,
+serves it on 127.0.0.1 and opens it in headless Chromium (Debian's ``chromium``): the home page
+and ``ClipPPOLoss``'s API page as a reader sees them (title, navigation, the class signature,
+the search box), with a screenshot written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import http.server
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import rlloss
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+
+
+@functools.cache
+def _hook():
+    """``tools/docs_site.py``, the MkDocs hook that generates the API pages (needs no MkDocs)."""
+    spec = importlib.util.spec_from_file_location("docs_site", ROOT / "tools" / "docs_site.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _public(module) -> set[str]:
+    return {
+        f"{module.__name__}.{name}"
+        for name in module.__all__
+        if type(getattr(module, name)).__name__ != "module"
+    }
+
+
+def test_every_public_name_has_an_api_entry():
+    documented = [name for page in _hook().api_pages() for name in page.names]
+    public = _public(rlloss) | _public(rlloss.functional) | _public(rlloss.data)
+    assert sorted(set(documented) ^ public) == []
+    assert len(documented) == len(set(documented)), "a name documented twice"
+
+
+def test_api_pages_use_public_paths():
+    for page in _hook().api_pages():
+        for name in page.names:
+            assert f"::: {name}" in page.markdown()
+            assert name.rsplit(".", 1)[0] in {"rlloss", "rlloss.functional", "rlloss.data"}
+
+
+def test_readme_links_into_the_site_resolve():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    generated = {page.path for page in _hook().api_pages()} | {"api/index.md"}
+    links = re.findall(r"(?:\]\(|\]: )(docs/[^)\s#]+)", readme)
+    assert links, "the README links into the site"
+    for link in links:
+        relative = link.removeprefix("docs/")
+        assert relative in generated or (ROOT / link).is_file(), link
+
+
+class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the site quietly and records what the browser asked for."""
+
+    requested: list[str]
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.requested.append(self.path)
+        super().do_GET()
+
+
+def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+
+
+def _text(dom: str) -> str:
+    """What a reader reads: the DOM without scripts, styles and tags."""
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
+
+
+@pytest.mark.slow
+def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f'{module} is not installed (pip install ".[docs]")')
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+
+    site = tmp_path / "site"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "NO_MKDOCS_2_WARNING": "1",
+    }
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "WARNING" not in build.stdout + build.stderr
+    for page in _hook().api_pages():  # every API page was written, under its public path
+        built = (site / page.path.removesuffix(".md") / "index.html").read_text(encoding="utf-8")
+        for name in page.names:
+            assert f'id="{name}"' in built, (page.path, name)
+
+    requested: list[str] = []
+    handler = type("Handler", (_RecordingHandler,), {"requested": requested})
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(site))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    artifacts = Path(os.environ.get("RLLOSS_ARTIFACTS") or tmp_path)
+    artifacts.mkdir(parents=True, exist_ok=True)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        home = _chromium("--dump-dom", f"{base}/", profile=tmp_path / "profile-home").stdout
+        api = _chromium(
+            "--dump-dom", f"{base}/api/ClipPPOLoss/", profile=tmp_path / "profile-api"
+        ).stdout
+        screenshots = {}
+        for name, url in (
+            ("docs-home.png", f"{base}/"),
+            ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
+        ):
+            screenshots[name] = artifacts / name
+            _chromium(
+                f"--screenshot={screenshots[name]}",
+                "--window-size=1280,900",
+                url,
+                profile=tmp_path / f"profile-{name}",
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # the home page: its title, the navigation, the search box
+    assert re.search(r"<title>\s*rlloss\s*</title>", home)
+    home_text = _text(home)
+    for entry in (
+        "Getting started",
+        "Guides",
+        "Policy-loss add-ons",
+        "Differences from TorchRL",
+        "Tutorials",
+        "Benchmarks",
+        "API reference",
+    ):
+        assert re.search(rf'class="md-nav__link[^"]*"[^>]*>.*?{re.escape(entry)}', home, re.S), (
+            entry
+        )
+    assert "Correct" in home_text and "Drop-in" in home_text
+    assert re.search(r'<input[^>]*class="md-search__input"[^>]*placeholder="Search"', home)
+    # search: the page started Material's search worker, which fetched the index, and the index
+    # holds the API pages
+    assert any(p.startswith("/assets/javascripts/workers/search.") for p in requested), requested
+    assert "/search/search_index.json" in requested, requested
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert any(doc["location"].startswith("api/ClipPPOLoss/") for doc in index["docs"])
+
+    # an API page: its title, the class under its public path, its signature, its docstring
+    assert re.search(r"<title>\s*ClipPPOLoss - rlloss\s*</title>", api)
+    api_text = _text(api)
+    assert "rlloss.ClipPPOLoss" in api_text
+    signature = re.search(r"ClipPPOLoss \( (.*?) \)", api_text)
+    assert signature, "the class signature"
+    for parameter in ("actor_network", "critic_network", "clip_epsilon", "dual_clip"):
+        assert parameter in signature.group(1)
+    assert "PPO with the clipped surrogate" in api_text
+    assert re.search(r'<input[^>]*class="md-search__input"', api)
+    assert "On-policy losses" in api_text  # the API section of the navigation
+
+    for path in screenshots.values():
+        data = path.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, path
+        print(f"screenshot: {path}")

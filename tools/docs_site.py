@@ -1,0 +1,373 @@
+"""MkDocs hook of the documentation site (``mkdocs.yml``: ``hooks: [tools/docs_site.py]``).
+
+Everything on the site that is derived from the repository is generated here at build time, so
+nothing is copied into ``docs/`` and nothing can drift:
+
+- the API reference: one page per public name of ``rlloss.__all__`` and ``rlloss.data.__all__``,
+  one page per group of ``rlloss.functional.__all__`` (grouped by the module that defines each
+  function), each entry written by its public path (``::: rlloss.ClipPPOLoss``), never by the
+  module that defines it; the pages and their navigation come from ``__all__`` itself, so a new
+  public name gets its page without an edit here (``tests/test_docs_site.py`` checks it);
+- the tutorials gallery: one entry per ``tutorials/*.py`` (its docstring's summary and its
+  learning curves, ``benchmarks/results/learning_<tutorial>*.png``, served from where they are);
+- the benchmark headline: ``BENCHMARKS.md``'s tables.
+
+``api_pages()``, ``tutorial_entries()`` and ``benchmarks_markdown()`` need no MkDocs; the hooks
+(``on_config``, ``on_files``, ``on_page_markdown``) are the MkDocs side.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # document the checkout's rlloss, as mkdocstrings reads it
+    sys.path.insert(0, str(ROOT))
+
+API_NAV_TITLE = "API reference"
+TUTORIALS_MARKER = "<!-- tutorials-gallery -->"
+BENCHMARKS_MARKER = "<!-- benchmarks-headline -->"
+
+# Docstring lines griffe cannot read as "name: description" (a list of parameter names wrapped
+# over two lines); known, rendered as text, and to be fixed in the docstrings (one line per
+# name list). Only these exact lines are let through: any other docstring warning still fails
+# `mkdocs build --strict`.
+KNOWN_DOCSTRING_LINES = (
+    "loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,",
+    "gamma, reduction, use_prioritized_weights, priority_weighting,",
+    "alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction,",
+    "actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha,",
+)
+
+
+class _KnownDocstringLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(
+            f"Failed to get 'name: description' pair from '{line}'" in message
+            for line in KNOWN_DOCSTRING_LINES
+        )
+
+
+logging.getLogger("mkdocs.plugins.griffe").addFilter(_KnownDocstringLines())
+
+# Reading order of the API reference's sections: a public name not listed here still gets its
+# page, under "Other" (the pages follow ``__all__``, the grouping is only for the reader).
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "On-policy losses": (
+        "PPOLoss",
+        "ClipPPOLoss",
+        "KLPENPPOLoss",
+        "RPOLoss",
+        "A2CLoss",
+        "ReinforceLoss",
+    ),
+    "Off-policy losses": (
+        "DQNLoss",
+        "DDQNLoss",
+        "DistributionalDQNLoss",
+        "DDPGLoss",
+        "TD3Loss",
+        "SACLoss",
+        "DiscreteSACLoss",
+        "REDQLoss",
+        "CrossQLoss",
+        "TQCLoss",
+        "MPOLoss",
+        "DiscreteMPOLoss",
+    ),
+    "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
+    "Base class": ("LossModule",),
+    "Value estimators": (
+        "GAE",
+        "TD0Estimator",
+        "TD1Estimator",
+        "TDLambdaEstimator",
+        "VTrace",
+        "MultiAgentGAE",
+        "ValueEstimator",
+    ),
+    "Policy-loss add-ons": ("PolicyLossAddon", "BehaviorCloning", "AttractionKL", "ActorOutput"),
+    "Training helpers": (
+        "KLAdaptiveLR",
+        "PiecewiseSchedule",
+        "KLEarlyStopping",
+        "kl_exceeds",
+        "RewardNormalizer",
+        "ValueNormalizer",
+        "chunk_sequences",
+        "recurrent_state_keys",
+    ),
+    "Target networks and the compiled update": (
+        "SoftUpdate",
+        "HardUpdate",
+        "compile_update",
+        "Update",
+    ),
+    "Errors and checks": ("MissingKeyError", "set_checks"),
+}
+OTHER = "Other"
+
+# Titles of the groups of rlloss.functional (the defining module's last name); a new module's
+# group is titled by its name.
+FUNCTIONAL_TITLES = {
+    "returns": "Returns and advantages",
+    "policy": "Policy objectives",
+    "critic": "Critic losses",
+    "q": "Q-learning targets",
+    "quantile": "Quantile critics",
+    "distributions": "Distributions",
+    "mpo": "MPO",
+    "reduce": "Reductions",
+}
+
+# Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).
+FIGURE_OWNERS = {"ddpg_pendulum": "td3_pendulum"}
+
+
+@dataclass(frozen=True)
+class ApiPage:
+    """One generated page of the API reference."""
+
+    path: str  # relative to docs/, e.g. "api/ClipPPOLoss.md"
+    title: str
+    section: tuple[str, ...]  # where it sits in the navigation under API_NAV_TITLE
+    names: tuple[str, ...]  # the public paths it documents, e.g. ("rlloss.ClipPPOLoss",)
+
+    def markdown(self) -> str:
+        if len(self.names) == 1:  # the object's own heading is the page's title
+            return f"::: {self.names[0]}\n"
+        sections = "\n\n".join(
+            f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
+        )
+        return f"# {self.title}\n\n{sections}\n"
+
+
+def _public(module_name: str) -> list[str]:
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in vars(module) if not n.startswith("_")]
+    return list(names)
+
+
+def _is_module(module_name: str, name: str) -> bool:
+    return type(getattr(importlib.import_module(module_name), name)).__name__ == "module"
+
+
+def api_pages() -> list[ApiPage]:
+    """Every API page, from ``rlloss.__all__``, ``rlloss.functional.__all__``, ``rlloss.data``."""
+    top = [n for n in _public("rlloss") if not _is_module("rlloss", n)]
+    category_of = {name: cat for cat, names in CATEGORIES.items() for name in names}
+    pages = []
+    order = list(CATEGORIES) + [OTHER]
+    for name in sorted(
+        top,
+        key=lambda n: (order.index(category_of.get(n, OTHER)), _order_in_category(n, category_of)),
+    ):
+        pages.append(
+            ApiPage(
+                f"api/{name}.md",
+                name,
+                ("rlloss", category_of.get(name, OTHER)),
+                (f"rlloss.{name}",),
+            )
+        )
+    functional = importlib.import_module("rlloss.functional")
+    groups: dict[str, list[str]] = {}
+    for name in _public("rlloss.functional"):
+        module = getattr(getattr(functional, name), "__module__", "") or ""
+        groups.setdefault(module.rsplit(".", 1)[-1], []).append(name)
+    for group in sorted(
+        groups,
+        key=lambda g: (
+            g not in FUNCTIONAL_TITLES,
+            list(FUNCTIONAL_TITLES).index(g) if g in FUNCTIONAL_TITLES else 0,
+            g,
+        ),
+    ):
+        title = FUNCTIONAL_TITLES.get(group, group)
+        pages.append(
+            ApiPage(
+                f"api/functional/{group}.md",
+                title,
+                ("rlloss.functional",),
+                tuple(f"rlloss.functional.{n}" for n in groups[group]),
+            )
+        )
+    for name in _public("rlloss.data"):
+        pages.append(
+            ApiPage(f"api/data/{name}.md", name, ("rlloss.data",), (f"rlloss.data.{name}",))
+        )
+    return pages
+
+
+def _order_in_category(name: str, category_of: dict[str, str]) -> tuple[int, str]:
+    names = CATEGORIES.get(category_of.get(name, OTHER), ())
+    return (names.index(name) if name in names else len(names), name)
+
+
+def _summary(obj: object) -> str:
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    return doc.split("\n\n", 1)[0].replace("\n", " ") if doc else ""
+
+
+def api_index_markdown(pages: list[ApiPage]) -> str:
+    """The API reference's front page: every public name, its one-line summary, its page."""
+    out = [
+        "# API reference",
+        "",
+        "Generated from the docstrings: every public name of `rlloss`, `rlloss.functional` and "
+        "`rlloss.data`, by the path you import it from. Where rlloss deliberately differs from "
+        "TorchRL, see [Differences from TorchRL](../differences.md).",
+    ]
+    section = None
+    for page in pages:
+        if page.section != section:
+            section = page.section
+            out += ["", f"## {' / '.join(section)}", ""]
+        for full in page.names:
+            module_name, name = full.rsplit(".", 1)
+            obj = getattr(importlib.import_module(module_name), name)
+            out.append(f"- [`{full}`][{full}]: {_summary(obj)}")
+    return "\n".join(out) + "\n"
+
+
+def api_nav(pages: list[ApiPage]) -> list:
+    """The navigation entries of the API reference (MkDocs ``nav`` syntax)."""
+    nav: list = [{"Overview": "api/index.md"}]
+    for page in pages:
+        level = nav
+        for title in page.section:
+            for entry in level:
+                if isinstance(entry, dict) and title in entry:
+                    level = entry[title]
+                    break
+            else:
+                new: list = []
+                level.append({title: new})
+                level = new
+        level.append({page.title: page.path})
+    return nav
+
+
+@dataclass(frozen=True)
+class Tutorial:
+    name: str
+    summary: str
+    figures: tuple[str, ...]  # repository paths of the learning curves
+
+
+def tutorial_entries() -> list[Tutorial]:
+    """One entry per ``tutorials/*.py`` (the ``_`` helpers left out), with its curves."""
+    figures = sorted((ROOT / "benchmarks" / "results").glob("learning_*.png"))
+    entries = []
+    for path in sorted((ROOT / "tutorials").glob("[!_]*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        mine = tuple(
+            f.relative_to(ROOT).as_posix()
+            for f in figures
+            if _figure_owner(f.stem.removeprefix("learning_"), path.stem) == path.stem
+        )
+        entries.append(Tutorial(path.stem, doc.split("\n\n", 1)[0].replace("\n", " "), mine))
+    return entries
+
+
+def _figure_owner(run: str, tutorial: str) -> str | None:
+    if run in FIGURE_OWNERS:
+        return FIGURE_OWNERS[run]
+    return tutorial if run == tutorial or run.startswith(tutorial + "_") else None
+
+
+def tutorials_markdown() -> str:
+    out = []
+    for entry in tutorial_entries():
+        out += [f"### `{entry.name}.py`", "", _code_spans(entry.summary), ""]
+        for figure in entry.figures:
+            run = Path(figure).stem.removeprefix("learning_")
+            out += [f"![{run}: learning curves]({figure}){{ loading=lazy }}", ""]
+        if not entry.figures:
+            out += ["*(no learning curve recorded by the benchmark for this one)*", ""]
+        out += [f"Source: `tutorials/{entry.name}.py`", ""]
+    return "\n".join(out)
+
+
+def _code_spans(text: str) -> str:
+    return text.replace("``", "`")  # the tutorials' docstrings are reST-flavoured
+
+
+def benchmarks_markdown() -> str:
+    """``BENCHMARKS.md`` without its title; links into the repository become file names."""
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    text = re.sub(r"\A# [^\n]*\n+", "", text)
+    return re.sub(r"\[([^\]]+)\]\(((?!https?://)[^)]+)\)", r"\1 (`\2`)", text)
+
+
+# ---- the MkDocs side ------------------------------------------------------------------------
+
+_pages: list[ApiPage] = []
+
+
+def on_config(config, **kwargs):
+    _pages[:] = api_pages()
+    nav = config.get("nav") or []
+    for i, entry in enumerate(nav):
+        if isinstance(entry, dict) and API_NAV_TITLE in entry:
+            nav[i] = {API_NAV_TITLE: api_nav(_pages)}
+            break
+    else:
+        nav.append({API_NAV_TITLE: api_nav(_pages)})
+    config["nav"] = nav
+    return config
+
+
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, "api/index.md", content=api_index_markdown(_pages)))
+    for page in _pages:
+        files.append(File.generated(config, page.path, content=page.markdown()))
+    for entry in tutorial_entries():  # the curves, served from where the benchmark wrote them
+        for figure in entry.figures:
+            files.append(File(figure, str(ROOT), config["site_dir"], config["use_directory_urls"]))
+    return files
+
+
+# Sphinx roles in the docstrings (":class:`PPOLoss`"), as rendered: the code span after the role.
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>~?([\w.]+?)(?:\(\))?</code>")
+
+
+def sphinx_roles_to_links(html: str, public: set[str]) -> str:
+    """A role naming a public name becomes a link to its entry, any other one a code span."""
+
+    def link(match: re.Match) -> str:
+        target = match.group(1)
+        for full in (
+            target,
+            f"rlloss.{target}",
+            f"rlloss.functional.{target}",
+            f"rlloss.data.{target}",
+        ):
+            if full in public:
+                return f'<autoref identifier="{full}" optional><code>{target}</code></autoref>'
+        return f"<code>{target}</code>"
+
+    return _ROLE.sub(link, html)
+
+
+def on_page_content(html, page, config, files, **kwargs):
+    return sphinx_roles_to_links(html, {n for p in _pages for n in p.names})
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    if TUTORIALS_MARKER in markdown:
+        markdown = markdown.replace(TUTORIALS_MARKER, tutorials_markdown())
+    if BENCHMARKS_MARKER in markdown:
+        markdown = markdown.replace(BENCHMARKS_MARKER, benchmarks_markdown())
+    return markdown
