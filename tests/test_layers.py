@@ -1,4 +1,5 @@
-"""The package's layers (docs/ARCHITECTURE.md): what may import what, and no import loop.
+"""The package's layers: what may import what (the table of docs/ARCHITECTURE.md, read from that
+page: the page and this test cannot disagree), and no import loop.
 
 Read from the source with ``ast`` (imports at any depth, so a lazy import inside a function
 counts too), then one fresh interpreter per module imports that module first.
@@ -7,6 +8,7 @@ counts too), then one fresh interpreter per module imports that module first.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,133 +16,111 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlloss"
-LOSSES = {"ppo", "a2c", "dqn", "ddpg", "td3", "sac", "mpo", "iql"}
-# module -> the rlloss modules it may import (the layers, bottom up); a package name stands for
-# everything in it.
-ALLOWED = {
-    "_checks": set(),
-    "_compat": set(),
-    "_dispatch": {"_checks", "_compat"},
-    "functional": {"_checks", "functional"},
-    "_networks": {"_checks", "_compat"},
-    "sequences": set(),  # chunk_sequences, the recurrent modules of a network
-    "distributed": {"functional"},
-    "normalizers": {"_checks", "distributed", "functional"},
-    "addons": {"_checks", "_networks", "functional"},
-    "estimators": {
-        "_checks",
-        "_compat",
-        "_dispatch",
-        "_networks",
-        "functional",
-        "normalizers",
-        "sequences",
-    },
-    "schedulers": {"_checks", "distributed"},
-    "data": {"_compat"},
-    "updaters": {"_checks", "_compat"},
-    "update": {"_compat"},  # compile_update: any loss module, optimizer, updater and buffer
-    "common": {"_checks", "_compat", "_dispatch", "addons", "estimators", "functional"},
-    "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
-    "onpolicy": {
-        "_checks",
-        "_compat",
-        "_networks",
-        "addons",
-        "common",
-        "distributed",
-        "estimators",
-        "functional",
-        "normalizers",
-    },
-    **{
-        loss: {
-            "_checks",
-            "_compat",
-            "_networks",
-            "addons",
-            "common",
-            "distributed",
-            "offpolicy",
-            "onpolicy",
-            "functional",
-        }
-        for loss in LOSSES
-    },
-}
+ARCHITECTURE = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
+
+
+def _names(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def _layer_table() -> list[tuple[str, list[str], set[str]]]:
+    """``(layer, modules, may import)`` for each row of docs/ARCHITECTURE.md's layer table."""
+    rows = []
+    for line in ARCHITECTURE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("layer", "---"):
+            continue
+        rows.append((cells[0], _names(cells[1]), set(_names(cells[3]))))
+    assert rows, f"no layer table in {ARCHITECTURE}"
+    return rows
+
+
+LAYERS = _layer_table()
+LOSSES = next(modules for layer, modules, _ in LAYERS if layer == "losses")
 
 
 def _modules() -> dict[str, Path]:
+    """Dotted name below ``rlloss`` (a package: its ``__init__``) -> file; the root excluded."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
-        relative = path.relative_to(PACKAGE).with_suffix("")
-        parts = [p for p in relative.parts if p != "__init__"]
-        found[".".join(["rlloss", *parts])] = path
+        parts = [p for p in path.relative_to(PACKAGE).with_suffix("").parts if p != "__init__"]
+        if parts:
+            found[".".join(parts)] = path
     return found
 
 
-def _rlloss_imports(path: Path, module: str) -> set[str]:
-    """The ``rlloss`` modules that ``path`` imports, as their first component below ``rlloss``
-    (``rlloss.functional.q`` -> ``functional``)."""
+def _covers(name: str, module: str) -> bool:
+    return module == name or module.startswith(f"{name}.")
+
+
+def _row_of(module: str) -> tuple[str, list[str], set[str]] | None:
+    """The row naming ``module`` most precisely (the longest name covering it)."""
+    matches = [(len(n), row) for row in LAYERS for n in row[1] if _covers(n, module)]
+    return max(matches, key=lambda m: m[0])[1] if matches else None
+
+
+def _rlloss_imports(path: Path) -> set[str]:
+    """The rlloss modules ``path`` imports, dotted below ``rlloss`` (``from rlloss import
+    functional`` -> ``functional``; ``from rlloss.offpolicy.base import X`` -> ``offpolicy.base``)."""
     names = set()
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                base = f"{base}.{node.module}" if node.module else base
-            if base == "rlloss":
-                names |= {alias.name for alias in node.names}
-            elif base.startswith("rlloss."):
-                names.add(base.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlloss"):
+            assert node.level == 0, f"{path}: relative import"
+            below = node.module.removeprefix("rlloss").lstrip(".")
+            names |= {alias.name for alias in node.names} if not below else {below}
         elif isinstance(node, ast.Import):
-            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("rlloss.")}
+            names |= {
+                a.name.removeprefix("rlloss.") for a in node.names if a.name.startswith("rlloss.")
+            }
     return names
 
 
-@pytest.mark.parametrize("module", sorted(ALLOWED))
-def test_module_imports_only_its_lower_layers(module):
-    targets = {
-        name: path
-        for name, path in _modules().items()
-        if name == f"rlloss.{module}" or name.startswith(f"rlloss.{module}.")
-    }
-    assert targets, f"no module rlloss.{module}"
-    for name, path in targets.items():
-        imported = _rlloss_imports(path, name) - {module}
-        assert imported <= ALLOWED[module], (
-            f"{name} imports {sorted(imported - ALLOWED[module])}, above its layer"
-        )
+def test_every_module_has_a_row():
+    assert not [m for m in _modules() if _row_of(m) is None]
+    listed = [n for _, modules, _ in LAYERS for n in modules]
+    assert len(listed) == len(set(listed)), "a module is listed twice"
+    assert not [n for n in listed if n not in _modules()], "a listed module does not exist"
 
 
-def test_every_module_has_a_layer():
-    top_level = {name.split(".")[1] for name in _modules() if name.count(".") >= 1}
-    assert top_level - {"__init__"} <= set(ALLOWED), sorted(top_level - set(ALLOWED))
+@pytest.mark.parametrize("module", sorted(_modules()))
+def test_module_imports_only_what_its_row_allows(module):
+    layer, _, allowed = _row_of(module)
+    imported = _rlloss_imports(_modules()[module])
+    above = sorted(m for m in imported if not any(_covers(a, m) for a in allowed))
+    assert not above, f"rlloss.{module} ({layer}) imports {above}, which its row does not allow"
 
 
 def test_no_loss_imports_another_loss():
     for loss in LOSSES:
-        path = PACKAGE / f"{loss}.py"
-        assert not _rlloss_imports(path, f"rlloss.{loss}") & (LOSSES - {loss})
+        others = {m for m in _rlloss_imports(_modules()[loss]) if m in LOSSES} - {loss}
+        assert not others, f"rlloss.{loss} imports the losses {sorted(others)}"
 
 
-def test_the_layers_have_no_loop():
-    """The allowed imports form a DAG, so the modules that respect them (above) cannot import
-    each other in a loop, whatever the order of first import."""
-    remaining = {module: set(allowed) - {module} for module, allowed in ALLOWED.items()}
-    while remaining:
-        leaves = [module for module, allowed in remaining.items() if not allowed & set(remaining)]
-        assert leaves, f"loop among {sorted(remaining)}"
+def test_the_imports_have_no_loop():
+    """The real module graph (each module -> the rlloss modules it names) is acyclic."""
+    graph = {
+        m: {i for i in _rlloss_imports(p) if i in _modules()} - {m} for m, p in _modules().items()
+    }
+    while graph:
+        leaves = [m for m, deps in graph.items() if not deps & set(graph)]
+        assert leaves, f"loop among {sorted(graph)}"
         for leaf in leaves:
-            del remaining[leaf]
+            del graph[leaf]
+
+
+def test_every_moved_module_points_at_existing_modules():
+    """The old flat module paths stay importable as the table in rlloss/__init__.py says."""
+    import rlloss
+
+    for old, new in rlloss.MOVED_MODULES.items():
+        assert all(n.removeprefix("rlloss.") in _modules() for n in new), old
 
 
 def test_each_module_imports_first_in_a_fresh_interpreter():
     """Import every module with nothing of rlloss loaded (one process runs them in turn, each
     after purging rlloss from ``sys.modules``). ``import rlloss.x`` runs the package's
     ``__init__`` first, so this checks the real start-up path of each entry point."""
-    names = sorted(_modules())
+    names = ["rlloss." + m for m in sorted(_modules())]
     script = (
         "import importlib, sys\n"
         f"for name in {names!r}:\n"
