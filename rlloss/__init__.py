@@ -19,6 +19,7 @@ from rlloss.estimators import (
     TD1Estimator,
     TDLambdaEstimator,
     ValueEstimator,
+    ValueNormalizer,
     VTrace,
 )
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
@@ -45,7 +46,6 @@ from rlloss.training import (
     RewardNormalizer,
     SoftUpdate,
     Update,
-    ValueNormalizer,
     chunk_sequences,
     compile_update,
     kl_exceeds,
@@ -73,7 +73,11 @@ MOVED_MODULES = {
     "mpo": ("rlloss.offpolicy.mpo", "rlloss.offpolicy.discrete_mpo"),
     "iql": ("rlloss.offline.iql",),
     "distributed": ("rlloss.training.distributed",),
-    "normalizers": ("rlloss.training.normalizers",),
+    "normalizers": (
+        "rlloss.training.moments",
+        "rlloss.training.normalizers",
+        "rlloss.estimators.value_norm",
+    ),
     "schedulers": ("rlloss.training.schedulers",),
     "sequences": ("rlloss.training.sequences",),
     "update": ("rlloss.training.update",),

@@ -1,5 +1,5 @@
 """Value estimators: ``GAE``, ``TD0Estimator``, ``TD1Estimator``, ``TDLambdaEstimator``,
-``VTrace``, ``MultiAgentGAE``, and the builder behind ``make_value_estimator``.
+``VTrace``, ``MultiAgentGAE``, the value normaliser they share (``ValueNormalizer``), and the builder behind ``make_value_estimator``.
 
 The shared reading and writing of a batch is :class:`~rlloss.estimators.base.ValueEstimator`;
 each estimator adds only its ``estimate`` (a call into :mod:`rlloss.functional.returns`).
@@ -13,6 +13,7 @@ from rlloss.estimators.registry import (
     build_value_estimator,
 )
 from rlloss.estimators.temporal_difference import TD0Estimator, TD1Estimator, TDLambdaEstimator
+from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.estimators.vtrace import VTrace
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "TD1Estimator",
     "TDLambdaEstimator",
     "VTrace",
+    "ValueNormalizer",
     "ValueEstimator",
     "build_value_estimator",
 ]

@@ -34,7 +34,7 @@ from rlloss._checks import (
 )
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss._networks import NetworkCall
-from rlloss.training.normalizers import ValueNormalizer, check_value_normalizer
+from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.training.sequences import recurrent_modules
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator

@@ -39,9 +39,9 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
+from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.functional.critic import DISTANCES
 from rlloss.training.distributed import global_standardize
-from rlloss.training.normalizers import ValueNormalizer, check_value_normalizer
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:

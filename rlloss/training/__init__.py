@@ -2,7 +2,7 @@
 value normalisation, target-network updaters, the compiled update, ``torch.distributed``
 reductions and sequence chunking."""
 
-from rlloss.training.normalizers import RewardNormalizer, ValueNormalizer
+from rlloss.training.normalizers import RewardNormalizer
 from rlloss.training.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
 from rlloss.training.sequences import chunk_sequences, recurrent_state_keys
 from rlloss.training.update import Update, compile_update
@@ -16,7 +16,6 @@ __all__ = [
     "RewardNormalizer",
     "SoftUpdate",
     "Update",
-    "ValueNormalizer",
     "chunk_sequences",
     "compile_update",
     "kl_exceeds",
