@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -33,29 +32,6 @@ if str(ROOT) not in sys.path:  # document the checkout's rlloss, as mkdocstrings
 API_NAV_TITLE = "API reference"
 TUTORIALS_MARKER = "<!-- tutorials-gallery -->"
 BENCHMARKS_MARKER = "<!-- benchmarks-headline -->"
-
-# Docstring lines griffe cannot read as "name: description" (a list of parameter names wrapped
-# over two lines); known, rendered as text, and to be fixed in the docstrings (one line per
-# name list). Only these exact lines are let through: any other docstring warning still fails
-# `mkdocs build --strict`.
-KNOWN_DOCSTRING_LINES = (
-    "loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,",
-    "gamma, reduction, use_prioritized_weights, priority_weighting,",
-    "alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction,",
-    "actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha,",
-)
-
-
-class _KnownDocstringLines(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(
-            f"Failed to get 'name: description' pair from '{line}'" in message
-            for line in KNOWN_DOCSTRING_LINES
-        )
-
-
-logging.getLogger("mkdocs.plugins.griffe").addFilter(_KnownDocstringLines())
 
 # Reading order of the API reference's sections: a public name not listed here still gets its
 # page, under "Other" (the pages follow ``__all__``, the grouping is only for the reader).

@@ -57,8 +57,7 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``alpha_prime_loss``, ``actor_loss``, ``actor_bc_loss``, ``alpha_loss``), each callable alone.
 
     Args:
-        actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha,
-            fixed_alpha, action_spec, target_entropy, delay_actor, delay_qvalue: as
+        actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, delay_actor, delay_qvalue: as
             :class:`rlloss.SACLoss`.
         num_qvalue_nets: Q networks, >= 1 (default 2; TorchRL's is fixed at 2).
         temperature: ``T`` of the log-sum-exp, > 0 (default 1.0).

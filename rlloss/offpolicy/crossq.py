@@ -82,8 +82,7 @@ class CrossQLoss(ContinuousSoftActorCritic):
             those layers stay the actor's parameters in ``qvalue_network_params`` (detached
             views) and only the actor loss trains them (TorchRL's behaviour); without it (the
             default), the critics hold their own copies of them.
-        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction,
-            scalar_output_mode, deactivate_vmap: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
+        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction, scalar_output_mode, deactivate_vmap: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
             keywords). Targets: TD0 (default, n-step through ``steps_to_next_obs``), TD1 or
             TDLambda with ``make_value_estimator``.
         use_prioritized_weights, priority_weighting: see

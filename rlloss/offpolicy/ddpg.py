@@ -33,8 +33,7 @@ class DDPGLoss(TDTargetLoss):
             ``state_action_value`` (a TorchRL ``ValueOperator``).
         delay_actor: a target copy of the actor (TorchRL's default: no).
         delay_value: a target copy of the critic (default: yes).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
-            policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
             defaults to ``"l2"``).
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;

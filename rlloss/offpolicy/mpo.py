@@ -83,8 +83,7 @@ class MPOLoss(MaximumAPosteriori):
         action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
-            policy_loss_addons: see
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``); the
             importance weights weight the per-state actor and dual losses too.
         action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the

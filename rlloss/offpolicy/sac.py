@@ -78,8 +78,7 @@ class SACLoss(ContinuousSoftActorCritic):
         delay_value: accepted and ignored, as TorchRL does for SAC v2 (it concerns the state-value
             network of SAC v1, which SAC v2 does not have).
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting,
-            policy_loss_addons: see
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
