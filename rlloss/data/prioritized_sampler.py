@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
 from rlloss._compat import assert_all
+from rlloss.data.on_device import OnDeviceSampler, storage_device
 from rlloss.data.segment_tree import (
     MAX,
     MIN,
@@ -29,12 +29,6 @@ REDUCTIONS = ("max", "min", "median", "mean")
 DTYPES = (torch.float32, torch.float64)
 
 
-def storage_device(storage: Storage | None) -> torch.device | None:
-    """The device of ``storage``'s tensors, ``None`` while it has none (not yet, or ``"auto"``)."""
-    device = getattr(storage, "device", None)
-    return None if device is None or device == "auto" else torch.device(device)
-
-
 def _check_exponent(name: str, value: float | torch.Tensor) -> float:
     """``value`` as a float: a number, or a one-element tensor (TorchRL's parameter schedulers
     may set one; read on the host, as TorchRL reads it), finite and >= 0."""
@@ -50,7 +44,7 @@ def _check_exponent(name: str, value: float | torch.Tensor) -> float:
     return float(value)
 
 
-class PrioritizedSampler(TorchRLPrioritizedSampler):
+class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
     r"""Proportional prioritized experience replay, in pure torch on the storage's device.
 
     Item ``i`` is drawn with probability and importance weight
@@ -124,6 +118,8 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
     #: sampling and priority updates have no host synchronisation and fixed shapes: they can be
     #: recorded in a CUDA graph (``rlloss.compile_update(..., cuda_graph=True)`` does).
     capturable = True
+
+    _state_file = "prioritized_sampler.pt"  # in a ``dumps`` folder
 
     def __init__(
         self,
@@ -260,13 +256,6 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         weight = (leaf_mass / self._trees[MIN, 1]).pow(-self._beta_tensor)
         return index, weight.to(self.dtype)
 
-    def check_storage(self, storage: Storage) -> None:
-        """What :meth:`sample` does before drawing (eager: it reads the storage's length on the
-        host): refuse an empty storage, and keep the trees on the storage's device."""
-        self._follow_storage(storage)
-        if len(storage) == 0:
-            raise RuntimeError("Cannot sample from an empty storage: extend the buffer first.")
-
     def draw(self, batch_size: int) -> tuple[torch.Tensor, dict]:
         """``batch_size`` flat indices and ``{"priority_weight": w}`` (what :meth:`sample`
         returns for a one-dim storage), without reading the storage: a compiled update traces
@@ -384,12 +373,3 @@ class PrioritizedSampler(TorchRLPrioritizedSampler):
         self._alpha_tensor.fill_(self._alpha)
         self._trees.copy_(trees)
         self._max_seen.copy_(state_dict["_max_seen"])
-
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / "prioritized_sampler.pt")
-
-    def loads(self, path: str | Path) -> None:
-        state = torch.load(Path(path) / "prioritized_sampler.pt", map_location=self.device)
-        self.load_state_dict(state)

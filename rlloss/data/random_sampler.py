@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,14 +12,14 @@ from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
 from rlloss._compat import dispatch_without_replacement
-from rlloss.data.prioritized_sampler import storage_device
+from rlloss.data.on_device import OnDeviceSampler, storage_device
 
 # Draws are taken modulo the number of stored items: with 2^62 possible draws the bias of the
 # modulo is below count / 2^62 (< 1e-12 for a billion items).
 DRAW_RANGE = 2**62
 
 
-class RandomSampler(TorchRLRandomSampler):
+class RandomSampler(OnDeviceSampler, TorchRLRandomSampler):
     """Uniform sampling with replacement among the items written so far, on the storage's
     device, that a CUDA graph can record.
 
@@ -64,6 +63,8 @@ class RandomSampler(TorchRLRandomSampler):
     #: sampling has no host synchronisation and fixed shapes: a CUDA graph can record it.
     capturable = True
 
+    _state_file = "random_sampler.pt"  # in a ``dumps`` folder
+
     def __init__(self, device: torch.device | str | None = None) -> None:
         self._count = torch.zeros((), dtype=torch.long, device=device)
 
@@ -104,13 +105,6 @@ class RandomSampler(TorchRLRandomSampler):
         draws = torch.randint(0, DRAW_RANGE, (batch_size,), device=self.device, generator=self._rng)
         return draws % size
 
-    def check_storage(self, storage: Storage) -> None:
-        """What :meth:`sample` does before drawing (eager: it reads the storage's length on the
-        host): refuse an empty storage, and keep the count on the storage's device."""
-        self._follow_storage(storage)
-        if len(storage) == 0:
-            raise RuntimeError("Cannot sample from an empty storage: extend the buffer first.")
-
     def draw(self, batch_size: int) -> tuple[torch.Tensor, dict]:
         """``batch_size`` flat indices among the items written, and ``{}`` (what :meth:`sample`
         returns for a one-dim storage), without reading the storage: a compiled update traces
@@ -136,14 +130,6 @@ class RandomSampler(TorchRLRandomSampler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._count.copy_(state_dict["_count"])
-
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / "random_sampler.pt")
-
-    def loads(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path) / "random_sampler.pt", map_location=self.device))
 
 
 dispatch_without_replacement(RandomSampler, SamplerWithoutReplacement)
