@@ -348,3 +348,17 @@ def refuse_unknown_keywords(owner: str, given, accepted) -> None:
         raise TypeError(
             f"{owner} got unexpected keyword argument(s) {unknown}; it accepts {sorted(accepted)}."
         )
+
+
+def check_atoms(owner: str, action_values: torch.Tensor, support: torch.Tensor) -> None:
+    """A distributional network's output ``[*B, K, A]`` has as many atoms ``K`` as its support
+    (a shape check: no host sync)."""
+    atoms = action_values.shape[-2] if action_values.ndim >= 2 else None
+    if atoms != support.shape[0]:
+        raise ValueError(
+            f"{owner}: the value network gives {atoms} atoms per action (action_value of shape "
+            f"{tuple(action_values.shape)}, atoms at dim -2) but its support has "
+            f"{support.shape[0]}; build the network with num_atoms = len(support) outputs per "
+            f"action (e.g. MLP(out_features=({support.shape[0]}, num_actions))) or give it "
+            f"support=torch.linspace(v_min, v_max, {atoms})."
+        )

@@ -284,6 +284,7 @@ class AttractionKL(PolicyLossAddon):
     def term(self, batch: TensorDictBase, actor: ActorOutput) -> torch.Tensor:
         prior = self._prior(batch)
         policy = actor.action if actor.deterministic else actor.distribution
+        _check_same_actions(policy, prior, self.prior_action_key)
         if isinstance(policy, torch.Tensor) and isinstance(prior, torch.Tensor):
             return rlf.unit_gaussian_kl(policy, prior)
         policy, prior = _as_distribution(policy), _as_distribution(prior)
@@ -293,6 +294,25 @@ class AttractionKL(PolicyLossAddon):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, direction={self.direction!r}, samples={self.samples}"
+
+
+def _action_shape(policy: D.Distribution | torch.Tensor) -> tuple[int, ...] | None:
+    """``[*B, A]`` of an action tensor or a distribution (``None`` when it does not say)."""
+    if isinstance(policy, torch.Tensor):
+        return tuple(policy.shape)
+    batch_shape, event_shape = (getattr(policy, a, None) for a in ("batch_shape", "event_shape"))
+    return None if batch_shape is None or event_shape is None else (*batch_shape, *event_shape)
+
+
+def _check_same_actions(policy, prior, prior_action_key: NestedKey) -> None:
+    """The policy and the prior act in the same space (a shape check: no host sync)."""
+    policy_shape, prior_shape = _action_shape(policy), _action_shape(prior)
+    if None not in (policy_shape, prior_shape) and policy_shape != prior_shape:
+        raise ValueError(
+            f"AttractionKL: the prior's actions have shape {list(prior_shape)} but the policy's "
+            f"{list(policy_shape)} (batch dims, then the action); the prior must act in the "
+            f"policy's action space (it is read under prior_action_key={prior_action_key!r})."
+        )
 
 
 def _as_distribution(policy: D.Distribution | torch.Tensor) -> D.Distribution:

@@ -471,7 +471,7 @@ def test_scheduler_state_dict_leaves_the_process_group_out():
     """A scheduler given a process group saves and loads without it (a run's handle, not
     state)."""
     optimizer = torch.optim.Adam(make_critic().parameters(), lr=1e-3)
-    group = object()  # stands for a ProcessGroup: never used, step() is not called
+    group = dist.ProcessGroup(dist.HashStore(), 0, 1)  # never used: step() is not called
     scheduler = rlloss.KLAdaptiveLR(optimizer, process_group=group)
     state = scheduler.state_dict()
     assert "process_group" not in state

@@ -29,6 +29,13 @@ REDUCTIONS = ("max", "min", "median", "mean")
 DTYPES = (torch.float32, torch.float64)
 
 
+def _sampleable(mass: torch.Tensor) -> torch.Tensor:
+    """The MIN row's entry for a leaf of ``mass``: the mass, or ``inf`` for a zero mass (an item
+    that is never drawn must not set the smallest probability the importance weights divide by:
+    with ``eps=0`` one zero priority would make every weight 0)."""
+    return torch.where(mass > 0, mass, float("inf"))
+
+
 def _check_exponent(name: str, value: float | torch.Tensor) -> float:
     """``value`` as a float: a number, or a one-element tensor (TorchRL's parameter schedulers
     may set one; read on the host, as TorchRL reads it), finite and >= 0."""
@@ -199,7 +206,7 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
         stored = rows[MAX] > float("-inf")
         mass = self._mass(rows[MAX].clamp_min(0))
         rows[SUM] = torch.where(stored, mass, 0.0)
-        rows[MIN] = torch.where(stored, mass, float("inf"))
+        rows[MIN] = torch.where(stored, _sampleable(mass), float("inf"))
         rebuild(self._trees)
 
     @property
@@ -293,7 +300,7 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
         winner = last_write_wins(leaf, keep)
         chosen = priority[winner.clamp_min(0)]
         mass = self._mass(chosen)
-        values = torch.stack((mass, mass, chosen))
+        values = torch.stack((mass, _sampleable(mass), chosen))
         current = self._trees[:, leaf + self._trees.shape[-1] // 2]
         write_leaves(self._trees, leaf, torch.where(winner >= 0, values, current))
         given = torch.where(keep, priority, float("-inf")).amax(0, keepdim=False)
@@ -322,12 +329,28 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
         storage: Storage | None = None,
     ) -> None:
         """Set the priority of the items at ``index`` (int, ``[B]``, or ``[B, ndim]`` for an
-        N-d storage) to ``priority`` (a number or ``B`` values, any shape with ``B`` elements)."""
+        N-d storage) to ``priority`` (a number or ``B`` values, any shape with ``B`` elements).
+
+        With ``storage`` (the buffer passes it), an index of an item the storage has not written
+        yet raises (a device-side assert on a GPU): its priority would make ``sample`` draw an
+        item the storage cannot return."""
+        self._set_priorities(index, priority, storage, written_only=True)
+
+    def _set_priorities(self, index, priority, storage: Storage | None, written_only: bool):
         self._follow_storage(storage)
         index = torch.as_tensor(index, dtype=torch.long, device=self.device)
         index = self._flat_index(index, storage)
         if index.numel() == 0:  # a shape, known on the host
             return
+        if written_only and storage is not None and storage.ndim == 1:
+            written = len(storage)  # on the host, as sample() reads it
+            assert_all(
+                (index < written).all(),
+                f"PrioritizedSampler.update_priority: an index is >= {written}, the number of "
+                f"items the storage holds (capacity {self._max_capacity}): that item has not "
+                "been written yet, and sampling it would fail. Give indices of written items "
+                "(the sample's 'index').",
+            )
         priority = torch.as_tensor(priority, device=self.device).detach()
         if priority.numel() == 1:
             priority = priority.reshape(()).expand(index.shape)
@@ -340,7 +363,7 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
 
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Give newly written items the default priority (the writer calls this)."""
-        self.update_priority(index, self.default_priority, storage=storage)
+        self._set_priorities(index, self.default_priority, storage, written_only=False)
 
     def add(self, index: int) -> None:
         """Nothing to do: the writer's :meth:`mark_update` already set the priority."""

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from rlloss._checks import check_in_range
+from rlloss.training.distributed import check_process_group
 from rlloss.training.moments import (
     MOMENT_BUFFERS,
     merged_moments,
@@ -70,6 +71,7 @@ class ValueNormalizer(nn.Module):
         self, eps: float = 1e-8, clip_threshold: float | None = 5.0, process_group=None
     ) -> None:
         super().__init__()
+        check_process_group("ValueNormalizer", process_group)
         self.process_group = process_group
         check_in_range("eps", eps, 0.0)
         if clip_threshold is not None:

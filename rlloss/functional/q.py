@@ -157,6 +157,10 @@ def td3_bc_actor_loss(
     behaviour-cloning term is the mean squared error over the batch and the action dims (a
     scalar added to every element), as in the paper's code and TorchRL.
 
+    Guard (not in the paper's code or TorchRL): ``mean|Q|`` is floored at the machine epsilon of
+    ``value``'s dtype, so a critic whose outputs are all 0 (e.g. a zero-initialised last layer)
+    gives a finite ``lambda`` and the behaviour-cloning loss, not ``inf * 0 = NaN``.
+
     Args:
         value: ``[*B, 1]`` ``Q(s, pi(s))``.
         action: ``[*B, A]`` the policy's action ``pi(s)``.
@@ -168,7 +172,8 @@ def td3_bc_actor_loss(
     """
     check_same_shape(action=action, data_action=data_action)
     bc_loss = (action - data_action).square().mean()
-    lmbd = alpha / value.abs().mean().detach()
+    scale = value.abs().mean().detach().clamp_min(torch.finfo(value.dtype).eps)
+    lmbd = alpha / scale
     return -lmbd * value + bc_loss, bc_loss, lmbd
 
 

@@ -60,8 +60,8 @@ class DiscreteCQLLoss(QLearningLoss):
         out = {
             "loss_qvalue": 0.5 * self._critic_loss(value, target, batch),
             "loss_cql": loss_cql,
-            "td_error": td_error.mean(0),
-            "pred_value": action_values.detach().mean(),
-            "target_value": target.mean(),
+            "td_error": self._valid_mean(td_error, tensordict, dim=0),
+            "pred_value": self._valid_mean(action_values.detach(), tensordict),
+            "target_value": self._valid_mean(target, tensordict),
         }
         return _compat.output_tensordict(out)

@@ -196,7 +196,7 @@ class IQLLoss(TDTargetLoss):
         self._write_priority(tensordict, info_qvalue["td_error"].amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value}
         out.update(self._addon_entries(info))
-        entropy = -info["log_prob"].mean()
+        entropy = -self._valid_mean(info["log_prob"], tensordict)
         if self.reduction != "none":
             return _compat.output_tensordict({**out, "entropy": entropy})
         out = TensorDict(out, batch_size=tensordict.batch_size)  # per-sample losses

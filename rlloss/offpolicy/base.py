@@ -271,6 +271,20 @@ class TDTargetLoss(LossModule):
         loss = rlf.distance(values, target.expand_as(values), self.loss_function).sum(0)
         return self._reduce_replayed(loss, tensordict)
 
+    def _valid_mean(
+        self, value: torch.Tensor, tensordict: TensorDictBase, dim: int | None = None
+    ) -> torch.Tensor:
+        """A diagnostic ``[*B, ...]`` averaged over the batch's valid transitions (every one
+        without padding), over all dims, or over ``dim`` only (as ``value.mean(dim)``)."""
+        mask = self._padding_mask(tensordict)
+        if mask is None:
+            return value.mean() if dim is None else value.mean(dim)
+        mask = mask.reshape(*mask.shape, *(1,) * (value.ndim - mask.ndim)).expand_as(value)
+        total = torch.where(mask, value, 0.0)
+        if dim is None:
+            return total.sum() / mask.sum().clamp_min(1)
+        return total.sum(dim) / mask.sum(dim).clamp_min(1)
+
     @staticmethod
     def _regression_diagnostics(values: torch.Tensor, target: torch.Tensor) -> dict:
         """``pred_value`` (``[*B]``, or ``[E, *B]`` for an ensemble) and ``target_value``

@@ -16,7 +16,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_support, refuse_removed_keys
+from rlloss._checks import check_atoms, check_support, refuse_removed_keys
 from rlloss._networks import entry
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.q_learning import QLearningLoss
@@ -44,7 +44,8 @@ class DQNLoss(QLearningLoss):
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); a batch without ``("next", "terminated")`` is
-    refused instead of bootstrapping on ``done``; only one-step (n-step through
+    read with ``done`` in its place (truncated steps then not bootstrapped), as TorchRL does, but
+    with a warning; only one-step (n-step through
     ``steps_to_next_obs``) targets are built, so ``make_value_estimator`` takes ``TD0`` only.
 
     Example:
@@ -158,7 +159,9 @@ class DistributionalDQNLoss(DQNLoss):
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)
         support = self.value_network.support
-        log_probs = self._log_probs_at(self._action_values(batch), self._get(batch, "action"))
+        action_values = self._action_values(batch)
+        check_atoms(type(self).__name__, action_values, support)
+        log_probs = self._log_probs_at(action_values, self._get(batch, "action"))
         target = self._target_distribution(batch, support)
         cross_entropy = -(target * log_probs).sum(-1, keepdim=True)
         self._write_priority(tensordict, cross_entropy.detach())

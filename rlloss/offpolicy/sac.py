@@ -48,7 +48,7 @@ class StateValueBackup:
 
 
 class SACLoss(ContinuousSoftActorCritic):
-    """SAC's actor, critic and temperature losses (SAC v2: no state-value network).
+    """SAC's actor, critic and temperature losses (SAC v2; SAC v1 with a ``value_network``).
 
     Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s',
     a') - alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')`` from the current policy, no gradient.
@@ -74,18 +74,21 @@ class SACLoss(ContinuousSoftActorCritic):
         action_spec: the action spec, for ``target_entropy="auto"`` (``-dim(A)``); without it
             the actor's ``spec``, else the batch's action shape at the first call.
         target_entropy: ``"auto"`` or a number.
-        delay_actor: not supported (SAC v2 samples target actions from the current policy).
-        delay_value: accepted and ignored, as TorchRL does for SAC v2 (it concerns the state-value
-            network of SAC v1, which SAC v2 does not have).
+        value_network: SAC v1's state-value network ``V(s)`` (arXiv:1801.01290), writing
+            ``state_value``: the critics regress on ``r + gamma^n (1 - terminated) V_target(s')``
+            (each Q network on its own share of the batch, as TorchRL) and ``loss_value``
+            trains ``V``; ``None`` (default): SAC v2.
+        delay_actor: a target copy of the actor, from which SAC v1's value target samples (SAC
+            v2 samples its target actions from the current policy).
+        delay_value: a target copy of ``value_network`` (SAC v1); ignored without one, as
+            TorchRL does.
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
         gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
-    ``reduction="none"`` too; ``value_network`` (SAC v1), ``delay_actor=True``,
-    ``skip_done_states=True`` and ``separate_losses=True`` are not supported; the tanh is not
-    clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
+    ``reduction="none"`` too; the tanh is not clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
     pre-tanh value, finite at the bounds.
 
     Example:

@@ -41,7 +41,7 @@ from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, fill_padding
 from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.functional.critic import DISTANCES
-from rlloss.training.distributed import global_standardize
+from rlloss.training.distributed import check_process_group, global_standardize
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -169,6 +169,7 @@ class OnPolicyLoss(LossModule):
             )
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_global = normalize_advantage_global
+        check_process_group(type(self).__name__, process_group)
         self.process_group = process_group
         self.separate_losses = separate_losses
         self._has_critic = critic_network is not None and bool(critic_coeff)

@@ -27,6 +27,21 @@ import torch.distributed as dist
 from rlloss import functional as rlf
 
 
+def check_process_group(owner: str, process_group) -> None:
+    """``process_group`` is ``None`` or a ``torch.distributed`` group (a ``TypeError`` naming
+    what was given otherwise, e.g. a backend name)."""
+    if process_group is None:
+        return
+    group_type = getattr(dist, "ProcessGroup", None)
+    if group_type is None or not isinstance(process_group, group_type):
+        raise TypeError(
+            f"{owner}: process_group must be a torch.distributed process group (e.g. "
+            "torch.distributed.new_group(ranks) or torch.distributed.group.WORLD) or None for "
+            f"the default group when one is initialised; got {process_group!r}. A backend name "
+            "such as 'gloo' goes to torch.distributed.init_process_group(backend=...)."
+        )
+
+
 def resolve_group(process_group=None):
     """The group to reduce over: ``process_group`` when given, else the default group when
     ``torch.distributed`` is initialised, else ``None`` (and ``None`` for a group of one rank)."""

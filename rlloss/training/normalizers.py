@@ -13,7 +13,7 @@ from torch import nn
 
 from rlloss._checks import check_choice, check_in_range, check_same_shape, state_dict_mismatch
 from rlloss.functional import discounted_returns
-from rlloss.training.distributed import all_moments
+from rlloss.training.distributed import all_moments, check_process_group
 from rlloss.training.moments import (
     MOMENT_BUFFERS,
     masked_moments,
@@ -98,6 +98,7 @@ class RewardNormalizer(nn.Module):
         super().__init__()
         check_choice("mode", mode, NORMALIZER_MODES)
         self.mode = mode
+        check_process_group("RewardNormalizer", process_group)
         self.process_group = process_group
         check_in_range("num_envs", num_envs, 1, integer=True)
         check_in_range("gamma", gamma, 0.0, 1.0)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from rlloss._checks import check_choice, check_in_range, check_is_dict, check_state_entries
-from rlloss.training.distributed import all_mean
+from rlloss.training.distributed import all_mean, check_process_group
 
 SCHEDULE_KINDS = ("step", "interp")
 
@@ -145,6 +145,7 @@ class KLAdaptiveLR(LRScheduler):
         factor: float | None = None,
         process_group=None,
     ) -> None:
+        check_process_group("KLAdaptiveLR", process_group)
         self.process_group = process_group
         self.torchrl_rule = target_kl is not None or factor is not None
         if self.torchrl_rule:  # TorchRL's signature: KLAdaptiveLR(optimizer, target_kl=, factor=)
@@ -306,7 +307,13 @@ class PiecewiseSchedule:
         self.kind = kind
 
     def __call__(self, step: float) -> float:
-        """The scheduled value at ``step``."""
+        """The scheduled value at ``step`` (a finite number: a NaN would compare false with every
+        breakpoint and silently give the last value)."""
+        if not math.isfinite(step):
+            raise ValueError(
+                f"PiecewiseSchedule: step must be a finite number, got {step!r}; pass the current "
+                "step count (environment steps or updates)."
+            )
         last = bisect.bisect_right(self.steps, step) - 1  # last breakpoint reached, -1 if none
         if last < 0:
             return self.values[0]
@@ -422,6 +429,7 @@ class KLEarlyStopping:
     """
 
     def __init__(self, target_kl: float, factor: float = 1.5, process_group=None) -> None:
+        check_process_group("KLEarlyStopping", process_group)
         self.process_group = process_group
         check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)
         check_in_range("factor", factor, 0.0, math.inf, low_open=True, high_open=True)

@@ -312,12 +312,33 @@ def _check_arguments(loss_module, optimizer, target_updater, replay_buffer, comp
             "compile_update: compile must be True, False or a dict of torch.compile keywords, "
             f"got {compile!r}."
         )
-    owned = {id(p) for p in loss_module.parameters() if p.requires_grad}
+    _check_optimizer_parameters(loss_module, optimizer)
+
+
+def _check_optimizer_parameters(loss_module: nn.Module, optimizer) -> None:
+    """The optimizer trains the loss module's own parameters: a loss copies some networks (a Q
+    ensemble, a critic shared with the actor), so an optimizer built over the user's modules
+    would leave those copies untrained. An optimizer over part of the loss's parameters (one
+    optimizer per loss term) is fine; one over other tensors that misses some of the loss's is
+    refused."""
+    owned = {id(p): name for name, p in loss_module.named_parameters() if p.requires_grad}
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    if owned and not owned & held:
+    if owned and not owned.keys() & held:
         raise ValueError(
             "compile_update: the optimizer holds none of the loss module's parameters; build "
             "it over loss_module.parameters() (after the loss, which may copy the networks)."
+        )
+    foreign, missing = held - owned.keys(), [owned[i] for i in owned if i not in held]
+    if foreign and missing:
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise ValueError(
+            f"compile_update: the optimizer holds {len(foreign)} tensors that are not the loss "
+            f"module's parameters, and misses the loss's {shown}: the loss trains its own "
+            "copies of some networks (a Q ensemble is stacked into the loss), so those would "
+            "never be updated. Build the optimizer over loss_module.parameters() (or over "
+            "the loss's <name>_params for one term)."
         )
 
 
