@@ -403,3 +403,19 @@ def explained_variance(prediction: Sequence[float], target: Sequence[float]) -> 
 
     residual = [y - p for p, y in zip(prediction, target, strict=True)]
     return 1.0 - variance(residual) / variance(list(target))
+
+
+def group_standardize(
+    x: Sequence[float], groups: Sequence[int], mask: Sequence[bool], eps: float = 1e-4
+) -> list[float]:
+    """Each element standardised by the mean and (Bessel) std of the valid elements that share
+    its id: a loop over the distinct ids."""
+    out = [0.0] * len(x)
+    for gid in set(groups):
+        members = [i for i, g in enumerate(groups) if g == gid]
+        valid = [x[i] for i in members if mask[i]]
+        mean = sum(valid) / max(len(valid), 1)
+        var = sum((v - mean) ** 2 for v in valid) / max(len(valid) - 1, 1)
+        for i in members:
+            out[i] = (x[i] - mean) / max(math.sqrt(var), eps)
+    return out

@@ -228,3 +228,62 @@ def test_differentiable_estimator_holds_the_value_network_out():
     assert all(p.grad is None for p in critic.parameters())
     assert batch["observation"].grad is not None and batch["observation"].grad.abs().sum() > 0
     assert all(p.requires_grad for p in critic.parameters())  # restored after the call
+
+
+# ----------------------------------------------------------------------------- group_key
+def _grouped_batch():
+    batch = sequence_batch(batch_size=(6, 10))
+    batch["task"] = torch.tensor([3, 0, 3, 9, 0, 3]).unsqueeze(-1).expand(6, 10).contiguous()
+    return batch
+
+
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("GAE", {"gamma": 0.95, "lmbda": 0.9, "average_gae": True}),
+        ("TD0Estimator", {"gamma": 0.9, "average_rewards": True}),
+        ("TDLambdaEstimator", {"gamma": 0.9, "lmbda": 0.8, "average_rewards": True}),
+    ],
+)
+def test_group_key_standardises_within_groups_as_torchrl(name, kwargs):
+    """TorchRL 0.14.1's ``group_key``: the advantage (GAE) or reward standardisation is done
+    within the batch elements sharing an id (e.g. a task), values as TorchRL's."""
+    critic, batch = make_critic(), _grouped_batch()
+    ours_module = getattr(rlloss, name)(value_network=critic, group_key="task", **kwargs)
+    theirs_module = getattr(torchrl_value, name)(value_network=critic, group_key="task", **kwargs)
+    ours, theirs = ours_module(batch.clone()), theirs_module(batch.clone())
+    for key in ("advantage", "value_target"):
+        torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-5, msg=str(key))
+    assert "task" in ours_module.in_keys
+    ungrouped = getattr(rlloss, name)(value_network=critic, **kwargs)(batch.clone())
+    assert not torch.allclose(ours["advantage"], ungrouped["advantage"])
+
+
+def test_group_key_missing_from_the_batch_is_named():
+    batch = sequence_batch()
+    gae = rlloss.GAE(
+        gamma=0.9, lmbda=0.9, value_network=make_critic(), average_gae=True, group_key="task"
+    )
+    with pytest.raises(KeyError, match=r"task"):
+        gae(batch)
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["per-agent", "per-group-and-agent"])
+def test_multi_agent_gae_standardises_each_agent_on_its_own_as_torchrl(group):
+    """TorchRL 0.14.1: ``MultiAgentGAE(average_gae=True)`` keeps the agent dim independent (a
+    high-variance agent is not flattened into the others), within groups with ``group_key``."""
+    batch = _grouped_batch()
+    agents = 3
+    batch["state_value"] = torch.randn(*batch.shape, agents, 1) * torch.tensor(
+        [1.0, 10.0, 0.1]
+    ).view(3, 1)
+    batch["next", "state_value"] = torch.randn(*batch.shape, agents, 1)
+    kwargs = {"gamma": 0.9, "lmbda": 0.8, "average_gae": True, "value_network": None}
+    if group:
+        kwargs["group_key"] = "task"
+    ours = rlloss.MultiAgentGAE(**kwargs)(batch.clone())
+    theirs = torchrl_value.MultiAgentGAE(**kwargs)(batch.clone())
+    torch.testing.assert_close(ours["advantage"], theirs["advantage"], rtol=1e-5, atol=1e-5)
+    per_agent_std = ours["advantage"].std(dim=(0, 1, 3))
+    if not group:
+        torch.testing.assert_close(per_agent_std, torch.ones(agents), rtol=1e-5, atol=1e-5)

@@ -76,6 +76,7 @@ class ValueEstimator(TensorDictModuleBase):
         time_dim: int | None = None,
         device: torch.device | None = None,
         average_rewards: bool = False,
+        group_key: NestedKey | None = None,
         skip_existing: bool | None = None,
         value_chunk_size: int | None = None,
         num_chunks: int | None = None,
@@ -114,6 +115,7 @@ class ValueEstimator(TensorDictModuleBase):
         self.differentiable = differentiable
         self.time_dim = time_dim
         self.average_rewards = average_rewards
+        self.group_key = group_key  # the standardisations are per group of its ids
         self.skip_existing = bool(skip_existing)
         self.value_chunk_size = value_chunk_size
         self.num_chunks = num_chunks if num_chunks is not None else num_chunk
@@ -136,7 +138,8 @@ class ValueEstimator(TensorDictModuleBase):
         )
         flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
         keys = [*inputs, *(next_key(k) for k in [*inputs, *flags]), *self._policy_keys()]
-        return list(dict.fromkeys(keys))
+        groups = [] if self.group_key is None else [self.group_key]
+        return list(dict.fromkeys([*keys, *groups]))
 
     def _policy_keys(self) -> list[NestedKey]:
         return []
@@ -218,6 +221,26 @@ class ValueEstimator(TensorDictModuleBase):
             following = next_tensordict.get(key, None)
             next_tensordict.set(key, root if following is None else following | root)
         return next_tensordict
+
+    def _groups(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The group ids under ``group_key`` (``None`` without one); a missing entry raises a
+        ``KeyError`` naming it."""
+        if self.group_key is None:
+            return None
+        groups = tensordict.get(self.group_key, None)
+        if groups is None:
+            owner = type(self).__name__
+            message = missing_key_message(owner, "group_key", self.group_key, tensordict)
+            raise MissingKeyError(f"{message} (group_key: the ids to standardise within)")
+        return groups
+
+    def _standardized_rewards(self, reward: torch.Tensor, tensordict: TensorDictBase):
+        """TorchRL's ``average_rewards``: the rewards standardised over the batch, or within the
+        groups of ``group_key``."""
+        groups = self._groups(tensordict)
+        if groups is not None:
+            return rlf.group_standardize(reward, groups, eps=1e-5)
+        return (reward - reward.mean()) / reward.std().clamp_min(1e-5)
 
     def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
         """Inputs of :meth:`estimate` besides the returns' (V-trace's importance ratios)."""
@@ -327,7 +350,7 @@ class ValueEstimator(TensorDictModuleBase):
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
             if self.average_rewards:  # TorchRL's reward standardisation
-                reward = (reward - reward.mean()) / reward.std().clamp_min(1e-5)
+                reward = self._standardized_rewards(reward, tensordict)
             steps = None if steps is None else steps.view_as(reward)
             gamma = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
             advantage, value_target = self.estimate(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from tensordict import TensorDictBase
 
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
@@ -13,7 +14,8 @@ class GAE(ValueEstimator):
     """Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
 
     ``advantage`` is :func:`rlloss.functional.gae_advantage`, ``value_target = advantage +
-    V(s)``; ``average_gae=True`` standardises the advantage over the batch.
+    V(s)``; ``average_gae=True`` standardises the advantage over the batch, or within the groups
+    of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
 
     Example:
         >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
@@ -26,19 +28,30 @@ class GAE(ValueEstimator):
         self.lmbda = float(lmbda)
         self.average_gae = average_gae
 
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
+        return {"groups": self._groups(tensordict) if self.average_gae else None}
+
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, groups):
         advantage = rlf.gae_advantage(
             reward, value, next_value, done, terminated, gamma, self.lmbda, time_dim
         )
         value_target = advantage + value
         if self.average_gae:
-            advantage = rlf.standardize(advantage)
+            advantage = self._standardized(advantage, groups)
         return advantage, value_target
+
+    def _standardized(self, advantage: torch.Tensor, groups: torch.Tensor | None):
+        """The advantage standardised over the batch, or within ``groups``."""
+        if groups is None:
+            return rlf.standardize(advantage)
+        return rlf.group_standardize(advantage, groups)
 
 
 class MultiAgentGAE(GAE):
     """GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
     terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's.
+    ``average_gae=True`` standardises each agent's advantages on their own (over the other
+    dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 
     Example:
         >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
@@ -48,7 +61,7 @@ class MultiAgentGAE(GAE):
         super().__init__(**kwargs)
         self.agent_dim = agent_dim
 
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
+    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, groups):
         if value.ndim > reward.ndim:  # team signals: one copy per agent
             dim = self.agent_dim % value.ndim
             reward, done, terminated = (
@@ -63,4 +76,18 @@ class MultiAgentGAE(GAE):
             terminated=terminated,
             gamma=gamma,
             time_dim=time_dim,
+            groups=groups,
         )
+
+    def _standardized(self, advantage: torch.Tensor, groups: torch.Tensor | None):
+        """Each agent's advantages standardised on their own: over every dim but ``agent_dim``,
+        or within the groups of (group id, agent)."""
+        agent_dim = self.agent_dim % advantage.ndim
+        agents = advantage.shape[agent_dim]
+        agent = torch.arange(agents, device=advantage.device)
+        agent = agent.reshape([-1 if d == agent_dim else 1 for d in range(advantage.ndim)])
+        if groups is None:
+            return rlf.group_standardize(advantage, agent.expand_as(advantage))
+        while groups.ndim < advantage.ndim:
+            groups = groups.unsqueeze(-1)
+        return rlf.group_standardize(advantage, groups.expand(advantage.shape) * agents + agent)

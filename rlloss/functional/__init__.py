@@ -84,6 +84,7 @@ from rlloss.functional.quantile import (
 )
 from rlloss.functional.reduce import (
     explained_variance,
+    group_standardize,
     masked_moments,
     normalized_effective_sample_size,
     reduce,
@@ -166,6 +167,7 @@ __all__ = [
     "squash",
     "squash_log_abs_det_jacobian",
     "masked_moments",
+    "group_standardize",
     "standardize",
     "standardized_with",
     "straight_through_clamp",

@@ -94,6 +94,41 @@ def standardize(
     return standardized_with(x, *masked_moments(x, mask), mask=mask, eps=eps)
 
 
+def group_standardize(
+    x: torch.Tensor,
+    groups: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """``x`` standardised within each group of equal ids: ``(x - mean_g) / max(std_g, eps)``,
+    the moments over the group's valid elements, std with Bessel's correction (TorchRL's
+    ``group_key`` standardisation, e.g. per task).
+
+    ``groups``: integer ids whose leading dims are ``x``'s (trailing singleton dims added), any
+    values. No host sync: the groups are found by sorting the ids (no ``torch.unique``), each
+    element's group is its rank among the distinct ids.
+    """
+    while groups.ndim < x.ndim:
+        groups = groups.unsqueeze(-1)
+    if groups.ndim > x.ndim:
+        raise ValueError(
+            f"group ids of shape {tuple(groups.shape)} cannot index values of shape "
+            f"{tuple(x.shape)}: give one id per batch element (leading dims of the values)."
+        )
+    ids, flat = groups.expand(x.shape).reshape(-1), x.reshape(-1)
+    weight = torch.ones_like(flat) if mask is None else _expand_mask(mask, x).reshape(-1)
+    weight = weight.to(flat.dtype)
+    sorted_ids, order = ids.sort(stable=True)
+    starts = torch.cat((sorted_ids[:1] == sorted_ids[:1], sorted_ids[1:] != sorted_ids[:-1]))
+    group = torch.empty_like(order).scatter_(0, order, starts.long().cumsum(0) - 1)
+    count = torch.zeros_like(flat).index_add_(0, group, weight)
+    mean = torch.zeros_like(flat).index_add_(0, group, flat * weight) / count.clamp_min(1)
+    centered = flat - mean[group]
+    m2 = torch.zeros_like(flat).index_add_(0, group, centered.square() * weight)
+    std = (m2 / (count - 1).clamp_min(1)).sqrt().clamp_min(eps)
+    return (centered / std[group]).reshape(x.shape)
+
+
 def masked_moments(
     x: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

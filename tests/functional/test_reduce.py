@@ -8,6 +8,7 @@ import torch
 
 from rlloss.functional import (
     explained_variance,
+    group_standardize,
     normalized_effective_sample_size,
     reduce,
     standardize,
@@ -212,3 +213,36 @@ def test_padding_cannot_leak_nan_weights_into_the_gradient():
     out.backward()
     assert torch.isfinite(out)
     assert torch.isfinite(loss.grad).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("masked", [False, True], ids=["all", "masked"])
+@pytest.mark.parametrize("shape", [(9,), (6, 4), (3, 4, 2)], ids=shape_id)
+def test_group_standardize_matches_the_loop_over_groups(shape, masked, dtype):
+    """Arbitrary (negative, sparse) ids of the leading dim, broadcast over the trailing ones."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=dtype) * 3 + 1
+    ids = torch.tensor([7, -2, 7, 100, -2, 7, 100, 3, 7])[: shape[0]]
+    groups = ids.reshape(shape[0], *(1,) * (len(shape) - 1))
+    mask = torch.rand(shape) < 0.8 if masked else torch.ones(shape, dtype=torch.bool)
+    expected = reference.group_standardize(
+        x.double().reshape(-1).tolist(),
+        groups.expand(shape).reshape(-1).tolist(),
+        mask.reshape(-1).tolist(),
+    )
+    got = group_standardize(x, groups, mask if masked else None)
+    torch.testing.assert_close(
+        got, torch.tensor(expected, dtype=dtype).reshape(shape), **TOLERANCE[dtype]
+    )
+
+
+def test_group_standardize_with_one_group_is_standardize():
+    x = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(
+        group_standardize(x, torch.zeros(5, dtype=torch.long)), standardize(x, eps=1e-4)
+    )
+
+
+def test_group_standardize_names_shapes_it_cannot_broadcast():
+    with pytest.raises(ValueError, match=r"group ids of shape \(4, 2, 2\)"):
+        group_standardize(torch.randn(4, 2), torch.zeros(4, 2, 2, dtype=torch.long))
