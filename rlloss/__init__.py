@@ -22,6 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
+from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
     CrossQLoss,
@@ -124,6 +125,7 @@ __all__ = [
     "MultiAgentGAE",
     "PPOLoss",
     "PolicyLossAddon",
+    "QMixerLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -22,6 +22,7 @@ from tests import (
     test_dqn,
     test_iql,
     test_mpo,
+    test_qmixer,
     test_sac,
     test_td3,
     test_tqc,
@@ -278,6 +279,16 @@ LOSSES = {
         batch=lambda: test_distributional_dqn.transitions(),
         routes={"loss": ("value_network",)},
         renamable=("action",),
+        writes=("td_error",),
+        coefficient=None,
+    ),
+    "QMixerLoss": Row(
+        build=lambda: rlloss.QMixerLoss(
+            test_qmixer.local_q("categorical"), test_qmixer.mixer("qmix")
+        ),
+        batch=lambda: test_qmixer.team_batch("categorical"),
+        routes={"loss": ("local_value_network", "mixer_network")},
+        renamable=("action", ("next", "reward")),
         writes=("td_error",),
         coefficient=None,
     ),
