@@ -30,7 +30,9 @@ library the per-seed returns and wall times, and whether ``final_return >= targe
 least 2 seeds. One figure per task next to it, ``learning_<task>.png``: per library the mean
 and the min-max spread over seeds of the running mean of the last 10 episode returns, put on a
 common frame grid, with the target as a dotted line. ``--summarize-only`` rebuilds both from the
-run directories already on disk (runs made elsewhere in the same layout included).
+run directories already on disk (runs made elsewhere in the same layout included). The run
+directories are not committed (``.gitignore``): ``benchmarks/results/`` keeps the summary and the
+figures, and the runs behind a committed summary are in git history.
 
 Every subprocess gets ``OMP_NUM_THREADS=1`` (unless set already): with ``--jobs`` > 1 the runs
 share the cores without oversubscribing them. The exit status is 1 when an rlloss run failed; a
