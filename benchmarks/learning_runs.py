@@ -21,7 +21,7 @@ Each run directory ``<results dir>/<task>/<library>/seed<K>/`` holds ``returns.c
 the tutorial: one row ``frames, episode_return`` per finished episode), ``stdout.txt``,
 ``stderr.txt`` and ``run.json`` (the command, its exit status and wall time). The tutorials
 print ``wall_time=``, ``train_return=``, ``eval_return=`` (those that evaluate their final
-policy) and last ``final_return=`` (see ``tutorials/_results.py``); these are collected.
+policy) and last ``final_return=`` (see ``tutorials/_helpers.py``); these are collected.
 
 Summary
 -------
@@ -167,7 +167,7 @@ def run_command(run: Run) -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    """The subprocess environment: the tutorials dir (for ``_results``) and the working tree's
+    """The subprocess environment: the tutorials dir (for ``_helpers``) and the working tree's
     ``rlloss`` first on the path, one thread each, and a quiet progress bar."""
     env = dict(os.environ)
     path = [str(TUTORIALS_DIR), str(REPO_ROOT)]

@@ -28,7 +28,7 @@ TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUT
 # The offline tutorials learn from the dataset offline_dataset.py writes (made once, small).
 OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
 OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
-# The SAC-family tutorials (tutorials/_sac_family.py) also log periodic greedy evaluations.
+# The SAC-family tutorials also log periodic greedy evaluations.
 SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum", "crossq_pendulum"}
 # Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
 SWAP_IDENTICAL = ["a2c_cartpole", "reinforce_cartpole"]
@@ -40,7 +40,7 @@ def _caller_pythonpath() -> list[str]:
 
 def tutorial_env() -> dict[str, str]:
     """One thread, no display, torchrun's processes on the loopback, and on the path the
-    tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a checkout's
+    tutorials' helper module (_helpers.py) for scripts outside tutorials/, and a checkout's
     rlloss where PYTHONPATH names one."""
     return {
         "OMP_NUM_THREADS": "1",

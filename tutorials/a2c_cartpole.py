@@ -43,9 +43,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import VectorCollector, make_vec, most_probable_action, sample_from
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import evaluate, report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    evaluate,
+    make_vec,
+    most_probable_action,
+    report,
+    sample_from,
+    save_learning_curve,
+)
 from torch import nn
 from tqdm import tqdm
 

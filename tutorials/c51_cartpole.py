@@ -43,13 +43,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import (  # tutorials/_collect.py
+from _helpers import (  # tutorials/_helpers.py
     VectorCollector,
     epsilon_greedy,
+    evaluate,
     linear_epsilon,
     make_vec,
+    plot_returns,
+    report,
+    write_csv,
 )
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from torch import nn

@@ -94,7 +94,7 @@ from pathlib import Path
 import torch
 import torch._dynamo.utils
 import torch._inductor.config
-from _results import write_csv  # tutorials/_results.py
+from _helpers import write_csv  # tutorials/_helpers.py
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn

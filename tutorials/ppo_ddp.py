@@ -62,9 +62,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _collect import VectorCollector, make_vec, sample_from  # tutorials/_collect.py
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    make_vec,
+    report,
+    sample_from,
+    save_learning_curve,
+)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
