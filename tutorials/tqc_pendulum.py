@@ -133,7 +133,8 @@ for frame in range(1, args.total_frames + 1):
 
     evaluator.maybe(frame)
     if frame % 1000 == 0:
-        show_progress(pbar, stepper.episodes, frame, alpha=f"{float(loss_module.log_alpha.exp()):.3f}")
+        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
+        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
 pbar.close()
 stepper.close()
 
