@@ -21,7 +21,7 @@ Each run directory ``<results dir>/<task>/<library>/seed<K>/`` holds ``returns.c
 the tutorial: one row ``frames, episode_return`` per finished episode), ``stdout.txt``,
 ``stderr.txt`` and ``run.json`` (the command, its exit status and wall time). The tutorials
 print ``wall_time=``, ``train_return=``, ``eval_return=`` (those that evaluate their final
-policy) and last ``final_return=`` (see ``tutorials/_results.py``); these are collected.
+policy) and last ``final_return=`` (see ``tutorials/_helpers.py``); these are collected.
 
 Summary
 -------
@@ -30,7 +30,9 @@ library the per-seed returns and wall times, and whether ``final_return >= targe
 least 2 seeds. One figure per task next to it, ``learning_<task>.png``: per library the mean
 and the min-max spread over seeds of the running mean of the last 10 episode returns, put on a
 common frame grid, with the target as a dotted line. ``--summarize-only`` rebuilds both from the
-run directories already on disk (runs made elsewhere in the same layout included).
+run directories already on disk (runs made elsewhere in the same layout included). The run
+directories are not committed (``.gitignore``): ``benchmarks/results/`` keeps the summary and the
+figures, and the runs behind a committed summary are in git history.
 
 Every subprocess gets ``OMP_NUM_THREADS=1`` (unless set already): with ``--jobs`` > 1 the runs
 share the cores without oversubscribing them. The exit status is 1 when an rlloss run failed; a
@@ -165,7 +167,7 @@ def run_command(run: Run) -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    """The subprocess environment: the tutorials dir (for ``_results``) and the working tree's
+    """The subprocess environment: the tutorials dir (for ``_helpers``) and the working tree's
     ``rlloss`` first on the path, one thread each, and a quiet progress bar."""
     env = dict(os.environ)
     path = [str(TUTORIALS_DIR), str(REPO_ROOT)]

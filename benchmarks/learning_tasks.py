@@ -35,7 +35,7 @@ OFFLINE = {
 }
 OFFLINE_REFERENCE = (
     "the dataset's mean return -839.2 +- 110.1; behaviour cloning (bc_offline) -797.6, -812.0, "
-    "-851.8 on seeds 0-2 (benchmarks/results/offline)"
+    "-851.8 on seeds 0-2 (benchmarks/results/offline.json)"
 )
 
 

@@ -300,6 +300,7 @@ def test_coefficient_is_a_checked_in_place_buffer_in_the_state_dict():
     )
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiled_loss_with_addons_matches_eager_without_recompiling():
     torch._dynamo.reset()
     actor = make_actor("normal")

@@ -450,6 +450,15 @@ def test_state_dict_round_trip(row):
     assert_same_outputs(seeded(other, batch), seeded(loss, batch))
 
 
+# One row per loss class in the default run; its variants (add-ons, larger ensembles, other
+# options) compile in the slow run (each 1-10 s of tracing, several times that on a busy machine).
+@pytest.mark.parametrize(
+    "row",
+    [
+        pytest.param(row, id=name, marks=[pytest.mark.slow] if "-" in name else [])
+        for name, row in LOSSES.items()
+    ],
+)
 def test_compiles_as_one_graph_without_recompiling(row):
     torch._dynamo.reset()
     loss = row.build()

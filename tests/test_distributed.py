@@ -317,6 +317,7 @@ def _assert_close_all(actual, expected, **tolerance) -> None:
         torch.testing.assert_close(a, e, **tolerance)
 
 
+@pytest.mark.slow  # two processes
 def test_klpen_step_on_two_halves_equals_one_process_on_the_whole_batch(ranks):
     """Gradients (DDP average, global advantage normalisation), beta, learning rate and the
     early-stop decision of two ranks equal one process's on the whole batch; the first half
@@ -332,6 +333,7 @@ def test_klpen_step_on_two_halves_equals_one_process_on_the_whole_batch(ranks):
         assert ours["stop"] == whole["stop"]
 
 
+@pytest.mark.slow  # two processes
 def test_sac_and_td3_steps_equal_one_process(ranks):
     """DDP(SACLoss) and DDP(TD3Loss): the averaged gradients equal one process's (TD3 without
     smoothing noise on the whole batch; SAC as the mean of the halves with the ranks' draws)."""
@@ -344,6 +346,7 @@ def test_sac_and_td3_steps_equal_one_process(ranks):
         _assert_close_all(ours["grads"], sac_mean, **GRADS)
 
 
+@pytest.mark.slow  # two processes
 def test_normalizer_statistics_equal_one_process(ranks):
     """Reward normalisers on 4 environments each (running and buffer modes) scale like one
     normaliser on all 8 and end with its moments; value normalisers on 3 and 5 rows of targets
@@ -360,6 +363,7 @@ def test_normalizer_statistics_equal_one_process(ranks):
             torch.testing.assert_close(ours["value"][name], whole["value"][name], **MOMENTS)
 
 
+@pytest.mark.slow  # two processes
 def test_reductions_equal_the_concatenated_values(ranks):
     """Over ranks of 7 and 13 values: ``all_moments`` equals the naive moments of the 20 values,
     ``global_standardize`` equals one process's masked ``standardize`` of them (TorchRL's rule),
@@ -380,6 +384,7 @@ def test_reductions_equal_the_concatenated_values(ranks):
     torch.testing.assert_close(standardized, rlf.standardize(values, mask), **MOMENTS)
 
 
+@pytest.mark.slow  # two processes
 def test_ranks_never_diverge_over_twenty_steps(ranks):
     """After each of 20 steps on different data per rank, every parameter and buffer (networks,
     beta, target networks, SAC's temperature, reward-normaliser moments) is bitwise equal on both

@@ -599,6 +599,7 @@ def test_discrete_identical_policies_and_dual_directions():
         assert bool(loss.log_temperature.detach() > before["log_temperature"]) == grows
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiled_mpo_matches_eager_without_recompiling():
     """Inductor, fullgraph: the same numbers as eager over fresh batches, no recompilation
     (the contract table traces every MPO variant with the eager backend)."""

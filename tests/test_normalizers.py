@@ -310,6 +310,7 @@ def test_zero_dim_states_of_earlier_versions_load_alone_and_as_a_submodule():
             torch.testing.assert_close(module.state_dict()[name], buffer)
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiled_normaliser_updates_its_state_in_place_as_eager():
     """Inductor (torch 2.13, CPU) dropped in-place writes to the 0-dim float64 moments."""
     batches = [random_batch(n=3, steps=5, seed=seed) for seed in (21, 22, 23)]

@@ -337,6 +337,7 @@ def test_bad_priorities_and_indices():
 # ---- compilation ----
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiles_without_graph_breaks():
     """``sample_index_and_weight`` and ``set_priority`` under ``torch.compile(fullgraph=True)``
     give the eager results (with inductor drawing its random numbers as eager does), and
@@ -460,6 +461,7 @@ def test_exponents_given_as_tensors_anneal_like_numbers():
     assert buffer.sampler._alpha_tensor == pytest.approx(0.3)
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiled_sampler_gives_the_eager_trees_and_draws():
     """``compile=True``: the same trees after the same priority updates, and, with inductor
     drawing through eager's generator (``fallback_random``), the same indices and weights."""

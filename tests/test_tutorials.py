@@ -2,7 +2,11 @@
 episode returns, a PNG, and a last line ``final_return=...``. The compile tutorial trains
 nothing: it has its own contract (``updates_per_second=...``, compiled losses equal to eager).
 The policy-gradient tutorials also run with TorchRL's losses swapped in, as the learning
-benchmark runs them."""
+benchmark runs them.
+
+Each run is a subprocess of several seconds to a minute, so all but two are marked ``slow``
+(run by CI and by ``--runslow``): the default run keeps the README's PPO tutorial (on-policy)
+and the DQN tutorial (off-policy, replay buffer, evaluation)."""
 
 from __future__ import annotations
 
@@ -16,13 +20,15 @@ import pytest
 
 from benchmarks.torchrl_swap import swap_to_torchrl
 
+SLOW = pytest.mark.slow
+
 TUTORIALS_DIR = Path(__file__).resolve().parents[1] / "tutorials"
 COMPILE_TUTORIAL = TUTORIALS_DIR / "compile_and_cudagraphs.py"
 TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUTORIAL)
 # The offline tutorials learn from the dataset offline_dataset.py writes (made once, small).
 OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
 OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
-# The SAC-family tutorials (tutorials/_sac_family.py) also log periodic greedy evaluations.
+# The SAC-family tutorials also log periodic greedy evaluations.
 SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum", "crossq_pendulum"}
 # Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
 SWAP_IDENTICAL = ["a2c_cartpole", "reinforce_cartpole"]
@@ -34,7 +40,7 @@ def _caller_pythonpath() -> list[str]:
 
 def tutorial_env() -> dict[str, str]:
     """One thread, no display, torchrun's processes on the loopback, and on the path the
-    tutorials' helpers (_collect, _results...) for scripts outside tutorials/, and a checkout's
+    tutorials' helper module (_helpers.py) for scripts outside tutorials/, and a checkout's
     rlloss where PYTHONPATH names one."""
     return {
         "OMP_NUM_THREADS": "1",
@@ -87,7 +93,17 @@ SMOKE_FRAMES = {
 }
 
 
-@pytest.mark.parametrize("script", TUTORIALS, ids=lambda path: path.stem)
+# The smokes of the default run; the others are slow.
+DEFAULT_RUN_SMOKES = {"ppo_cartpole", "dqn_cartpole"}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(path, id=path.stem, marks=[] if path.stem in DEFAULT_RUN_SMOKES else [SLOW])
+        for path in TUTORIALS
+    ],
+)
 def test_tutorial_smoke(script, tmp_path, request):
     if script == OFFLINE_DATASET:
         request.getfixturevalue("offline_dataset")
@@ -106,6 +122,7 @@ def test_tutorial_smoke(script, tmp_path, request):
         assert len(rows) == 3, rows  # halfway and at the end
 
 
+@SLOW
 @pytest.mark.parametrize("stem", SWAP_IDENTICAL)
 def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     """The script with its ``from rlloss import`` line importing TorchRL's losses and estimator
@@ -121,6 +138,7 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     assert (tmp_path / "torchrl" / "returns.csv").read_text() == rlloss_returns
 
 
+@SLOW
 def test_compile_tutorial_smoke(tmp_path):
     """A compiled SAC update gives the eager losses and runs without recompiling (about 50 s
     with an empty inductor cache on a small CPU, 15 s with a warm one)."""
@@ -155,11 +173,13 @@ def test_compile_tutorial_smoke(tmp_path):
     assert (tmp_path / "updates_per_second.csv").read_text().startswith("mode,updates_per_second")
 
 
+@SLOW
 def test_dqn_tutorial_with_prioritized_replay(tmp_path):
     """``dqn_cartpole.py --per`` (rlloss.data.PrioritizedSampler) trains end to end."""
     run_tutorial(TUTORIALS_DIR / "dqn_cartpole.py", tmp_path, "--per")
 
 
+@SLOW
 def test_ppo_ddp_tutorial_on_two_processes(tmp_path):
     """``ppo_ddp.py`` under ``torchrun --standalone --nproc_per_node 2`` (gloo, loopback) trains
     end to end with 2 ranks, each stepping 4 of the 8 environments."""
@@ -172,6 +192,7 @@ def test_ppo_ddp_tutorial_on_two_processes(tmp_path):
     assert "processes=2" in stdout.splitlines(), stdout[-2000:]
 
 
+@SLOW
 def test_recurrent_ppo_tutorial_feed_forward_and_rpo(tmp_path):
     """``recurrent_ppo_cartpole.py --no-rnn`` (the feed-forward baseline) trains end to end;
     ``--rpo-alpha`` stops with RPOLoss's reason: CartPole's policy is categorical, RPO perturbs

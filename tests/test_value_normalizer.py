@@ -247,6 +247,7 @@ def test_loss_state_dict_round_trip_carries_the_moments():
         torch.testing.assert_close(a[key], b[key])
 
 
+@pytest.mark.slow  # compiled with inductor: tens of seconds with a cold cache
 def test_compiled_loss_with_normaliser_matches_eager_and_updates_in_place():
     torch._dynamo.reset()
     actor = make_actor("normal")

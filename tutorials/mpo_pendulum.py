@@ -41,9 +41,8 @@ second and third plots show the duals and KLs during training. After training, t
 mean (clipped to the bounds, no sampling) plays 10 evaluation episodes from start states no
 training episode had.
 
-Results (30,000 steps, one CPU thread on a 2-core machine shared with other training runs;
-seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6 and -192.7; the last 10 training
-episodes -143.0, -197.7 and -145.1; 552, 578 and 429 s. The 10-episode training mean first
+Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6 and -192.7; the last 10 training
+episodes -143.0, -197.7 and -145.1; wall 552, 578 and 429 s. The 10-episode training mean first
 passes -200 after 15-17k steps.
 
 Pendulum episodes never terminate; they are truncated after 200 steps, and a truncated
@@ -65,7 +64,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
+from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule

@@ -32,8 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import VectorCollector, make_vec  # tutorials/_collect.py
-from _results import plot_returns, write_csv  # tutorials/_results.py
+from _helpers import VectorCollector, make_vec, plot_returns, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type

@@ -34,9 +34,8 @@ It writes ``OUT/returns.csv`` (one row per finished episode, frames counted over
 ``OUT/curve.png``; the last printed line is ``final_return=<mean return of the last 10
 episodes>``.
 
-Results (100k frames, 2 ranks with ``--baseline``, one seed at a time, on a shared 2-core CPU
-whose load average was 3 to 6 from other jobs; the frame where the mean of the last 10 episodes
-first reached 475 in brackets):
+Results (100k frames, 2 ranks with ``--baseline``, one seed at a time, on a 2-core CPU; the
+frame where the mean of the last 10 episodes first reached 475 in brackets):
 
 | seed | 2 ranks: final return, wall time | ``ppo_cartpole.py``: final return, wall time |
 |---|---|---|
@@ -48,7 +47,7 @@ Two ranks learn as one process does, and take longer here: the networks are tiny
 all-reduces (the gradients, the advantage statistics) double an update's cost, 10.8 ms per
 update on each of 2 ranks for the loss alone against 22.2 ms through DDP with global
 advantages (the same machine, 300 updates of 128 samples), while the 7,800 updates of a run
-dominate it; the two processes also share two busy cores with the rest of the machine. Data
+dominate it; the two processes also share the machine's two cores. Data
 parallelism pays where each rank has its own cores or GPU and the environments or networks are
 costly.
 """
@@ -62,9 +61,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _collect import VectorCollector, make_vec, sample_from  # tutorials/_collect.py
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    make_vec,
+    report,
+    sample_from,
+    save_learning_curve,
+)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm

@@ -57,9 +57,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _collect import VectorCollector  # tutorials/_collect.py
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    report,
+    save_learning_curve,
+)
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn

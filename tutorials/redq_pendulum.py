@@ -32,18 +32,16 @@ To keep a run near SAC's cost (about 10 minutes) we use 2x128 critics and G = 1 
 one vmap call and has room for the paper's G = 20). Everything else is ``sac_pendulum.py``'s
 (the rl-zoo Pendulum SAC settings: 2x256 MLPs, batch 256, learning rate 1e-3, gamma 0.99,
 tau 0.005, alpha learned from 1.0, 1,000 random steps first), so that the two differ only by
-the loss, the critics' width and the UTD. The training loop is ``tutorials/_sac_family.py``'s,
-shared with ``sac_pendulum.py`` and ``tqc_pendulum.py``.
+the loss, the critics' width and the UTD. The training loop is ``sac_pendulum.py``'s
+with G gradient steps per environment step.
 
-Results (20,000 steps, seed 0, one CPU thread on a 2-core machine shared with another training
-run): final_return (evaluation) -111.7; the evaluation first reaches -200 at 4,000 steps
-(-128.2; -870.1 at 3,000); the last 10 training episodes -182.9; 754 s (re-run through
-``benchmarks/learning.py`` beside other jobs: the same numbers, 1,067 s). Seeds 1 and 2
-(``benchmarks/learning.py``, machine shared with 2-4 other jobs): -106.4 and -158.8, both first
-at or above -200 at 4,000 steps; 1,011 s and 782 s. TorchRL's ``REDQLoss`` swapped in
-(``benchmarks/learning.py``, machine shared with 1-3 other jobs): -108.6, -106.2 and -159.5,
-first at or above -200 at 4,000 steps on all three seeds (the same as rlloss); 1,035, 1,434 and
-1,176 s.
+Results (20,000 steps, one CPU thread): seed 0, final_return (evaluation) -111.7; the evaluation
+first reaches -200 at 4,000 steps (-128.2; -870.1 at 3,000); the last 10 training episodes
+-182.9; wall 754 s (re-run through ``benchmarks/learning.py``: the same numbers, 1,067 s). Seeds
+1 and 2 (``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000
+steps; wall 1,011 s and 782 s. TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
+-108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
+rlloss); wall 1,035, 1,434 and 1,176 s.
 
 Run:
     python tutorials/redq_pendulum.py --seed 0 --total-frames 20000 --out runs/redq_pendulum
@@ -55,31 +53,102 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
-from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+
+import torch
+from _helpers import (  # tutorials/_helpers.py: the plumbing (environment, evaluation, results)
+    EnvStepper,
+    Evaluator,
+    act,
+    bounded_spec,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    show_progress,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType
+from torchrl.objectives import SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import REDQLoss
 
+parser = tutorial_parser(__doc__, "runs/redq_pendulum", total_frames=20_000)
+evaluation_flags(parser, every=1_000, save_actor=True)
+parser.add_argument("--utd", type=int, default=1,
+                    help="G, gradient steps per environment step (update-to-data ratio)")
+args = parser.parse_args()
+
+# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
+LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 256
+GAMMA = 0.99
+TAU = 0.005  # target networks: Q_target <- tau Q + (1 - tau) Q_target after each gradient step
+LR = 1e-3  # actor, critics and temperature
+HIDDEN = [256, 256]  # the actor's
 NUM_CRITICS = 10  # N
 SUBSET = 2  # M, target critics in each target's minimum
-UPDATES_PER_STEP = 1  # G, the update-to-data ratio (--utd; the paper's is 20: see the docstring)
-CRITIC_CELLS = 128  # hidden units of each critic's two layers (the actor keeps 256)
+CRITIC_CELLS = [128, 128]  # each critic's hidden layers (see the docstring)
 MIN_ALPHA = 1e-3  # TorchRL's REDQ floor is 0.1
+EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-args = parse_args(__doc__, "runs/redq_pendulum", utd=UPDATES_PER_STEP)
+device, start_time = start(args)
+stepper = EnvStepper("Pendulum-v1", device, seed=args.seed)
+action_spec = bounded_spec(stepper.env.action_space, device)
+obs_dim, action_dim = stepper.env.observation_space.shape[0], action_spec.shape[-1]
 
+# pi(a|s): SAC's tanh-squashed Gaussian; N critics (one vmap call) with target copies; the target
+# entropy -dim(A) = -1 comes from the actor's spec.
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
+critics = [q_critic(obs_dim, action_dim, CRITIC_CELLS) for _ in range(NUM_CRITICS)]
+loss_module = REDQLoss(actor, critics, num_qvalue_nets=NUM_CRITICS, sub_sample_len=SUBSET,
+                       loss_function="l2", alpha_init=1.0, min_alpha=MIN_ALPHA).to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
+target_updater = SoftUpdate(loss_module, tau=TAU)
+# One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
+optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda).
+replay_buffer = TensorDictReplayBuffer(
+    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
+)
+evaluator = Evaluator(
+    "Pendulum-v1",
+    lambda obs: act(actor, stepper.observation_of(obs), ExplorationType.DETERMINISTIC).cpu().numpy(),
+    seed=10_000 + 100 * args.seed, episodes=args.eval_episodes, every=args.eval_every,
+)
 
-def make_loss(actor, make_critic):
-    """N critics (one vmap call) with target copies; the target entropy -dim(A) = -1 comes from
-    the actor's spec."""
-    return REDQLoss(
-        actor,
-        [make_critic() for _ in range(NUM_CRITICS)],
-        num_qvalue_nets=NUM_CRITICS,
-        sub_sample_len=SUBSET,
-        loss_function="l2",
-        alpha_init=1.0,
-        min_alpha=MIN_ALPHA,
-    )
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s); store ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        action = act(actor, stepper.observation(), ExplorationType.RANDOM)
+    replay_buffer.add(stepper.step(action))
 
+    # ---- Learn: G gradient steps on the sum of the three losses, each moving the targets ----
+    for _ in range(args.utd if frame > LEARNING_STARTS else 0):
+        losses = loss_module(replay_buffer.sample())
+        loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        target_updater.step()
 
-train(args, make_loss, title="REDQ", updates_per_step=args.utd, critic_cells=CRITIC_CELLS)
+    evaluator.maybe(frame)
+    if frame % 1000 == 0:
+        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
+        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+pbar.close()
+stepper.close()
+
+save_learning_curve(args.out, stepper.episodes, "REDQ on Pendulum-v1", evaluator.evaluations)
+eval_returns = evaluator.run()  # the final policy, on start states training never scored
+if args.save_actor is not None:
+    torch.save(actor, args.save_actor)
+evaluator.print_first_at(EVAL_TARGET)
+report(start_time, stepper.episodes, eval_returns)

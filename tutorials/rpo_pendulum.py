@@ -36,7 +36,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import plot_returns, report, write_csv  # tutorials/_results.py
+from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule

@@ -34,20 +34,19 @@ learning (SB3 uses 100; five full episodes of random data steady the first criti
 the squared-error critic loss of the paper (``loss_function="l2"``; TorchRL's default is
 smooth L1).
 
-The training loop is ``tutorials/_sac_family.py``'s, shared with ``redq_pendulum.py`` and
-``tqc_pendulum.py``; this file chooses the loss. After training, the policy's squashed mean (no
-sampling) plays 10 evaluation episodes from start states no training episode had.
+``redq_pendulum.py``, ``tqc_pendulum.py`` and ``crossq_pendulum.py`` run the same loop with
+their losses. After training, the policy's squashed mean (no sampling) plays 10 evaluation
+episodes from start states no training episode had.
 
-Results (20,000 steps, one CPU thread on a 2-core machine shared with three other training
-runs, so the wall times are inflated; seeds 0, 1, 2): final_return (evaluation) -108.5, -106.7
-and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 and -196.2; 1,213,
-824 and 689 s. The last 10 training episodes of a seed start from the same states whatever the
+Results (20,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -108.5, -106.7
+and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 and -196.2; wall
+1,213, 824 and 689 s. The last 10 training episodes of a seed start from the same states whatever the
 agent (the resets depend on the seed alone), and for these seeds they are harder than average:
 the near-optimal hand-written controller of ``compose_losses.py`` (about -150 over random
 starts) scores -184, -192 and -222 on them. Re-run with the periodic evaluation
-(``benchmarks/learning.py``, seeds 0 and 1 two runs at once, seed 2 beside other jobs):
-final_return -112.3, -106.5 and -158.2; the evaluation first at or above -200 at 4,000, 5,000
-and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000); 605, 584 and 931 s.
+(``benchmarks/learning.py``): final_return -112.3, -106.5 and -158.2; the evaluation first at or
+above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000); wall 605,
+584 and 931 s.
 
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
@@ -61,17 +60,94 @@ policy), ``eval_return=`` and last ``final_return=`` (both the mean return of th
 episodes).
 """
 
-from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+import torch
+from _helpers import (  # tutorials/_helpers.py: the plumbing (environment, evaluation, results)
+    EnvStepper,
+    Evaluator,
+    act,
+    bounded_spec,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    show_progress,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType
+from torchrl.objectives import SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import SACLoss
 
-args = parse_args(__doc__, "runs/sac_pendulum")
+parser = tutorial_parser(__doc__, "runs/sac_pendulum", total_frames=20_000)
+evaluation_flags(parser, every=1_000, save_actor=True)
+args = parser.parse_args()
 
+# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
+LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 256
+GAMMA = 0.99
+TAU = 0.005  # target networks: Q_target <- tau Q + (1 - tau) Q_target after each gradient step
+LR = 1e-3  # actor, critics and temperature
+HIDDEN = [256, 256]
+EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-def make_loss(actor, make_critic):
-    """Two Q-networks (an ensemble evaluated in one vmap call) with target copies; the target
-    entropy -dim(A) = -1 comes from the actor's spec."""
-    return SACLoss(actor, [make_critic(), make_critic()], loss_function="l2", alpha_init=1.0)
+device, start_time = start(args)
+stepper = EnvStepper("Pendulum-v1", device, seed=args.seed)
+action_spec = bounded_spec(stepper.env.action_space, device)
+obs_dim, action_dim = stepper.env.observation_space.shape[0], action_spec.shape[-1]
 
+# pi(a|s): a tanh-squashed Gaussian; two Q-networks (an ensemble evaluated in one vmap call) with
+# target copies; the target entropy -dim(A) = -1 comes from the actor's spec.
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
+critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
+loss_module = SACLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
+target_updater = SoftUpdate(loss_module, tau=TAU)
+# One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
+optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda).
+replay_buffer = TensorDictReplayBuffer(
+    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
+)
+evaluator = Evaluator(
+    "Pendulum-v1",
+    lambda obs: act(actor, stepper.observation_of(obs), ExplorationType.DETERMINISTIC).cpu().numpy(),
+    seed=10_000 + 100 * args.seed, episodes=args.eval_episodes, every=args.eval_every,
+)
 
-train(args, make_loss, title="SAC")
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s); store ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        action = act(actor, stepper.observation(), ExplorationType.RANDOM)
+    replay_buffer.add(stepper.step(action))
+
+    # ---- Learn: one gradient step on the sum of the three losses, then the targets ----
+    if frame > LEARNING_STARTS:
+        losses = loss_module(replay_buffer.sample())
+        loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        target_updater.step()
+
+    evaluator.maybe(frame)
+    if frame % 1000 == 0:
+        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
+        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+pbar.close()
+stepper.close()
+
+save_learning_curve(args.out, stepper.episodes, "SAC on Pendulum-v1", evaluator.evaluations)
+eval_returns = evaluator.run()  # the final policy, on start states training never scored
+if args.save_actor is not None:
+    torch.save(actor, args.save_actor)
+evaluator.print_first_at(EVAL_TARGET)
+report(start_time, stepper.episodes, eval_returns)

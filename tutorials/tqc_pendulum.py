@@ -26,19 +26,16 @@ task), 256-unit layers (3 for the critics, 2 for the actor), batch 256, learning
 one update per step. We keep N, M and d and take everything else from ``sac_pendulum.py`` (the
 rl-zoo Pendulum SAC settings: 2x256 MLPs, learning rate 1e-3, gamma 0.99, tau 0.005, alpha
 learned from 1.0, 1,000 random steps first), so that the two differ only by the loss. The
-training loop is ``tutorials/_sac_family.py``'s, shared with ``sac_pendulum.py`` and
-``redq_pendulum.py``.
+training loop is ``sac_pendulum.py``'s.
 
-Results (20,000 steps, ``benchmarks/learning.py``, one CPU thread on a 2-core machine running
-two of these at once and other jobs, so the wall times are inflated): final_return (evaluation)
+Results (20,000 steps, ``benchmarks/learning.py``, one CPU thread): final_return (evaluation)
 -108.9, -108.9 and -157.7 on seeds 0, 1, 2 (seed 2's evaluation start states are the hard ones:
 SAC -160.3, REDQ -158.8 on them); the evaluation first at or above -200 at 4,000 steps on all
 three seeds (-180.2, -126.9, -169.4; -640.6, -656.8, -837.0 at 3,000), as SAC's first crossings
 (4,000 and 5,000) and REDQ's (4,000); the last 10 training episodes -177.8, -189.9, -194.1;
-3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
+wall 3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
 -109.9, -105.3, -159.0, first at or above -200 at 4,000 steps on all three (-128.0, -126.7,
--169.6), the last 10 training episodes -179.2, -188.4, -201.7; 4,883, 4,419 and 4,301 s (seed 0
-beside rlloss's seed 0, seeds 1 and 2 side by side with other jobs running).
+-169.6), the last 10 training episodes -179.2, -188.4, -201.7; wall 4,883, 4,419 and 4,301 s.
 
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
@@ -50,27 +47,100 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
-from _sac_family import parse_args, train  # tutorials/_sac_family.py: the shared loop
+
+import torch
+from _helpers import (  # tutorials/_helpers.py: the plumbing (environment, evaluation, results)
+    EnvStepper,
+    Evaluator,
+    act,
+    bounded_spec,
+    evaluation_flags,
+    q_critic,
+    report,
+    save_learning_curve,
+    show_progress,
+    start,
+    tanh_normal_actor,
+    tutorial_parser,
+)
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType
+from torchrl.objectives import SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import TQCLoss
 
+parser = tutorial_parser(__doc__, "runs/tqc_pendulum", total_frames=20_000)
+evaluation_flags(parser, every=1_000, save_actor=True)
+args = parser.parse_args()
+
+# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
+LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 256
+GAMMA = 0.99
+TAU = 0.005  # target networks: Q_target <- tau Q + (1 - tau) Q_target after each gradient step
+LR = 1e-3  # actor, critics and temperature
+HIDDEN = [256, 256]
 NUM_CRITICS = 5  # N
 NUM_QUANTILES = 25  # M, atoms per critic
 DROP_PER_NET = 2  # d: the pooled target drops its d N largest atoms
+EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-args = parse_args(__doc__, "runs/tqc_pendulum")
+device, start_time = start(args)
+stepper = EnvStepper("Pendulum-v1", device, seed=args.seed)
+action_spec = bounded_spec(stepper.env.action_space, device)
+obs_dim, action_dim = stepper.env.observation_space.shape[0], action_spec.shape[-1]
 
+# pi(a|s): SAC's tanh-squashed Gaussian; N quantile critics (one vmap call) with target copies;
+# the target entropy -dim(A) = -1 comes from the actor's spec.
+actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
+critics = [q_critic(obs_dim, action_dim, HIDDEN, num_atoms=NUM_QUANTILES)
+           for _ in range(NUM_CRITICS)]
+loss_module = TQCLoss(actor, critics, num_qvalue_nets=NUM_CRITICS,
+                      top_quantiles_to_drop_per_net=DROP_PER_NET, alpha_init=1.0).to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
+target_updater = SoftUpdate(loss_module, tau=TAU)
+# One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
+optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda).
+replay_buffer = TensorDictReplayBuffer(
+    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
+)
+evaluator = Evaluator(
+    "Pendulum-v1",
+    lambda obs: act(actor, stepper.observation_of(obs), ExplorationType.DETERMINISTIC).cpu().numpy(),
+    seed=10_000 + 100 * args.seed, episodes=args.eval_episodes, every=args.eval_every,
+)
 
-def make_loss(actor, make_critic):
-    """N quantile critics (one vmap call) with target copies; the target entropy -dim(A) = -1
-    comes from the actor's spec."""
-    return TQCLoss(
-        actor,
-        [make_critic() for _ in range(NUM_CRITICS)],
-        num_qvalue_nets=NUM_CRITICS,
-        top_quantiles_to_drop_per_net=DROP_PER_NET,
-        alpha_init=1.0,
-    )
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s); store ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        action = act(actor, stepper.observation(), ExplorationType.RANDOM)
+    replay_buffer.add(stepper.step(action))
 
+    # ---- Learn: one gradient step on the sum of the three losses, then the targets ----
+    if frame > LEARNING_STARTS:
+        losses = loss_module(replay_buffer.sample())
+        loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        target_updater.step()
 
-train(args, make_loss, title="TQC", num_atoms=NUM_QUANTILES)
+    evaluator.maybe(frame)
+    if frame % 1000 == 0:
+        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
+        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+pbar.close()
+stepper.close()
+
+save_learning_curve(args.out, stepper.episodes, "TQC on Pendulum-v1", evaluator.evaluations)
+eval_returns = evaluator.run()  # the final policy, on start states training never scored
+if args.save_actor is not None:
+    torch.save(actor, args.save_actor)
+evaluator.print_first_at(EVAL_TARGET)
+report(start_time, stepper.episodes, eval_returns)

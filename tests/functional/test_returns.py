@@ -587,6 +587,7 @@ def test_shape_mismatch_raises_naming_both_shapes(fn, position, odd):
 # --------------------------------------------------------------------------- torch.compile
 
 
+@pytest.mark.slow  # inductor, 25 s with a cold cache (test_compile.py keeps a GAE compile)
 def test_gae_compiles_fullgraph_without_recompiling():
     """Inductor, fullgraph; three fresh batches of one shape give eager numbers and one graph."""
     from torch._inductor.compile_fx import compile_fx

@@ -1,0 +1,537 @@
+"""What the tutorials share that is not reinforcement learning: the one module they import besides
+rlloss, TorchRL and the usual libraries. Each tutorial builds its own networks and losses and
+writes its own training loop; these are the plumbing around them.
+
+Command line and set-up
+    ``tutorial_parser``: ``--seed``, ``--total-frames``, ``--device``, ``--out`` (a tutorial adds
+    its own flags); ``start``: seeds torch, one CPU thread, starts the clock.
+Environments and collection
+    ``make_vec`` and ``VectorCollector`` (several gymnasium environments stepped together,
+    transitions as TensorDicts with the true successor state), ``EnvStepper`` (the same for one
+    environment stepped one action at a time), ``bounded_spec``; behaviour policies ``act``,
+    ``sample_from``, ``epsilon_greedy`` (with ``linear_epsilon``), evaluation policies
+    ``most_probable_action``.
+Networks
+    ``categorical_actor_critic`` (the CartPole policy-gradient tutorials), ``mlp`` (optionally with
+    a normalisation layer before every linear layer, CrossQ's placement), ``tanh_normal_actor``,
+    ``tanh_deterministic_actor`` and ``q_critic`` (the Pendulum off-policy and offline
+    tutorials), ``eval_mode``.
+Offline data
+    ``OfflineDataset``: the transitions ``offline_dataset.py`` writes, observations standardised,
+    sampled in minibatches with periodic evaluations (``training_steps``).
+Results
+    ``evaluation_flags`` and ``Evaluator`` (periodic and final evaluations), ``show_progress``,
+    ``evaluate`` (full episodes of a deterministic policy on unseen start states),
+    ``save_learning_curve`` (``OUT/returns.csv``, ``OUT/eval_returns.csv`` when there are periodic
+    evaluations, ``OUT/curve.png``) and ``report``: every tutorial's last lines ``wall_time=...``,
+    ``train_return=<mean return of the last 10 finished training episodes>``, for tutorials that
+    evaluate their final policy ``eval_return=<mean return of the evaluation episodes>``, and last
+    ``final_return=...``: the evaluation mean where there is one, else the training mean.
+"""
+
+import argparse
+import contextlib
+import csv
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import Bounded, LazyMemmapStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, TanhModule, TanhNormal, ValueOperator
+from tqdm import tqdm
+
+# ---------------------------------------------------------------- command line and set-up
+
+
+def tutorial_parser(doc: str, default_out: str, total_frames: int,
+                    frames_help: str = "env steps") -> argparse.ArgumentParser:
+    """The flags every tutorial has: ``--seed``, ``--total-frames`` (default ``total_frames``),
+    ``--device`` and ``--out`` (default ``default_out``); the description is ``doc``'s first
+    line."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--total-frames", type=int, default=total_frames, help=frames_help)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, default=Path(default_out))
+    return parser
+
+
+def start(args: argparse.Namespace) -> tuple[torch.device, float]:
+    """Seed torch with ``args.seed`` (network init, exploration, minibatch sampling), use one CPU
+    thread (small MLPs: more threads only add synchronisation, and thrash), and return the
+    device and the start time."""
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    return device, time.perf_counter()
+
+
+# ---------------------------------------------------------------- environments and collection
+
+
+def make_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_id`` with SAME_STEP autoreset: when an episode ends, step()
+    returns the first observation of the next one and puts the true last observation in
+    ``infos["final_obs"]``. (The gymnasium 1.x default, NEXT_STEP, would instead spend the
+    following step() on the reset and ignore its action.)"""
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions
+    (observation, action, next: observation, reward, terminated, done), each ``[num_envs]``;
+    ``episodes`` holds ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def reset(self) -> None:
+        """Start a new episode in every env; the unfinished ones are dropped (they never enter
+        ``episodes``)."""
+        self.obs, _ = self.envs.reset()
+        self.running_return[:] = 0.0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy: Callable[[TensorDict], torch.Tensor], keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td`` (under
+        ``"next"`` too, e.g. a recurrent state)."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
+class EnvStepper:
+    """One gymnasium environment, stepped one action at a time. ``observation()`` is the current
+    state as a TensorDict; ``step(action)`` returns the transition (observation, action, next:
+    observation, reward, terminated), with the true successor state even when the episode ends
+    there (the environment is then reset); ``episodes`` holds ``(frames, episode_return)`` for
+    every finished episode."""
+
+    def __init__(self, env_id: str, device: torch.device, seed: int) -> None:
+        self.env, self.device = gym.make(env_id), device
+        self.obs, _ = self.env.reset(seed=seed)
+        self.episode_return = 0.0
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the env, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def observation_of(self, obs: np.ndarray) -> TensorDict:
+        """``obs`` (an observation of this environment) as a TensorDict on the device."""
+        return TensorDict(observation=self.tensor(obs), device=self.device)
+
+    def observation(self) -> TensorDict:
+        """The current observation as a TensorDict on the device."""
+        return self.observation_of(self.obs)
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        td = self.observation()
+        td["action"] = action
+        self.obs, reward, terminated, truncated, _ = self.env.step(action.cpu().numpy())
+        # ("next", "observation") is the true successor: the reset below only replaces self.obs.
+        # Only termination stops bootstrapping (Pendulum's episodes are truncated, never ended).
+        td["next"] = TensorDict(observation=self.tensor(self.obs),
+                                reward=self.tensor([reward]),
+                                terminated=self.tensor([terminated], torch.bool),
+                                device=self.device)
+        self.frames += 1
+        self.episode_return += reward
+        if terminated or truncated:
+            self.episodes.append((self.frames, self.episode_return))
+            self.episode_return = 0.0
+            self.obs, _ = self.env.reset()
+        return td
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def bounded_spec(space: gym.spaces.Box, device: torch.device) -> Bounded:
+    """A gymnasium ``Box`` action space as a TorchRL spec on ``device``."""
+    return Bounded(low=torch.as_tensor(space.low), high=torch.as_tensor(space.high),
+                   shape=space.shape, device=device)
+
+
+def act(actor, td: TensorDict, exploration_type: ExplorationType) -> torch.Tensor:
+    """``actor``'s action for the one observation in ``td`` (given as a batch of one, since
+    normalisation layers want a batch dim), in eval mode (normalised by the running statistics,
+    which stay as they are): sampled with ``ExplorationType.RANDOM``, the squashed mean with
+    ``DETERMINISTIC``."""
+    with torch.no_grad(), set_exploration_type(exploration_type), eval_mode(actor):
+        return actor(td[None])["action"][0]
+
+
+def sample_from(actor) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``VectorCollector.step``: ``a ~ pi(.|s)``, sampled by ``actor`` (a
+    TorchRL ``ProbabilisticActor``)."""
+
+    def act(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            return actor(td)["action"]
+
+    return act
+
+
+def most_probable_action(actor, device: torch.device) -> Callable[[np.ndarray], int]:
+    """An evaluation policy for ``evaluate``: ``argmax_a pi(a|s)`` of a categorical ``actor`` that
+    writes ``"logits"`` (no sampling)."""
+
+    def act(observation: np.ndarray) -> int:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad():
+            return int(actor(td)["logits"].argmax(-1))
+
+    return act
+
+
+def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``VectorCollector.step``: ``actor``'s greedy ``"action"`` (an
+    index), replaced by a uniformly random one with probability ``epsilon``."""
+
+    def act(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad():
+            greedy = actor(td)["action"]
+        explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+        random_action = torch.randint(num_actions, greedy.shape, device=greedy.device)
+        return torch.where(explore, random_action, greedy)
+
+    return act
+
+
+def linear_epsilon(frames: int, total_frames: int, *, start: float, end: float, fraction: float,
+                   learning_starts: int) -> float:
+    """rl-zoo's schedule: 1 (uniformly random) before ``learning_starts``; a linear decay from
+    ``start`` to ``end`` over the first ``fraction`` of the frames, then ``end``."""
+    if frames < learning_starts:
+        return 1.0
+    return start + min(1.0, frames / (fraction * total_frames)) * (end - start)
+
+
+# ---------------------------------------------------------------- networks
+
+
+def categorical_actor_critic(
+    obs_dim: int, num_actions: int, device: torch.device
+) -> tuple[ProbabilisticActor, ValueOperator]:
+    """The CartPole policy-gradient tutorials' networks, separate 64-64 tanh MLPs
+    (stable-baselines3's default for A2C and PPO): ``(actor, critic)``. The actor writes
+    ``"logits"`` for ``"observation"`` and samples ``"action"`` from ``Categorical(logits)``: the
+    policy pi(a|s). The critic writes ``"state_value"``: V(s)."""
+    policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                     activation_class=nn.Tanh)
+    actor = ProbabilisticActor(
+        TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+    )
+    critic = ValueOperator(
+        MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+        in_keys=["observation"],
+    )
+    return actor.to(device), critic.to(device)
+
+
+class ConcatInputs(nn.Sequential):
+    """``nn.Sequential`` on its inputs joined along the last dim (a critic reads (s, a))."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.cat(inputs, -1))
+
+
+def mlp(in_features: int, out_features: int, cells: list[int],
+        norm_layer: Callable[[int], nn.Module] | None = None) -> nn.Module:
+    """A ReLU MLP with hidden layers of ``cells`` units; with ``norm_layer`` (a factory of
+    normalisation layers, features -> module), one before every linear layer: on the input and
+    after each hidden activation (CrossQ's placement, Bhatt et al. Section 4; TorchRL's ``MLP``
+    puts its ``norm_class`` between a linear layer and its activation, and not on the input)."""
+    if norm_layer is None:
+        return MLP(in_features=in_features, out_features=out_features, num_cells=cells,
+                   activation_class=nn.ReLU)
+    sizes = [in_features, *cells]
+    layers = []
+    for n_in, n_out in itertools.pairwise(sizes):
+        layers += [norm_layer(n_in), nn.Linear(n_in, n_out), nn.ReLU()]
+    return ConcatInputs(*layers, norm_layer(sizes[-1]), nn.Linear(sizes[-1], out_features))
+
+
+def tanh_normal_actor(obs_dim: int, action_spec: Bounded, cells: list[int],
+                      norm_layer: Callable[[int], nn.Module] | None = None) -> ProbabilisticActor:
+    """pi(a|s) = tanh-squashed Normal(mu(s), sigma(s)) scaled onto the spec's bounds. The MLP
+    writes (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased
+    softplus)."""
+    action_dim = action_spec.shape[-1]
+    return ProbabilisticActor(
+        TensorDictModule(
+            nn.Sequential(mlp(obs_dim, 2 * action_dim, cells, norm_layer), NormalParamExtractor()),
+            in_keys=["observation"],
+            out_keys=["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        spec=action_spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
+    ).to(action_spec.device)
+
+
+def tanh_deterministic_actor(obs_dim: int, action_spec: Bounded,
+                             cells: list[int]) -> TensorDictSequential:
+    """mu(s): an MLP writes an unbounded ``"action_param"``; ``TanhModule`` maps it onto the
+    spec's bounds as ``"action"``."""
+    return TensorDictSequential(
+        TensorDictModule(mlp(obs_dim, action_spec.shape[-1], cells), in_keys=["observation"],
+                         out_keys=["action_param"]),
+        TanhModule(in_keys=["action_param"], out_keys=["action"], spec=action_spec),
+    ).to(action_spec.device)
+
+
+def q_critic(obs_dim: int, action_dim: int, cells: list[int], num_atoms: int = 1,
+             norm_layer: Callable[[int], nn.Module] | None = None) -> ValueOperator:
+    """Q(s, a): an MLP on the concatenated observation and action, writing
+    ``"state_action_value"`` (``num_atoms`` values: quantiles for TQC)."""
+    return ValueOperator(mlp(obs_dim + action_dim, num_atoms, cells, norm_layer),
+                         in_keys=["observation", "action"])
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (normalisation layers read their running statistics and leave
+    them alone) inside the block, in its former mode after it."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+# ---------------------------------------------------------------- offline data
+
+
+class OfflineDataset:
+    """The transitions of ``offline_dataset.py`` (a TorchRL ``LazyMemmapStorage`` read back with
+    ``loads``), held in memory with their observations standardised by the dataset's mean and std
+    (TD3+BC's normalisation, Fujimoto & Gu, arXiv:2106.06860, section 5, used by every offline
+    tutorial alike); ``standardise`` does the same to an environment's observation."""
+
+    def __init__(self, path: Path, device: torch.device, batch_size: int) -> None:
+        if not (path / "storage").exists():
+            raise SystemExit(f"no dataset at {path}: run tutorials/offline_dataset.py first "
+                             f"(its --out/dataset), or pass --dataset.")
+        size = json.loads((path.parent / "dataset.json").read_text())["transitions"]
+        buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(size), batch_size=batch_size)
+        buffer.loads(path)
+        data = buffer.storage[:].to(device).clone()  # 50k small transitions: held in memory
+        self.mean = data["observation"].mean(0)
+        self.std = data["observation"].std(0) + 1e-3
+        for key in ("observation", ("next", "observation")):
+            data[key] = (data[key] - self.mean) / self.std
+        self.data, self.device, self.batch_size = data, device, batch_size
+
+    def sample(self) -> TensorDict:
+        """A minibatch of ``batch_size`` transitions drawn uniformly with replacement."""
+        index = torch.randint(len(self.data), (self.batch_size,), device=self.device)
+        return self.data[index]
+
+    def standardise(self, observation: np.ndarray) -> torch.Tensor:
+        obs = torch.as_tensor(observation, dtype=torch.float32, device=self.device)
+        return (obs - self.mean) / self.std
+
+    def policy(self, actor) -> Callable[[np.ndarray], np.ndarray]:
+        """``actor``'s deterministic action for an environment's observation, standardised as
+        the dataset is (an evaluation policy for ``evaluate``)."""
+
+        def deterministic_action(observation: np.ndarray) -> np.ndarray:
+            td = TensorDict(observation=self.standardise(observation))
+            with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+                return actor(td)["action"].cpu().numpy()
+
+        return deterministic_action
+
+    def training_steps(self, args: argparse.Namespace, env_id: str, policy: Callable,
+                       curve: list) -> Iterator[tuple[int, TensorDict]]:
+        """``(step, minibatch)`` for ``args.total_frames`` gradient steps; after every
+        ``args.eval_every``-th step and the last, ``policy`` plays 5 episodes of ``env_id`` and
+        ``(step, their mean return)`` is appended to ``curve`` (the offline learning curve)."""
+        pbar = tqdm(total=args.total_frames, unit="steps")
+        for step in range(1, args.total_frames + 1):
+            yield step, self.sample()
+            if step % args.eval_every == 0 or step == args.total_frames:
+                returns = evaluate(env_id, policy, seed=20_000 + 100 * args.seed + step,
+                                   episodes=5)
+                curve.append((step, float(np.mean(returns))))
+                pbar.set_postfix(eval_return=f"{curve[-1][1]:.1f}")
+            pbar.update(1)
+        pbar.close()
+
+
+# ---------------------------------------------------------------- results
+
+
+def write_csv(path: Path, header: list[str], rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def plot_returns(ax, episodes, window: int = 20) -> None:
+    """Episode returns (dots) and their running mean on ``ax``; ``episodes`` holds
+    ``(frames, episode_return)`` rows."""
+    if not len(episodes):
+        return
+    x, y = np.array(episodes, dtype=float).reshape(-1, 2).T
+    window = max(1, min(window, len(y)))
+    ax.plot(x, y, ".", alpha=0.3, label="episode return")
+    ax.plot(x[window - 1:], np.convolve(y, np.ones(window) / window, "valid"),
+            label=f"running mean ({window} episodes)")
+    ax.legend()
+
+
+def save_learning_curve(out: Path, episodes, title: str, evaluations=None, *,
+                        xlabel: str = "environment steps", ylabel: str = "episode return",
+                        window: int = 20) -> None:
+    """``out/returns.csv`` (a row ``frames, episode_return`` per finished episode), with
+    ``evaluations`` (rows ``frames, mean evaluation return``) ``out/eval_returns.csv``, and
+    ``out/curve.png`` (the returns, their running mean over ``window`` episodes and the
+    evaluations, titled ``title``)."""
+    write_csv(out / "returns.csv", ["frames", "episode_return"], episodes)
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    plot_returns(ax, episodes, window)
+    if evaluations is not None:
+        write_csv(out / "eval_returns.csv", ["frames", "eval_return"], evaluations)
+        if evaluations:
+            ax.plot(*np.array(evaluations).T, "o-", label="evaluation (deterministic)")
+            ax.legend()
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    fig.savefig(out / "curve.png", dpi=100, bbox_inches="tight")
+
+
+def evaluation_flags(parser: argparse.ArgumentParser, every: int, unit: str = "env steps",
+                     save_actor: bool = False) -> None:
+    """``--eval-episodes`` (10) and ``--eval-every`` (``every`` ``unit``; 0: only the final
+    evaluation) for ``Evaluator``; with ``save_actor``, ``--save-actor PATH`` too."""
+    parser.add_argument("--eval-episodes", type=int, default=10,
+                        help="episodes of the deterministic policy, on unseen start states")
+    parser.add_argument("--eval-every", type=int, default=every,
+                        help=f"{unit} between evaluations of the deterministic policy "
+                             "(OUT/eval_returns.csv; 0: only the final one)")
+    if save_actor:
+        parser.add_argument("--save-actor", type=Path, default=None,
+                            help="also save the trained actor module there "
+                                 "(offline_dataset.py uses it)")
+
+
+class Evaluator:
+    """Periodic and final evaluations of a deterministic ``policy`` (an observation array in, an
+    env action out) on ``episodes`` start states of ``env_id`` no training episode had (seeded
+    from ``seed``; the same ones every time, and no torch random number is drawn, so training
+    is the same with or without them). ``maybe(frames)`` evaluates every ``every`` frames
+    (``every=0``: never) and keeps ``(frames, mean return)`` in ``evaluations``."""
+
+    def __init__(self, env_id: str, policy: Callable, *, seed: int, episodes: int,
+                 every: int) -> None:
+        self.env_id, self.policy, self.seed = env_id, policy, seed
+        self.episodes, self.every = episodes, every
+        self.evaluations: list[tuple[int, float]] = []
+
+    def run(self) -> list[float]:
+        """The returns of one evaluation."""
+        return evaluate(self.env_id, self.policy, seed=self.seed, episodes=self.episodes)
+
+    def maybe(self, frames: int) -> None:
+        if self.every and frames % self.every == 0:
+            self.evaluations.append((frames, float(np.mean(self.run()))))
+
+    def print_first_at(self, target: float) -> None:
+        """``first_eval_at_target=<frames>``: the first evaluation at or above ``target``."""
+        crossed = [frames for frames, ret in self.evaluations if ret >= target]
+        print(f"first_eval_at_target={crossed[0] if crossed else 'none'} (target {target:g}, "
+              f"evaluated every {self.every} steps)")
+
+
+def show_progress(pbar, episodes, frames: int, **values: str) -> None:
+    """Advance ``pbar`` to ``frames`` and show the mean return of the last 10 episodes and
+    ``values``."""
+    recent = [episode_return for _, episode_return in episodes[-10:]]
+    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a", **values)
+    pbar.update(frames - pbar.n)
+
+
+def evaluate(env_id: str, policy: Callable, *, seed: int, episodes: int = 10) -> list[float]:
+    """Returns of ``episodes`` full episodes of ``policy`` (an observation array in, an env action
+    out; the caller makes it deterministic) on a fresh ``env_id`` environment whose resets are
+    seeded ``seed, seed + 1, ...``: states no training episode was scored on."""
+    env = gym.make(env_id)
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        episode_return, finished = 0.0, False
+        while not finished:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            episode_return += float(reward)
+            finished = terminated or truncated
+        returns.append(episode_return)
+    env.close()
+    return returns
+
+
+def report(start_time: float, episodes, eval_returns: list[float] | None = None) -> None:
+    """Print the wall time, the mean return of the last 10 finished training episodes, the mean
+    evaluation return if given, and last ``final_return``: the evaluation mean if given, else the
+    training mean."""
+    recent = [episode_return for _, episode_return in episodes[-10:]]
+    train_return = np.mean(recent) if recent else float("nan")
+    print(f"wall_time={time.perf_counter() - start_time:.1f}s")
+    print(f"train_return={train_return:.1f}")
+    if eval_returns is not None:
+        print(f"eval_return={np.mean(eval_returns):.1f}")
+    final = np.mean(eval_returns) if eval_returns is not None else train_return
+    print(f"final_return={final:.1f}")
