@@ -180,10 +180,7 @@ def _as_tensordict(batch: TensorDictBase | Mapping) -> TensorDictBase:
     e.g. an ensemble member called on a mapping of inputs)."""
     if isinstance(batch, TensorDictBase):
         return batch.copy()
-    inputs = TensorDict({}, batch_size=[])
-    for key, value in batch.items():
-        inputs.set(key, value)
-    return inputs
+    return inputs_batch(batch, [])
 
 
 class NetworkCall:
@@ -251,7 +248,7 @@ class DistributionCall:
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
         # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
-        self._tanh_normal = (
+        self._tanh_normal_builder = (
             _compat.tanh_normal_builder(self.head, self.parameter_keys) if self.splittable else None
         )
         self.bounds = _distribution_bounds(self.head)
@@ -294,9 +291,9 @@ class DistributionCall:
     def from_parameters(self, params: Mapping) -> D.Distribution:
         """``head.get_dist(params)``; a TanhNormal head's without a host sync (eager calls:
         compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._tanh_normal is None or torch.compiler.is_compiling():
+        if self._tanh_normal_builder is None or torch.compiler.is_compiling():
             return self.head.get_dist(params)
-        return self._tanh_normal(params)
+        return self._tanh_normal_builder(params)
 
     def sample_with_log_prob(
         self, batch, low=None, high=None, repeats: int = 1
@@ -304,7 +301,7 @@ class DistributionCall:
         """A reparameterised action ``[*B, D]`` and its log-prob ``[*B]`` (summed over the heads
         of a composite distribution); with ``repeats``, ``repeats`` actions per state in a row
         along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``). ``low``, ``high``: the
-        loss's copies of :attr:`bounds` on its device (read when the actor :attr:`squashes`)."""
+        loss's copies of :attr:`bounds` on its device (needed when the actor :attr:`squashes`)."""
         if self.squashes:  # the actor runs once per state, its parameters are repeated
             return self._squashed_sample(self.distribution_parameters(batch), low, high, repeats)
         if repeats > 1:

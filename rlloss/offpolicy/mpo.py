@@ -228,8 +228,7 @@ class MPOLoss(MaximumAPosteriori):
         """``action_low``/``action_high`` buffers: the TanhNormal's bounds, else the spec's."""
         dtype = torch.get_default_dtype()
         if self._tanh_normal:
-            kwargs = dict(self._actor_call.head.distribution_kwargs)
-            low, high = kwargs.get("low", -1.0), kwargs.get("high", 1.0)
+            low, high = self._actor_call.bounds
         elif isinstance(spec, Bounded):
             low, high = spec.space.low, spec.space.high
         else:

@@ -282,7 +282,7 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action ``[*B, D]`` from the current policy (or the one ``call``
         builds) and its log-prob ``[*B]``; with ``repeats``, ``repeats`` actions per state in a
-        row along the last batch dim (:meth:`rlloss._networks.DistributionCall.sample_with_log_prob`)."""
+        row along the last batch dim (see ``DistributionCall.sample_with_log_prob``)."""
         call = self._actor_call if call is None else call
         return call.sample_with_log_prob(batch, self.action_low, self.action_high, repeats)
 
@@ -290,9 +290,8 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations
         (``kwargs``: see :meth:`rlloss._ensembles.Ensemble.at_action`)."""
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
-        return self._qvalue.at_action(batch, key, action, **kwargs)[
-            self.tensor_keys.state_action_value
-        ]
+        outputs = self._qvalue.at_action(batch, key, action, **kwargs)
+        return outputs[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""
