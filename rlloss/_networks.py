@@ -204,8 +204,9 @@ class NetworkCall:
     def at_action(
         self, batch, key: NestedKey, action, samples_dim: int | None = None
     ) -> Mapping[NestedKey, torch.Tensor]:
-        """The outputs on ``batch`` with ``action`` as the input ``key`` (see
-        :func:`inputs_at_action`)."""
+        """The outputs on ``batch`` with ``action`` (a tensor ``[*S, D]``) as the input ``key``
+        (see :func:`inputs_at_action`); a module the plan cannot run gets a TensorDict ``[*S]``
+        of the inputs."""
         inputs = inputs_at_action(batch, self.module, key, action, samples_dim)
         if self.steps is None:  # the module's own call, on a TensorDict of the inputs
             return self(inputs_batch(inputs, action.shape[:-1]))
