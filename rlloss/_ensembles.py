@@ -13,7 +13,8 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import _compat
-from rlloss._networks import CALL_ERRORS, NetworkCall, _plan, explained
+from rlloss._call_errors import CALL_ERRORS, explained
+from rlloss._networks import NetworkCall, _plan, inputs_at_action
 
 # Modules applied elementwise (or along the feature dim only): they act on stacked members as is.
 _ELEMENTWISE = (
@@ -280,6 +281,14 @@ class Ensemble:
             except CALL_ERRORS as error:
                 values = [inputs.get(k, None) for k in self.in_keys]
                 raise explained(error, self.template, self.in_keys, values, inputs) from error
+
+    def at_action(
+        self, batch, key: NestedKey, action, samples_dim: int | None = None, **kwargs
+    ) -> Mapping:
+        """Every member's outputs on ``batch`` with ``action`` as the input ``key`` (``Q_i(s,
+        a)`` of a substituted action; ``samples_dim``: see
+        :func:`rlloss._networks.inputs_at_action`); ``kwargs`` as in :meth:`__call__`."""
+        return self(inputs_at_action(batch, self, key, action, samples_dim), **kwargs)
 
 
 def _flat_member_tensors(params: TensorDictBase) -> dict[str, torch.Tensor]:

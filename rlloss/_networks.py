@@ -14,6 +14,7 @@ copy of the batch, so the caller's TensorDict is never written to.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 
 import torch
@@ -27,11 +28,11 @@ from tensordict.nn import (
 )
 from tensordict.utils import NestedKey
 from torch import distributions as D
-from torch import nn
-from torchrl.modules import DistributionalDQNnet
+from torchrl.modules import DistributionalDQNnet, TanhNormal
 
 from rlloss import _compat
-from rlloss._checks import MissingKeyError
+from rlloss import functional as rlf
+from rlloss._call_errors import CALL_ERRORS, explained
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
@@ -105,6 +106,48 @@ def network_inputs(batch, network, exclude: NestedKey | None = None) -> dict:
     return inputs
 
 
+def inputs_at_action(
+    batch, network, key: NestedKey, action, samples_dim: int | None = None
+) -> dict:
+    """``network``'s inputs from ``batch`` with ``action`` as its input ``key`` (``Q(s, a)`` of
+    a substituted action). With ``samples_dim``, ``action`` holds several actions per state
+    along that dim and the other inputs are repeated (expanded, no copy) along it."""
+    inputs = network_inputs(batch, network, exclude=key)
+    if samples_dim is not None:
+        count, dim = action.shape[samples_dim], samples_dim
+        inputs = {
+            k: v.unsqueeze(dim).expand(*v.shape[:dim], count, *v.shape[dim:])
+            for k, v in inputs.items()
+        }
+    inputs[key] = action
+    return inputs
+
+
+def inputs_batch(inputs: Mapping, batch_size) -> TensorDictBase:
+    """A TensorDict ``[*batch_size]`` of ``inputs`` (a network's entries, keyed by batch key)."""
+    batch = TensorDict({}, batch_size=batch_size)
+    for key, value in inputs.items():
+        batch.set(key, value)
+    return batch
+
+
+def repeated_inputs(batch: TensorDictBase, network, repeats: int) -> TensorDictBase:
+    """``network``'s inputs from ``batch`` ``[*B]``, each state ``repeats`` times in a row along
+    the last batch dim: a TensorDict ``[*B[:-1], B[-1] * repeats]``."""
+    dim, size = batch.ndim - 1, batch.batch_size
+    inputs = network_inputs(batch, network)
+    repeated = {key: value.repeat_interleave(repeats, dim=dim) for key, value in inputs.items()}
+    return inputs_batch(repeated, (*size[:-1], size[-1] * repeats))
+
+
+def stacked_inputs(batches: list, network, exclude: NestedKey | None = None) -> TensorDictBase:
+    """``network``'s inputs (but ``exclude``) from each of ``batches`` ``[*B]``, stacked along a
+    leading dim: a TensorDict ``[len(batches), *B]``."""
+    inputs = [network_inputs(batch, network, exclude=exclude) for batch in batches]
+    stacked = {key: torch.stack([each[key] for each in inputs]) for key in inputs[0]}
+    return inputs_batch(stacked, (len(batches), *batches[0].batch_size))
+
+
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
         inputs = []
@@ -123,35 +166,6 @@ def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     return values
 
 
-CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
-
-
-def explained(error: Exception, network, in_keys: list, inputs: list, batch) -> Exception:
-    """The error to raise when calling ``network`` on ``inputs`` (the entries ``in_keys`` of
-    ``batch``, ``None`` where absent) raised ``error``: a missing input, a dtype or an input
-    size that does not match the network's, named with the key, the expected and the actual
-    value and the fix; otherwise ``error``'s type with the inputs' shapes added. An error
-    already explained by an inner call is returned as it is."""
-    if getattr(error, "rlloss_explained", False):
-        return error
-    network = getattr(network, "template", network)  # an Ensemble: its members' architecture
-    name = f"the network {type(network).__name__} (in_keys {list(in_keys)})"
-    missing = [key for key, value in zip(in_keys, inputs, strict=True) if value is None]
-    given = {k: v for k, v in zip(in_keys, inputs, strict=True) if isinstance(v, torch.Tensor)}
-    if missing:
-        present = sorted(str(k) for k in _keys(batch))
-        new = MissingKeyError(
-            f"{name} cannot be called: the TensorDict it reads has no entry {missing[0]!r} (for "
-            "a next-state value, the batch's ('next', ...) entry). Entries present there: "
-            f"{present}. Store it in the batch, or rename the network's in_keys (or the batch "
-            "entry) so they agree."
-        )
-    else:
-        new = _dtype_error(name, network, given) or _size_error(name, network, given, error)
-    new.rlloss_explained = True
-    return new
-
-
 def explained_module_error(error: Exception, module, batch) -> Exception:
     """:func:`explained` for a TensorDict module called on the whole batch."""
     in_keys = list(getattr(module, "in_keys", []))
@@ -161,64 +175,12 @@ def explained_module_error(error: Exception, module, batch) -> Exception:
     return explained(error, module, in_keys, inputs, batch)
 
 
-def _keys(batch) -> list:
-    if isinstance(batch, TensorDictBase):
-        return list(batch.keys(include_nested=True, leaves_only=True))
-    return [key for key, value in batch.items() if value is not None]
-
-
-def _dtype_error(name: str, network, given: dict) -> Exception | None:
-    if not isinstance(network, nn.Module):
-        return None
-    tensors = [*network.parameters(), *network.buffers()]  # a target copy holds buffers only
-    parameter = next((t for t in tensors if t.is_floating_point()), None)
-    if parameter is None:
-        return None
-    for key, value in given.items():
-        if value.is_floating_point() and value.dtype != parameter.dtype:
-            return TypeError(
-                f"{name}: the entry {key!r} has dtype {value.dtype}, but the network's "
-                f"parameters are {parameter.dtype}. Cast the batch (batch.to({parameter.dtype})) "
-                f"or the loss and its networks (loss.to({value.dtype}))."
-            )
-    return None
-
-
-def _size_error(name: str, network, given: dict, error: Exception) -> Exception:
-    shapes = {key: tuple(value.shape) for key, value in given.items()}
-    first = _first_linear(network)
-    features = sum(value.shape[-1] for value in given.values() if value.ndim)
-    if first is not None and features != first.in_features:
-        return ValueError(
-            f"{name}: its first layer takes {first.in_features} input features, but the batch's "
-            f"entries {shapes} give {features} (their last dims). Check the entry sizes against "
-            f"the network's (e.g. the action size of the batch). The call raised: {error}"
-        )
-    message = f"{name} failed on the batch's entries of shapes {shapes}: {error}"
-    try:
-        return type(error)(message)
-    except Exception:  # an exception type with another signature
-        return RuntimeError(message)
-
-
-def _first_linear(network) -> nn.Linear | None:
-    if not isinstance(network, nn.Module):
-        return None
-    for module in network.modules():
-        if isinstance(module, nn.Linear) and not isinstance(module, nn.LazyLinear):
-            return module
-    return None
-
-
 def _as_tensordict(batch: TensorDictBase | Mapping) -> TensorDictBase:
     """A shallow copy of ``batch`` as a TensorDict (the input of a module the loss cannot plan,
     e.g. an ensemble member called on a mapping of inputs)."""
     if isinstance(batch, TensorDictBase):
         return batch.copy()
-    inputs = TensorDict({}, batch_size=[])
-    for key, value in batch.items():
-        inputs.set(key, value)
-    return inputs
+    return inputs_batch(batch, [])
 
 
 class NetworkCall:
@@ -239,6 +201,17 @@ class NetworkCall:
                 raise explained_module_error(error, self.module, batch) from error
         return _run(self.steps, batch, {})
 
+    def at_action(
+        self, batch, key: NestedKey, action, samples_dim: int | None = None
+    ) -> Mapping[NestedKey, torch.Tensor]:
+        """The outputs on ``batch`` with ``action`` (a tensor ``[*S, D]``) as the input ``key``
+        (see :func:`inputs_at_action`); a module the plan cannot run gets a TensorDict ``[*S]``
+        of the inputs."""
+        inputs = inputs_at_action(batch, self.module, key, action, samples_dim)
+        if self.steps is None:  # the module's own call, on a TensorDict of the inputs
+            return self(inputs_batch(inputs, action.shape[:-1]))
+        return self(inputs)
+
 
 class DistributionCall:
     """``DistributionCall(actor)(batch)`` returns ``actor.get_dist(batch)`` without writing the
@@ -251,6 +224,13 @@ class DistributionCall:
     the actor's ``get_dist_params`` on a shallow copy of the batch. :meth:`stored` builds the
     distribution from parameters stored in a batch at collection time (TorchRL's
     ``build_dist_from_params``).
+
+    :meth:`sample_with_log_prob` draws a reparameterised action and its log-prob: from the
+    ``loc``/``scale`` of a TanhNormal actor that qualifies (``self.squashes``: planned, TorchRL's
+    ``TanhNormal`` over one event dim with ``tanh_loc=False``) through
+    :func:`rlloss.functional.tanh_normal_sample_and_log_prob` (no ``torch.distributions``
+    transforms, no host sync), else with the distribution's ``rsample`` and ``log_prob``: the
+    same maths either way. ``self.bounds`` is ``(low, high)`` for a distribution that has them.
     """
 
     def __init__(self, actor) -> None:
@@ -269,9 +249,11 @@ class DistributionCall:
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
         # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
-        self._tanh_normal = (
+        self._tanh_normal_builder = (
             _compat.tanh_normal_builder(self.head, self.parameter_keys) if self.splittable else None
         )
+        self.bounds = _distribution_bounds(self.head)
+        self.squashes = self.direct and _is_plain_tanh_normal(self.head)
 
     @property
     def direct(self) -> bool:
@@ -310,9 +292,54 @@ class DistributionCall:
     def from_parameters(self, params: Mapping) -> D.Distribution:
         """``head.get_dist(params)``; a TanhNormal head's without a host sync (eager calls:
         compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._tanh_normal is None or torch.compiler.is_compiling():
+        if self._tanh_normal_builder is None or torch.compiler.is_compiling():
             return self.head.get_dist(params)
-        return self._tanh_normal(params)
+        return self._tanh_normal_builder(params)
+
+    def sample_with_log_prob(
+        self, batch, low=None, high=None, repeats: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``[*B, D]`` and its log-prob ``[*B]`` (summed over the heads
+        of a composite distribution); with ``repeats``, ``repeats`` actions per state in a row
+        along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``). ``low``, ``high``: the
+        loss's copies of :attr:`bounds` on its device (needed when the actor :attr:`squashes`)."""
+        if self.squashes:  # the actor runs once per state, its parameters are repeated
+            return self._squashed_sample(self.distribution_parameters(batch), low, high, repeats)
+        if repeats > 1:
+            batch = repeated_inputs(batch, self.actor, repeats)
+        return reparameterised_sample(self(batch), batch.batch_size)
+
+    def sample_with_distribution(self, batch: TensorDictBase, low=None, high=None):
+        """:meth:`sample_with_log_prob`'s action and log-prob, and the distribution drawn from
+        (the actor run once)."""
+        if self.squashes:
+            params = self.distribution_parameters(batch)
+            action, log_prob = self._squashed_sample(params, low, high)
+            return action, log_prob, self.from_parameters(params)
+        distribution = self(batch)
+        return (*reparameterised_sample(distribution, batch.batch_size), distribution)
+
+    def paired_sample_with_log_prob(
+        self, batch: TensorDictBase, other: TensorDictBase, low=None, high=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and log-probs at ``batch``'s states and at ``other``'s, stacked along a
+        leading ``[2]`` dim, in one draw: the actor on the stacked inputs, or, when it
+        :attr:`squashes`, on each batch (``other`` without gradient) with the parameters stacked
+        before the draw: the same numbers, without a backward through ``other``."""
+        if not self.squashes:
+            return self.sample_with_log_prob(stacked_inputs([batch, other], self.actor))
+        now = self.distribution_parameters(batch)
+        with torch.no_grad():
+            following = self.distribution_parameters(other)
+        params = {key: torch.stack([now[key], following[key]]) for key in now}
+        return self._squashed_sample(params, low, high)
+
+    def _squashed_sample(self, params: Mapping, low, high, repeats: int = 1):
+        keys = self.parameter_keys
+        loc, scale = params[keys["loc"]], params[keys["scale"]]
+        if repeats > 1:
+            loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
+        return rlf.tanh_normal_sample_and_log_prob(loc, scale, low, high)
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:
         """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
@@ -327,6 +354,17 @@ class DistributionCall:
                 "writes them into the rollout TensorDict)."
             )
         return self.from_parameters(params) if self.splittable else self.head.get_dist(batch)
+
+
+def reparameterised_sample(distribution, batch_size: torch.Size):
+    """A reparameterised action of ``distribution`` and its log-prob ``[*B]`` (summed over the
+    heads of a ``CompositeDistribution``, whose action is a TensorDict)."""
+    if isinstance(distribution, CompositeDistribution):
+        with set_composite_lp_aggregate(False):
+            action = distribution.rsample()
+            return action, sum_heads(distribution.log_prob(action), batch_size)
+    action = distribution.rsample()
+    return action, distribution.log_prob(action)
 
 
 def as_list(key) -> list:
@@ -396,6 +434,37 @@ def _is_composite(head: ProbabilisticTensorDictModule) -> bool:
     TensorDicts: the generic ``get_dist`` path reads them)."""
     cls = getattr(head.distribution_class, "func", head.distribution_class)
     return isinstance(cls, type) and issubclass(cls, CompositeDistribution)
+
+
+def _is_plain_tanh_normal(head: ProbabilisticTensorDictModule) -> bool:
+    """Whether ``head`` builds TorchRL's ``TanhNormal`` from ``loc`` and ``scale`` over one event
+    dim with an unsquashed location: :func:`rlloss.functional.tanh_normal_sample_and_log_prob`'s
+    distribution."""
+    kwargs = dict(head.distribution_kwargs)
+    return (
+        head.distribution_class is TanhNormal
+        and not kwargs.get("tanh_loc", False)
+        and kwargs.get("event_dims", 1) == 1
+        and {_last(key) for key in head.dist_keys} == {"loc", "scale"}
+    )
+
+
+def _distribution_bounds(head: ProbabilisticTensorDictModule | None) -> tuple | None:
+    """``(low, high)`` of the distribution ``head`` builds when its class takes them as keywords
+    (TorchRL's ``TanhNormal``, ``TruncatedNormal``, ``TanhDelta``): the head's
+    ``distribution_kwargs``, else the class's defaults; ``None`` for any other."""
+    if head is None or _is_composite(head):
+        return None
+    cls = head.distribution_class
+    kwargs = {**getattr(cls, "keywords", {}), **head.distribution_kwargs}  # a partial's too
+    try:
+        parameters = inspect.signature(getattr(cls, "func", cls)).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return None
+    if "low" not in parameters or "high" not in parameters:
+        return None
+    bounds = tuple(kwargs.get(name, parameters[name].default) for name in ("low", "high"))
+    return None if inspect.Parameter.empty in bounds else bounds
 
 
 def _last(key: NestedKey) -> str:

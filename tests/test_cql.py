@@ -321,3 +321,54 @@ def test_bad_arguments_are_named():
     loss = rlloss.CQLLoss(actor(), qvalue())
     with pytest.raises(ValueError, match="temperature"):
         loss.temperature = -1.0
+
+
+class GenericTanhNormal(TanhNormal):
+    """TorchRL's TanhNormal under another class name: rlloss samples such an actor through the
+    distribution (``rsample``, ``log_prob``), not from its ``loc``/``scale``."""
+
+
+def same_actor_generic_path(policy):
+    """A copy of the TanhNormal ``policy`` whose head builds a :class:`GenericTanhNormal`."""
+    generic = copy.deepcopy(policy)
+    generic.module[-1].distribution_class = GenericTanhNormal
+    return generic
+
+
+def test_fast_and_generic_paths_give_the_same_bounds_and_losses():
+    """A TanhNormal actor with bounds other than ±1, sampled from its ``loc``/``scale`` (the fast
+    path) or through its distribution: the uniform proposals cover the same ``[low, high]``
+    with the same density, and every loss, under the same seed, has the same value and
+    gradients (up to float32 rounding: the distribution's log-prob inverts the tanh, the fast
+    path's reads the pre-tanh value); both losses hold the bounds in ``state_dict``."""
+    low, high = -2.0, 0.5
+    fast_actor = actor(TanhNormal, low, high)
+    fast = rlloss.CQLLoss(fast_actor, [qvalue(), qvalue()], num_random=50, alpha_init=0.5)
+    generic = rlloss.CQLLoss(
+        same_actor_generic_path(fast_actor), [qvalue(), qvalue()], num_random=50
+    )
+    generic.load_state_dict(fast.state_dict())
+    assert fast._actor_call.squashes and not generic._actor_call.squashes
+    batch = transitions(action=torch.rand(B, ACT) * 1.75 - 1.5)
+    proposals = []
+    for loss in (fast, generic):
+        torch.manual_seed(0)
+        proposals.append(loss._proposal_actions(batch, batch["action"]))
+    uniform, log_density = proposals[1][0][:, :50], proposals[1][1][:, :50]
+    assert (uniform >= low).all() and (uniform <= high).all() and uniform.min() < -1.5
+    torch.testing.assert_close(log_density, torch.full((B, 50), -ACT * math.log(high - low)))
+    torch.testing.assert_close(proposals[1], proposals[0], rtol=1e-4, atol=1e-4)
+    outputs = []
+    for loss in (fast, generic):
+        torch.manual_seed(1)
+        out = loss(batch.clone())
+        sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+        outputs.append(out)
+    for key in outputs[0].keys():
+        torch.testing.assert_close(outputs[1][key], outputs[0][key], rtol=1e-4, atol=1e-4)
+    for name in ("actor_network_params", "qvalue_network_params"):
+        grads = [getattr(loss, name).flatten_keys(".") for loss in (fast, generic)]
+        for key in grads[0].keys():
+            torch.testing.assert_close(
+                grads[1][key].grad, grads[0][key].grad, rtol=1e-4, atol=1e-4, msg=key
+            )

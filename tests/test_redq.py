@@ -285,3 +285,31 @@ def test_networks_called_on_tensordicts_give_the_same_numbers():
     out = wrapped(batch.clone())
     for key in expected.keys():
         torch.testing.assert_close(out[key], expected[key], msg=key)
+
+
+@pytest.mark.parametrize("bounds", [(-1.0, 1.0), (-2.0, 0.5)])
+def test_fast_and_generic_paths_give_the_same_losses(bounds):
+    """A TanhNormal actor sampled from its ``loc``/``scale`` (``a~`` and ``a'`` from parameters
+    stacked) or through its distribution (one call on the stacked inputs): the same values and
+    gradients under the same seed (up to float32 rounding: see
+    tests/test_cql.py::test_fast_and_generic_paths_give_the_same_bounds_and_losses)."""
+    from tests.test_cql import same_actor_generic_path
+
+    fast = REDQLoss(actor(low=bounds[0], high=bounds[1]), qvalue(), num_qvalue_nets=3)
+    generic = REDQLoss(same_actor_generic_path(fast.actor_network), qvalue(), num_qvalue_nets=3)
+    generic.load_state_dict(fast.state_dict())
+    assert fast._actor_call.squashes and not generic._actor_call.squashes
+    batch = test_sac.transitions()
+    outputs = []
+    for loss in (fast, generic):
+        torch.manual_seed(2)
+        out = loss(batch.clone())
+        (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        outputs.append(out)
+    for key in outputs[0].keys():
+        torch.testing.assert_close(outputs[1][key], outputs[0][key], rtol=1e-4, atol=1e-4)
+    grads = [loss.actor_network_params.flatten_keys(".") for loss in (fast, generic)]
+    for key in grads[0].keys():
+        torch.testing.assert_close(
+            grads[1][key].grad, grads[0][key].grad, rtol=1e-4, atol=1e-4, msg=key
+        )

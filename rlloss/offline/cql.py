@@ -17,7 +17,6 @@ from rlloss._checks import (
 from rlloss._networks import (
     entry,
     log_prob_of,
-    network_inputs,
 )
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
@@ -68,8 +67,9 @@ class CQLLoss(ContinuousSoftActorCritic):
         reduction, use_prioritized_weights, priority_weighting: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
-    The uniform actions cover the tanh-Normal actor's ``[low, high]`` (TorchRL's ``[-1, 1]``
-    whatever the bounds), ``[-1, 1]`` for other actors.
+    The uniform actions cover the ``[low, high]`` of the actor's distribution when it has
+    bounds (a TanhNormal's, however it is sampled; TorchRL's ``[-1, 1]`` whatever the bounds),
+    ``[-1, 1]`` for other actors.
 
     Differences from TorchRL: the log-sum-exp runs over the ``3 num_random`` actions of each
     state and the actions sampled at ``s'`` are evaluated at ``s``, as in the paper and the
@@ -141,17 +141,8 @@ class CQLLoss(ContinuousSoftActorCritic):
         """``num`` actions per state from the current policy, ``[*B, num, D]``, and their
         log-probs ``[*B, num]`` (drawn as TorchRL does: each state repeated ``num`` times in a
         row along the last batch dim)."""
-        dim, size = batch.ndim - 1, batch.batch_size
-        if self._tanh_normal:  # the actor runs once per state, its parameters are repeated
-            params = self._actor_call.distribution_parameters(batch)
-            action, log_prob = self._squashed_sample(params, self._actor_call, num)
-        else:
-            inputs = network_inputs(batch, self.actor_network)
-            repeated = TensorDict(
-                {key: value.repeat_interleave(num, dim=dim) for key, value in inputs.items()},
-                batch_size=(*size[:-1], size[-1] * num),
-            )
-            action, log_prob = self._policy_sample(repeated)
+        size = batch.batch_size
+        action, log_prob = self._policy_sample(batch, repeats=num)
         return action.reshape(*size, num, *action.shape[batch.ndim :]), log_prob.reshape(*size, num)
 
     def _sampled_q_values(
@@ -159,20 +150,14 @@ class CQLLoss(ContinuousSoftActorCritic):
     ) -> torch.Tensor:
         """``[num_qvalue_nets, *B, K, 1]`` values of ``K`` actions per state (``[*B, K, D]``) at
         the batch's observations, in one ensemble call."""
-        key, dim = self._qvalue_action_key, batch.ndim
-        inputs = {
-            name: value.unsqueeze(dim).expand(*value.shape[:dim], action.shape[dim], -1)
-            for name, value in network_inputs(batch, self._qvalue, exclude=key).items()
-        }
-        inputs[key] = action
-        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+        return self._q_values(batch, action, samples_dim=batch.ndim, **kwargs)
 
     def _proposal_actions(self, batch: TensorDictBase, data_action: torch.Tensor):
         """The penalty's ``3 num_random`` actions per state ``[*B, 3 num_random, D]`` (uniform,
         from ``pi(.|s')``, from ``pi(.|s)``) and their log-densities ``[*B, 3 num_random]``, no
         gradient; drawn in TorchRL's order (uniform, ``s``, ``s'``)."""
         num, dim = self.num_random, batch.ndim
-        low, high = (self.action_low, self.action_high) if self._tanh_normal else (-1.0, 1.0)
+        low, high = self._uniform_bounds()
         shape = (*batch.batch_size, num, data_action.shape[-1])
         uniform, uniform_log_prob = rlf.uniform_sample_and_log_prob(
             low, high, shape, data_action.dtype, data_action.device
@@ -183,6 +168,13 @@ class CQLLoss(ContinuousSoftActorCritic):
         actions = torch.cat([uniform, following, current], dim=dim)
         log_prob = torch.cat([uniform_log_prob, following_log_prob, current_log_prob], -1)
         return actions, log_prob
+
+    def _uniform_bounds(self) -> tuple:
+        """The box of the uniform proposals: the actor's distribution's ``[low, high]`` when it
+        has bounds (whichever way it is sampled), else ``[-1, 1]``."""
+        if self.action_low is None:
+            return -1.0, 1.0
+        return self.action_low, self.action_high
 
     # ----------------------------------------------------------------------------- pieces
     def _next_value(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -267,13 +259,9 @@ class CQLLoss(ContinuousSoftActorCritic):
         ``log pi(a|s)``, detached)."""
         alpha = self._alpha()
         action = self._get(tensordict, "action")
-        if self._tanh_normal:  # the distribution's parameters, computed once
-            params = self._actor_call.distribution_parameters(tensordict)
-            _, log_prob = self._squashed_sample(params, self._actor_call)
-            distribution = self._actor_call.from_parameters(params)
-        else:
-            distribution = self._actor_call(tensordict)
-            _, log_prob = self._sample(distribution, tensordict.batch_size)
+        _, log_prob, distribution = self._actor_call.sample_with_distribution(
+            tensordict, self.action_low, self.action_high
+        )
         key, owner = self.tensor_keys.action, type(self).__name__
         data_log_prob = log_prob_of(distribution, action, key, owner)
         loss = rlf.soft_behavior_cloning_loss(log_prob, data_log_prob, alpha)

@@ -140,9 +140,9 @@ class IQLLoss(TDTargetLoss):
     def _q_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of the dataset's actions (``tensor_keys.action``,
         given to the Q networks under their own action key)."""
-        inputs = network_inputs(batch, self._qvalue, exclude=self._qvalue_action_key)
-        inputs[self._qvalue_action_key] = self._get(batch, "action")
-        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+        action = self._get(batch, "action")
+        outputs = self._qvalue.at_action(batch, self._qvalue_action_key, action, **kwargs)
+        return outputs[self.tensor_keys.state_action_value]
 
     def _state_value(self, batch: TensorDictBase) -> torch.Tensor:
         """``V(s)``, ``[*B, 1]``."""

@@ -18,7 +18,7 @@ from rlloss._checks import (
 )
 from rlloss._networks import (
     entry,
-    network_inputs,
+    inputs_at_action,
 )
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
@@ -158,11 +158,9 @@ class CrossQLoss(ContinuousSoftActorCritic):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q_i(s, a)`` and ``Q_i(s', a')``, each ``[num_qvalue_nets, *B, 1]``, from one
         ensemble call on the batch joined along its first dim (train mode unless ``loss.eval()``)."""
-        key = self._qvalue_action_key
-        current = network_inputs(tensordict, self._qvalue, exclude=key)
-        current[key] = self._get(tensordict, "action")
-        following = network_inputs(entry(tensordict, "next"), self._qvalue, exclude=key)
-        following[key] = next_action
+        key, action = self._qvalue_action_key, self._get(tensordict, "action")
+        current = inputs_at_action(tensordict, self._qvalue, key, action)
+        following = inputs_at_action(entry(tensordict, "next"), self._qvalue, key, next_action)
         check_concatenable("CrossQLoss", current, following)
         joint = {name: torch.cat([current[name], following[name]]) for name in current}
         values = self._qvalue(joint, training=self.training)[self.tensor_keys.state_action_value]

@@ -14,7 +14,7 @@ from torch import nn
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_network
-from rlloss._networks import NetworkCall, entry, network_inputs
+from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
 
@@ -104,9 +104,8 @@ class DDPGLoss(TDTargetLoss):
     def _value(self, call: Callable, batch: TensorDictBase, action: torch.Tensor):
         """``Q(s, action)``, ``[*B, 1]``, from ``call``: the online critic, its target copy or
         its detached view."""
-        inputs = network_inputs(batch, self.value_network, exclude=self.tensor_keys.action)
-        inputs[self.tensor_keys.action] = action
-        return call(inputs)[self.tensor_keys.state_action_value]
+        outputs = call.at_action(batch, self.tensor_keys.action, action)
+        return outputs[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q(s, mu(s))`` reduced (the critic gets no gradient)."""

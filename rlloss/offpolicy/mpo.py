@@ -17,7 +17,6 @@ from torchrl.modules import IndependentNormal, TanhNormal
 
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
-from rlloss._networks import network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
@@ -228,8 +227,7 @@ class MPOLoss(MaximumAPosteriori):
         """``action_low``/``action_high`` buffers: the TanhNormal's bounds, else the spec's."""
         dtype = torch.get_default_dtype()
         if self._tanh_normal:
-            kwargs = dict(self._actor_call.head.distribution_kwargs)
-            low, high = kwargs.get("low", -1.0), kwargs.get("high", 1.0)
+            low, high = self._actor_call.bounds
         elif isinstance(spec, Bounded):
             low, high = spec.space.low, spec.space.high
         else:
@@ -266,14 +264,9 @@ class MPOLoss(MaximumAPosteriori):
             else:
                 action = preimage
                 critic_action = torch.clamp(preimage, self.action_low, self.action_high)
-            inputs = {
-                k: v.expand(self.num_samples, *v.shape)
-                for k, v in network_inputs(
-                    batch, self.qvalue_network, exclude=self._qvalue_action_key
-                ).items()
-            }
-            inputs[self._qvalue_action_key] = critic_action
-            outputs = self._call(self._target_qvalue_call, inputs, critic_action.shape[:-1])
+            outputs = self._target_qvalue_call.at_action(
+                batch, self._qvalue_action_key, critic_action, samples_dim=0
+            )
             value = outputs[self.tensor_keys.state_action_value].squeeze(-1)
         return {"loc": loc, "scale": scale, "preimage": preimage, "action": action, "q": value}
 
@@ -357,9 +350,6 @@ class MPOLoss(MaximumAPosteriori):
         with torch.no_grad():
             next_value = self._target_policy_samples(tensordict.get("next"))["q"].mean(0)
             target = self._td_target(tensordict, next_value.unsqueeze(-1))
-        key = self._qvalue_action_key
-        inputs = network_inputs(tensordict, self.qvalue_network, exclude=key)
-        inputs[key] = action
-        outputs = self._call(self._qvalue_call, inputs, tensordict.batch_size)
+        outputs = self._qvalue_call.at_action(tensordict, self._qvalue_action_key, action)
         value = outputs[self.tensor_keys.state_action_value]
         return self._mpo_critic_loss(value, target, tensordict)

@@ -21,7 +21,7 @@ from rlloss._checks import (
 )
 from rlloss._networks import (
     entry,
-    network_inputs,
+    stacked_inputs,
 )
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
@@ -167,34 +167,23 @@ class REDQLoss(ContinuousSoftActorCritic):
 
     def _current_and_next_sample(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``a~ ~ pi(.|s)`` and ``a' ~ pi(.|s')`` and their log-probs, stacked along a leading
-        ``[2]`` dim, drawn in one call as TorchRL draws them. A tanh-Normal actor runs on ``s``
-        with gradient and on ``s'`` without, its parameters stacked before the one draw: the
-        same numbers as one call on the stacked inputs, without the actor's backward over the
-        ``s'`` half, which no loss term differentiates (``a'`` and its log-prob enter the target
-        and the detached temperature loss only)."""
-        if not self._tanh_normal or self.gSDE:
-            return self._policy_sample(self._current_and_next_inputs(batch))
-        call = self._actor_call
-        now = call.distribution_parameters(batch)
-        with torch.no_grad():
-            following = call.distribution_parameters(entry(batch, "next"))
-        params = {key: torch.stack([now[key], following[key]]) for key in now}
-        return self._squashed_sample(params, call)
-
-    def _current_and_next_inputs(self, batch: TensorDictBase):
-        """The actor's inputs at ``s`` and ``s'`` stacked along a leading ``[2]`` dim."""
-        exclude = _EPS_GSDE if self.gSDE else None
-        now = network_inputs(batch, self.actor_network, exclude=exclude)
-        following = network_inputs(entry(batch, "next"), self.actor_network, exclude=exclude)
-        stacked = {key: torch.stack([now[key], following[key]]) for key in now}
-        batch_size = (2, *batch.batch_size)
+        ``[2]`` dim, drawn in one call as TorchRL draws them, without the actor's backward over
+        the ``s'`` half where it can be avoided (no loss term differentiates ``a'``: it enters
+        the target and the detached temperature loss only); with ``gSDE``, one call on the
+        stacked inputs with zero noise."""
         if self.gSDE:
-            stacked[_EPS_GSDE] = torch.zeros(batch_size, device=self.log_alpha.device)
-        if self._actor_call.direct:
-            return stacked
-        inputs = TensorDict({}, batch_size=batch_size)
-        for key, value in stacked.items():
-            inputs.set(key, value)
+            return self._policy_sample(self._current_and_next_inputs(batch))
+        return self._actor_call.paired_sample_with_log_prob(
+            batch, entry(batch, "next"), self.action_low, self.action_high
+        )
+
+    def _current_and_next_inputs(self, batch: TensorDictBase) -> TensorDictBase:
+        """The actor's inputs at ``s`` and ``s'`` stacked along a leading ``[2]`` dim (with
+        ``gSDE``, zeros as its noise)."""
+        exclude = _EPS_GSDE if self.gSDE else None
+        inputs = stacked_inputs([batch, entry(batch, "next")], self.actor_network, exclude)
+        if self.gSDE:
+            inputs.set(_EPS_GSDE, torch.zeros(inputs.batch_size, device=self.log_alpha.device))
         return inputs
 
     def _reduce_members(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:

@@ -11,14 +11,9 @@ import math
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import (
-    CompositeDistribution,
-    set_composite_lp_aggregate,
-)
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite
-from torchrl.modules import TanhNormal
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -30,8 +25,6 @@ from rlloss._checks import (
 from rlloss._networks import (
     DistributionCall,
     entry,
-    network_inputs,
-    sum_heads,
 )
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
@@ -247,7 +240,7 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         if len(sample_keys) == 1:
             self.set_keys(action=sample_keys[0])
         self._qvalue_action_key = self.tensor_keys.action
-        self._tanh_normal = self._tanh_normal_bounds(actor_network)
+        self._register_action_bounds()
         if target_entropy == "auto":
             action_spec = (
                 action_spec if action_spec is not None else getattr(actor_network, "spec", None)
@@ -262,23 +255,15 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
             ),
         )
 
-    def _tanh_normal_bounds(self, actor_network) -> bool:
-        """Register ``action_low``/``action_high`` and return ``True`` when the actor is a
-        TanhNormal ``ProbabilisticActor`` that rlloss can sample directly from its parameters."""
-        head = self._actor_call.head
-        if not self._actor_call.direct or head.distribution_class is not TanhNormal:
-            return False
-        kwargs = dict(head.distribution_kwargs)
-        if kwargs.get("tanh_loc", False) or kwargs.get("event_dims", 1) != 1:
-            return False
-        if set(self._actor_call.parameter_keys) != {"loc", "scale"}:
-            return False
-        device = self.log_alpha.device
-        dtype = torch.get_default_dtype()
-        for name, bound in (("low", -1.0), ("high", 1.0)):
-            value = torch.as_tensor(kwargs.get(name, bound), dtype=dtype, device=device)
-            self.register_buffer(f"action_{name}", value.clone())
-        return True
+    def _register_action_bounds(self) -> None:
+        """``action_low``/``action_high``: the bounds of the actor's distribution (a TanhNormal's
+        ``low``/``high``), ``None`` (not in ``state_dict``) for a distribution without them."""
+        bounds = self._actor_call.bounds or (None, None)
+        for name, bound in zip(("low", "high"), bounds, strict=True):
+            if bound is not None:
+                dtype, device = torch.get_default_dtype(), self.log_alpha.device
+                bound = torch.as_tensor(bound, dtype=dtype, device=device).clone()
+            self.register_buffer(f"action_{name}", bound)
 
     def _action_entropy_target(self, action_spec) -> float | None:
         """``-dim(A)`` from a spec (TorchRL's rule), or ``None`` to read it from the batch."""
@@ -293,43 +278,20 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         return -float(action_spec.shape[len(container_shape) :].numel())
 
     def _policy_sample(
-        self, batch: TensorDictBase, call: DistributionCall | None = None
+        self, batch: TensorDictBase, call: DistributionCall | None = None, repeats: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action ``[*B, D]`` from the current policy (or the one ``call``
-        builds) and its log-prob ``[*B]``."""
+        builds) and its log-prob ``[*B]``; with ``repeats``, ``repeats`` actions per state in a
+        row along the last batch dim (see ``DistributionCall.sample_with_log_prob``)."""
         call = self._actor_call if call is None else call
-        if self._tanh_normal:
-            return self._squashed_sample(call.distribution_parameters(batch), call)
-        return self._sample(call(batch), batch.batch_size)
-
-    def _squashed_sample(
-        self, params: dict, call: DistributionCall, repeats: int = 1
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A tanh-Normal action and its log-prob from the actor's parameters (``params``, as
-        ``call.distribution_parameters`` returns them); with ``repeats``, ``repeats`` actions
-        per state, in a row along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``)."""
-        keys = call.parameter_keys
-        loc, scale = params[keys["loc"]], params[keys["scale"]]
-        if repeats > 1:
-            loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
-        return rlf.tanh_normal_sample_and_log_prob(loc, scale, self.action_low, self.action_high)
-
-    @staticmethod
-    def _sample(distribution, batch_size: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action of ``distribution`` and its log-prob ``[*B]``."""
-        if isinstance(distribution, CompositeDistribution):  # a TensorDict of actions
-            with set_composite_lp_aggregate(False):
-                action = distribution.rsample()
-                return action, sum_heads(distribution.log_prob(action), batch_size)
-        action = distribution.rsample()
-        return action, distribution.log_prob(action)
+        return call.sample_with_log_prob(batch, self.action_low, self.action_high, repeats)
 
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
-        """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
+        """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations
+        (``kwargs``: see :meth:`rlloss._ensembles.Ensemble.at_action`)."""
         key = self._qvalue_action_key  # the Q networks' own input key (fixed at construction)
-        inputs = network_inputs(batch, self._qvalue, exclude=key)
-        inputs[key] = action
-        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+        outputs = self._qvalue.at_action(batch, key, action, **kwargs)
+        return outputs[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a~|s) - min_i Q_i(s, a~)`` reduced, and the log-probs (detached)."""

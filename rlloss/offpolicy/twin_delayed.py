@@ -14,7 +14,7 @@ from torchrl.data import Bounded, Composite
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range, check_network
-from rlloss._networks import NetworkCall, entry, network_inputs
+from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
 
@@ -131,9 +131,8 @@ class TwinDelayedLoss(TDTargetLoss):
 
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations."""
-        inputs = network_inputs(batch, self._qvalue, exclude=self.tensor_keys.action)
-        inputs[self.tensor_keys.action] = action
-        return self._qvalue(inputs, **kwargs)[self.tensor_keys.state_action_value]
+        outputs = self._qvalue.at_action(batch, self.tensor_keys.action, action, **kwargs)
+        return outputs[self.tensor_keys.state_action_value]
 
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, mu(s))`` reduced, and ``Q_1(s, mu(s))`` (detached, ``[1, *B]``): only the
