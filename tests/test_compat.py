@@ -330,8 +330,9 @@ def test_a_drawn_batch_is_what_sample_returns(prioritized):
     """``rlloss.update.draw_batch`` (the sampler's draw and ``stored_items``, traced in a
     compiled update) gives what ``buffer.sample()`` gives under the same seed: the same keys in
     the same order, the same values, ``index`` and the sampler's info; only written items."""
-    from rlloss.data import PrioritizedSampler, RandomSampler
     from rlloss.update import draw_batch
+
+    from rlloss.data import PrioritizedSampler, RandomSampler
 
     sampler = PrioritizedSampler(12, 0.6, 0.4) if prioritized else RandomSampler()
     buffer = replay_buffer(sampler)

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from rlloss.normalizers import RewardNormalizer, merged_moments
 
 from rlloss.functional import discounted_returns
-from rlloss.normalizers import RewardNormalizer, merged_moments
 
 EPS = 1e-8
 

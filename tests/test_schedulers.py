@@ -10,8 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import nn
-
 from rlloss.schedulers import (
     KLAdaptiveLR,
     KLEarlyStopping,
@@ -19,6 +17,7 @@ from rlloss.schedulers import (
     kl_adaptive_lr,
     kl_exceeds,
 )
+from torch import nn
 
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
 
