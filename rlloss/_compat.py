@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictParams
 from tensordict.utils import NestedKey, _unravel_key_to_tuple
 from torch import nn
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, TensorStorage
@@ -384,6 +384,36 @@ class TanhNormalBuilder:
         return template
 
 
+def holds_tensordict_params(module: nn.Module) -> bool:
+    """Whether ``module`` keeps weights in a ``TensorDictParams`` (TorchRL's ``MultiAgentMLP``,
+    ``MultiAgentConvNet``): its parameter names hold dots below their owner (``params.0.weight``:
+    owner ``params``, name ``0.weight``), which ``register_buffer``, ``get_submodule`` and
+    ``torch.func.functional_call`` cannot take; tensordict's ``to_module`` can."""
+    return any(isinstance(m, TensorDictParams) for m in module.modules())
+
+
+def frozen_tensordict_params(module: nn.Module) -> None:
+    """Make every ``TensorDictParams`` of ``module`` hold detached buffers (``no_convert``), in
+    place: the frozen copy of a multi-agent network."""
+    for name, submodule in list(module.named_modules()):
+        if isinstance(submodule, TensorDictParams):
+            owner_name, _, attribute = name.rpartition(".")
+            frozen = TensorDictParams(submodule.data.detach().clone(), no_convert=True)
+            setattr(module.get_submodule(owner_name), attribute, frozen)
+
+
+def point_at(module: nn.Module, tensors: Mapping[str, torch.Tensor]):
+    """Make ``module``'s tensors named in ``tensors`` (dotted names, as ``named_parameters``)
+    the given ones, through tensordict's ``to_module`` (which knows ``TensorDictParams``);
+    returns what it replaced, a TensorDict whose ``to_module`` restores it (or use the result
+    as a context manager). The module's own structure is the template, so the sub-TensorDicts
+    keep their batch sizes (``MultiAgentMLP`` maps over its agents' dim)."""
+    params = TensorDict.from_module(module).copy()
+    for name, tensor in tensors.items():
+        params.set(tuple(name.split(".")), tensor)
+    return params.to_module(module)
+
+
 @contextlib.contextmanager
 def swapped_tensors(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> Iterator[None]:
     """Within the block, ``module``'s parameters and buffers named in ``tensors`` (dotted names,
@@ -392,7 +422,15 @@ def swapped_tensors(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> I
     ``torch.func.functional_call`` does the same through ``setattr`` with checks, at three times
     the cost of this in eager mode (~0.2 ms a call on a small critic): here the entries of the
     owning modules' private ``_parameters`` / ``_buffers`` tables are replaced directly
-    (``tests/test_compat.py`` fails if ``nn.Module`` stops keeping them there)."""
+    (``tests/test_compat.py`` fails if ``nn.Module`` stops keeping them there). A module holding
+    a ``TensorDictParams`` goes through tensordict's ``to_module`` instead."""
+    if holds_tensordict_params(module):
+        replaced = point_at(module, tensors)
+        try:
+            yield
+        finally:
+            replaced.to_module(module)
+        return
     slots = []
     for name, tensor in tensors.items():
         owner_name, _, attr = name.rpartition(".")

@@ -118,6 +118,7 @@ _MLP_FORWARD = _mlp_forward()
 def frozen_copy(module: nn.Module) -> nn.Module:
     """A deep copy of ``module`` whose parameters are buffers (detached, never trained)."""
     module = copy.deepcopy(module)
+    _compat.frozen_tensordict_params(module)  # multi-agent networks' parameter tables
     for submodule in module.modules():
         for name, parameter in list(submodule.named_parameters(recurse=False)):
             delattr(submodule, name)
@@ -148,6 +149,9 @@ class FrozenCopy(NetworkCall):
 
     def use(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Point the copy at ``tensors`` (dotted parameter names, as ``named_parameters``)."""
+        if _compat.holds_tensordict_params(self.module):
+            _compat.point_at(self.module, tensors)
+            return
         for name, tensor in tensors.items():
             owner, _, attribute = name.rpartition(".")
             self.module.get_submodule(owner).register_buffer(attribute, tensor)

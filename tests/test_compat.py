@@ -410,3 +410,39 @@ def test_dispatch_without_replacement_registers_a_subclass_as_torchrls_classes_a
     sampler = Uniform(replacement=False, drop_last=True)
     assert type(sampler) is SamplerWithoutReplacement and sampler.drop_last
     assert type(Uniform(replacement=True)) is Uniform
+
+
+# ----------------------------------------------------------------------------- parameter swap
+@pytest.mark.parametrize("multi_agent", [False, True], ids=["plain", "TensorDictParams"])
+def test_swapped_tensors_uses_the_given_tensors_and_restores_the_module(multi_agent):
+    """``_compat.swapped_tensors`` (the ensembles' per-member call) writes into ``nn.Module``'s
+    private ``_parameters`` table (a ``TensorDictParams`` through ``to_module``): the call sees
+    the given tensors, the module is restored after, even when the call raises."""
+    from torchrl.modules import MultiAgentMLP
+
+    from rlloss import _compat
+
+    module = (
+        MultiAgentMLP(
+            n_agent_inputs=4,
+            n_agent_outputs=2,
+            n_agents=3,
+            centralized=False,
+            share_params=False,
+            depth=1,
+            num_cells=8,
+        )
+        if multi_agent
+        else torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    )
+    x = torch.randn(5, 3, 4)
+    before = module(x).detach().clone()
+    zeros = {name: torch.zeros_like(p) for name, p in module.named_parameters()}
+    with _compat.swapped_tensors(module, zeros):
+        assert module(x).abs().sum() == 0
+    torch.testing.assert_close(module(x), before)
+    with pytest.raises(RuntimeError, match="inside"), _compat.swapped_tensors(module, zeros):
+        raise RuntimeError("inside")
+    torch.testing.assert_close(module(x), before)
+    if not multi_agent:  # the private table the fast path relies on
+        assert module[0]._parameters["weight"] is module[0].weight

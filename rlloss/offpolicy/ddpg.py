@@ -83,6 +83,7 @@ class DDPGLoss(TDTargetLoss):
         self.actor_network = actor_network
         self.value_network = value_network
         self._expose_parameters("actor_network", "value_network")
+        self._read_action_key(actor_network, value_network)
         action_key, value_key = self.tensor_keys.action, self.tensor_keys.state_action_value
         self._actor_call = NetworkCall(actor_network, until=action_key)
         self._value_call = NetworkCall(value_network, until=value_key)
@@ -94,6 +95,14 @@ class DDPGLoss(TDTargetLoss):
         self._target_value_call = self._detached_value_call
         if delay_value:
             self._target_value_call = self._register_target_network("value_network", value_key)
+
+    def _read_action_key(self, actor_network: nn.Module, value_network: nn.Module) -> None:
+        """The action key is the actor's output that the critic reads, when there is exactly
+        one (TorchRL's DDPGLoss has no action key: the critic reads whatever the actor writes,
+        e.g. a multi-agent ``("agents", "action")``); else the default ``"action"``."""
+        written = [k for k in getattr(actor_network, "out_keys", []) if k in value_network.in_keys]
+        if len(written) == 1:
+            self.tensor_keys.action = written[0]
 
     @property
     def in_keys(self) -> list[NestedKey]:
