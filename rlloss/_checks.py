@@ -210,8 +210,9 @@ def check_network(owner: str, name: str, network, *, ensemble: bool = False) -> 
 _CHECKS = {"enabled": False}
 
 
-def set_checks(enabled: bool) -> bool:
-    """Turn rlloss's data checks on or off (off by default); returns the previous setting.
+def set_checks(enabled: bool) -> ChecksSetting:
+    """Turn rlloss's data checks on or off (off by default); returns the previous setting, which
+    is also a context manager restoring it on exit.
 
     With checks on, every loss and value estimator scans its input batch before computing
     anything and raises a ``ValueError`` naming the first entry that holds a NaN or an infinity
@@ -220,12 +221,42 @@ def set_checks(enabled: bool) -> bool:
     ``torch.compile`` the scan is skipped (a sync would break the graph): debug in eager mode.
 
     Example:
-        >>> rlloss.set_checks(True)
+        >>> rlloss.set_checks(True)  # on from now on
         >>> loss(batch)  # ValueError: ... ('next', 'reward') holds nan at index (3, 0) ...
+        >>> with rlloss.set_checks(True):  # on for this block only
+        ...     loss(batch)
     """
     previous = _CHECKS["enabled"]
     _CHECKS["enabled"] = bool(enabled)
-    return previous
+    return ChecksSetting(previous)
+
+
+class ChecksSetting:
+    """What :func:`set_checks` returns: the previous setting (``bool()`` of it, ``.previous``,
+    ``==`` with a bool) and a context manager that restores it on exit."""
+
+    def __init__(self, previous: bool) -> None:
+        self.previous = previous
+
+    def __bool__(self) -> bool:
+        return self.previous
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (bool, ChecksSetting)):
+            return self.previous == bool(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.previous)
+
+    def __repr__(self) -> str:
+        return f"ChecksSetting(previous={self.previous})"
+
+    def __enter__(self) -> ChecksSetting:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        _CHECKS["enabled"] = self.previous
 
 
 def checks_enabled() -> bool:

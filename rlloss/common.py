@@ -38,7 +38,9 @@ from rlloss._checks import (
     remap_keys,
     state_dict_mismatch,
 )
-from rlloss._dispatch import accepts_tensor_arguments
+from rlloss._dispatch import (  # re-exported: each loss's forward is decorated with it
+    accepts_tensor_arguments as accepts_tensor_arguments,
+)
 from rlloss.addons import ActorOutput, check_policy_addons
 from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
@@ -71,8 +73,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "forward" in cls.__dict__:
-            cls.forward = accepts_tensor_arguments(cls.__dict__["forward"])
         if "out_keys" in cls.__dict__:
             cls.out_keys = selectable_out_keys(cls.__dict__["out_keys"])
         if "in_keys" in cls.__dict__:

@@ -19,6 +19,7 @@ from rlloss._networks import (
     log_prob_of,
     network_inputs,
 )
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 _CQL_OUT_KEYS = [
@@ -293,6 +294,7 @@ class CQLLoss(ContinuousSoftActorCritic):
             )
         return self._temperature_loss(log_prob, mask_tensordict), {}
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Every loss, ``alpha`` and ``entropy``; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -21,6 +21,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss, ensemble_architecture
 
 
@@ -187,6 +188,7 @@ class IQLLoss(TDTargetLoss):
     value_loss = loss_value
     qvalue_loss = loss_qvalue
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and ``entropy``; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

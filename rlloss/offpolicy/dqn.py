@@ -18,6 +18,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_support, refuse_removed_keys
 from rlloss._networks import entry
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.q_learning import QLearningLoss
 
@@ -154,6 +155,7 @@ class DistributionalDQNLoss(DQNLoss):
             atoms = self._td_target(batch, support.expand_as(probs))  # r + gamma^n (1 - d) z
             return rlf.categorical_projection(atoms, probs, support)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

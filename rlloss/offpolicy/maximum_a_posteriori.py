@@ -28,6 +28,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss._networks import DistributionCall, NetworkCall
+from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.mpo import MIN_LOG_DUAL
 from rlloss.offpolicy.base import TDTargetLoss
 
@@ -155,6 +156,7 @@ class MaximumAPosteriori(TDTargetLoss):
             return call(TensorDict(inputs, batch_size=batch_shape))
         return call(inputs)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
         batch = self._valid_batch(tensordict)

@@ -24,6 +24,7 @@ from rlloss._networks import (
     network_inputs,
 )
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 # TorchRL's REDQLoss keywords besides the networks and those REDQLoss names, passed on to
@@ -267,6 +268,7 @@ class REDQLoss(ContinuousSoftActorCritic):
         target, _ = self._subset_target(tensordict, next_action, next_log_prob, subset)
         return self._critic_objective(tensordict, target)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and the diagnostics (see the class docstring); writes ``td_error``
         into ``tensordict``."""

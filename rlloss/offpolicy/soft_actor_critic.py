@@ -34,6 +34,7 @@ from rlloss._networks import (
     sum_heads,
 )
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
 
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
@@ -170,6 +171,7 @@ class _SoftActorCritic(TDTargetLoss):
         loss = rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
         return self._reduce_replayed(loss.unsqueeze(-1), tensordict)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
         ``td_error`` into ``tensordict``."""

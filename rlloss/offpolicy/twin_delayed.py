@@ -16,6 +16,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_in_range, check_network
 from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
 
 
@@ -173,6 +174,7 @@ class TwinDelayedLoss(TDTargetLoss):
     actor_loss = loss_actor
     value_loss = loss_qvalue
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

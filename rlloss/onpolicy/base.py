@@ -38,7 +38,7 @@ from rlloss._networks import (
     sum_heads,
 )
 from rlloss.addons import ActorOutput
-from rlloss.common import LossModule, fill_padding
+from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
 from rlloss.functional.critic import DISTANCES
 from rlloss.training.distributed import global_standardize
 from rlloss.training.normalizers import ValueNormalizer, check_value_normalizer
@@ -448,6 +448,7 @@ class OnPolicyLoss(LossModule):
         return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
 
     # ----------------------------------------------------------------------------- forward
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
         mask = self._padding_mask(tensordict)
