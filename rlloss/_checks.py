@@ -97,6 +97,122 @@ def check_in_range(
         raise ValueError(f"{name} must be in {left}{low_text}, {high_text}{right}, got {shown}.")
 
 
+class Coefficient:
+    """A scalar hyperparameter of a module, declared on its class, checked on every assignment.
+
+    ``entropy_coeff = Coefficient(low=0.0, buffer=True)`` in a class body (of a
+    :class:`CoefficientOwner`: every rlloss loss and policy-loss add-on) declares the attribute;
+    :meth:`CoefficientOwner._register_coefficients` stores its first value. The range keywords
+    are :func:`check_in_range`'s: a number assigned at construction or later
+    (``loss.entropy_coeff = 0.02``, a schedule) outside it raises its ``ValueError``, naming the
+    attribute and the range, and changes nothing; a tensor is checked when it is a CPU scalar
+    (reading a device tensor would synchronise). Without a range the value is not checked.
+
+    ``buffer=True``: a 0-dim buffer, in ``state_dict``; a number assigned later is written into
+    it in place, so a compiled graph that reads it stays valid (TorchRL's
+    ``_schedulable_buffers`` rule, and the class lists the name in ``_all_schedulable_buffers``
+    as TorchRL's do); a tensor replaces it and ``None`` leaves a plain ``None`` attribute
+    (``nn.Module``'s rules). A parameter may hold the name instead (SAC's ``log_alpha``).
+    Otherwise the attribute is a plain number, an ``int`` with ``integer``, else a ``float``.
+    """
+
+    def __init__(
+        self, low=None, high=None, *, low_open=False, high_open=False, integer=False, buffer=False
+    ) -> None:
+        self.range = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
+        self.range["integer"] = integer
+        self.checked = low is not None or high is not None or integer
+        self.buffer = buffer
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def check(self, value, name: str | None = None) -> None:
+        """:func:`check_in_range` of ``value`` (``None`` passes), under ``name`` (default: the
+        attribute's)."""
+        if self.checked and value is not None:
+            check_in_range(name or self.name, value, **self.range)
+
+    def register(self, module: torch.nn.Module, value, device=None) -> None:
+        """Check ``value`` and store it as the attribute's first value: a buffer coefficient as
+        a 0-dim buffer on ``device`` (``None``: a plain ``None`` attribute)."""
+        self.check(value)
+        if self.buffer and value is not None:
+            module.__dict__.pop(self.name, None)
+            module.register_buffer(self.name, torch.tensor(float(value), device=device))
+        else:
+            self.__set__(module, value)
+
+    def __get__(self, module, owner=None):
+        if module is None:
+            return self
+        state = module.__dict__
+        name = self.name
+        if name in state:
+            return state[name]
+        if name in state["_buffers"]:
+            return state["_buffers"][name]
+        if name in state["_parameters"]:
+            return state["_parameters"][name]
+        raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
+
+    def __set__(self, module, value) -> None:
+        if _readable_number(value):
+            self.check(value)
+        name = self.name
+        current = module._buffers.get(name)
+        if current is not None and isinstance(value, (int, float)):  # a schedule's step
+            with torch.no_grad():
+                current.copy_(torch.as_tensor(value, dtype=current.dtype, device=current.device))
+        elif name in module._buffers or name in module._parameters:
+            torch.nn.Module.__setattr__(module, name, value)  # nn.Module's rules
+        elif isinstance(value, torch.nn.Parameter):
+            module.__dict__.pop(name, None)
+            module.register_parameter(name, value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            module.__dict__[name] = int(value) if self.range["integer"] else float(value)
+        else:
+            module.__dict__[name] = value
+
+    def __repr__(self) -> str:
+        shown = {key: value for key, value in self.range.items() if value not in (None, False)}
+        return f"Coefficient({self.name!r}, buffer={self.buffer}, {shown})"
+
+
+class CoefficientOwner:
+    """Mixin of the modules that declare :class:`Coefficient` attributes: ``nn.Module``'s
+    ``__setattr__`` stores tensors itself, skipping data descriptors; here an assignment to a
+    declared coefficient goes to the descriptor (Python's own rule)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(getattr(type(self), name, None), Coefficient):
+            object.__setattr__(self, name, value)  # Coefficient.__set__
+        else:
+            super().__setattr__(name, value)
+
+    def _register_coefficients(self, device=None, **values) -> None:
+        """Check and store the first value of each declared coefficient named in ``values``
+        (buffers on ``device``; see :meth:`Coefficient.register`)."""
+        for name, value in values.items():
+            getattr(type(self), name).register(self, value, device)
+
+    @classmethod
+    def _coefficients(cls) -> dict[str, Coefficient]:
+        """The declared coefficients, by name (those of the bases included)."""
+        found = {}
+        for base in reversed(cls.__mro__):
+            found.update((k, v) for k, v in vars(base).items() if isinstance(v, Coefficient))
+        return found
+
+
+def _readable_number(value) -> bool:
+    """Whether ``value`` can be range-checked without a host sync."""
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "cpu" and value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_choice(name: str, value, choices) -> None:
     """Raise ``ValueError`` naming ``name`` and the accepted values if ``value`` is not one."""
     if value not in choices:

@@ -18,7 +18,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, check_network
+from rlloss._checks import Coefficient, check_choice, check_in_range, check_network
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
@@ -74,10 +74,8 @@ class IQLLoss(TDTargetLoss):
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
     _actor_loss_key = "loss_actor"
-    _coefficient_ranges = {
-        "temperature": {"low": 0.0},
-        "expectile": {"low": 0.0, "high": 1.0},
-    }
+    temperature = Coefficient(low=0.0)
+    expectile = Coefficient(low=0.0, high=1.0)
 
     def __init__(
         self,
@@ -104,12 +102,10 @@ class IQLLoss(TDTargetLoss):
                 f"TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
             )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self._check_coefficient("temperature", temperature)
-        self._check_coefficient("expectile", expectile)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         super().__init__(loss_function=loss_function, **replay)
-        self.temperature, self.expectile = float(temperature), float(expectile)
+        self._register_coefficients(temperature=temperature, expectile=expectile)
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.deactivate_vmap = deactivate_vmap  # the same numbers: rlloss's own ensemble path
         self.num_qvalue_nets = int(num_qvalue_nets)

@@ -28,6 +28,7 @@ from torchrl.objectives.utils import ValueEstimators
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     batch_mask,
     check_choice,
     check_entry_shape,
@@ -78,7 +79,7 @@ class TDTargetLoss(LossModule):
 
     default_value_estimator = ValueEstimators.TD0
     _one_step_targets_only = False  # True: TD(1) / TD(lambda) estimators are refused
-    _coefficient_ranges = {"gamma": {"low": 0.0, "high": 1.0}}
+    gamma = Coefficient(low=0.0, high=1.0)
 
     def __init__(
         self,

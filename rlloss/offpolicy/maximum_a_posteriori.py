@@ -26,7 +26,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_network
+from rlloss._checks import Coefficient, check_network
 from rlloss._networks import DistributionCall, NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.mpo import MIN_LOG_DUAL
@@ -43,16 +43,7 @@ class MaximumAPosteriori(TDTargetLoss):
     """
 
     _actor_loss_key = "loss_actor"
-    _coefficient_ranges = {
-        name: {"low": 0.0, "low_open": True}
-        for name in (
-            "epsilon",
-            "epsilon_mean",
-            "epsilon_stddev",
-            "epsilon_penalty",
-            "epsilon_policy",
-        )
-    }
+    epsilon = Coefficient(low=0.0, low_open=True)  # the E-step's KL bound
 
     def __init__(
         self,
