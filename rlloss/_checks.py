@@ -452,17 +452,6 @@ def check_is_dict(owner: str, state_dict) -> None:
         )
 
 
-def refuse_removed_keys(owner: str, **keys) -> None:
-    """TorchRL's ``RuntimeError`` for the ``*_key`` constructor keywords it removed (given as
-    ``name=value``; ``None`` means not given): the key is set with ``set_keys`` instead."""
-    for name, key in keys.items():
-        if key is not None:
-            raise RuntimeError(
-                f"{owner}: setting {name!r} via constructor is deprecated; "
-                f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
-            )
-
-
 def check_support(owner: str, support) -> None:
     """A distributional network's ``support``: a 1-D tensor of ``K >= 2`` finite, increasing,
     evenly spaced atoms (read once, at construction)."""
@@ -484,14 +473,4 @@ def check_support(owner: str, support) -> None:
         raise ValueError(
             f"{owner}: the support must be evenly spaced (C51 projects onto a uniform grid), "
             f"got steps from {steps.min().item():.4g} to {steps.max().item():.4g}; {fix}"
-        )
-
-
-def refuse_unknown_keywords(owner: str, given, accepted) -> None:
-    """Python's ``TypeError`` for unexpected keyword arguments of ``owner`` (those of ``given``
-    not in ``accepted``), listing the accepted ones."""
-    unknown = sorted(set(given) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"{owner} got unexpected keyword argument(s) {unknown}; it accepts {sorted(accepted)}."
         )

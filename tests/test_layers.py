@@ -20,6 +20,7 @@ LOSSES = {"ppo", "a2c", "dqn", "ddpg", "td3", "sac", "mpo", "iql"}
 ALLOWED = {
     "_checks": set(),
     "_compat": set(),
+    "_keywords": set(),  # TorchRL's constructor keywords: the table and the function applying it
     "_dispatch": {"_checks", "_compat"},
     "functional": {"_checks", "functional"},
     "_networks": {"_checks", "_compat"},
@@ -31,6 +32,7 @@ ALLOWED = {
         "_checks",
         "_compat",
         "_dispatch",
+        "_keywords",
         "_networks",
         "functional",
         "normalizers",
@@ -41,10 +43,19 @@ ALLOWED = {
     "updaters": {"_checks", "_compat"},
     "update": {"_compat"},  # compile_update: any loss module, optimizer, updater and buffer
     "common": {"_checks", "_compat", "_dispatch", "addons", "estimators", "functional"},
-    "offpolicy": {"_checks", "_compat", "_networks", "common", "estimators", "functional"},
+    "offpolicy": {
+        "_checks",
+        "_compat",
+        "_keywords",
+        "_networks",
+        "common",
+        "estimators",
+        "functional",
+    },
     "onpolicy": {
         "_checks",
         "_compat",
+        "_keywords",
         "_networks",
         "addons",
         "common",
@@ -57,6 +68,7 @@ ALLOWED = {
         loss: {
             "_checks",
             "_compat",
+            "_keywords",
             "_networks",
             "addons",
             "common",

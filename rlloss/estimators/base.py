@@ -28,11 +28,11 @@ from rlloss._checks import (
     check_in_range,
     missing_key_message,
     next_key,
-    refuse_removed_keys,
     remap_keys,
     warn_terminated_from_done,
 )
 from rlloss._dispatch import accepts_tensor_arguments
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall
 from rlloss.training.normalizers import ValueNormalizer, check_value_normalizer
 from rlloss.training.sequences import recurrent_modules
@@ -93,11 +93,15 @@ class ValueEstimator(TensorDictModuleBase):
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_value_normalizer(type(self).__name__, value_normalizer)
-        refuse_removed_keys(
-            type(self).__name__,
-            advantage_key=advantage_key,
-            value_target_key=value_target_key,
-            value_key=value_key,
+        torchrl_keywords(
+            self,
+            {
+                "advantage_key": advantage_key,
+                "value_target_key": value_target_key,
+                "value_key": value_key,
+            },
+            accepted=(),
+            translated=("advantage_key", "value_target_key", "value_key"),
         )
         if value_chunk_size is not None and num_chunks is not None:
             raise ValueError(

@@ -19,10 +19,16 @@ from torch import nn
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_in_range, check_network
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import (
+    ACTION_SPACES,
+    REPLAY_KEYWORDS,
+    TDTargetLoss,
+    ensemble_architecture,
+)
 
 
 class IQLLoss(TDTargetLoss):
@@ -87,8 +93,6 @@ class IQLLoss(TDTargetLoss):
         loss_function: str = "smooth_l1",
         temperature: float = 1.0,
         expectile: float = 0.5,
-        priority_key: NestedKey | None = None,
-        deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
         **replay,
     ) -> None:
@@ -96,18 +100,15 @@ class IQLLoss(TDTargetLoss):
         check_network(owner, "actor_network", actor_network)
         check_network(owner, "qvalue_network", qvalue_network, ensemble=True)
         check_network(owner, "value_network", value_network)
-        if priority_key is not None:  # removed from TorchRL's constructors: the same error
-            raise RuntimeError(
-                f"{owner}: setting priority_key via the constructor is deprecated (as in "
-                f"TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
-            )
+        replay = torchrl_keywords(
+            self, replay, REPLAY_KEYWORDS, ("priority_key", "deactivate_vmap")
+        )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         super().__init__(loss_function=loss_function, **replay)
         self._register_coefficients(temperature=temperature, expectile=expectile)
         self.scalar_output_mode = scalar_output_mode or "exclude"
-        self.deactivate_vmap = deactivate_vmap  # the same numbers: rlloss's own ensemble path
         self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_qvalue = True  # TorchRL's attribute: the Q networks always have targets
         self.actor_network = actor_network

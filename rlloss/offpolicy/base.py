@@ -42,6 +42,17 @@ from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
+# TDTargetLoss's keywords besides loss_function, which its subclasses pass on
+REPLAY_KEYWORDS = frozenset(
+    {
+        "gamma",
+        "reduction",
+        "use_prioritized_weights",
+        "priority_weighting",
+        "separate_losses",
+        "policy_loss_addons",
+    }
+)
 # TorchRL's loss_mask_key="auto" entries, unravelled once
 _AUTO_MASK_PATHS = tuple(_compat.unravel_key(k) for k in (("collector", "mask"), "shifted_valid"))
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)

@@ -16,7 +16,8 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_support, refuse_removed_keys
+from rlloss._checks import check_support
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import entry
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
@@ -117,12 +118,12 @@ class DistributionalDQNLoss(DQNLoss):
         *,
         gamma: float | None = None,
         delay_value: bool = True,
-        priority_key: NestedKey | None = None,
         reduction: str | None = None,
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
+        **torchrl,
     ) -> None:
-        refuse_removed_keys(type(self).__name__, priority_key=priority_key)
+        torchrl_keywords(self, torchrl, accepted=(), translated=("priority_key",))
         check_support(type(self).__name__, getattr(value_network, "support", None))
         super().__init__(
             value_network,

@@ -17,8 +17,8 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
     check_in_range,
-    refuse_unknown_keywords,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
     network_inputs,
@@ -137,7 +137,7 @@ class REDQLoss(ContinuousSoftActorCritic):
         gSDE: bool = False,
         **options,
     ) -> None:
-        refuse_unknown_keywords("REDQLoss", options, _REDQ_OPTIONS)
+        options = torchrl_keywords(self, options, _REDQ_OPTIONS)
         check_in_range("sub_sample_len", sub_sample_len, 1, integer=True)
         super().__init__(
             actor_network,

@@ -28,6 +28,7 @@ from rlloss._checks import (
     check_in_range,
     check_network,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
     entry,
@@ -36,9 +37,10 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss, ensemble_architecture
 
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+_TORCHRL_ONLY = ("priority_key", "deactivate_vmap")  # translated by rlloss._keywords
 
 
 class _SoftActorCritic(TDTargetLoss):
@@ -84,24 +86,17 @@ class _SoftActorCritic(TDTargetLoss):
         delay_qvalue: bool = True,
         delay_actor: bool = False,
         skip_done_states: bool = False,
-        deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
-        priority_key: NestedKey | None = None,
         **replay,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
+        replay = torchrl_keywords(self, replay, REPLAY_KEYWORDS, _TORCHRL_ONLY)
         super().__init__(loss_function=loss_function, **replay)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.skip_done_states = skip_done_states
-        self.deactivate_vmap = deactivate_vmap  # same numbers: the ensemble path is rlloss's own
-        if priority_key is not None:  # removed from TorchRL's constructors: the same error
-            raise RuntimeError(
-                f"{type(self).__name__}: setting priority_key via the constructor is deprecated "
-                f"(as in TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
-            )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
         self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_qvalue = delay_qvalue
