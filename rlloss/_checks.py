@@ -151,10 +151,12 @@ class Coefficient:
         name = self.name
         if name in state:
             return state[name]
-        if name in state["_buffers"]:
-            return state["_buffers"][name]
-        if name in state["_parameters"]:
-            return state["_parameters"][name]
+        buffers = state.get("_buffers", {})  # absent before nn.Module.__init__
+        if name in buffers:
+            return buffers[name]
+        parameters = state.get("_parameters", {})
+        if name in parameters:
+            return parameters[name]
         raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
 
     def __set__(self, module, value) -> None:
