@@ -43,7 +43,7 @@ def torchrl_keywords(module, given: dict, accepted, translated=()) -> dict:
     """The keywords of ``given`` that ``module``'s class takes as they are (``accepted``), with
     TorchRL's keywords it lists in ``translated`` applied as :data:`TORCHRL_KEYWORDS` says
     (aliases renamed when not ``None``, refusals raised when given, ignored keywords set on
-    ``module``); any other keyword raises Python's ``TypeError``, listing the accepted ones."""
+    ``module``); any other keyword raises Python's ``TypeError`` (listing ``accepted``)."""
     owner = type(module).__name__
     taken = {}
     for name, value in given.items():
@@ -53,10 +53,8 @@ def torchrl_keywords(module, given: dict, accepted, translated=()) -> dict:
             _apply_torchrl_keyword(owner, name, value, taken)
     unknown = sorted(set(given) - set(accepted) - set(translated))
     if unknown:
-        shown = sorted({*accepted, *translated})
-        raise TypeError(
-            f"{owner} got unexpected keyword argument(s) {unknown}; it accepts {shown}."
-        )
+        also = f"; it takes {sorted(accepted)} besides its named arguments" if accepted else ""
+        raise TypeError(f"{owner} got unexpected keyword argument(s) {unknown}{also}.")
     for name in translated:
         rule, default = TORCHRL_KEYWORDS[name]
         if rule == "ignored":

@@ -42,6 +42,10 @@ PADDING_MASK_KEY = ("collector", "mask")  # TorchRL's padding mask: padded steps
 DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
 
 
+# TorchRL's ``*_key`` keywords, removed for set_keys (see rlloss._keywords)
+_REMOVED_KEYS = ("advantage_key", "value_target_key", "value_key")
+
+
 class ValueEstimator(TensorDictModuleBase):
     """Base of the value estimators: key handling, value-network calls, writing the outputs.
 
@@ -85,24 +89,13 @@ class ValueEstimator(TensorDictModuleBase):
         vectorized: bool = True,
         deactivate_vmap: bool = False,
         shifted_budget: int = 1,
-        advantage_key: NestedKey | None = None,
-        value_target_key: NestedKey | None = None,
-        value_key: NestedKey | None = None,
         value_normalizer: ValueNormalizer | None = None,
+        **torchrl,
     ) -> None:
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_value_normalizer(type(self).__name__, value_normalizer)
-        torchrl_keywords(
-            self,
-            {
-                "advantage_key": advantage_key,
-                "value_target_key": value_target_key,
-                "value_key": value_key,
-            },
-            accepted=(),
-            translated=("advantage_key", "value_target_key", "value_key"),
-        )
+        torchrl_keywords(self, torchrl, accepted=(), translated=_REMOVED_KEYS)
         if value_chunk_size is not None and num_chunks is not None:
             raise ValueError(
                 f"{type(self).__name__}: value_chunk_size and num_chunks are mutually exclusive."
