@@ -97,6 +97,124 @@ def check_in_range(
         raise ValueError(f"{name} must be in {left}{low_text}, {high_text}{right}, got {shown}.")
 
 
+class Coefficient:
+    """A scalar hyperparameter of a module, declared on its class, checked on every assignment.
+
+    ``entropy_coeff = Coefficient(low=0.0, buffer=True)`` in a class body (of a
+    :class:`CoefficientOwner`: every rlloss loss and policy-loss add-on) declares the attribute;
+    :meth:`CoefficientOwner._register_coefficients` stores its first value. The range keywords
+    are :func:`check_in_range`'s: a number assigned at construction or later
+    (``loss.entropy_coeff = 0.02``, a schedule) outside it raises its ``ValueError``, naming the
+    attribute and the range, and changes nothing; a tensor is checked when it is a CPU scalar
+    (reading a device tensor would synchronise). Without a range the value is not checked.
+
+    ``buffer=True``: a 0-dim buffer, in ``state_dict``; a number assigned later is written into
+    it in place, so a compiled graph that reads it stays valid (TorchRL's
+    ``_schedulable_buffers`` rule, and the class lists the name in ``_all_schedulable_buffers``
+    as TorchRL's do); a tensor replaces it and ``None`` leaves a plain ``None`` attribute
+    (``nn.Module``'s rules). A parameter may hold the name instead (SAC's ``log_alpha``).
+    Otherwise the attribute is a plain number, an ``int`` with ``integer``, else a ``float``.
+    """
+
+    def __init__(
+        self, low=None, high=None, *, low_open=False, high_open=False, integer=False, buffer=False
+    ) -> None:
+        self.range = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
+        self.range["integer"] = integer
+        self.checked = low is not None or high is not None or integer
+        self.buffer = buffer
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def check(self, value, name: str | None = None) -> None:
+        """:func:`check_in_range` of ``value`` (``None`` passes), under ``name`` (default: the
+        attribute's)."""
+        if self.checked and value is not None:
+            check_in_range(name or self.name, value, **self.range)
+
+    def register(self, module: torch.nn.Module, value, device=None) -> None:
+        """Check ``value`` and store it as the attribute's first value: a buffer coefficient as
+        a 0-dim buffer on ``device`` (``None``: a plain ``None`` attribute)."""
+        self.check(value)
+        if self.buffer and value is not None:
+            module.__dict__.pop(self.name, None)
+            module.register_buffer(self.name, torch.tensor(float(value), device=device))
+        else:
+            self.__set__(module, value)
+
+    def __get__(self, module, owner=None):
+        if module is None:
+            return self
+        state = module.__dict__
+        name = self.name
+        if name in state:
+            return state[name]
+        buffers = state.get("_buffers", {})  # absent before nn.Module.__init__
+        if name in buffers:
+            return buffers[name]
+        parameters = state.get("_parameters", {})
+        if name in parameters:
+            return parameters[name]
+        raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
+
+    def __set__(self, module, value) -> None:
+        if _readable_number(value):
+            self.check(value)
+        name = self.name
+        current = module._buffers.get(name)
+        if current is not None and isinstance(value, (int, float)):  # a schedule's step
+            with torch.no_grad():
+                current.copy_(torch.as_tensor(value, dtype=current.dtype, device=current.device))
+        elif name in module._buffers or name in module._parameters:
+            torch.nn.Module.__setattr__(module, name, value)  # nn.Module's rules
+        elif isinstance(value, torch.nn.Parameter):
+            module.__dict__.pop(name, None)
+            module.register_parameter(name, value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            module.__dict__[name] = int(value) if self.range["integer"] else float(value)
+        else:
+            module.__dict__[name] = value
+
+    def __repr__(self) -> str:
+        shown = {key: value for key, value in self.range.items() if value not in (None, False)}
+        return f"Coefficient({self.name!r}, buffer={self.buffer}, {shown})"
+
+
+class CoefficientOwner:
+    """Mixin of the modules that declare :class:`Coefficient` attributes: ``nn.Module``'s
+    ``__setattr__`` stores tensors itself, skipping data descriptors; here an assignment to a
+    declared coefficient goes to the descriptor (Python's own rule)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(getattr(type(self), name, None), Coefficient):
+            object.__setattr__(self, name, value)  # Coefficient.__set__
+        else:
+            super().__setattr__(name, value)
+
+    def _register_coefficients(self, device=None, **values) -> None:
+        """Check and store the first value of each declared coefficient named in ``values``
+        (buffers on ``device``; see :meth:`Coefficient.register`)."""
+        for name, value in values.items():
+            getattr(type(self), name).register(self, value, device)
+
+    @classmethod
+    def _coefficients(cls) -> dict[str, Coefficient]:
+        """The declared coefficients, by name (those of the bases included)."""
+        found = {}
+        for base in reversed(cls.__mro__):
+            found.update((k, v) for k, v in vars(base).items() if isinstance(v, Coefficient))
+        return found
+
+
+def _readable_number(value) -> bool:
+    """Whether ``value`` can be range-checked without a host sync."""
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "cpu" and value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_choice(name: str, value, choices) -> None:
     """Raise ``ValueError`` naming ``name`` and the accepted values if ``value`` is not one."""
     if value not in choices:
@@ -210,8 +328,9 @@ def check_network(owner: str, name: str, network, *, ensemble: bool = False) -> 
 _CHECKS = {"enabled": False}
 
 
-def set_checks(enabled: bool) -> bool:
-    """Turn rlloss's data checks on or off (off by default); returns the previous setting.
+def set_checks(enabled: bool) -> ChecksSetting:
+    """Turn rlloss's data checks on or off (off by default); returns the previous setting, which
+    is also a context manager restoring it on exit.
 
     With checks on, every loss and value estimator scans its input batch before computing
     anything and raises a ``ValueError`` naming the first entry that holds a NaN or an infinity
@@ -220,12 +339,42 @@ def set_checks(enabled: bool) -> bool:
     ``torch.compile`` the scan is skipped (a sync would break the graph): debug in eager mode.
 
     Example:
-        >>> rlloss.set_checks(True)
+        >>> rlloss.set_checks(True)  # on from now on
         >>> loss(batch)  # ValueError: ... ('next', 'reward') holds nan at index (3, 0) ...
+        >>> with rlloss.set_checks(True):  # on for this block only
+        ...     loss(batch)
     """
     previous = _CHECKS["enabled"]
     _CHECKS["enabled"] = bool(enabled)
-    return previous
+    return ChecksSetting(previous)
+
+
+class ChecksSetting:
+    """What :func:`set_checks` returns: the previous setting (``bool()`` of it, ``.previous``,
+    ``==`` with a bool) and a context manager that restores it on exit."""
+
+    def __init__(self, previous: bool) -> None:
+        self.previous = previous
+
+    def __bool__(self) -> bool:
+        return self.previous
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (bool, ChecksSetting)):
+            return self.previous == bool(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.previous)
+
+    def __repr__(self) -> str:
+        return f"ChecksSetting(previous={self.previous})"
+
+    def __enter__(self) -> ChecksSetting:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        _CHECKS["enabled"] = self.previous
 
 
 def checks_enabled() -> bool:
@@ -305,17 +454,6 @@ def check_is_dict(owner: str, state_dict) -> None:
         )
 
 
-def refuse_removed_keys(owner: str, **keys) -> None:
-    """TorchRL's ``RuntimeError`` for the ``*_key`` constructor keywords it removed (given as
-    ``name=value``; ``None`` means not given): the key is set with ``set_keys`` instead."""
-    for name, key in keys.items():
-        if key is not None:
-            raise RuntimeError(
-                f"{owner}: setting {name!r} via constructor is deprecated; "
-                f"use .set_keys({name.removesuffix('_key')}={key!r}) instead."
-            )
-
-
 def check_support(owner: str, support) -> None:
     """A distributional network's ``support``: a 1-D tensor of ``K >= 2`` finite, increasing,
     evenly spaced atoms (read once, at construction)."""
@@ -337,16 +475,6 @@ def check_support(owner: str, support) -> None:
         raise ValueError(
             f"{owner}: the support must be evenly spaced (C51 projects onto a uniform grid), "
             f"got steps from {steps.min().item():.4g} to {steps.max().item():.4g}; {fix}"
-        )
-
-
-def refuse_unknown_keywords(owner: str, given, accepted) -> None:
-    """Python's ``TypeError`` for unexpected keyword arguments of ``owner`` (those of ``given``
-    not in ``accepted``), listing the accepted ones."""
-    unknown = sorted(set(given) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"{owner} got unexpected keyword argument(s) {unknown}; it accepts {sorted(accepted)}."
         )
 
 

@@ -139,18 +139,15 @@ class LossMeta(type(TorchRLLossModule)):
     managers on each call; rlloss losses never sample through ``actor(td)`` in a forward, so
     they keep only the class-level bookkeeping TorchRL's ``__setattr__`` reads.
 
-    Why private: that bookkeeping is the merged ``_all_schedulable_buffers`` set (scalar
-    assignment to a listed buffer updates it in place). It also sets TorchRL's ``default_keys``
-    to the class's ``_AcceptedKeys``, as every TorchRL loss does by hand.
+    Why private: TorchRL's metaclass is private. Its other bookkeeping, the merged
+    ``_all_schedulable_buffers`` set, is built by ``rlloss.LossModule.__init_subclass__`` from
+    the classes' coefficients. It also sets TorchRL's ``default_keys`` to the class's
+    ``_AcceptedKeys``, as every TorchRL loss does by hand.
     """
 
     def __init__(cls, name, bases, attr_dict):
         abc.ABCMeta.__init__(cls, name, bases, attr_dict)
         cls.default_keys = cls._AcceptedKeys
-        merged = set()
-        for base in cls.__mro__:
-            merged |= getattr(base, "_schedulable_buffers", frozenset())
-        cls._all_schedulable_buffers = frozenset(merged)
 
 
 def expect_updater(loss: nn.Module, name: str) -> None:

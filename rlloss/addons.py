@@ -32,7 +32,14 @@ from torch import distributions as D
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import MissingKeyError, check_choice, check_in_range, check_network
+from rlloss._checks import (
+    Coefficient,
+    CoefficientOwner,
+    MissingKeyError,
+    check_choice,
+    check_in_range,
+    check_network,
+)
 from rlloss._ensembles import frozen_copy
 from rlloss._networks import DistributionCall, NetworkCall, action_log_prob
 
@@ -75,15 +82,17 @@ class ActorOutput:
         return self._distribution
 
 
-class PolicyLossAddon(nn.Module):
+class PolicyLossAddon(CoefficientOwner, nn.Module):
     """Base of the add-ons: a coefficient (a buffer, ``addon.coefficient = x`` is checked and
-    written in place, so a schedule does not recompile a compiled loss) times a per-sample
-    :meth:`term`.
+    a number is written in place, so a schedule does not recompile a compiled loss) times a
+    per-sample :meth:`term`.
 
     Args:
         coefficient: the term's weight, >= 0.
         name: the output entry is ``addon_<name>``; distinct among a loss's add-ons.
     """
+
+    coefficient = Coefficient(low=0.0, buffer=True)
 
     def __init__(self, coefficient: float, name: str) -> None:
         super().__init__()
@@ -91,18 +100,8 @@ class PolicyLossAddon(nn.Module):
             raise ValueError(
                 f"{type(self).__name__}: name must be a non-empty string, got {name!r}."
             )
-        check_in_range("coefficient", coefficient, 0.0)
+        self._register_coefficients(coefficient=coefficient)
         self.name = name
-        self.register_buffer("coefficient", torch.tensor(float(coefficient)))
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "coefficient" and "coefficient" in self._buffers and value is not None:
-            if not isinstance(value, torch.Tensor) or value.device.type == "cpu":
-                check_in_range("coefficient", value, 0.0)
-            with torch.no_grad():
-                self._buffers["coefficient"].copy_(torch.as_tensor(value))
-            return
-        super().__setattr__(name, value)
 
     @property
     def out_key(self) -> str:

@@ -30,26 +30,29 @@ from torchrl.objectives import LossModule as TorchRLLossModule
 
 from rlloss import _compat
 from rlloss._checks import (
+    CoefficientOwner,
     MissingKeyError,
     check_choice,
-    check_in_range,
     missing_key_message,
     next_key,
     remap_keys,
     state_dict_mismatch,
 )
-from rlloss._dispatch import accepts_tensor_arguments
+from rlloss._dispatch import (  # re-exported: each loss's forward is decorated with it
+    accepts_tensor_arguments as accepts_tensor_arguments,
+)
 from rlloss.addons import ActorOutput, check_policy_addons
 from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
 
 
-class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
+class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta):
     """Base class of rlloss losses (see the module docstring).
 
     Subclasses declare ``_AcceptedKeys`` (a dataclass: one field per key, with its default and a
     line of doc), ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
-    attribute holding the network a value estimator should call).
+    attribute holding the network a value estimator should call). Hyperparameters that are
+    checked or scheduled are :class:`rlloss._checks.Coefficient` class attributes.
     """
 
     @dataclasses.dataclass
@@ -57,10 +60,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         pass
 
     _value_network_name: str | None = None
-    # coefficient name -> ``check_in_range`` keywords: checked at construction and on every
-    # assignment (``loss.clip_epsilon = 0.1``, what a schedule does), merged along the MRO
-    _coefficient_ranges: dict[str, dict] = {}
-    _all_coefficient_ranges: dict[str, dict] = {}
     # estimator key name -> the loss's key name it mirrors, where they differ (TorchRL's)
     _estimator_keys: dict[str, str] = {}
     # the output entry policy-loss add-ons add to (``None``: the loss has no actor loss), and
@@ -71,16 +70,14 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "forward" in cls.__dict__:
-            cls.forward = accepts_tensor_arguments(cls.__dict__["forward"])
         if "out_keys" in cls.__dict__:
             cls.out_keys = selectable_out_keys(cls.__dict__["out_keys"])
         if "in_keys" in cls.__dict__:
             cls.in_keys = with_addon_in_keys(cls.__dict__["in_keys"])
-        ranges = {}
-        for base in reversed(cls.__mro__):
-            ranges.update(base.__dict__.get("_coefficient_ranges", {}))
-        cls._all_coefficient_ranges = ranges
+        # TorchRL's list of the buffers a number is written into in place (its __setattr__
+        # and its tests read it): the buffer coefficients
+        coefficients = cls._coefficients().items()
+        cls._all_schedulable_buffers = frozenset(n for n, c in coefficients if c.buffer)
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,22 +89,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         # fixed dict)
         self._key_paths: dict[tuple[str, bool], tuple] = {}
         self._resolve_keys()
-
-    # ----------------------------------------------------------------------------- coefficients
-    @classmethod
-    def _check_coefficient(cls, name: str, value) -> None:
-        """``ValueError`` naming ``name`` and its range when ``value`` is outside it."""
-        check_in_range(name, value, **cls._all_coefficient_ranges[name])
-
-    def __setattr__(self, name: str, value) -> None:
-        """Assignments of a coefficient (``loss.entropy_coeff = 0.0``) are checked against its
-        range, as at construction; TorchRL's ``__setattr__`` then writes a number into its
-        buffer in place (compiled graphs that read the buffer stay valid). A tensor is checked
-        when it is on the CPU (reading a device tensor would synchronise)."""
-        bounds = type(self)._all_coefficient_ranges.get(name)
-        if bounds is not None and value is not None and _readable_number(value):
-            check_in_range(name, value, **bounds)
-        super().__setattr__(name, value)
 
     # ----------------------------------------------------------------------------- keys
     def set_keys(self, **kwargs) -> None:
@@ -310,13 +291,6 @@ class LossModule(TorchRLLossModule, metaclass=_compat.LossMeta):
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
-
-
-def _readable_number(value) -> bool:
-    """Whether ``value`` can be range-checked without a host sync."""
-    if isinstance(value, torch.Tensor):
-        return value.device.type == "cpu" and value.numel() == 1
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fill_padding(batch: TensorDictBase, mask: torch.Tensor, keep) -> TensorDictBase:

@@ -479,10 +479,34 @@ def test_checks_ignore_padding(checks, subject):
 
 
 def test_checks_are_off_by_default():
-    assert rlloss.set_checks(False) is False
+    assert rlloss.set_checks(False).previous is False
     module, batch = BY_NAME["ClipPPOLoss"].build()
     batch["next", "reward"][0] = math.nan  # read by nothing: the batch holds advantages
     module(batch)
+
+
+def test_set_checks_returns_the_previous_setting():
+    previous = rlloss.set_checks(True)
+    assert not previous and previous == False and previous.previous is False  # noqa: E712
+    restored = rlloss.set_checks(previous)  # a setting is accepted as a new value
+    assert restored and restored == True and restored.previous is True  # noqa: E712
+    assert repr(rlloss.set_checks(False)) == "ChecksSetting(previous=False)"
+
+
+def test_set_checks_as_a_context_manager_restores_the_previous_setting():
+    module, batch = BY_NAME["ClipPPOLoss"].build()
+    batch["advantage"][0] = math.nan
+    with rlloss.set_checks(True) as previous:
+        assert previous.previous is False
+        expect_error(ValueError, "advantage", lambda: module(batch))
+        with rlloss.set_checks(False):
+            module(batch)  # off inside the inner block
+        expect_error(ValueError, "advantage", lambda: module(batch))  # on again
+    module(batch)  # off again after the block
+    with pytest.raises(RuntimeError, match="inside"):
+        with rlloss.set_checks(True):
+            raise RuntimeError("inside")
+    assert rlloss.set_checks(False).previous is False  # restored on an exception too
 
 
 # ----------------------------------------------------------------------------- masked logits

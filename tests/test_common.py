@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import pytest
@@ -12,6 +13,8 @@ from tensordict import TensorDict
 from torchrl.objectives import HardUpdate, SoftUpdate
 
 import rlloss
+from rlloss._checks import Coefficient, CoefficientOwner
+from rlloss._keywords import TORCHRL_KEYWORDS, torchrl_keywords
 from rlloss.offpolicy import TDTargetLoss
 from tests.nets import make_actor, make_critic, rollout
 
@@ -296,3 +299,96 @@ def test_per_member_ensemble_compiles_without_graph_breaks():
     compiled = torch.compile(loss, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(batch), loss(batch))
     torch._dynamo.reset()
+
+
+# ----------------------------------------------------------------------------- coefficients
+class _Scheduled(CoefficientOwner, torch.nn.Module):
+    rate = Coefficient(low=0.0, high=1.0, buffer=True)
+    steps = Coefficient(low=1, integer=True)
+    bound = Coefficient(low=0.0, low_open=True, buffer=True)
+    free = Coefficient(buffer=True)
+
+    def __init__(self, bound=None):
+        super().__init__()
+        self._register_coefficients(rate=0.5, steps=2, bound=bound, free=-1.0)
+
+
+def test_coefficient_checks_every_assignment_and_writes_numbers_in_place():
+    module = _Scheduled()
+    buffer = module.rate
+    assert list(module.state_dict()) == ["rate", "free"]  # bound is None: a plain attribute
+    module.rate = 0.25
+    assert module.rate is buffer and float(buffer) == 0.25
+    with pytest.raises(ValueError, match=r"rate must be in \[0.0, 1.0\], got 1.5"):
+        module.rate = 1.5
+    with pytest.raises(ValueError, match="steps must be an integer"):
+        module.steps = 2.5
+    module.steps = 3.0
+    assert module.steps == 3 and type(module.steps) is int
+    module.free = math.nan  # no range: not checked
+    assert math.isnan(float(module.free))
+    replacement = torch.tensor(0.75)
+    module.rate = replacement  # a tensor replaces the buffer (nn.Module's rule, TorchRL's)
+    assert module.rate is replacement and "rate" in module.state_dict()
+    with pytest.raises(ValueError, match="bound must be in"):
+        _Scheduled(bound=0.0)
+
+
+def test_coefficient_none_parameter_and_class_access():
+    module = _Scheduled()
+    assert module.bound is None
+    module.bound = 0.5  # no buffer to write into: a plain number, as TorchRL's optional buffers
+    assert module.bound == 0.5 and "bound" not in module.state_dict()
+    module.free = torch.nn.Parameter(torch.tensor(1.0))  # a parameter may hold the name
+    assert isinstance(module.free, torch.nn.Parameter) and "free" in dict(module.named_parameters())
+    assert isinstance(_Scheduled.rate, Coefficient)
+    assert set(_Scheduled._coefficients()) == {"rate", "steps", "bound", "free"}
+    with pytest.raises(AttributeError, match="no attribute 'steps'"):
+        _ = _Scheduled.__new__(_Scheduled).steps  # before nn.Module.__init__ too
+
+
+def test_losses_list_their_buffer_coefficients_for_torchrl():
+    assert {"entropy_coeff", "critic_coeff", "clip_value", "clip_epsilon", "dual_clip"} <= (
+        rlloss.ClipPPOLoss._all_schedulable_buffers
+    )
+    assert "samples_mc_entropy" not in rlloss.ClipPPOLoss._all_schedulable_buffers
+    assert {"log_alpha", "target_entropy"} <= rlloss.SACLoss._all_schedulable_buffers
+
+
+# ----------------------------------------------------------------------------- TorchRL keywords
+class _Owner:
+    pass
+
+
+@pytest.mark.parametrize(
+    "given, error, message",
+    [
+        ({"entropy_coef": None}, TypeError, "'entropy_coef' has been removed in torchrl v0.11"),
+        ({"priority_key": "p"}, RuntimeError, r"_Owner: .*set_keys\(priority='p'\)"),
+        ({"gamma": 0.9}, TypeError, "_Owner: gamma is not a loss argument"),
+        ({"advantage_norm": object()}, TypeError, "advantage_norm"),
+        ({"clip_epsilon": 0.2}, TypeError, r"unexpected keyword argument\(s\) \['clip_epsilon'\]"),
+    ],
+)
+def test_torchrl_keywords_refusals(given, error, message):
+    translated = ("entropy_coef", "priority_key", "gamma", "advantage_norm")
+    with pytest.raises(error, match=message):
+        torchrl_keywords(_Owner(), given, accepted=("reduction",), translated=translated)
+
+
+def test_torchrl_keywords_aliases_and_ignored_keywords():
+    owner = _Owner()
+    given = {"actor_network": None, "actor": "net", "critic": None, "priority_key": None}
+    translated = ("actor", "critic", "priority_key", "deactivate_vmap")
+    taken = torchrl_keywords(owner, given, accepted=("actor_network",), translated=translated)
+    assert taken == {"actor_network": "net"}  # a None alias or removed key: not given
+    assert owner.deactivate_vmap is False  # ignored, kept with TorchRL's default
+    torchrl_keywords(owner, {"deactivate_vmap": True}, (), ("deactivate_vmap",))
+    assert owner.deactivate_vmap is True
+    assert {rule for rule, _ in TORCHRL_KEYWORDS.values()} == {
+        "alias",
+        "renamed",
+        "key",
+        "refused",
+        "ignored",
+    }

@@ -28,11 +28,11 @@ from rlloss._checks import (
     check_in_range,
     missing_key_message,
     next_key,
-    refuse_removed_keys,
     remap_keys,
     warn_terminated_from_done,
 )
 from rlloss._dispatch import accepts_tensor_arguments
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall
 from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.training.sequences import recurrent_modules
@@ -40,6 +40,10 @@ from rlloss.training.sequences import recurrent_modules
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
 PADDING_MASK_KEY = ("collector", "mask")  # TorchRL's padding mask: padded steps update no moments
 DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
+
+
+# TorchRL's ``*_key`` keywords, removed for set_keys (see rlloss._keywords)
+_REMOVED_KEYS = ("advantage_key", "value_target_key", "value_key")
 
 
 class ValueEstimator(TensorDictModuleBase):
@@ -86,20 +90,13 @@ class ValueEstimator(TensorDictModuleBase):
         vectorized: bool = True,
         deactivate_vmap: bool = False,
         shifted_budget: int = 1,
-        advantage_key: NestedKey | None = None,
-        value_target_key: NestedKey | None = None,
-        value_key: NestedKey | None = None,
         value_normalizer: ValueNormalizer | None = None,
+        **torchrl,
     ) -> None:
         super().__init__()
         check_in_range("gamma", gamma, 0.0, 1.0)
         check_value_normalizer(type(self).__name__, value_normalizer)
-        refuse_removed_keys(
-            type(self).__name__,
-            advantage_key=advantage_key,
-            value_target_key=value_target_key,
-            value_key=value_key,
-        )
+        torchrl_keywords(self, torchrl, accepted=(), translated=_REMOVED_KEYS)
         if value_chunk_size is not None and num_chunks is not None:
             raise ValueError(
                 f"{type(self).__name__}: value_chunk_size and num_chunks are mutually exclusive."

@@ -19,8 +19,10 @@ from torchrl.modules import QValueActor
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_network, refuse_removed_keys
+from rlloss._checks import check_choice, check_network
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall, entry, network_inputs
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
 from rlloss.offpolicy.q_learning import QLearningLoss
 
@@ -92,7 +94,7 @@ class QMixerLoss(QLearningLoss):
         priority_key: NestedKey | None = None,
         **replay,
     ) -> None:
-        refuse_removed_keys(type(self).__name__, priority_key=priority_key)
+        torchrl_keywords(self, {"priority_key": priority_key}, (), ("priority_key",))
         TDTargetLoss.__init__(self, loss_function=loss_function, **replay)
         self.local_value_network = _as_q_network(local_value_network, action_space)
         self.mixer_network = self._as_mixer(mixer_network)
@@ -143,6 +145,7 @@ class QMixerLoss(QLearningLoss):
             greedy = self._next_value(next_batch)  # [*B, n_agents, 1]
             return self._mixed(next_batch, greedy, target=self.delay_value)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of team transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

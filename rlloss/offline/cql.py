@@ -12,12 +12,14 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     check_in_range,
 )
 from rlloss._networks import (
     entry,
     log_prob_of,
 )
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 _CQL_OUT_KEYS = [
@@ -100,10 +102,8 @@ class CQLLoss(ContinuousSoftActorCritic):
         cql_q1_loss: NestedKey = "cql_q1_loss"  # kept for TorchRL's key names (not written)
         cql_q2_loss: NestedKey = "cql_q2_loss"  # kept for TorchRL's key names (not written)
 
-    _coefficient_ranges = {
-        "temperature": {"low": 0.0, "low_open": True},
-        "min_q_weight": {"low": 0.0},
-    }
+    temperature = Coefficient(low=0.0, low_open=True)
+    min_q_weight = Coefficient(low=0.0)
 
     def __init__(
         self,
@@ -119,11 +119,9 @@ class CQLLoss(ContinuousSoftActorCritic):
         lagrange_thresh: float = 0.0,
         **options,
     ) -> None:
-        self._check_coefficient("temperature", temperature)
-        self._check_coefficient("min_q_weight", min_q_weight)
         check_in_range("num_random", num_random, 1, integer=True)
         super().__init__(actor_network, qvalue_network, **options)
-        self.temperature, self.min_q_weight = float(temperature), float(min_q_weight)
+        self._register_coefficients(temperature=temperature, min_q_weight=min_q_weight)
         self.max_q_backup = max_q_backup
         self.deterministic_backup = deterministic_backup
         self.num_random = int(num_random)
@@ -280,6 +278,7 @@ class CQLLoss(ContinuousSoftActorCritic):
             )
         return self._temperature_loss(log_prob, mask_tensordict), {}
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Every loss, ``alpha`` and ``entropy``; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -10,6 +10,7 @@ from torch import nn
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import entry
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.q_learning import QLearningLoss
 
 
@@ -49,6 +50,7 @@ class DiscreteCQLLoss(QLearningLoss):
         action_values, value = self._chosen_values(tensordict)
         return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

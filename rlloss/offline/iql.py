@@ -18,10 +18,17 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range, check_network
+from rlloss._checks import Coefficient, check_choice, check_in_range, check_network
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss, ensemble_architecture
+from rlloss.common import accepts_tensor_arguments
+from rlloss.offpolicy.base import (
+    ACTION_SPACES,
+    REPLAY_KEYWORDS,
+    TDTargetLoss,
+    ensemble_architecture,
+)
 
 
 class IQLLoss(TDTargetLoss):
@@ -73,10 +80,8 @@ class IQLLoss(TDTargetLoss):
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
     _actor_loss_key = "loss_actor"
-    _coefficient_ranges = {
-        "temperature": {"low": 0.0},
-        "expectile": {"low": 0.0, "high": 1.0},
-    }
+    temperature = Coefficient(low=0.0)
+    expectile = Coefficient(low=0.0, high=1.0)
 
     def __init__(
         self,
@@ -88,8 +93,6 @@ class IQLLoss(TDTargetLoss):
         loss_function: str = "smooth_l1",
         temperature: float = 1.0,
         expectile: float = 0.5,
-        priority_key: NestedKey | None = None,
-        deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
         **replay,
     ) -> None:
@@ -97,20 +100,15 @@ class IQLLoss(TDTargetLoss):
         check_network(owner, "actor_network", actor_network)
         check_network(owner, "qvalue_network", qvalue_network, ensemble=True)
         check_network(owner, "value_network", value_network)
-        if priority_key is not None:  # removed from TorchRL's constructors: the same error
-            raise RuntimeError(
-                f"{owner}: setting priority_key via the constructor is deprecated (as in "
-                f"TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
-            )
+        replay = torchrl_keywords(
+            self, replay, REPLAY_KEYWORDS, ("priority_key", "deactivate_vmap")
+        )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self._check_coefficient("temperature", temperature)
-        self._check_coefficient("expectile", expectile)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         super().__init__(loss_function=loss_function, **replay)
-        self.temperature, self.expectile = float(temperature), float(expectile)
+        self._register_coefficients(temperature=temperature, expectile=expectile)
         self.scalar_output_mode = scalar_output_mode or "exclude"
-        self.deactivate_vmap = deactivate_vmap  # the same numbers: rlloss's own ensemble path
         self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_qvalue = True  # TorchRL's attribute: the Q networks always have targets
         self.actor_network = actor_network
@@ -187,6 +185,7 @@ class IQLLoss(TDTargetLoss):
     value_loss = loss_value
     qvalue_loss = loss_qvalue
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and ``entropy``; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

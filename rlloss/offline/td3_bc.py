@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlloss import functional as rlf
+from rlloss._checks import Coefficient
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
 
@@ -31,12 +32,11 @@ class TD3BCLoss(TwinDelayedLoss):
         >>> (out["loss_actor"] + out["loss_qvalue"]).backward()
     """
 
-    _coefficient_ranges = {"alpha": {"low": 0.0, "low_open": True}}
+    alpha = Coefficient(low=0.0, low_open=True)
 
     def __init__(self, actor_network, qvalue_network, *, alpha: float = 2.5, **kwargs) -> None:
-        self._check_coefficient("alpha", alpha)
         super().__init__(actor_network, qvalue_network, **kwargs)
-        self.alpha = float(alpha)
+        self._register_coefficients(alpha=alpha)
 
     @property
     def out_keys(self) -> list[str]:

@@ -28,6 +28,7 @@ from torchrl.objectives.utils import ValueEstimators
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     batch_mask,
     check_choice,
     check_entry_shape,
@@ -41,6 +42,17 @@ from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
+# TDTargetLoss's keywords besides loss_function, which its subclasses pass on
+REPLAY_KEYWORDS = frozenset(
+    {
+        "gamma",
+        "reduction",
+        "use_prioritized_weights",
+        "priority_weighting",
+        "separate_losses",
+        "policy_loss_addons",
+    }
+)
 # TorchRL's loss_mask_key="auto" entries, unravelled once
 _AUTO_MASK_PATHS = tuple(_compat.unravel_key(k) for k in (("collector", "mask"), "shifted_valid"))
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
@@ -78,7 +90,7 @@ class TDTargetLoss(LossModule):
 
     default_value_estimator = ValueEstimators.TD0
     _one_step_targets_only = False  # True: TD(1) / TD(lambda) estimators are refused
-    _coefficient_ranges = {"gamma": {"low": 0.0, "high": 1.0}}
+    gamma = Coefficient(low=0.0, high=1.0)
 
     def __init__(
         self,

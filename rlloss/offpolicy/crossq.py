@@ -14,8 +14,8 @@ from torch import nn
 from rlloss._checks import (
     check_concatenable,
     next_key,
-    refuse_unknown_keywords,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
     inputs_at_action,
@@ -127,7 +127,7 @@ class CrossQLoss(ContinuousSoftActorCritic):
         loss_function: str = "smooth_l1",
         **options,
     ) -> None:
-        refuse_unknown_keywords("CrossQLoss", options, _CROSSQ_OPTIONS)
+        options = torchrl_keywords(self, options, _CROSSQ_OPTIONS)
         super().__init__(
             actor_network,
             qvalue_network,

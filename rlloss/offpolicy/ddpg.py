@@ -16,6 +16,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
 
 
@@ -140,6 +141,7 @@ class DDPGLoss(TDTargetLoss):
         info["target_value_max"] = info["target_value"].max()
         return loss, info
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -11,7 +11,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, check_in_range
 from rlloss._networks import DistributionCall, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
@@ -68,6 +68,8 @@ class DiscreteMPOLoss(MaximumAPosteriori):
         "q_mean",
     ]
 
+    epsilon_policy = Coefficient(low=0.0, low_open=True)  # the M-step's KL bound
+
     def __init__(
         self,
         actor_network: nn.Module,
@@ -81,13 +83,11 @@ class DiscreteMPOLoss(MaximumAPosteriori):
         alpha_scale: float = 1.0,
         **options,
     ) -> None:
-        self._check_coefficient("epsilon", epsilon)
-        self._check_coefficient("epsilon_policy", epsilon_policy)
         if alpha_max is not None:
             check_in_range("alpha_max", alpha_max, 0.0, low_open=True)
         check_in_range("alpha_scale", alpha_scale, 0.0, low_open=True)
         super().__init__(actor_network, qvalue_network, value="action_value", **options)
-        self.epsilon, self.epsilon_policy = epsilon, epsilon_policy
+        self._register_coefficients(epsilon=epsilon, epsilon_policy=epsilon_policy)
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
         device = next(actor_network.parameters()).device

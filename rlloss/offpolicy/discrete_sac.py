@@ -81,9 +81,7 @@ class DiscreteSACLoss(_SoftActorCritic):
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
         super().__init__(actor_network, qvalue_network, value="action_value", **options)
         self.num_actions = num_actions
-        self.register_buffer(
-            "target_entropy", torch.tensor(float(target_entropy), device=self.log_alpha.device)
-        )
+        self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
 

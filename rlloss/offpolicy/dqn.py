@@ -16,8 +16,10 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_atoms, check_support, refuse_removed_keys
+from rlloss._checks import check_atoms, check_support
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import entry
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.q_learning import QLearningLoss
 
@@ -117,12 +119,12 @@ class DistributionalDQNLoss(DQNLoss):
         *,
         gamma: float | None = None,
         delay_value: bool = True,
-        priority_key: NestedKey | None = None,
         reduction: str | None = None,
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
+        **torchrl,
     ) -> None:
-        refuse_removed_keys(type(self).__name__, priority_key=priority_key)
+        torchrl_keywords(self, torchrl, accepted=(), translated=("priority_key",))
         check_support(type(self).__name__, getattr(value_network, "support", None))
         super().__init__(
             value_network,
@@ -155,6 +157,7 @@ class DistributionalDQNLoss(DQNLoss):
             atoms = self._td_target(batch, support.expand_as(probs))  # r + gamma^n (1 - d) z
             return rlf.categorical_projection(atoms, probs, support)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -26,8 +26,9 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_network
+from rlloss._checks import Coefficient, check_network
 from rlloss._networks import DistributionCall, NetworkCall
+from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.mpo import MIN_LOG_DUAL
 from rlloss.offpolicy.base import TDTargetLoss
 
@@ -42,16 +43,7 @@ class MaximumAPosteriori(TDTargetLoss):
     """
 
     _actor_loss_key = "loss_actor"
-    _coefficient_ranges = {
-        name: {"low": 0.0, "low_open": True}
-        for name in (
-            "epsilon",
-            "epsilon_mean",
-            "epsilon_stddev",
-            "epsilon_penalty",
-            "epsilon_policy",
-        )
-    }
+    epsilon = Coefficient(low=0.0, low_open=True)  # the E-step's KL bound
 
     def __init__(
         self,
@@ -155,6 +147,7 @@ class MaximumAPosteriori(TDTargetLoss):
             return call(TensorDict(inputs, batch_size=batch_shape))
         return call(inputs)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The critic, policy and dual losses with diagnostics; writes ``td_error``."""
         batch = self._valid_batch(tensordict)

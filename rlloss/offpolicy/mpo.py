@@ -16,7 +16,7 @@ from torchrl.data import Bounded, Composite
 from torchrl.modules import IndependentNormal, TanhNormal
 
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, check_in_range
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
@@ -112,6 +112,11 @@ class MPOLoss(MaximumAPosteriori):
         action: NestedKey = "action"  # the action taken (and the Q network's action input)
         state_action_value: NestedKey = "state_action_value"  # written by the Q network
 
+    # the M-step's KL bounds (mean, stddev) and the action penalty's
+    epsilon_mean = Coefficient(low=0.0, low_open=True)
+    epsilon_stddev = Coefficient(low=0.0, low_open=True)
+    epsilon_penalty = Coefficient(low=0.0, low_open=True)
+
     def __init__(
         self,
         actor_network: nn.Module,
@@ -137,25 +142,17 @@ class MPOLoss(MaximumAPosteriori):
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
         check_in_range("num_samples", num_samples, 1, integer=True)
-        for name, value in (
-            ("epsilon", epsilon),
-            ("epsilon_mean", epsilon_mean),
-            ("epsilon_stddev", epsilon_stddev),
-            ("epsilon_penalty", epsilon_penalty),
-        ):
-            self._check_coefficient(name, value)
         super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
+        self._register_coefficients(
+            epsilon=epsilon,
+            epsilon_mean=epsilon_mean,
+            epsilon_stddev=epsilon_stddev,
+            epsilon_penalty=epsilon_penalty,
+        )
         self.num_samples = num_samples
-        self.epsilon, self.epsilon_penalty = epsilon, epsilon_penalty
-        self.epsilon_mean, self.epsilon_stddev = epsilon_mean, epsilon_stddev
         self.per_dim_constraining = per_dim_constraining
         self.action_penalization = action_penalization
-        self._qvalue_action_key = self.tensor_keys.action
-        if self._qvalue_action_key not in self._qvalue_in_keys:
-            raise ValueError(
-                f"MPOLoss: qvalue_network must read the action under {self._qvalue_action_key!r};"
-                f" its in_keys are {self._qvalue_in_keys}."
-            )
+        self._check_qvalue_reads_action()
         self._tanh_normal = self._check_actor(actor_network)
         spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
         if isinstance(spec, Composite):
@@ -167,34 +164,34 @@ class MPOLoss(MaximumAPosteriori):
                 "MPOLoss: action_penalization needs the action bounds: pass action_spec=<a "
                 "Bounded spec> or build the actor with spec=..."
             )
-        dual_shape = (self._action_dim(spec),) if per_dim_constraining else (1,)
         self._register_dual("log_temperature", init_log_temperature, (), device)
-        for name, value in (
-            ("alpha_mean_max", alpha_mean_max),
-            ("alpha_stddev_max", alpha_stddev_max),
-            ("alpha_mean_scale", alpha_mean_scale),
-            ("alpha_stddev_scale", alpha_stddev_scale),
-        ):
-            if value is not None:
-                check_in_range(name, value, 0.0, low_open=True)
-        self._register_dual(
-            "log_alpha_mean",
-            init_log_alpha_mean,
-            dual_shape,
+        self._register_constraint_duals(
+            (self._action_dim(spec),) if per_dim_constraining else (1,),
             device,
-            alpha_mean_max,
-            alpha_mean_scale,
-        )
-        self._register_dual(
-            "log_alpha_stddev",
-            init_log_alpha_stddev,
-            dual_shape,
-            device,
-            alpha_stddev_max,
-            alpha_stddev_scale,
+            mean=(init_log_alpha_mean, alpha_mean_max, alpha_mean_scale),
+            stddev=(init_log_alpha_stddev, alpha_stddev_max, alpha_stddev_scale),
         )
         if action_penalization:
             self._register_dual("log_penalty_temperature", init_log_temperature, (), device)
+
+    def _check_qvalue_reads_action(self) -> None:
+        self._qvalue_action_key = self.tensor_keys.action
+        if self._qvalue_action_key not in self._qvalue_in_keys:
+            raise ValueError(
+                f"MPOLoss: qvalue_network must read the action under {self._qvalue_action_key!r};"
+                f" its in_keys are {self._qvalue_in_keys}."
+            )
+
+    def _register_constraint_duals(self, shape: tuple[int, ...], device, **duals) -> None:
+        """The M-step multipliers ``log_alpha_<name>``, one per ``name=(init, maximum, scale)``
+        (``maximum``: ``None`` or > 0; ``scale`` > 0), of shape ``shape``."""
+        for name, (_, maximum, _) in duals.items():
+            if maximum is not None:
+                check_in_range(f"alpha_{name}_max", maximum, 0.0, low_open=True)
+        for name, (_, _, scale) in duals.items():
+            check_in_range(f"alpha_{name}_scale", scale, 0.0, low_open=True)
+        for name, (init, maximum, scale) in duals.items():
+            self._register_dual(f"log_alpha_{name}", init, shape, device, maximum, scale)
 
     @property
     def out_keys(self) -> list[str]:

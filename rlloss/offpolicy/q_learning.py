@@ -18,6 +18,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_network
 from rlloss._networks import NetworkCall, entry
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
 
 
@@ -95,6 +96,7 @@ class QLearningLoss(TDTargetLoss):
                 return rlf.greedy_value(target)
             return rlf.double_q_value(self._action_values(next_batch), target)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -17,13 +17,14 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
     check_in_range,
-    refuse_unknown_keywords,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
     stacked_inputs,
 )
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 # TorchRL's REDQLoss keywords besides the networks and those REDQLoss names, passed on to
@@ -136,7 +137,7 @@ class REDQLoss(ContinuousSoftActorCritic):
         gSDE: bool = False,
         **options,
     ) -> None:
-        refuse_unknown_keywords("REDQLoss", options, _REDQ_OPTIONS)
+        options = torchrl_keywords(self, options, _REDQ_OPTIONS)
         check_in_range("sub_sample_len", sub_sample_len, 1, integer=True)
         super().__init__(
             actor_network,
@@ -256,6 +257,7 @@ class REDQLoss(ContinuousSoftActorCritic):
         target, _ = self._subset_target(tensordict, next_action, next_log_prob, subset)
         return self._critic_objective(tensordict, target)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and the diagnostics (see the class docstring); writes ``td_error``
         into ``tensordict``."""

@@ -18,18 +18,22 @@ from torchrl.data import Composite
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     check_choice,
     check_in_range,
     check_network,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
     entry,
 )
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
+from rlloss.common import accepts_tensor_arguments
+from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss, ensemble_architecture
 
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+_TORCHRL_ONLY = ("priority_key", "deactivate_vmap")  # translated by rlloss._keywords
 
 
 class _SoftActorCritic(TDTargetLoss):
@@ -53,10 +57,12 @@ class _SoftActorCritic(TDTargetLoss):
     # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
     _ties_shared_layers = False
     _actor_loss_key = "loss_actor"
-    # scalar assignment (``loss.target_entropy = -3.0``) updates these buffers in place
-    _schedulable_buffers = frozenset(
-        {"log_alpha", "min_log_alpha", "max_log_alpha", "target_entropy"}
-    )
+    # ``exp(log_alpha)``: a parameter, or a buffer with ``fixed_alpha``; bounds on it, None:
+    # unbounded; the temperature loss's target (NaN: read from the first batch)
+    log_alpha = Coefficient(buffer=True)
+    min_log_alpha = Coefficient(buffer=True)
+    max_log_alpha = Coefficient(buffer=True)
+    target_entropy = Coefficient(buffer=True)
 
     def __init__(
         self,
@@ -73,61 +79,61 @@ class _SoftActorCritic(TDTargetLoss):
         delay_qvalue: bool = True,
         delay_actor: bool = False,
         skip_done_states: bool = False,
-        deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
-        priority_key: NestedKey | None = None,
         **replay,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
+        replay = torchrl_keywords(self, replay, REPLAY_KEYWORDS, _TORCHRL_ONLY)
         super().__init__(loss_function=loss_function, **replay)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.skip_done_states = skip_done_states
-        self.deactivate_vmap = deactivate_vmap  # same numbers: the ensemble path is rlloss's own
-        if priority_key is not None:  # removed from TorchRL's constructors: the same error
-            raise RuntimeError(
-                f"{type(self).__name__}: setting priority_key via the constructor is deprecated "
-                f"(as in TorchRL); use loss.set_keys(priority={priority_key!r}) instead."
-            )
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        self.delay_qvalue = delay_qvalue
+        self.fixed_alpha = fixed_alpha
+        device = next(actor_network.parameters()).device
+        self._register_temperature(device, alpha_init, min_alpha, max_alpha)
+        self.delay_actor = delay_actor
+        self._register_networks(actor_network, qvalue_network, getattr(self.tensor_keys, value))
+
+    def _register_temperature(self, device, alpha_init, min_alpha, max_alpha) -> None:
+        """``log_alpha`` (a parameter, a buffer with ``fixed_alpha``) and its bounds
+        ``min_log_alpha`` / ``max_log_alpha`` (``None``: unbounded), after checking them."""
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
         for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
             if bound is not None:
                 check_in_range(name, bound, 0.0, low_open=True)
         if min_alpha is not None and max_alpha is not None:
             check_in_range("max_alpha", max_alpha, min_alpha)
-        self.num_qvalue_nets = int(num_qvalue_nets)
-        self.delay_qvalue = delay_qvalue
-        self.fixed_alpha = fixed_alpha
-        device = next(actor_network.parameters()).device
-
-        def log_of(bound):
-            return None if bound is None else torch.tensor(math.log(bound), device=device)
-
-        log_alpha = log_of(alpha_init)
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
+        if self.fixed_alpha:
+            self._register_coefficients(device, log_alpha=math.log(alpha_init))
         else:
-            self.log_alpha = nn.Parameter(log_alpha)
-        self.register_buffer("min_log_alpha", log_of(min_alpha))
-        self.register_buffer("max_log_alpha", log_of(max_alpha))
+            self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init), device=device))
+        self._register_coefficients(
+            device,
+            min_log_alpha=None if min_alpha is None else math.log(min_alpha),
+            max_log_alpha=None if max_alpha is None else math.log(max_alpha),
+        )
 
+    def _register_networks(self, actor_network, qvalue_network, value_key: NestedKey) -> None:
+        """The actor and its call (a target copy with ``delay_actor``), and the Q ensemble
+        (with target copies with ``delay_qvalue``) evaluated up to ``value_key``."""
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
-        self.delay_actor = delay_actor
         self._actor_call = DistributionCall(actor_network)
         self._target_actor_call = None  # SAC v1's value target samples from it (v2: unused)
-        if delay_actor:
+        if self.delay_actor:
             target_actor = self._register_target_network("actor_network")
             self._target_actor_call = DistributionCall(target_actor.module)
         self._qvalue = self._register_ensemble(
             "qvalue_network",
             qvalue_network,
             self.num_qvalue_nets,
-            target=delay_qvalue,
-            until=getattr(self.tensor_keys, value),
+            target=self.delay_qvalue,
+            until=value_key,
             tied_to="actor_network" if self.separate_losses and self._ties_shared_layers else None,
         )
 
@@ -163,6 +169,7 @@ class _SoftActorCritic(TDTargetLoss):
         loss = rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
         return self._reduce_replayed(loss.unsqueeze(-1), tensordict)
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """All three losses, ``alpha`` and the policy's ``entropy`` estimate; writes
         ``td_error`` into ``tensordict``."""
@@ -247,13 +254,8 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
             )
             target_entropy = self._action_entropy_target(action_spec)
         self._target_entropy_from_batch = target_entropy is None
-        self.register_buffer(
-            "target_entropy",
-            torch.tensor(
-                math.nan if target_entropy is None else float(target_entropy),
-                device=self.log_alpha.device,
-            ),
-        )
+        target_entropy = math.nan if target_entropy is None else target_entropy
+        self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
 
     def _register_action_bounds(self) -> None:
         """``action_low``/``action_high``: the bounds of the actor's distribution (a TanhNormal's

@@ -10,8 +10,8 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import (
     check_in_range,
-    refuse_unknown_keywords,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 # TorchRL's TQCLoss keywords besides the networks, passed on to the soft actor-critic base (with rlloss's
@@ -86,7 +86,7 @@ class TQCLoss(ContinuousSoftActorCritic):
         top_quantiles_to_drop_per_net: int = 2,
         **options,
     ) -> None:
-        refuse_unknown_keywords("TQCLoss", options, _TQC_OPTIONS)
+        options = torchrl_keywords(self, options, _TQC_OPTIONS)
         drop = top_quantiles_to_drop_per_net
         if isinstance(drop, (int, float)) and drop < 0:  # TorchRL's words
             raise ValueError(

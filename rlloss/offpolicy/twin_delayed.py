@@ -13,9 +13,10 @@ from torchrl.data import Bounded, Composite
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range, check_network
+from rlloss._checks import Coefficient, check_in_range, check_network
 from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
+from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
 
 
@@ -56,8 +57,8 @@ class TwinDelayedLoss(TDTargetLoss):
         action: NestedKey = "action"  # the action taken, and the actor's output
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
-    _schedulable_buffers = frozenset({"policy_noise", "noise_clip"})
-    _coefficient_ranges = {"policy_noise": {"low": 0.0}, "noise_clip": {"low": 0.0}}
+    policy_noise = Coefficient(low=0.0, buffer=True)
+    noise_clip = Coefficient(low=0.0, buffer=True)
 
     _estimator_keys = {"value": "state_action_value"}
     _actor_loss_key = "loss_actor"
@@ -82,16 +83,13 @@ class TwinDelayedLoss(TDTargetLoss):
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(loss_function=loss_function, **replay)
         check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self._check_coefficient("policy_noise", policy_noise)
-        self._check_coefficient("noise_clip", noise_clip)
         self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         low, high = action_bounds(action_spec, bounds)
         device = next(actor_network.parameters()).device
         self.register_buffer("min_action", low.to(device).clone())
         self.register_buffer("max_action", high.to(device).clone())
-        self.register_buffer("policy_noise", torch.tensor(float(policy_noise), device=device))
-        self.register_buffer("noise_clip", torch.tensor(float(noise_clip), device=device))
+        self._register_coefficients(device, policy_noise=policy_noise, noise_clip=noise_clip)
 
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
@@ -172,6 +170,7 @@ class TwinDelayedLoss(TDTargetLoss):
     actor_loss = loss_actor
     value_loss = loss_qvalue
 
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
         batch = self._valid_batch(tensordict)

@@ -16,9 +16,26 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import refuse_removed_keys
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import as_list
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
+
+_NETWORKS = frozenset({"actor_network", "critic_network"})
+# OnPolicyLoss keywords that TorchRL's A2CLoss and ReinforceLoss take too, passed on as they are
+_PASSED_ON = frozenset(
+    {
+        "loss_critic_type",
+        "separate_losses",
+        "functional",
+        "reduction",
+        "clip_value",
+        "policy_loss_addons",
+        "value_normalizer",
+        "diagnostics",
+    }
+)
+# TorchRL's keywords of both classes that rlloss translates (see rlloss._keywords)
+_TORCHRL_ONLY = frozenset({"actor", "critic", "gamma", "advantage_key", "value_target_key"})
 
 
 class _PolicyGradientLoss(OnPolicyLoss):
@@ -95,62 +112,24 @@ class A2CLoss(_PolicyGradientLoss):
         critic_network: nn.Module | None = None,
         *,
         entropy_bonus: bool = True,
-        samples_mc_entropy: int = 1,
         entropy_coeff: float | None = None,
         critic_coeff: float | None = 1.0,
-        loss_critic_type: str = "smooth_l1",
-        advantage_norm=None,
-        gamma: float | None = None,
-        separate_losses: bool = False,
-        advantage_key: str | None = None,
-        value_target_key: str | None = None,
-        functional: bool = True,
-        actor: nn.Module | None = None,
-        critic: nn.Module | None = None,
-        reduction: str | None = None,
-        clip_value: float | None = None,
-        policy_loss_addons: list | None = None,
-        value_normalizer=None,
-        diagnostics: bool = True,
         **kwargs,
     ) -> None:
-        for old, new in (("entropy_coef", "entropy_coeff"), ("critic_coef", "critic_coeff")):
-            if old in kwargs:  # TorchRL's message for the names it removed
-                raise TypeError(f"'{old}' has been removed in torchrl v0.11. Use '{new}'.")
-        if kwargs:
-            raise TypeError(f"A2CLoss got unexpected keyword arguments {sorted(kwargs)}.")
-        if advantage_norm is not None:
-            raise TypeError(
-                "A2CLoss: advantage_norm (TorchRL's running return scaling) is not supported; "
-                "normalise rewards with rlloss.RewardNormalizer instead."
-            )
-        actor_network, critic_network = torchrl_networks(
-            type(self).__name__,
-            actor_network,
-            critic_network,
-            actor,
-            critic,
-            gamma,
-            advantage_key,
-            value_target_key,
+        kwargs = torchrl_keywords(
+            self,
+            {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
+            accepted=_NETWORKS | _PASSED_ON | {"samples_mc_entropy"},
+            translated=_TORCHRL_ONLY | {"advantage_norm", "entropy_coef", "critic_coef"},
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(
-            actor_network,
-            critic_network,
+            *required_networks(kwargs),
             entropy_bonus=bool(entropy_bonus and entropy_coeff),
-            samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,
-            log_explained_variance=False,
-            diagnostics=diagnostics,
             critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-            separate_losses=separate_losses,
-            reduction=reduction,
-            clip_value=clip_value,
-            functional=functional,
-            policy_loss_addons=policy_loss_addons,
-            value_normalizer=value_normalizer,
+            log_explained_variance=False,
+            **kwargs,
         )
 
     @property
@@ -205,31 +184,16 @@ class ReinforceLoss(_PolicyGradientLoss):
         critic_network: nn.Module | None = None,
         *,
         delay_value: bool = False,
-        loss_critic_type: str = "smooth_l1",
-        gamma: float | None = None,
-        advantage_key: str | None = None,
-        value_target_key: str | None = None,
-        separate_losses: bool = False,
-        functional: bool = True,
-        actor: nn.Module | None = None,
-        critic: nn.Module | None = None,
-        reduction: str | None = None,
-        clip_value: float | None = None,
-        policy_loss_addons: list | None = None,
-        value_normalizer=None,
-        diagnostics: bool = True,
+        **kwargs,
     ) -> None:
-        actor_network, critic_network = torchrl_networks(
-            type(self).__name__,
-            actor_network,
-            critic_network,
-            actor,
-            critic,
-            gamma,
-            advantage_key,
-            value_target_key,
+        kwargs = torchrl_keywords(
+            self,
+            {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
+            accepted=_NETWORKS | _PASSED_ON,
+            translated=_TORCHRL_ONLY,
         )
-        if delay_value and not functional:  # TorchRL's refusal
+        actor_network, critic_network = required_networks(kwargs)
+        if delay_value and not kwargs.get("functional", True):  # TorchRL's refusal
             raise RuntimeError(
                 "delay_value and ~functional are incompatible, as delayed value currently relies "
                 "on functional calls."
@@ -239,15 +203,8 @@ class ReinforceLoss(_PolicyGradientLoss):
             critic_network,
             entropy_bonus=False,
             log_explained_variance=False,
-            diagnostics=diagnostics,
             critic_coeff=1.0,
-            loss_critic_type=loss_critic_type,
-            separate_losses=separate_losses,
-            reduction=reduction,
-            clip_value=clip_value,
-            functional=functional,
-            policy_loss_addons=policy_loss_addons,
-            value_normalizer=value_normalizer,
+            **kwargs,
         )
         self.delay_value = delay_value
         if delay_value:
@@ -275,20 +232,10 @@ def _requires_grad(value) -> bool:
     return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
 
 
-def torchrl_networks(
-    owner: str, actor_network, critic_network, actor, critic, gamma, advantage_key, value_target_key
-) -> tuple[nn.Module, nn.Module]:
-    """The two networks from TorchRL's constructor arguments (``actor=`` / ``critic=`` are
-    aliases; both are required), after TorchRL's refusals of its removed arguments (``gamma``:
-    set it on the value estimator; ``*_key``: use ``set_keys``)."""
-    if gamma is not None:
-        raise TypeError(
-            "gamma is not a loss argument: pass it to the value estimator, "
-            "loss.make_value_estimator(ValueEstimators.GAE, gamma=..., lmbda=...)."
-        )
-    refuse_removed_keys(owner, advantage_key=advantage_key, value_target_key=value_target_key)
-    actor_network = actor if actor is not None else actor_network
-    critic_network = critic if critic is not None else critic_network
+def required_networks(kwargs: dict) -> tuple[nn.Module, nn.Module]:
+    """The two networks, taken out of ``kwargs`` (after TorchRL's ``actor=`` / ``critic=``
+    aliases): both are required, as in TorchRL."""
+    actor_network, critic_network = kwargs.pop("actor_network"), kwargs.pop("critic_network")
     if actor_network is None or critic_network is None:
         raise TypeError("Missing positional arguments actor_network or critic_network.")
     return actor_network, critic_network

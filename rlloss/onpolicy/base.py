@@ -21,6 +21,7 @@ from torchrl.objectives.utils import ValueEstimators
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     MissingKeyError,
     batch_mask,
     check_choice,
@@ -28,6 +29,7 @@ from rlloss._checks import (
     check_network,
     next_key,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
@@ -38,7 +40,7 @@ from rlloss._networks import (
     sum_heads,
 )
 from rlloss.addons import ActorOutput
-from rlloss.common import LossModule, fill_padding
+from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
 from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.functional.critic import DISTANCES
 from rlloss.training.distributed import check_process_group, global_standardize
@@ -77,18 +79,15 @@ class OnPolicyLoss(LossModule):
     _critic_loss_key = "loss_critic"  # TorchRL's name of the critic's loss, per family
     _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
-    _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
-    _coefficient_ranges = {
-        "entropy_coeff": {"low": 0.0},
-        "critic_coeff": {"low": 0.0},
-        "clip_value": {"low": 0.0, "low_open": True},
-        "samples_mc_entropy": {"low": 1, "integer": True},
-        "vf_clip_param": {"low": 0.0, "low_open": True},
-    }
+    entropy_coeff = Coefficient(low=0.0, buffer=True)  # 0.0 with a per-head map
+    critic_coeff = Coefficient(low=0.0, buffer=True)  # None without a critic loss
+    clip_value = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no value clipping
+    samples_mc_entropy = Coefficient(low=1, integer=True)
+    vf_clip_param = Coefficient(low=0.0, low_open=True)  # None: no clamp of the critic loss
 
     def __init__(
         self,
-        actor_network: nn.Module,
+        actor_network: nn.Module | None = None,
         critic_network: nn.Module | None = None,
         *,
         entropy_bonus: bool = True,
@@ -109,42 +108,91 @@ class OnPolicyLoss(LossModule):
         value_normalizer: ValueNormalizer | None = None,
         normalize_advantage_global: bool = False,
         process_group=None,
+        **torchrl,
     ) -> None:
+        actor_network, critic_network = self._given_networks(actor_network, critic_network, torchrl)
         super().__init__()
+        critic_coeff = self._check_networks(actor_network, critic_network, critic_coeff)
+        entropy_coeff = self._entropy_coeff_scalar(entropy_coeff)
+        check_choice("loss_critic_type", loss_critic_type, DISTANCES)
+        if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
+            raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
+        self.reduction = self._check_reduction(reduction)
+        self._register_policy_addons(policy_loss_addons)
+        self._register_networks(actor_network, critic_network, value_normalizer)
+        self._set_advantage_normalization(
+            normalize_advantage, normalize_advantage_global, process_group
+        )
+        self.entropy_bonus = entropy_bonus
+        self.log_explained_variance = log_explained_variance
+        self.diagnostics = diagnostics
+        self.loss_critic_type = loss_critic_type
+        self.separate_losses = separate_losses
+        self._has_critic = critic_network is not None and bool(critic_coeff)
+        self._functional = functional
+        self._register_coefficients(
+            _device_of(actor_network) if device is None else torch.device(device),
+            entropy_coeff=entropy_coeff,
+            samples_mc_entropy=samples_mc_entropy,
+            critic_coeff=critic_coeff if self._has_critic else None,
+            clip_value=clip_value,
+            vf_clip_param=vf_clip_param,
+        )
+        self._critic_params_without_shared = self._critic_params_detached_from_actor()
+        self._read_actor_keys(actor_network)
+        if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
+            self.make_value_estimator()
+
+    def _given_networks(self, actor_network, critic_network, torchrl: dict) -> tuple:
+        """The two networks, given as such or under TorchRL's ``actor=`` / ``critic=`` aliases
+        (BenchMARL's MAPPO and IPPO use only those); the actor is required."""
+        given = torchrl_keywords(
+            self,
+            {"actor_network": actor_network, "critic_network": critic_network, **torchrl},
+            accepted=("actor_network", "critic_network"),
+            translated=("actor", "critic"),
+        )
+        if given["actor_network"] is None:
+            raise TypeError(
+                f"{type(self).__name__}.__init__() missing 1 required argument: 'actor_network' "
+                "(or TorchRL's alias actor=)."
+            )
+        return given["actor_network"], given["critic_network"]
+
+    def _check_networks(self, actor_network, critic_network, critic_coeff) -> float | None:
+        """Refuse a base without a policy objective and what is not a network; the critic's
+        coefficient, 1.0 by default with a critic (a ``TypeError`` for one without a critic)."""
+        owner = type(self).__name__
         if not callable(getattr(type(self), "_objective", None)):
             raise TypeError(
-                f"{type(self).__name__} is an on-policy base without a policy objective: "
+                f"{owner} is an on-policy base without a policy objective: "
                 "subclasses define _objective(batch, advantage, mask) -> (distribution, "
                 "outputs); use PPOLoss, ClipPPOLoss, A2CLoss... "
             )
-        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(owner, "actor_network", actor_network)
         if critic_network is not None:
-            check_network(type(self).__name__, "critic_network", critic_network)
+            check_network(owner, "critic_network", critic_network)
         if critic_coeff is None and critic_network is not None:
-            critic_coeff = 1.0
+            return 1.0
         if critic_network is None and critic_coeff not in (None, 0, 0.0):
-            raise TypeError(
-                f"{type(self).__name__}: critic_coeff={critic_coeff} needs a critic_network."
-            )
+            raise TypeError(f"{owner}: critic_coeff={critic_coeff} needs a critic_network.")
+        return critic_coeff
+
+    def _entropy_coeff_scalar(self, entropy_coeff: float | dict) -> float:
+        """The ``entropy_coeff`` buffer's value; a per-head map (TorchRL's, for a composite
+        action) is checked and kept as ``_entropy_coeff_map``, and the buffer holds 0."""
         self._entropy_coeff_map = None
-        if isinstance(entropy_coeff, dict):  # per head of a composite action: TorchRL's map
-            for head, coeff in entropy_coeff.items():
-                check_in_range(f"entropy_coeff[{head!r}]", coeff, 0.0)
-            self._entropy_coeff_map = {
-                _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
-            }
-            entropy_coeff = 0.0
-        self._check_coefficient("entropy_coeff", entropy_coeff)
-        self._check_coefficient("samples_mc_entropy", samples_mc_entropy)
-        check_choice("loss_critic_type", loss_critic_type, DISTANCES)
-        if critic_coeff is not None:
-            self._check_coefficient("critic_coeff", critic_coeff)
-        if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
-            raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
-        if clip_value is not None:
-            self._check_coefficient("clip_value", clip_value)
-        self.reduction = self._check_reduction(reduction)
-        self._register_policy_addons(policy_loss_addons)
+        if not isinstance(entropy_coeff, dict):
+            return entropy_coeff
+        for head, coeff in entropy_coeff.items():
+            check_in_range(f"entropy_coeff[{head!r}]", coeff, 0.0)
+        self._entropy_coeff_map = {
+            _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
+        }
+        return 0.0
+
+    def _register_networks(self, actor_network, critic_network, value_normalizer) -> None:
+        """Hold the actor, the critic, their calls and the critic's value normaliser."""
         check_value_normalizer(type(self).__name__, value_normalizer)
         if value_normalizer is not None and critic_network is None:
             raise ValueError(
@@ -152,50 +200,31 @@ class OnPolicyLoss(LossModule):
                 "it needs a critic_network."
             )
         self.value_normalizer = value_normalizer
-
         self.actor_network = actor_network
         self.critic_network = critic_network
         self._actor_call = DistributionCall(actor_network)
         self._critic_call = None if critic_network is None else NetworkCall(critic_network)
-        self.entropy_bonus = entropy_bonus
-        self.samples_mc_entropy = int(samples_mc_entropy)
-        self.log_explained_variance = log_explained_variance
-        self.diagnostics = diagnostics
-        self.loss_critic_type = loss_critic_type
-        if normalize_advantage_global and not normalize_advantage:
+
+    def _set_advantage_normalization(self, local: bool, global_: bool, process_group) -> None:
+        if global_ and not local:
             raise ValueError(
                 f"{type(self).__name__}: normalize_advantage_global=True chooses where "
                 "normalize_advantage takes its statistics; pass normalize_advantage=True too."
             )
-        self.normalize_advantage = normalize_advantage
-        self.normalize_advantage_global = normalize_advantage_global
+        self.normalize_advantage = local
+        self.normalize_advantage_global = global_
         check_process_group(type(self).__name__, process_group)
         self.process_group = process_group
-        self.separate_losses = separate_losses
-        self._has_critic = critic_network is not None and bool(critic_coeff)
-        self._functional = functional
-        device = _device_of(actor_network) if device is None else torch.device(device)
-        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
-        self._register_optional_buffer("critic_coeff", critic_coeff if self._has_critic else None)
-        self._register_optional_buffer("clip_value", clip_value)
-        if vf_clip_param is not None:
-            self._check_coefficient("vf_clip_param", vf_clip_param)
-        self.vf_clip_param = vf_clip_param
-        self._critic_params_without_shared = self._critic_params_detached_from_actor()
+
+    def _read_actor_keys(self, actor_network: nn.Module) -> None:
+        """The action and log-prob keys the actor declares (TorchRL's ``dist_sample_keys`` and
+        ``log_prob_keys``), over the defaults."""
         log_prob_keys = getattr(actor_network, "log_prob_keys", None)
         if log_prob_keys:
             self.tensor_keys.sample_log_prob = log_prob_keys[0]
         sample_keys = getattr(actor_network, "dist_sample_keys", None)
         if sample_keys:
             self.tensor_keys.action = sample_keys[0]
-        if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
-            self.make_value_estimator()
-
-    def _register_optional_buffer(self, name: str, value: float | None) -> None:
-        if value is None:
-            setattr(self, name, None)
-        else:
-            self.register_buffer(name, torch.tensor(float(value), device=self.entropy_coeff.device))
 
     @property
     def functional(self) -> bool:
@@ -449,6 +478,7 @@ class OnPolicyLoss(LossModule):
         return batch_mask(type(self).__name__, self.tensor_keys.mask, mask, tensordict.shape)
 
     # ----------------------------------------------------------------------------- forward
+    @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch (the caller's TensorDict is not modified)."""
         mask = self._padding_mask(tensordict)

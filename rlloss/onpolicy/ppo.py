@@ -17,7 +17,7 @@ from torch import distributions as D
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient
 from rlloss._networks import as_list, stored_log_prob, sum_heads
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
 from rlloss.training.distributed import all_mean
@@ -162,9 +162,10 @@ class ClipPPOLoss(PPOLoss):
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
-    _schedulable_buffers = frozenset(
-        {"clip_epsilon", "clip_epsilon_low", "clip_epsilon_high", "dual_clip"}
-    )
+    clip_epsilon = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
+    clip_epsilon_low = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
+    clip_epsilon_high = Coefficient(low=0.0, low_open=True, buffer=True)
+    dual_clip = Coefficient(low=1.0, low_open=True, buffer=True)  # None: no dual clip
     _diagnostic_keys = (
         *PPOLoss._diagnostic_keys,
         "clip_fraction",
@@ -172,16 +173,10 @@ class ClipPPOLoss(PPOLoss):
         "max_ratio",
         "mean_ratio",
     )
-    _coefficient_ranges = {
-        "clip_epsilon": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
-        "clip_epsilon_low": {"low": 0.0, "high": 1.0, "low_open": True, "high_open": True},
-        "clip_epsilon_high": {"low": 0.0, "low_open": True},
-        "dual_clip": {"low": 1.0, "low_open": True},
-    }
 
     def __init__(
         self,
-        actor_network: nn.Module,
+        actor_network: nn.Module | None = None,
         critic_network: nn.Module | None = None,
         *,
         clip_epsilon: float | tuple[float, float] = 0.2,
@@ -206,22 +201,13 @@ class ClipPPOLoss(PPOLoss):
                     "clip_epsilon must be a float or a (low, high) pair of length 2, got "
                     f"{clip_epsilon}."
                 )
-            check_in_range(
-                "clip_epsilon[0]", clip_epsilon[0], 0.0, 1.0, low_open=True, high_open=True
-            )
-            check_in_range("clip_epsilon[1]", clip_epsilon[1], 0.0, low_open=True)
-            self.register_buffer(
-                "clip_epsilon_low", torch.tensor(float(clip_epsilon[0]), device=device)
-            )
-            self.register_buffer(
-                "clip_epsilon_high", torch.tensor(float(clip_epsilon[1]), device=device)
-            )
+            ClipPPOLoss.clip_epsilon_low.check(clip_epsilon[0], "clip_epsilon[0]")
+            ClipPPOLoss.clip_epsilon_high.check(clip_epsilon[1], "clip_epsilon[1]")
+            low, high = clip_epsilon
+            self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
         else:
-            self._check_coefficient("clip_epsilon", clip_epsilon)
-            self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))
-        if dual_clip is not None:
-            self._check_coefficient("dual_clip", dual_clip)
-        self._register_optional_buffer("dual_clip", dual_clip)
+            self._register_coefficients(device, clip_epsilon=clip_epsilon)
+        self._register_coefficients(device, dual_clip=dual_clip)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (computed on every call:
@@ -283,19 +269,16 @@ class KLPENPPOLoss(PPOLoss):
         >>> out["beta"], out["kl"]
     """
 
-    _schedulable_buffers = frozenset({"beta"})
-    _coefficient_ranges = {
-        "dtarg": {"low": 0.0, "low_open": True},
-        "beta": {"low": 0.0},
-        "increment": {"low": 1.0},
-        "decrement": {"low": 0.0, "high": 1.0, "low_open": True},
-        "samples_mc_kl": {"low": 1, "integer": True},
-    }
+    beta = Coefficient(low=0.0, buffer=True)
+    dtarg = Coefficient(low=0.0, low_open=True)
+    increment = Coefficient(low=1.0)
+    decrement = Coefficient(low=0.0, high=1.0, low_open=True)
+    samples_mc_kl = Coefficient(low=1, integer=True)
     _surrogate_keys = ("kl", "beta")
 
     def __init__(
         self,
-        actor_network: nn.Module,
+        actor_network: nn.Module | None = None,
         critic_network: nn.Module | None = None,
         *,
         dtarg: float = 0.01,
@@ -309,14 +292,14 @@ class KLPENPPOLoss(PPOLoss):
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
-        for name, value in (
-            ("dtarg", dtarg),
-            ("beta", beta),
-            ("increment", increment),
-            ("decrement", decrement),
-            ("samples_mc_kl", samples_mc_kl),
-        ):
-            self._check_coefficient(name, value)
+        self._register_coefficients(
+            self.entropy_coeff.device,
+            dtarg=dtarg,
+            beta=beta,
+            increment=increment,
+            decrement=decrement,
+            samples_mc_kl=samples_mc_kl,
+        )
         if beta_min is not None and beta_max is not None and beta_min > beta_max:
             raise ValueError(f"beta_min ({beta_min}) must be <= beta_max ({beta_max}).")
         if self._actor_call.head is None:
@@ -324,15 +307,8 @@ class KLPENPPOLoss(PPOLoss):
                 "KLPENPPOLoss needs an actor ending in a ProbabilisticTensorDictModule (a TorchRL "
                 "ProbabilisticActor) to rebuild the collecting policy from stored parameters."
             )
-        self.dtarg, self.increment, self.decrement = (
-            float(dtarg),
-            float(increment),
-            float(decrement),
-        )
-        self.samples_mc_kl = int(samples_mc_kl)
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
-        self.register_buffer("beta", torch.tensor(float(beta), device=self.entropy_coeff.device))
         self._beta_init = float(beta)
 
     def reset(self) -> None:
@@ -407,12 +383,11 @@ class RPOLoss(ClipPPOLoss):
 
         rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that apply the noise themselves
 
-    _schedulable_buffers = frozenset({"rpo_alpha"})
-    _coefficient_ranges = {"rpo_alpha": {"low": 0.0}}
+    rpo_alpha = Coefficient(low=0.0, buffer=True)
 
     def __init__(
         self,
-        actor_network: nn.Module,
+        actor_network: nn.Module | None = None,
         critic_network: nn.Module | None = None,
         *,
         rpo_alpha: float = 0.5,
@@ -420,7 +395,7 @@ class RPOLoss(ClipPPOLoss):
         **kwargs,
     ) -> None:
         super().__init__(actor_network, critic_network, **kwargs)
-        self._check_coefficient("rpo_alpha", rpo_alpha)
+        self._register_coefficients(self.entropy_coeff.device, rpo_alpha=rpo_alpha)
         self.noise_in_actor = noise_in_actor
         if not noise_in_actor:
             keys = self._actor_call.parameter_keys if self._actor_call.head is not None else {}
@@ -434,9 +409,6 @@ class RPOLoss(ClipPPOLoss):
                     "noise_in_actor=True and apply the noise in the actor."
                 )
             self._loc_key = keys["loc"]
-        self.register_buffer(
-            "rpo_alpha", torch.tensor(float(rpo_alpha), device=self.entropy_coeff.device)
-        )
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         if self.noise_in_actor:

@@ -18,7 +18,13 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from rlloss._checks import check_choice, check_in_range, check_is_dict, check_state_entries
+from rlloss._checks import (
+    Coefficient,
+    check_choice,
+    check_in_range,
+    check_is_dict,
+    check_state_entries,
+)
 from rlloss.training.distributed import all_mean, check_process_group
 
 SCHEDULE_KINDS = ("step", "interp")
@@ -348,9 +354,9 @@ class PiecewiseSchedule:
             return value
         if isinstance(target, tuple):
             module, name = target
-            bounds = getattr(module, "_all_coefficient_ranges", {}).get(name)
-            if bounds is not None:  # an rlloss loss's coefficient: its range, as on assignment
-                check_in_range(name, value, **bounds)
+            coefficient = getattr(type(module), name, None)
+            if isinstance(coefficient, Coefficient):  # an rlloss coefficient: its range checked
+                coefficient.check(value)
             target = getattr(module, name)
             if not isinstance(target, torch.Tensor):
                 raise TypeError(
