@@ -298,3 +298,17 @@ class Ensemble:
 def _flat_member_tensors(params: TensorDictBase) -> dict[str, torch.Tensor]:
     """``network.<dotted name>`` -> stacked tensor, the names :class:`Ensemble` calls with."""
     return {f"network.{k}": v for k, v in params.flatten_keys(".").items()}
+
+
+def ensemble_architecture(attribute: str, params: str) -> property:
+    """A read-only property returning the architecture of the :class:`Ensemble` held in
+    ``attribute`` (e.g. TorchRL's ``loss.qvalue_network``): a module whose own tensors are not
+    trained; the ensemble's trained tensors are the loss's ``params``."""
+
+    def architecture(self) -> nn.Module:
+        return getattr(self, attribute).template
+
+    architecture.__doc__ = (
+        f"The ensemble's architecture (not trained: the trained tensors are ``{params}``)."
+    )
+    return property(architecture)

@@ -77,3 +77,21 @@ def _apply_torchrl_keyword(owner: str, name: str, value, taken: dict) -> None:
         )
     else:
         raise TypeError(f"{owner}: {detail}")
+
+
+def given_networks(module, actor_network, critic_network, torchrl: dict) -> tuple:
+    """An on-policy loss's two networks, given as such or under TorchRL's ``actor=`` /
+    ``critic=`` aliases (BenchMARL's MAPPO and IPPO use only those); the actor is required.
+    ``torchrl``: the other keywords, which must be none (Python's ``TypeError`` otherwise)."""
+    given = torchrl_keywords(
+        module,
+        {"actor_network": actor_network, "critic_network": critic_network, **torchrl},
+        accepted=("actor_network", "critic_network"),
+        translated=("actor", "critic"),
+    )
+    if given["actor_network"] is None:
+        raise TypeError(
+            f"{type(module).__name__}.__init__() missing 1 required argument: 'actor_network' "
+            "(or TorchRL's alias actor=)."
+        )
+    return given["actor_network"], given["critic_network"]

@@ -485,20 +485,6 @@ def _shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
     return {k: names[id(p)] for k, p in module.named_parameters() if id(p) in names}
 
 
-def ensemble_architecture(attribute: str, params: str) -> property:
-    """A read-only property returning the architecture of the :class:`Ensemble` held in
-    ``attribute`` (e.g. TorchRL's ``loss.qvalue_network``): a module whose own tensors are not
-    trained; the ensemble's trained tensors are the loss's ``params``."""
-
-    def architecture(self) -> nn.Module:
-        return getattr(self, attribute).template
-
-    architecture.__doc__ = (
-        f"The ensemble's architecture (not trained: the trained tensors are ``{params}``)."
-    )
-    return property(architecture)
-
-
 def _warn_without_updater(loss: TDTargetLoss, args) -> None:
     """TorchRL's forward pre-hook (a warning while a target network has no updater), removed in
     eager mode once every target network has one: an updater stays associated, so the check

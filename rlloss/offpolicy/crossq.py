@@ -20,27 +20,14 @@ from rlloss._networks import (
     entry,
     inputs_at_action,
 )
-from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
-
-# TorchRL's CrossQLoss keywords besides the networks and those CrossQLoss names, passed on to
-# the soft actor-critic base, with rlloss's replay options (no target networks: no delay_* keywords, no gamma)
-_CROSSQ_OPTIONS = frozenset(
-    {
-        "alpha_init",
-        "min_alpha",
-        "max_alpha",
-        "action_spec",
-        "fixed_alpha",
-        "target_entropy",
-        "priority_key",
-        "separate_losses",
-        "reduction",
-        "deactivate_vmap",
-        "scalar_output_mode",
-        "use_prioritized_weights",
-        "priority_weighting",
-    }
+from rlloss.offpolicy.soft_actor_critic import (
+    SOFT_ACTOR_CRITIC_OPTIONS,
+    TEMPERATURE_BOUNDS,
+    ContinuousSoftActorCritic,
 )
+
+# TorchRL's CrossQLoss keywords passed on to the base (no target networks: no delay_*, no gamma)
+_CROSSQ_OPTIONS = SOFT_ACTOR_CRITIC_OPTIONS | TEMPERATURE_BOUNDS | {"priority_key"}
 
 
 class CrossQLoss(ContinuousSoftActorCritic):

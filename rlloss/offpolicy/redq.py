@@ -25,27 +25,18 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
-
-# TorchRL's REDQLoss keywords besides the networks and those REDQLoss names, passed on to
-# the soft actor-critic base, with rlloss's replay options
-_REDQ_OPTIONS = frozenset(
-    {
-        "action_spec",
-        "fixed_alpha",
-        "target_entropy",
-        "delay_qvalue",
-        "gamma",
-        "priority_key",
-        "separate_losses",
-        "reduction",
-        "deactivate_vmap",
-        "scalar_output_mode",
-        "use_prioritized_weights",
-        "priority_weighting",
-        "policy_loss_addons",
-    }
+from rlloss.offpolicy.soft_actor_critic import (
+    SOFT_ACTOR_CRITIC_OPTIONS,
+    ContinuousSoftActorCritic,
 )
+
+# TorchRL's REDQLoss keywords passed on to the base, besides those REDQLoss names
+_REDQ_OPTIONS = SOFT_ACTOR_CRITIC_OPTIONS | {
+    "delay_qvalue",
+    "gamma",
+    "priority_key",
+    "policy_loss_addons",
+}
 _EPS_GSDE = "_eps_gSDE"  # the gSDE noise entry TorchRL's REDQ sets to zeros for the actor
 
 

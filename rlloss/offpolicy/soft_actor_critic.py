@@ -32,6 +32,23 @@ from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss, ensemble_architecture
 
+# The keywords TorchRL's SAC-family losses share besides the networks (with rlloss's replay
+# options), and the temperature bounds some of them take: each loss's accepted set is built from
+# these (``rlloss._keywords.torchrl_keywords`` refuses the others).
+SOFT_ACTOR_CRITIC_OPTIONS = frozenset(
+    {
+        "action_spec",
+        "fixed_alpha",
+        "target_entropy",
+        "separate_losses",
+        "reduction",
+        "deactivate_vmap",
+        "scalar_output_mode",
+        "use_prioritized_weights",
+        "priority_weighting",
+    }
+)
+TEMPERATURE_BOUNDS = frozenset({"alpha_init", "min_alpha", "max_alpha"})
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 _TORCHRL_ONLY = ("priority_key", "deactivate_vmap")  # translated by rlloss._keywords
 

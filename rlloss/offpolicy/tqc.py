@@ -12,29 +12,18 @@ from rlloss._checks import (
     check_in_range,
 )
 from rlloss._keywords import torchrl_keywords
-from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
+from rlloss.offpolicy.soft_actor_critic import (
+    SOFT_ACTOR_CRITIC_OPTIONS,
+    TEMPERATURE_BOUNDS,
+    ContinuousSoftActorCritic,
+)
 
-# TorchRL's TQCLoss keywords besides the networks, passed on to the soft actor-critic base (with rlloss's
-# ``priority_weighting``); SACLoss's others (``loss_function``, ``value_network``, ``gamma``...)
-# have no meaning here and are refused.
-_TQC_OPTIONS = frozenset(
-    {
-        "alpha_init",
-        "min_alpha",
-        "max_alpha",
-        "action_spec",
-        "fixed_alpha",
-        "target_entropy",
-        "delay_qvalue",
-        "separate_losses",
-        "reduction",
-        "deactivate_vmap",
-        "skip_done_states",
-        "use_prioritized_weights",
-        "scalar_output_mode",
-        "priority_weighting",
-        "policy_loss_addons",
-    }
+# TorchRL's TQCLoss keywords passed on to the base; SACLoss's others (loss_function,
+# value_network, gamma...) have no meaning here and are refused.
+_TQC_OPTIONS = (
+    SOFT_ACTOR_CRITIC_OPTIONS
+    | TEMPERATURE_BOUNDS
+    | {"delay_qvalue", "skip_done_states", "policy_loss_addons"}
 )
 
 

@@ -29,7 +29,7 @@ from rlloss._checks import (
     check_network,
     next_key,
 )
-from rlloss._keywords import torchrl_keywords
+from rlloss._keywords import given_networks
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
@@ -110,7 +110,7 @@ class OnPolicyLoss(LossModule):
         process_group=None,
         **torchrl,
     ) -> None:
-        actor_network, critic_network = self._given_networks(actor_network, critic_network, torchrl)
+        actor_network, critic_network = given_networks(self, actor_network, critic_network, torchrl)
         super().__init__()
         critic_coeff = self._check_networks(actor_network, critic_network, critic_coeff)
         entropy_coeff = self._entropy_coeff_scalar(entropy_coeff)
@@ -142,22 +142,6 @@ class OnPolicyLoss(LossModule):
         self._read_actor_keys(actor_network)
         if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
             self.make_value_estimator()
-
-    def _given_networks(self, actor_network, critic_network, torchrl: dict) -> tuple:
-        """The two networks, given as such or under TorchRL's ``actor=`` / ``critic=`` aliases
-        (BenchMARL's MAPPO and IPPO use only those); the actor is required."""
-        given = torchrl_keywords(
-            self,
-            {"actor_network": actor_network, "critic_network": critic_network, **torchrl},
-            accepted=("actor_network", "critic_network"),
-            translated=("actor", "critic"),
-        )
-        if given["actor_network"] is None:
-            raise TypeError(
-                f"{type(self).__name__}.__init__() missing 1 required argument: 'actor_network' "
-                "(or TorchRL's alias actor=)."
-            )
-        return given["actor_network"], given["critic_network"]
 
     def _check_networks(self, actor_network, critic_network, critic_coeff) -> float | None:
         """Refuse a base without a policy objective and what is not a network; the critic's
