@@ -19,6 +19,7 @@ from torch import nn
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_in_range, check_network
+from rlloss._ensembles import ensemble_architecture
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
@@ -27,7 +28,6 @@ from rlloss.offpolicy.base import (
     ACTION_SPACES,
     REPLAY_KEYWORDS,
     TDTargetLoss,
-    ensemble_architecture,
 )
 
 

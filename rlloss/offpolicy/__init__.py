@@ -3,11 +3,11 @@ discrete SAC, REDQ, CrossQ, TQC) and MPO, on the shared base
 :class:`~rlloss.offpolicy.base.TDTargetLoss` (``gamma``, value estimators, replay keys,
 prioritized-replay weights, the ``td_error`` write, critic regression)."""
 
+from rlloss._ensembles import ensemble_architecture
 from rlloss.offpolicy.base import (
     ACTION_SPACES,
     PRIORITY_WEIGHTINGS,
     TDTargetLoss,
-    ensemble_architecture,
 )
 from rlloss.offpolicy.crossq import CrossQLoss
 from rlloss.offpolicy.ddpg import DDPGLoss

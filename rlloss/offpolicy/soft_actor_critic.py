@@ -23,6 +23,7 @@ from rlloss._checks import (
     check_in_range,
     check_network,
 )
+from rlloss._ensembles import ensemble_architecture
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
@@ -30,7 +31,7 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss
 
 # The keywords TorchRL's SAC-family losses share besides the networks (with rlloss's replay
 # options), and the temperature bounds some of them take: each loss's accepted set is built from

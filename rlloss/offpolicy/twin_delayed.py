@@ -14,10 +14,11 @@ from torchrl.data import Bounded, Composite
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_in_range, check_network
+from rlloss._ensembles import ensemble_architecture
 from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import TDTargetLoss, ensemble_architecture
+from rlloss.offpolicy.base import TDTargetLoss
 
 
 def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
