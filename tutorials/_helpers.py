@@ -45,7 +45,7 @@ from matplotlib.figure import Figure  # the object-oriented API renders with Agg
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import Bounded, LazyMemmapStorage, TensorDictReplayBuffer
+from torchrl.data import Bounded, LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhModule, TanhNormal, ValueOperator
 from tqdm import tqdm
@@ -66,13 +66,13 @@ def tutorial_parser(doc: str, default_out: str, total_frames: int,
     return parser
 
 
-def start(args: argparse.Namespace) -> tuple[torch.device, float]:
+def start(args: argparse.Namespace, one_thread: bool = True) -> tuple[torch.device, float]:
     """Seed torch with ``args.seed`` (network init, exploration, minibatch sampling), use one CPU
-    thread (small MLPs: more threads only add synchronisation, and thrash), and return the
-    device and the start time."""
+    thread unless ``one_thread`` is False (small MLPs: more threads only add synchronisation, and
+    thrash), and return the device and the start time."""
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    if device.type == "cpu":
+    if device.type == "cpu" and one_thread:
         torch.set_num_threads(1)
     return device, time.perf_counter()
 
@@ -143,6 +143,17 @@ class VectorCollector:
         return td.select("observation", "action", "next", *keep)
 
 
+def start_collection(envs: gym.vector.VectorEnv, device: torch.device, seed: int, num_steps: int,
+                     total_frames: int) -> tuple[VectorCollector, int, tqdm]:
+    """The on-policy and DQN-family loops' start: a ``VectorCollector`` of ``envs`` (env i
+    seeded with ``seed + i``), the number of iterations of ``num_steps`` steps of every env that
+    fit in ``total_frames`` (at least one), and a progress bar over their frames."""
+    collector = VectorCollector(envs, device, seed=seed)
+    frames_per_batch = envs.num_envs * num_steps
+    num_iterations = max(1, total_frames // frames_per_batch)
+    return collector, num_iterations, tqdm(total=num_iterations * frames_per_batch, unit="frames")
+
+
 class EnvStepper:
     """One gymnasium environment, stepped one action at a time. ``observation()`` is the current
     state as a TensorDict; ``step(action)`` returns the transition (observation, action, next:
@@ -151,7 +162,7 @@ class EnvStepper:
     every finished episode."""
 
     def __init__(self, env_id: str, device: torch.device, seed: int) -> None:
-        self.env, self.device = gym.make(env_id), device
+        self.env, self.env_id, self.device = gym.make(env_id), env_id, device
         self.obs, _ = self.env.reset(seed=seed)
         self.episode_return = 0.0
         self.episodes: list[tuple[int, float]] = []
@@ -189,6 +200,51 @@ class EnvStepper:
 
     def close(self) -> None:
         self.env.close()
+
+
+def make_stepper(env_id: str, device: torch.device, seed: int) -> tuple[EnvStepper, Bounded, int, int]:
+    """An ``EnvStepper`` of ``env_id`` (reset with ``seed``), its action space as a TorchRL spec
+    (``bounded_spec``), the observation and the action dims: the Pendulum tutorials' start."""
+    stepper = EnvStepper(env_id, device, seed=seed)
+    action_spec = bounded_spec(stepper.env.action_space, device)
+    return stepper, action_spec, stepper.env.observation_space.shape[0], action_spec.shape[-1]
+
+
+def replay_memory(size: int, batch_size: int, device: torch.device, **kwargs) -> TensorDictReplayBuffer:
+    """A TorchRL replay buffer of ``size`` transitions stored on ``device`` (a GPU buffer with
+    ``--device cuda``), sampling minibatches of ``batch_size`` (uniformly, unless ``kwargs``
+    give a ``sampler`` and its ``priority_key``)."""
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(size, device=device),
+                                  batch_size=batch_size, **kwargs)
+
+
+def off_policy_loop(total_frames: int, stepper: EnvStepper, actor, action_spec: Bounded,
+                    replay_buffer: TensorDictReplayBuffer,
+                    update: Callable[[TensorDict], TensorDict], *, learning_starts: int,
+                    evaluator: "Evaluator", updates_per_step: int = 1) -> None:
+    """The SAC-family tutorials' loop, one environment step a frame for ``total_frames`` frames:
+    act uniformly at random (``action_spec.rand()``) for the first ``learning_starts`` frames,
+    then sample ``a ~ pi(.|s)`` from ``actor``; store the transition in ``replay_buffer``; after
+    ``learning_starts``, call ``update(minibatch)`` (the tutorial's gradient step, returning the
+    loss outputs) ``updates_per_step`` times; ``evaluator.maybe(frame)``; every 1,000 frames
+    the progress bar shows the mean return and the loss outputs' ``alpha``. Closes
+    ``stepper`` at the end."""
+    pbar = tqdm(total=total_frames, unit="frames")
+    losses = None
+    for frame in range(1, total_frames + 1):
+        if frame <= learning_starts:
+            action = action_spec.rand()
+        else:
+            action = act(actor, stepper.observation(), ExplorationType.RANDOM)
+        replay_buffer.add(stepper.step(action))
+        for _ in range(updates_per_step if frame > learning_starts else 0):
+            losses = update(replay_buffer.sample())
+        evaluator.maybe(frame)
+        if frame % 1000 == 0:
+            alpha = f"{float(losses['alpha']):.3f}" if frame > learning_starts else "n/a"
+            show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+    pbar.close()
+    stepper.close()
 
 
 def bounded_spec(space: gym.spaces.Box, device: torch.device) -> Bounded:
@@ -230,6 +286,19 @@ def most_probable_action(actor, device: torch.device) -> Callable[[np.ndarray], 
     return act
 
 
+def greedy_action(actor, device: torch.device) -> Callable[[np.ndarray], int]:
+    """An evaluation policy for ``evaluate``: the greedy ``"action"`` (an index,
+    ``argmax_a Q(s, a)``) of a TorchRL Q-value actor, without exploration."""
+
+    def act(observation: np.ndarray) -> int:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad():
+            return int(actor(td)["action"])
+
+    return act
+
+
 def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorDict], torch.Tensor]:
     """A behaviour policy for ``VectorCollector.step``: ``actor``'s greedy ``"action"`` (an
     index), replaced by a uniformly random one with probability ``epsilon``."""
@@ -244,31 +313,53 @@ def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorD
     return act
 
 
-def linear_epsilon(frames: int, total_frames: int, *, start: float, end: float, fraction: float,
-                   learning_starts: int) -> float:
-    """rl-zoo's schedule: 1 (uniformly random) before ``learning_starts``; a linear decay from
-    ``start`` to ``end`` over the first ``fraction`` of the frames, then ``end``."""
-    if frames < learning_starts:
-        return 1.0
-    return start + min(1.0, frames / (fraction * total_frames)) * (end - start)
+def collect_epsilon_greedy(collector: "VectorCollector", actor, num_actions: int, num_steps: int,
+                           epsilon_at: Callable[[int], float]) -> tuple[TensorDict, float]:
+    """``num_steps`` steps of every env of ``collector`` with ``epsilon_greedy(actor, num_actions,
+    epsilon)``, ``epsilon = epsilon_at(frames so far)`` before each step (the DQN-family
+    tutorials' acting phase). Returns the transitions, ``[num_envs * num_steps]`` step after
+    step, and the last epsilon."""
+    steps = []
+    for _ in range(num_steps):
+        epsilon = epsilon_at(collector.frames)
+        # the greedy action (the actor's argmax), uniformly random with probability epsilon
+        steps.append(collector.step(epsilon_greedy(actor, num_actions, epsilon)))
+    return torch.cat(steps), epsilon
+
+
+def linear_epsilon(total_frames: int, *, start: float, end: float, fraction: float,
+                   learning_starts: int) -> Callable[[int], float]:
+    """rl-zoo's schedule, epsilon as a function of the frames so far: 1 (uniformly random) before
+    ``learning_starts``; a linear decay from ``start`` to ``end`` over the first ``fraction`` of
+    ``total_frames``, then ``end``."""
+
+    def epsilon_at(frames: int) -> float:
+        if frames < learning_starts:
+            return 1.0
+        return start + min(1.0, frames / (fraction * total_frames)) * (end - start)
+
+    return epsilon_at
 
 
 # ---------------------------------------------------------------- networks
 
 
 def categorical_actor_critic(
-    obs_dim: int, num_actions: int, device: torch.device
+    obs_dim: int, num_actions: int, device: torch.device, return_log_prob: bool = False
 ) -> tuple[ProbabilisticActor, ValueOperator]:
     """The CartPole policy-gradient tutorials' networks, separate 64-64 tanh MLPs
     (stable-baselines3's default for A2C and PPO): ``(actor, critic)``. The actor writes
     ``"logits"`` for ``"observation"`` and samples ``"action"`` from ``Categorical(logits)``: the
-    policy pi(a|s). The critic writes ``"state_value"``: V(s)."""
+    policy pi(a|s) (with ``return_log_prob``, it also writes ``"action_log_prob"``, the log
+    pi_old(a|s) of PPO's ratio). The critic writes ``"state_value"``: V(s). (``ppo_cartpole.py``
+    builds the same two networks in full.)"""
     policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
                      activation_class=nn.Tanh)
     actor = ProbabilisticActor(
         TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
         in_keys=["logits"],
         distribution_class=torch.distributions.Categorical,
+        return_log_prob=return_log_prob,
     )
     critic = ValueOperator(
         MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
@@ -454,15 +545,21 @@ def save_learning_curve(out: Path, episodes, title: str, evaluations=None, *,
     fig.savefig(out / "curve.png", dpi=100, bbox_inches="tight")
 
 
-def evaluation_flags(parser: argparse.ArgumentParser, every: int, unit: str = "env steps",
-                     save_actor: bool = False) -> None:
-    """``--eval-episodes`` (10) and ``--eval-every`` (``every`` ``unit``; 0: only the final
-    evaluation) for ``Evaluator``; with ``save_actor``, ``--save-actor PATH`` too."""
-    parser.add_argument("--eval-episodes", type=int, default=10,
-                        help="episodes of the deterministic policy, on unseen start states")
-    parser.add_argument("--eval-every", type=int, default=every,
-                        help=f"{unit} between evaluations of the deterministic policy "
-                             "(OUT/eval_returns.csv; 0: only the final one)")
+def evaluation_flags(parser: argparse.ArgumentParser, every: int | None = None,
+                     unit: str = "env steps", save_actor: bool = False) -> None:
+    """``--eval-episodes`` (10); with ``every``, ``--eval-every`` too (``every`` ``unit``; 0: only
+    the final evaluation) for ``Evaluator``; with ``save_actor``, ``--save-actor PATH`` too.
+    Without ``every`` only the final policy is evaluated (``finish``)."""
+    if every is None:
+        parser.add_argument("--eval-episodes", type=int, default=10,
+                            help="episodes of the final deterministic policy, on unseen start "
+                                 "states")
+    else:
+        parser.add_argument("--eval-episodes", type=int, default=10,
+                            help="episodes of the deterministic policy, on unseen start states")
+        parser.add_argument("--eval-every", type=int, default=every,
+                            help=f"{unit} between evaluations of the deterministic policy "
+                                 "(OUT/eval_returns.csv; 0: only the final one)")
     if save_actor:
         parser.add_argument("--save-actor", type=Path, default=None,
                             help="also save the trained actor module there "
@@ -495,6 +592,19 @@ class Evaluator:
         crossed = [frames for frames, ret in self.evaluations if ret >= target]
         print(f"first_eval_at_target={crossed[0] if crossed else 'none'} (target {target:g}, "
               f"evaluated every {self.every} steps)")
+
+
+def deterministic_evaluator(args: argparse.Namespace, actor, stepper: EnvStepper) -> Evaluator:
+    """An ``Evaluator`` of ``actor``'s deterministic action (the squashed mean) on the
+    environment of ``stepper``, every ``args.eval_every`` frames, ``args.eval_episodes`` episodes
+    on start states seeded ``10_000 + 100 * args.seed, ...``."""
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        td = stepper.observation_of(observation)
+        return act(actor, td, ExplorationType.DETERMINISTIC).cpu().numpy()
+
+    return Evaluator(stepper.env_id, policy, seed=10_000 + 100 * args.seed,
+                     episodes=args.eval_episodes, every=args.eval_every)
 
 
 def show_progress(pbar, episodes, frames: int, **values: str) -> None:
@@ -535,3 +645,31 @@ def report(start_time: float, episodes, eval_returns: list[float] | None = None)
         print(f"eval_return={np.mean(eval_returns):.1f}")
     final = np.mean(eval_returns) if eval_returns is not None else train_return
     print(f"final_return={final:.1f}")
+
+
+def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
+           env_id: str | None = None, policy: Callable | None = None,
+           evaluator: Evaluator | None = None, actor=None, target: float | None = None,
+           evaluations=None, **curve: str) -> list[float] | None:
+    """A tutorial's last lines: ``save_learning_curve(args.out, episodes, title, evaluations,
+    **curve)`` (the ``evaluator``'s evaluations if given); the final policy's evaluation:
+    ``evaluator.run()``, or with ``policy`` (deterministic, an observation array in and an
+    ``env_id`` action out) ``args.eval_episodes`` episodes on start states seeded
+    ``10_000 + 100 * args.seed, ...`` (no training episode had them); ``actor`` saved to
+    ``args.save_actor`` if that flag is set; ``first_eval_at_target=`` if ``target`` is given;
+    then ``report``. Returns the evaluation returns (None without evaluation)."""
+    if evaluator is not None:
+        evaluations = evaluator.evaluations
+    save_learning_curve(args.out, episodes, title, evaluations, **curve)
+    eval_returns = None
+    if evaluator is not None:
+        eval_returns = evaluator.run()
+    elif policy is not None:
+        eval_returns = evaluate(env_id, policy, seed=10_000 + 100 * args.seed,
+                                episodes=args.eval_episodes)
+    if actor is not None and getattr(args, "save_actor", None) is not None:
+        torch.save(actor, args.save_actor)
+    if target is not None:
+        evaluator.print_first_at(target)
+    report(start_time, episodes, eval_returns)
+    return eval_returns
