@@ -37,6 +37,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -180,10 +181,16 @@ class EnvStepper:
         """The current observation as a TensorDict on the device."""
         return self.observation_of(self.obs)
 
-    def step(self, action: torch.Tensor) -> TensorDict:
+    def step(self, action: torch.Tensor, env_action: torch.Tensor | None = None,
+             **entries: torch.Tensor) -> TensorDict:
+        """One step with ``action`` (the environment gets ``env_action`` instead where given,
+        e.g. the action clipped to the bounds, while the transition keeps ``action``); the
+        transition also holds ``entries`` (e.g. a teacher's action for the observation)."""
         td = self.observation()
+        td.update(entries)
         td["action"] = action
-        self.obs, reward, terminated, truncated, _ = self.env.step(action.cpu().numpy())
+        env_action = action if env_action is None else env_action
+        self.obs, reward, terminated, truncated, _ = self.env.step(env_action.cpu().numpy())
         # ("next", "observation") is the true successor: the reset below only replaces self.obs.
         # Only termination stops bootstrapping (Pendulum's episodes are truncated, never ended).
         td["next"] = TensorDict(observation=self.tensor(self.obs),
@@ -218,33 +225,90 @@ def replay_memory(size: int, batch_size: int, device: torch.device, **kwargs) ->
                                   batch_size=batch_size, **kwargs)
 
 
-def off_policy_loop(total_frames: int, stepper: EnvStepper, actor, action_spec: Bounded,
-                    replay_buffer: TensorDictReplayBuffer,
-                    update: Callable[[TensorDict], TensorDict], *, learning_starts: int,
-                    evaluator: "Evaluator", updates_per_step: int = 1) -> None:
-    """The SAC-family tutorials' loop, one environment step a frame for ``total_frames`` frames:
-    act uniformly at random (``action_spec.rand()``) for the first ``learning_starts`` frames,
-    then sample ``a ~ pi(.|s)`` from ``actor``; store the transition in ``replay_buffer``; after
-    ``learning_starts``, call ``update(minibatch)`` (the tutorial's gradient step, returning the
-    loss outputs) ``updates_per_step`` times; ``evaluator.maybe(frame)``; every 1,000 frames
-    the progress bar shows the mean return and the loss outputs' ``alpha``. Closes
-    ``stepper`` at the end."""
+def off_policy_loop(total_frames: int, stepper: EnvStepper, action_spec: Bounded,
+                    explore: Callable[[TensorDict], torch.Tensor],
+                    replay_buffer: TensorDictReplayBuffer, update: Callable[[TensorDict], Any], *,
+                    learning_starts: int, updates_per_step: int = 1,
+                    evaluator: "Evaluator | None" = None,
+                    env_action: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    labels: Callable[[np.ndarray], dict] | None = None,
+                    log: Callable[[int, Any], dict] | None = None, log_every: int = 1000) -> None:
+    """The Pendulum off-policy tutorials' loop, one environment step a frame for
+    ``total_frames`` frames:
+
+    1. act uniformly at random (``action_spec.rand()``) for the first ``learning_starts`` frames,
+       then with ``explore(observation td)`` (the behaviour policy); the environment gets
+       ``env_action(action)`` where given (e.g. clipped), the transition keeps the action and
+       the entries ``labels(observation array)`` where given (e.g. a teacher's action);
+    2. store the transition in ``replay_buffer``;
+    3. after ``learning_starts``, ``updates_per_step`` times ``losses = update(minibatch)`` (the
+       tutorial's gradient step);
+    4. ``evaluator.maybe(frame)`` where given; every ``log_every`` frames the progress bar shows
+       the mean return of the last 10 episodes and the strings of ``log(frame, last losses)``
+       (``losses`` is None before the first update).
+
+    Closes ``stepper`` at the end; the episodes are in ``stepper.episodes``."""
     pbar = tqdm(total=total_frames, unit="frames")
     losses = None
     for frame in range(1, total_frames + 1):
-        if frame <= learning_starts:
-            action = action_spec.rand()
-        else:
-            action = act(actor, stepper.observation(), ExplorationType.RANDOM)
-        replay_buffer.add(stepper.step(action))
+        td = stepper.observation()
+        action = action_spec.rand() if frame <= learning_starts else explore(td)
+        replay_buffer.add(stepper.step(action, None if env_action is None else env_action(action),
+                                       **({} if labels is None else labels(stepper.obs))))
         for _ in range(updates_per_step if frame > learning_starts else 0):
             losses = update(replay_buffer.sample())
-        evaluator.maybe(frame)
-        if frame % 1000 == 0:
-            alpha = f"{float(losses['alpha']):.3f}" if frame > learning_starts else "n/a"
-            show_progress(pbar, stepper.episodes, frame, alpha=alpha)
+        if evaluator is not None:
+            evaluator.maybe(frame)
+        if frame % log_every == 0:
+            show_progress(pbar, stepper.episodes, frame, **({} if log is None else log(frame, losses)))
     pbar.close()
     stepper.close()
+
+
+def sample_action(actor) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``off_policy_loop``: ``a ~ pi(.|s)`` for one observation (``act``
+    with ``ExplorationType.RANDOM``)."""
+    return lambda td: act(actor, td, ExplorationType.RANDOM)
+
+
+def gaussian_exploration(actor, action_spec: Bounded,
+                         std: float) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``off_policy_loop`` (TD3's, DDPG's): the deterministic ``actor``'s
+    mu(s) plus Gaussian noise of std ``std`` in units of the upper bound, clipped to the
+    bounds."""
+    max_action = action_spec.space.high
+
+    def explore(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad():
+            action = actor(td)["action"]
+        noise = torch.randn_like(action) * std * max_action
+        return (action + noise).clamp(action_spec.space.low, action_spec.space.high)
+
+    return explore
+
+
+def alpha_postfix(frame: int, losses) -> dict:
+    """For ``off_policy_loop``'s ``log``: the SAC temperature ``alpha`` of the last loss outputs
+    ("n/a" before the first update)."""
+    return {"alpha": f"{float(losses['alpha']):.3f}" if losses is not None else "n/a"}
+
+
+def deterministic_action(actor, device: torch.device,
+                         clip_to: Bounded | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """An evaluation policy for ``evaluate``: ``actor``'s deterministic action (its mean, no
+    sampling or noise) for an observation array, clipped to the bounds of ``clip_to`` where
+    given."""
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            action = actor(td)["action"]
+        if clip_to is not None:
+            action = action.clamp(clip_to.space.low, clip_to.space.high)
+        return action.cpu().numpy()
+
+    return policy
 
 
 def bounded_spec(space: gym.spaces.Box, device: torch.device) -> Bounded:
@@ -650,17 +714,21 @@ def report(start_time: float, episodes, eval_returns: list[float] | None = None)
 def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
            env_id: str | None = None, policy: Callable | None = None,
            evaluator: Evaluator | None = None, actor=None, target: float | None = None,
-           evaluations=None, **curve: str) -> list[float] | None:
+           evaluations=None, plot: bool = True, **curve: str) -> list[float] | None:
     """A tutorial's last lines: ``save_learning_curve(args.out, episodes, title, evaluations,
     **curve)`` (the ``evaluator``'s evaluations if given); the final policy's evaluation:
     ``evaluator.run()``, or with ``policy`` (deterministic, an observation array in and an
     ``env_id`` action out) ``args.eval_episodes`` episodes on start states seeded
-    ``10_000 + 100 * args.seed, ...`` (no training episode had them); ``actor`` saved to
+    ``10_000 + 100 * args.seed, ...`` (no training episode had them); with ``plot=False`` only
+    ``OUT/returns.csv`` (the tutorial draws its own figure); ``actor`` saved to
     ``args.save_actor`` if that flag is set; ``first_eval_at_target=`` if ``target`` is given;
     then ``report``. Returns the evaluation returns (None without evaluation)."""
     if evaluator is not None:
         evaluations = evaluator.evaluations
-    save_learning_curve(args.out, episodes, title, evaluations, **curve)
+    if plot:
+        save_learning_curve(args.out, episodes, title, evaluations, **curve)
+    else:  # the tutorial draws its own OUT/curve.png
+        write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
     eval_returns = None
     if evaluator is not None:
         eval_returns = evaluator.run()

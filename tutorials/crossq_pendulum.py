@@ -82,6 +82,7 @@ import itertools
 
 import torch
 from _helpers import (  # tutorials/_helpers.py: the plumbing
+    alpha_postfix,
     deterministic_evaluator,
     evaluation_flags,
     finish,
@@ -89,6 +90,7 @@ from _helpers import (  # tutorials/_helpers.py: the plumbing
     off_policy_loop,
     q_critic,
     replay_memory,
+    sample_action,
     start,
     tanh_normal_actor,
     tutorial_parser,
@@ -150,8 +152,8 @@ def update(batch):
 
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
 # transition, update after LEARNING_STARTS, evaluate every --eval-every frames ----
-off_policy_loop(args.total_frames, stepper, actor, action_spec, replay_buffer, update,
-                learning_starts=LEARNING_STARTS, evaluator=evaluator)
+off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
+                update, learning_starts=LEARNING_STARTS, evaluator=evaluator, log=alpha_postfix)
 
 # ---- Save the learning curve, evaluate the final policy on start states training never
 # scored, save the actor (--save-actor), report ----

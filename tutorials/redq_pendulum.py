@@ -55,6 +55,7 @@ the final deterministic policy's evaluation episodes).
 
 import torch
 from _helpers import (  # tutorials/_helpers.py: the plumbing
+    alpha_postfix,
     deterministic_evaluator,
     evaluation_flags,
     finish,
@@ -62,6 +63,7 @@ from _helpers import (  # tutorials/_helpers.py: the plumbing
     off_policy_loop,
     q_critic,
     replay_memory,
+    sample_action,
     start,
     tanh_normal_actor,
     tutorial_parser,
@@ -122,8 +124,9 @@ def update(batch):
 
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
 # transition, update G times after LEARNING_STARTS, evaluate every --eval-every frames ----
-off_policy_loop(args.total_frames, stepper, actor, action_spec, replay_buffer, update,
-                learning_starts=LEARNING_STARTS, evaluator=evaluator, updates_per_step=args.utd)
+off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
+                update, learning_starts=LEARNING_STARTS, updates_per_step=args.utd, evaluator=evaluator,
+                log=alpha_postfix)
 
 # ---- Save the learning curve, evaluate the final policy on start states training never
 # scored, save the actor (--save-actor), report ----
