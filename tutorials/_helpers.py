@@ -565,6 +565,35 @@ class OfflineDataset:
         pbar.close()
 
 
+def offline_parser(doc: str, default_out: str) -> argparse.ArgumentParser:
+    """The offline tutorials' flags: ``tutorial_parser``'s (``--total-frames`` counts gradient
+    steps, 20,000), ``--dataset`` (what ``offline_dataset.py`` wrote), ``--eval-episodes`` and
+    ``--eval-every`` (1,000 gradient steps)."""
+    parser = tutorial_parser(doc, default_out, total_frames=20_000,
+                             frames_help="gradient steps (an offline learner collects no frames)")
+    parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                        help="written by offline_dataset.py")
+    evaluation_flags(parser, every=1_000, unit="gradient steps")
+    return parser
+
+
+def env_spec(env_id: str, device: torch.device) -> tuple[Bounded, int, int]:
+    """``env_id``'s action space as a TorchRL spec on ``device`` (``bounded_spec``), its
+    observation and action dims (the offline tutorials never step the environment)."""
+    env = gym.make(env_id)
+    action_spec = bounded_spec(env.action_space, device)
+    return action_spec, env.observation_space.shape[0], action_spec.shape[-1]
+
+
+def finish_offline(args: argparse.Namespace, start_time: float, curve, title: str, env_id: str,
+                   policy: Callable) -> list[float]:
+    """``finish`` for the offline tutorials: ``OUT/returns.csv`` and ``OUT/curve.png`` hold the
+    evaluation returns against gradient steps (``curve``, running mean over 5), and the final
+    ``policy`` plays ``args.eval_episodes`` episodes on start states the dataset never saw."""
+    return finish(args, start_time, curve, title, env_id=env_id, policy=policy, window=5,
+                  xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+
+
 # ---------------------------------------------------------------- results
 
 
