@@ -1,16 +1,25 @@
 """What the tutorials share that is not reinforcement learning: the one module they import besides
 rlloss, TorchRL and the usual libraries. Each tutorial builds its own networks and losses and
-writes its own training loop; these are the plumbing around them.
+writes its own update step; these are the plumbing around them.
 
 Command line and set-up
     ``tutorial_parser``: ``--seed``, ``--total-frames``, ``--device``, ``--out`` (a tutorial adds
-    its own flags); ``start``: seeds torch, one CPU thread, starts the clock.
+    its own flags), ``offline_parser`` (the offline tutorials' flags); ``start``: seeds torch,
+    one CPU thread, starts the clock.
 Environments and collection
-    ``make_vec`` and ``VectorCollector`` (several gymnasium environments stepped together,
-    transitions as TensorDicts with the true successor state), ``EnvStepper`` (the same for one
-    environment stepped one action at a time), ``bounded_spec``; behaviour policies ``act``,
-    ``sample_from``, ``epsilon_greedy`` (with ``linear_epsilon``), evaluation policies
-    ``most_probable_action``.
+    ``make_vec`` (``discrete_vec``: with the observation dim and the number of actions) and
+    ``VectorCollector`` (several gymnasium environments stepped together, transitions as
+    TensorDicts with the true successor state), ``start_collection`` (a collector, the number of
+    iterations and a progress bar); ``EnvStepper`` (the same for one environment stepped one
+    action at a time; ``make_stepper``: with its action spec and dims), ``bounded_spec``,
+    ``env_spec``; ``replay_memory`` (a TorchRL replay buffer on the training device).
+Behaviour and evaluation policies
+    ``act``, ``sample_from``, ``sample_action``, ``gaussian_exploration``, ``epsilon_greedy``
+    (with ``linear_epsilon``; ``collect_epsilon_greedy``: the DQN family's acting phase);
+    ``most_probable_action``, ``greedy_action``, ``deterministic_action``.
+Loops
+    ``off_policy_loop``: the Pendulum off-policy tutorials' act / store / update / evaluate loop,
+    one environment step a frame, calling the tutorial's own ``update(minibatch)``.
 Networks
     ``categorical_actor_critic`` (the CartPole policy-gradient tutorials), ``mlp`` (optionally with
     a normalisation layer before every linear layer, CrossQ's placement), ``tanh_normal_actor``,
@@ -20,13 +29,16 @@ Offline data
     ``OfflineDataset``: the transitions ``offline_dataset.py`` writes, observations standardised,
     sampled in minibatches with periodic evaluations (``training_steps``).
 Results
-    ``evaluation_flags`` and ``Evaluator`` (periodic and final evaluations), ``show_progress``,
-    ``evaluate`` (full episodes of a deterministic policy on unseen start states),
-    ``save_learning_curve`` (``OUT/returns.csv``, ``OUT/eval_returns.csv`` when there are periodic
-    evaluations, ``OUT/curve.png``) and ``report``: every tutorial's last lines ``wall_time=...``,
+    ``evaluation_flags`` and ``Evaluator`` (periodic and final evaluations;
+    ``deterministic_evaluator``), ``show_progress`` (``alpha_postfix``), ``evaluate`` (full
+    episodes of a deterministic policy on unseen start states), ``save_learning_curve``
+    (``OUT/returns.csv``, ``OUT/eval_returns.csv`` when there are periodic evaluations,
+    ``OUT/curve.png``) and ``report``: every tutorial's last lines ``wall_time=...``,
     ``train_return=<mean return of the last 10 finished training episodes>``, for tutorials that
     evaluate their final policy ``eval_return=<mean return of the evaluation episodes>``, and last
     ``final_return=...``: the evaluation mean where there is one, else the training mean.
+    ``finish`` (``finish_offline``) does a tutorial's last steps: the learning curve, the final
+    evaluation, the report.
 """
 
 import argparse
@@ -88,6 +100,13 @@ def make_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     following step() on the reset and ignore its action.)"""
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+def discrete_vec(env_id: str, num_envs: int) -> tuple[gym.vector.VectorEnv, int, int]:
+    """``make_vec(env_id, num_envs)`` for an environment of discrete actions (CartPole), with its
+    observation dim and its number of actions."""
+    envs = make_vec(env_id, num_envs)
+    return envs, envs.single_observation_space.shape[0], envs.single_action_space.n
 
 
 class VectorCollector:

@@ -39,18 +39,18 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 import torch
 from _helpers import (  # tutorials/_helpers.py
     collect_epsilon_greedy,
+    discrete_vec,
     evaluation_flags,
     finish,
     greedy_action,
     linear_epsilon,
-    make_vec,
+    replay_memory,
     show_progress,
     start,
     start_collection,
     tutorial_parser,
 )
 from torch import nn
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, DistributionalQValueActor
 from torchrl.objectives import HardUpdate
 
@@ -79,9 +79,7 @@ ATOMS, V_MIN, V_MAX = 51, 0.0, 100.0  # the support: C51's 51 atoms over the ret
 device, start_time = start(args)  # seeds network init, exploration and replay sampling
 
 # Environment: NUM_ENVS CartPoles stepped together.
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # p(s, ., .): an MLP writes ATOMS x num_actions logits; DistributionalQValueActor turns them into
 # log-probabilities over the atoms ("action_value") and adds the greedy "action" (an index).
@@ -97,9 +95,7 @@ loss_module = DistributionalDQNLoss(actor, gamma=GAMMA).to(device)
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_INTERVAL - 1)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-storage = LazyTensorStorage(BUFFER_SIZE, device=device)
-replay_buffer = TensorDictReplayBuffer(storage=storage, batch_size=BATCH_SIZE)
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
 collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,

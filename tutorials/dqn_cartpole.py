@@ -40,18 +40,18 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 import torch
 from _helpers import (  # tutorials/_helpers.py
     collect_epsilon_greedy,
+    discrete_vec,
     evaluation_flags,
     finish,
     greedy_action,
     linear_epsilon,
-    make_vec,
+    replay_memory,
     show_progress,
     start,
     start_collection,
     tutorial_parser,
 )
 from torch import nn
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import HardUpdate, ValueEstimators
 
@@ -81,9 +81,7 @@ MAX_GRAD_NORM = 10.0
 device, start_time = start(args)  # seeds network init, exploration and replay sampling
 
 # Environment: NUM_ENVS CartPoles stepped together.
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Q(s, .): an MLP writes "action_value"; QValueActor adds the greedy "action" (an index).
 q_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
@@ -98,14 +96,14 @@ loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_INTERVAL - 1)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-storage = LazyTensorStorage(BUFFER_SIZE, device=device)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda); with --per,
+# sampled in proportion to the priorities the loss's "td_error" gives.
 if args.per:
     sampler = PrioritizedSampler(BUFFER_SIZE, alpha=0.6, beta=0.4)
-    replay_buffer = TensorDictReplayBuffer(storage=storage, sampler=sampler,
-                                           priority_key="td_error", batch_size=BATCH_SIZE)
+    replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device, sampler=sampler,
+                                  priority_key="td_error")
 else:
-    replay_buffer = TensorDictReplayBuffer(storage=storage, batch_size=BATCH_SIZE)
+    replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
 
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
     categorical_actor_critic,
-    make_vec,
+    discrete_vec,
     plot_returns,
     report,
     sample_from,
@@ -60,9 +60,7 @@ MAX_GRAD_NORM = 0.5
 device, start_time = start(args, one_thread=False)
 
 # Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (as ppo_cartpole.py).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) = Categorical(logits(s)), which also writes "action_log_prob", and value function
 # V(s): separate 64-64 tanh MLPs, the networks of ppo_cartpole.py.

@@ -57,9 +57,9 @@ KLs after each training phase) and ``OUT/curve.png`` (returns, duals, KLs); it p
 import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
+    discrete_vec,
     evaluation_flags,
     finish,
-    make_vec,
     most_probable_action,
     plot_returns,
     replay_memory,
@@ -99,9 +99,7 @@ TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 device, start_time = start(args)  # seeds network init, exploration and replay sampling
 
 # Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (_helpers.make_vec).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # pi(a|s) = Categorical(softmax(logits(s))); the sampled "action" is an index.
 actor = ProbabilisticActor(

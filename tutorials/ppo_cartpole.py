@@ -22,8 +22,8 @@ printed line is ``final_return=<mean return of the last 10 episodes>``.
 
 import torch
 from _helpers import (  # tutorials/_helpers.py
+    discrete_vec,
     finish,
-    make_vec,
     sample_from,
     show_progress,
     start,
@@ -54,9 +54,7 @@ device, start_time = start(args)  # seeds network init and action sampling
 
 # Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
 # step() returns the first observation of the next one (see _helpers.make_vec).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s): an MLP writes "logits"; ProbabilisticActor samples "action" from
 # Categorical(logits) and records its log-probability (the "old" log-prob of the PPO ratio).

@@ -55,9 +55,9 @@ import torch
 from _helpers import (  # tutorials/_helpers.py
     VectorCollector,
     categorical_actor_critic,
+    discrete_vec,
     evaluation_flags,
     finish,
-    make_vec,
     most_probable_action,
     sample_from,
     show_progress,
@@ -80,9 +80,7 @@ LR = 1e-3  # linearly annealed to 0
 device, start_time = start(args)  # seeds network init and action sampling
 
 # Environment: NUM_ENVS CartPoles stepped together.
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) (writes "logits", samples "action") and the baseline V(s) ("state_value"):
 # separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
