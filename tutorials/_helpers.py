@@ -762,7 +762,7 @@ def report(start_time: float, episodes, eval_returns: list[float] | None = None)
 def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
            env_id: str | None = None, policy: Callable | None = None,
            evaluator: Evaluator | None = None, actor=None, target: float | None = None,
-           evaluations=None, plot: bool = True, **curve: str) -> list[float] | None:
+           evaluations=None, plot: bool = True, **curve: Any) -> list[float] | None:
     """A tutorial's last lines: ``save_learning_curve(args.out, episodes, title, evaluations,
     **curve)`` (the ``evaluator``'s evaluations if given); the final policy's evaluation:
     ``evaluator.run()``, or with ``policy`` (deterministic, an observation array in and an
