@@ -1,16 +1,25 @@
 """What the tutorials share that is not reinforcement learning: the one module they import besides
 rlloss, TorchRL and the usual libraries. Each tutorial builds its own networks and losses and
-writes its own training loop; these are the plumbing around them.
+writes its own update step; these are the plumbing around them.
 
 Command line and set-up
     ``tutorial_parser``: ``--seed``, ``--total-frames``, ``--device``, ``--out`` (a tutorial adds
-    its own flags); ``start``: seeds torch, one CPU thread, starts the clock.
+    its own flags), ``offline_parser`` (the offline tutorials' flags); ``start``: seeds torch,
+    one CPU thread, starts the clock.
 Environments and collection
-    ``make_vec`` and ``VectorCollector`` (several gymnasium environments stepped together,
-    transitions as TensorDicts with the true successor state), ``EnvStepper`` (the same for one
-    environment stepped one action at a time), ``bounded_spec``; behaviour policies ``act``,
-    ``sample_from``, ``epsilon_greedy`` (with ``linear_epsilon``), evaluation policies
-    ``most_probable_action``.
+    ``make_vec`` (``discrete_vec``: with the observation dim and the number of actions) and
+    ``VectorCollector`` (several gymnasium environments stepped together, transitions as
+    TensorDicts with the true successor state), ``start_collection`` (a collector, the number of
+    iterations and a progress bar); ``EnvStepper`` (the same for one environment stepped one
+    action at a time; ``make_stepper``: with its action spec and dims), ``bounded_spec``,
+    ``env_spec``; ``replay_memory`` (a TorchRL replay buffer on the training device).
+Behaviour and evaluation policies
+    ``act``, ``sample_from``, ``sample_action``, ``gaussian_exploration``, ``epsilon_greedy``
+    (with ``linear_epsilon``; ``collect_epsilon_greedy``: the DQN family's acting phase);
+    ``most_probable_action``, ``greedy_action``, ``deterministic_action``.
+Loops
+    ``off_policy_loop``: the Pendulum off-policy tutorials' act / store / update / evaluate loop,
+    one environment step a frame, calling the tutorial's own ``update(minibatch)``.
 Networks
     ``categorical_actor_critic`` (the CartPole policy-gradient tutorials), ``mlp`` (optionally with
     a normalisation layer before every linear layer, CrossQ's placement), ``tanh_normal_actor``,
@@ -20,13 +29,16 @@ Offline data
     ``OfflineDataset``: the transitions ``offline_dataset.py`` writes, observations standardised,
     sampled in minibatches with periodic evaluations (``training_steps``).
 Results
-    ``evaluation_flags`` and ``Evaluator`` (periodic and final evaluations), ``show_progress``,
-    ``evaluate`` (full episodes of a deterministic policy on unseen start states),
-    ``save_learning_curve`` (``OUT/returns.csv``, ``OUT/eval_returns.csv`` when there are periodic
-    evaluations, ``OUT/curve.png``) and ``report``: every tutorial's last lines ``wall_time=...``,
+    ``evaluation_flags`` and ``Evaluator`` (periodic and final evaluations;
+    ``deterministic_evaluator``), ``show_progress`` (``alpha_postfix``), ``evaluate`` (full
+    episodes of a deterministic policy on unseen start states), ``save_learning_curve``
+    (``OUT/returns.csv``, ``OUT/eval_returns.csv`` when there are periodic evaluations,
+    ``OUT/curve.png``) and ``report``: every tutorial's last lines ``wall_time=...``,
     ``train_return=<mean return of the last 10 finished training episodes>``, for tutorials that
     evaluate their final policy ``eval_return=<mean return of the evaluation episodes>``, and last
     ``final_return=...``: the evaluation mean where there is one, else the training mean.
+    ``finish`` (``finish_offline``) does a tutorial's last steps: the learning curve, the final
+    evaluation, the report.
 """
 
 import argparse
@@ -37,6 +49,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -45,7 +58,7 @@ from matplotlib.figure import Figure  # the object-oriented API renders with Agg
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import Bounded, LazyMemmapStorage, TensorDictReplayBuffer
+from torchrl.data import Bounded, LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhModule, TanhNormal, ValueOperator
 from tqdm import tqdm
@@ -66,13 +79,13 @@ def tutorial_parser(doc: str, default_out: str, total_frames: int,
     return parser
 
 
-def start(args: argparse.Namespace) -> tuple[torch.device, float]:
+def start(args: argparse.Namespace, one_thread: bool = True) -> tuple[torch.device, float]:
     """Seed torch with ``args.seed`` (network init, exploration, minibatch sampling), use one CPU
-    thread (small MLPs: more threads only add synchronisation, and thrash), and return the
-    device and the start time."""
+    thread unless ``one_thread`` is False (small MLPs: more threads only add synchronisation, and
+    thrash), and return the device and the start time."""
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    if device.type == "cpu":
+    if device.type == "cpu" and one_thread:
         torch.set_num_threads(1)
     return device, time.perf_counter()
 
@@ -87,6 +100,13 @@ def make_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     following step() on the reset and ignore its action.)"""
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+def discrete_vec(env_id: str, num_envs: int) -> tuple[gym.vector.VectorEnv, int, int]:
+    """``make_vec(env_id, num_envs)`` for an environment of discrete actions (CartPole), with its
+    observation dim and its number of actions."""
+    envs = make_vec(env_id, num_envs)
+    return envs, envs.single_observation_space.shape[0], envs.single_action_space.n
 
 
 class VectorCollector:
@@ -143,6 +163,17 @@ class VectorCollector:
         return td.select("observation", "action", "next", *keep)
 
 
+def start_collection(envs: gym.vector.VectorEnv, device: torch.device, seed: int, num_steps: int,
+                     total_frames: int) -> tuple[VectorCollector, int, tqdm]:
+    """The on-policy and DQN-family loops' start: a ``VectorCollector`` of ``envs`` (env i
+    seeded with ``seed + i``), the number of iterations of ``num_steps`` steps of every env that
+    fit in ``total_frames`` (at least one), and a progress bar over their frames."""
+    collector = VectorCollector(envs, device, seed=seed)
+    frames_per_batch = envs.num_envs * num_steps
+    num_iterations = max(1, total_frames // frames_per_batch)
+    return collector, num_iterations, tqdm(total=num_iterations * frames_per_batch, unit="frames")
+
+
 class EnvStepper:
     """One gymnasium environment, stepped one action at a time. ``observation()`` is the current
     state as a TensorDict; ``step(action)`` returns the transition (observation, action, next:
@@ -151,7 +182,7 @@ class EnvStepper:
     every finished episode."""
 
     def __init__(self, env_id: str, device: torch.device, seed: int) -> None:
-        self.env, self.device = gym.make(env_id), device
+        self.env, self.env_id, self.device = gym.make(env_id), env_id, device
         self.obs, _ = self.env.reset(seed=seed)
         self.episode_return = 0.0
         self.episodes: list[tuple[int, float]] = []
@@ -169,10 +200,16 @@ class EnvStepper:
         """The current observation as a TensorDict on the device."""
         return self.observation_of(self.obs)
 
-    def step(self, action: torch.Tensor) -> TensorDict:
+    def step(self, action: torch.Tensor, env_action: torch.Tensor | None = None,
+             **entries: torch.Tensor) -> TensorDict:
+        """One step with ``action`` (the environment gets ``env_action`` instead where given,
+        e.g. the action clipped to the bounds, while the transition keeps ``action``); the
+        transition also holds ``entries`` (e.g. a teacher's action for the observation)."""
         td = self.observation()
+        td.update(entries)
         td["action"] = action
-        self.obs, reward, terminated, truncated, _ = self.env.step(action.cpu().numpy())
+        env_action = action if env_action is None else env_action
+        self.obs, reward, terminated, truncated, _ = self.env.step(env_action.cpu().numpy())
         # ("next", "observation") is the true successor: the reset below only replaces self.obs.
         # Only termination stops bootstrapping (Pendulum's episodes are truncated, never ended).
         td["next"] = TensorDict(observation=self.tensor(self.obs),
@@ -189,6 +226,108 @@ class EnvStepper:
 
     def close(self) -> None:
         self.env.close()
+
+
+def make_stepper(env_id: str, device: torch.device, seed: int) -> tuple[EnvStepper, Bounded, int, int]:
+    """An ``EnvStepper`` of ``env_id`` (reset with ``seed``), its action space as a TorchRL spec
+    (``bounded_spec``), the observation and the action dims: the Pendulum tutorials' start."""
+    stepper = EnvStepper(env_id, device, seed=seed)
+    action_spec = bounded_spec(stepper.env.action_space, device)
+    return stepper, action_spec, stepper.env.observation_space.shape[0], action_spec.shape[-1]
+
+
+def replay_memory(size: int, batch_size: int, device: torch.device, **kwargs) -> TensorDictReplayBuffer:
+    """A TorchRL replay buffer of ``size`` transitions stored on ``device`` (a GPU buffer with
+    ``--device cuda``), sampling minibatches of ``batch_size`` (uniformly, unless ``kwargs``
+    give a ``sampler`` and its ``priority_key``)."""
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(size, device=device),
+                                  batch_size=batch_size, **kwargs)
+
+
+def off_policy_loop(total_frames: int, stepper: EnvStepper, action_spec: Bounded,
+                    explore: Callable[[TensorDict], torch.Tensor],
+                    replay_buffer: TensorDictReplayBuffer, update: Callable[[TensorDict], Any], *,
+                    learning_starts: int, updates_per_step: int = 1,
+                    evaluator: "Evaluator | None" = None,
+                    env_action: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    labels: Callable[[np.ndarray], dict] | None = None,
+                    log: Callable[[int, Any], dict] | None = None, log_every: int = 1000) -> None:
+    """The Pendulum off-policy tutorials' loop, one environment step a frame for
+    ``total_frames`` frames:
+
+    1. act uniformly at random (``action_spec.rand()``) for the first ``learning_starts`` frames,
+       then with ``explore(observation td)`` (the behaviour policy); the environment gets
+       ``env_action(action)`` where given (e.g. clipped), the transition keeps the action and
+       the entries ``labels(observation array)`` where given (e.g. a teacher's action);
+    2. store the transition in ``replay_buffer``;
+    3. after ``learning_starts``, ``updates_per_step`` times ``losses = update(minibatch)`` (the
+       tutorial's gradient step);
+    4. ``evaluator.maybe(frame)`` where given; every ``log_every`` frames the progress bar shows
+       the mean return of the last 10 episodes and the strings of ``log(frame, last losses)``
+       (``losses`` is None before the first update).
+
+    Closes ``stepper`` at the end; the episodes are in ``stepper.episodes``."""
+    pbar = tqdm(total=total_frames, unit="frames")
+    losses = None
+    for frame in range(1, total_frames + 1):
+        td = stepper.observation()
+        action = action_spec.rand() if frame <= learning_starts else explore(td)
+        replay_buffer.add(stepper.step(action, None if env_action is None else env_action(action),
+                                       **({} if labels is None else labels(stepper.obs))))
+        for _ in range(updates_per_step if frame > learning_starts else 0):
+            losses = update(replay_buffer.sample())
+        if evaluator is not None:
+            evaluator.maybe(frame)
+        if frame % log_every == 0:
+            show_progress(pbar, stepper.episodes, frame, **({} if log is None else log(frame, losses)))
+    pbar.close()
+    stepper.close()
+
+
+def sample_action(actor) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``off_policy_loop``: ``a ~ pi(.|s)`` for one observation (``act``
+    with ``ExplorationType.RANDOM``)."""
+    return lambda td: act(actor, td, ExplorationType.RANDOM)
+
+
+def gaussian_exploration(actor, action_spec: Bounded,
+                         std: float) -> Callable[[TensorDict], torch.Tensor]:
+    """A behaviour policy for ``off_policy_loop`` (TD3's, DDPG's): the deterministic ``actor``'s
+    mu(s) plus Gaussian noise of std ``std`` in units of the upper bound, clipped to the
+    bounds."""
+    max_action = action_spec.space.high
+
+    def explore(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad():
+            action = actor(td)["action"]
+        noise = torch.randn_like(action) * std * max_action
+        return (action + noise).clamp(action_spec.space.low, action_spec.space.high)
+
+    return explore
+
+
+def alpha_postfix(frame: int, losses) -> dict:
+    """For ``off_policy_loop``'s ``log``: the SAC temperature ``alpha`` of the last loss outputs
+    ("n/a" before the first update)."""
+    return {"alpha": f"{float(losses['alpha']):.3f}" if losses is not None else "n/a"}
+
+
+def deterministic_action(actor, device: torch.device,
+                         clip_to: Bounded | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """An evaluation policy for ``evaluate``: ``actor``'s deterministic action (its mean, no
+    sampling or noise) for an observation array, clipped to the bounds of ``clip_to`` where
+    given."""
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            action = actor(td)["action"]
+        if clip_to is not None:
+            action = action.clamp(clip_to.space.low, clip_to.space.high)
+        return action.cpu().numpy()
+
+    return policy
 
 
 def bounded_spec(space: gym.spaces.Box, device: torch.device) -> Bounded:
@@ -230,6 +369,19 @@ def most_probable_action(actor, device: torch.device) -> Callable[[np.ndarray], 
     return act
 
 
+def greedy_action(actor, device: torch.device) -> Callable[[np.ndarray], int]:
+    """An evaluation policy for ``evaluate``: the greedy ``"action"`` (an index,
+    ``argmax_a Q(s, a)``) of a TorchRL Q-value actor, without exploration."""
+
+    def act(observation: np.ndarray) -> int:
+        td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                    device=device), device=device)
+        with torch.no_grad():
+            return int(actor(td)["action"])
+
+    return act
+
+
 def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorDict], torch.Tensor]:
     """A behaviour policy for ``VectorCollector.step``: ``actor``'s greedy ``"action"`` (an
     index), replaced by a uniformly random one with probability ``epsilon``."""
@@ -244,31 +396,53 @@ def epsilon_greedy(actor, num_actions: int, epsilon: float) -> Callable[[TensorD
     return act
 
 
-def linear_epsilon(frames: int, total_frames: int, *, start: float, end: float, fraction: float,
-                   learning_starts: int) -> float:
-    """rl-zoo's schedule: 1 (uniformly random) before ``learning_starts``; a linear decay from
-    ``start`` to ``end`` over the first ``fraction`` of the frames, then ``end``."""
-    if frames < learning_starts:
-        return 1.0
-    return start + min(1.0, frames / (fraction * total_frames)) * (end - start)
+def collect_epsilon_greedy(collector: "VectorCollector", actor, num_actions: int, num_steps: int,
+                           epsilon_at: Callable[[int], float]) -> tuple[TensorDict, float]:
+    """``num_steps`` steps of every env of ``collector`` with ``epsilon_greedy(actor, num_actions,
+    epsilon)``, ``epsilon = epsilon_at(frames so far)`` before each step (the DQN-family
+    tutorials' acting phase). Returns the transitions, ``[num_envs * num_steps]`` step after
+    step, and the last epsilon."""
+    steps = []
+    for _ in range(num_steps):
+        epsilon = epsilon_at(collector.frames)
+        # the greedy action (the actor's argmax), uniformly random with probability epsilon
+        steps.append(collector.step(epsilon_greedy(actor, num_actions, epsilon)))
+    return torch.cat(steps), epsilon
+
+
+def linear_epsilon(total_frames: int, *, start: float, end: float, fraction: float,
+                   learning_starts: int) -> Callable[[int], float]:
+    """rl-zoo's schedule, epsilon as a function of the frames so far: 1 (uniformly random) before
+    ``learning_starts``; a linear decay from ``start`` to ``end`` over the first ``fraction`` of
+    ``total_frames``, then ``end``."""
+
+    def epsilon_at(frames: int) -> float:
+        if frames < learning_starts:
+            return 1.0
+        return start + min(1.0, frames / (fraction * total_frames)) * (end - start)
+
+    return epsilon_at
 
 
 # ---------------------------------------------------------------- networks
 
 
 def categorical_actor_critic(
-    obs_dim: int, num_actions: int, device: torch.device
+    obs_dim: int, num_actions: int, device: torch.device, return_log_prob: bool = False
 ) -> tuple[ProbabilisticActor, ValueOperator]:
     """The CartPole policy-gradient tutorials' networks, separate 64-64 tanh MLPs
     (stable-baselines3's default for A2C and PPO): ``(actor, critic)``. The actor writes
     ``"logits"`` for ``"observation"`` and samples ``"action"`` from ``Categorical(logits)``: the
-    policy pi(a|s). The critic writes ``"state_value"``: V(s)."""
+    policy pi(a|s) (with ``return_log_prob``, it also writes ``"action_log_prob"``, the log
+    pi_old(a|s) of PPO's ratio). The critic writes ``"state_value"``: V(s). (``ppo_cartpole.py``
+    builds the same two networks in full.)"""
     policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
                      activation_class=nn.Tanh)
     actor = ProbabilisticActor(
         TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
         in_keys=["logits"],
         distribution_class=torch.distributions.Categorical,
+        return_log_prob=return_log_prob,
     )
     critic = ValueOperator(
         MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
@@ -410,6 +584,35 @@ class OfflineDataset:
         pbar.close()
 
 
+def offline_parser(doc: str, default_out: str) -> argparse.ArgumentParser:
+    """The offline tutorials' flags: ``tutorial_parser``'s (``--total-frames`` counts gradient
+    steps, 20,000), ``--dataset`` (what ``offline_dataset.py`` wrote), ``--eval-episodes`` and
+    ``--eval-every`` (1,000 gradient steps)."""
+    parser = tutorial_parser(doc, default_out, total_frames=20_000,
+                             frames_help="gradient steps (an offline learner collects no frames)")
+    parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
+                        help="written by offline_dataset.py")
+    evaluation_flags(parser, every=1_000, unit="gradient steps")
+    return parser
+
+
+def env_spec(env_id: str, device: torch.device) -> tuple[Bounded, int, int]:
+    """``env_id``'s action space as a TorchRL spec on ``device`` (``bounded_spec``), its
+    observation and action dims (the offline tutorials never step the environment)."""
+    env = gym.make(env_id)
+    action_spec = bounded_spec(env.action_space, device)
+    return action_spec, env.observation_space.shape[0], action_spec.shape[-1]
+
+
+def finish_offline(args: argparse.Namespace, start_time: float, curve, title: str, env_id: str,
+                   policy: Callable) -> list[float]:
+    """``finish`` for the offline tutorials: ``OUT/returns.csv`` and ``OUT/curve.png`` hold the
+    evaluation returns against gradient steps (``curve``, running mean over 5), and the final
+    ``policy`` plays ``args.eval_episodes`` episodes on start states the dataset never saw."""
+    return finish(args, start_time, curve, title, env_id=env_id, policy=policy, window=5,
+                  xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -454,15 +657,21 @@ def save_learning_curve(out: Path, episodes, title: str, evaluations=None, *,
     fig.savefig(out / "curve.png", dpi=100, bbox_inches="tight")
 
 
-def evaluation_flags(parser: argparse.ArgumentParser, every: int, unit: str = "env steps",
-                     save_actor: bool = False) -> None:
-    """``--eval-episodes`` (10) and ``--eval-every`` (``every`` ``unit``; 0: only the final
-    evaluation) for ``Evaluator``; with ``save_actor``, ``--save-actor PATH`` too."""
-    parser.add_argument("--eval-episodes", type=int, default=10,
-                        help="episodes of the deterministic policy, on unseen start states")
-    parser.add_argument("--eval-every", type=int, default=every,
-                        help=f"{unit} between evaluations of the deterministic policy "
-                             "(OUT/eval_returns.csv; 0: only the final one)")
+def evaluation_flags(parser: argparse.ArgumentParser, every: int | None = None,
+                     unit: str = "env steps", save_actor: bool = False) -> None:
+    """``--eval-episodes`` (10); with ``every``, ``--eval-every`` too (``every`` ``unit``; 0: only
+    the final evaluation) for ``Evaluator``; with ``save_actor``, ``--save-actor PATH`` too.
+    Without ``every`` only the final policy is evaluated (``finish``)."""
+    if every is None:
+        parser.add_argument("--eval-episodes", type=int, default=10,
+                            help="episodes of the final deterministic policy, on unseen start "
+                                 "states")
+    else:
+        parser.add_argument("--eval-episodes", type=int, default=10,
+                            help="episodes of the deterministic policy, on unseen start states")
+        parser.add_argument("--eval-every", type=int, default=every,
+                            help=f"{unit} between evaluations of the deterministic policy "
+                                 "(OUT/eval_returns.csv; 0: only the final one)")
     if save_actor:
         parser.add_argument("--save-actor", type=Path, default=None,
                             help="also save the trained actor module there "
@@ -495,6 +704,19 @@ class Evaluator:
         crossed = [frames for frames, ret in self.evaluations if ret >= target]
         print(f"first_eval_at_target={crossed[0] if crossed else 'none'} (target {target:g}, "
               f"evaluated every {self.every} steps)")
+
+
+def deterministic_evaluator(args: argparse.Namespace, actor, stepper: EnvStepper) -> Evaluator:
+    """An ``Evaluator`` of ``actor``'s deterministic action (the squashed mean) on the
+    environment of ``stepper``, every ``args.eval_every`` frames, ``args.eval_episodes`` episodes
+    on start states seeded ``10_000 + 100 * args.seed, ...``."""
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        td = stepper.observation_of(observation)
+        return act(actor, td, ExplorationType.DETERMINISTIC).cpu().numpy()
+
+    return Evaluator(stepper.env_id, policy, seed=10_000 + 100 * args.seed,
+                     episodes=args.eval_episodes, every=args.eval_every)
 
 
 def show_progress(pbar, episodes, frames: int, **values: str) -> None:
@@ -535,3 +757,35 @@ def report(start_time: float, episodes, eval_returns: list[float] | None = None)
         print(f"eval_return={np.mean(eval_returns):.1f}")
     final = np.mean(eval_returns) if eval_returns is not None else train_return
     print(f"final_return={final:.1f}")
+
+
+def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
+           env_id: str | None = None, policy: Callable | None = None,
+           evaluator: Evaluator | None = None, actor=None, target: float | None = None,
+           evaluations=None, plot: bool = True, **curve: Any) -> list[float] | None:
+    """A tutorial's last lines: ``save_learning_curve(args.out, episodes, title, evaluations,
+    **curve)`` (the ``evaluator``'s evaluations if given); the final policy's evaluation:
+    ``evaluator.run()``, or with ``policy`` (deterministic, an observation array in and an
+    ``env_id`` action out) ``args.eval_episodes`` episodes on start states seeded
+    ``10_000 + 100 * args.seed, ...`` (no training episode had them); with ``plot=False`` only
+    ``OUT/returns.csv`` (the tutorial draws its own figure); ``actor`` saved to
+    ``args.save_actor`` if that flag is set; ``first_eval_at_target=`` if ``target`` is given;
+    then ``report``. Returns the evaluation returns (None without evaluation)."""
+    if evaluator is not None:
+        evaluations = evaluator.evaluations
+    if plot:
+        save_learning_curve(args.out, episodes, title, evaluations, **curve)
+    else:  # the tutorial draws its own OUT/curve.png
+        write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+    eval_returns = None
+    if evaluator is not None:
+        eval_returns = evaluator.run()
+    elif policy is not None:
+        eval_returns = evaluate(env_id, policy, seed=10_000 + 100 * args.seed,
+                                episodes=args.eval_episodes)
+    if actor is not None and getattr(args, "save_actor", None) is not None:
+        torch.save(actor, args.save_actor)
+    if target is not None:
+        evaluator.print_first_at(target)
+    report(start_time, episodes, eval_returns)
+    return eval_returns

@@ -5,7 +5,7 @@ This tutorial trains an agent with rlloss's ``A2CLoss`` and ``GAE`` (drop-in rep
 "Asynchronous Methods for Deep Reinforcement Learning" (arXiv:1602.01783), Algorithm S3 (A3C),
 run synchronously: NUM_ENVS actors step in lockstep and share one update (A2C).
 
-1. every env takes t_max = NUM_STEPS steps with a ~ pi(a|s) (tutorials/_collect.py);
+1. every env takes t_max = NUM_STEPS steps with a ~ pi(a|s);
 2. the return of every step is the n-step return R = r_t + gamma r_{t+1} + ... +
    gamma^k V(s_{t+k+1}), bootstrapped from V at the end of the rollout (0 where the episode
    terminated); the advantage is A = R - V(s_t). That is ``GAE`` with lambda = 1;
@@ -36,34 +36,25 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
-    VectorCollector,
     categorical_actor_critic,
-    evaluate,
-    make_vec,
+    discrete_vec,
+    evaluation_flags,
+    finish,
     most_probable_action,
-    report,
     sample_from,
-    save_learning_curve,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
 )
 from torch import nn
-from tqdm import tqdm
 
 from rlloss import GAE, A2CLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=500_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/a2c_cartpole"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+parser = tutorial_parser(__doc__, "runs/a2c_cartpole", 500_000, "env steps, all envs")
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, a2c.yml, CartPole-v1, over stable-baselines3's defaults).
@@ -75,19 +66,13 @@ RMSPROP_ALPHA, RMSPROP_EPS = 0.99, 1e-5
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-torch.manual_seed(args.seed)  # seeds network init and action sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init and action sampling
 
-# Environment: NUM_ENVS CartPoles stepped together (tutorials/_collect.py).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together.
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) (writes "logits", samples "action") and the value function V(s) ("state_value"):
-# separate 64-64 tanh MLPs (tutorials/_networks.py).
+# separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
 actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
@@ -101,12 +86,11 @@ loss_module = A2CLoss(
 optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=LR, alpha=RMSPROP_ALPHA,
                                 eps=RMSPROP_EPS)
 
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
 policy = sample_from(actor)  # a ~ pi(.|s)
-pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames")
 
 for iteration in range(num_iterations):
     # ---- Collect t_max steps of every env with the current policy ----
@@ -125,17 +109,12 @@ for iteration in range(num_iterations):
     nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
     optimizer.step()
 
-    if iteration % 50 == 0:
-        recent = [ret for _, ret in episodes[-10:]]
-        pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(frames_per_batch)
+    if iteration % 50 == 0 or iteration + 1 == num_iterations:
+        show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve: OUT/returns.csv and OUT/curve.png ----
-save_learning_curve(args.out, episodes, "A2C on CartPole-v1")
-
-# ---- Evaluate the final policy without sampling, on start states training never scored ----
-eval_returns = evaluate("CartPole-v1", most_probable_action(actor, device),
-                        seed=10_000 + 100 * args.seed, episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate the final policy without sampling (argmax_a pi(a|s)) on
+# start states training never scored, and report ----
+finish(args, start_time, episodes, "A2C on CartPole-v1", env_id="CartPole-v1",
+       policy=most_probable_action(actor, device))

@@ -46,32 +46,32 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 BC weight); the last printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
-import argparse
 import dataclasses
-import time
-from pathlib import Path
+import itertools
 
-import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
+from _helpers import (  # tutorials/_helpers.py
+    finish,
+    gaussian_exploration,
+    make_stepper,
+    off_policy_loop,
+    plot_returns,
+    q_critic,
+    replay_memory,
+    start,
+    tanh_deterministic_actor,
+    tutorial_parser,
+)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.modules import MLP, TanhModule, ValueOperator
 from torchrl.objectives import SoftUpdate
-from tqdm import tqdm
 
 from rlloss import LossModule, TD3Loss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=20_000, help="env steps")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/compose_losses"))
+parser = tutorial_parser(__doc__, "runs/compose_losses", 20_000)
 args = parser.parse_args()
 
 # Hyperparameters: td3_pendulum.py's, plus TD3+BC's alpha and the BC weight's schedule.
@@ -136,42 +136,18 @@ def teacher(observation: np.ndarray) -> float:
     return float(np.clip(torque, -2.0, 2.0))
 
 
-torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # small MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
-
-env = gym.make("Pendulum-v1")
-obs_dim = env.observation_space.shape[0]
-action_dim = env.action_space.shape[0]
-action_spec = Bounded(
-    low=torch.as_tensor(env.action_space.low),
-    high=torch.as_tensor(env.action_space.high),
-    shape=env.action_space.shape,
-    device=device,
-)
+device, start_time = start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
 max_action = action_spec.space.high
 
-# The shared actor mu(s) and the critics, as in td3_pendulum.py.
-actor = TensorDictSequential(
-    TensorDictModule(
-        MLP(in_features=obs_dim, out_features=action_dim, num_cells=[256, 256],
-            activation_class=nn.ReLU),
-        in_keys=["observation"],
-        out_keys=["action_param"],
-    ),
-    TanhModule(in_keys=["action_param"], out_keys=["action"], spec=action_spec),
-).to(device)
+# The shared actor mu(s) and the critics Q(s, a), as in td3_pendulum.py (256-256 ReLU MLPs; the
+# actor's output mapped onto the action bounds by a tanh).
+actor = tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
 
 
 def make_critic():
     """Q(s, a), writing "state_action_value"."""
-    return ValueOperator(
-        MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[256, 256],
-            activation_class=nn.ReLU),
-        in_keys=["observation", "action"],
-    ).to(device)
+    return q_critic(obs_dim, action_dim, [256, 256]).to(device)
 
 
 # ---- Two losses on one actor, reading different entries of the same batch ----
@@ -191,81 +167,47 @@ target_updater = SoftUpdate(td3_loss, tau=TAU)
 # td3_loss.parameters() holds the actor (shared with bc_loss) and the critic ensemble.
 optimizer = torch.optim.Adam(td3_loss.parameters(), lr=LR)
 
-replay_buffer = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
-)
-
-
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
-
-obs, _ = env.reset(seed=args.seed)
-episode_return = 0.0
-episodes = []  # (frames, episode_return) for every finished episode
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
 bc_weights = []  # (frames, w) at every actor update
-updates = 0
-pbar = tqdm(total=args.total_frames, unit="frames")
+critic_steps = itertools.count(1)  # counts the calls of update()
 
-for frame in range(1, args.total_frames + 1):
-    # ---- Act with the agent's own policy; label the state with the teacher's action ----
-    td = TensorDict(observation=to_tensor(obs), device=device)
-    td["expert_action"] = to_tensor([teacher(obs)])
-    if frame <= LEARNING_STARTS:
-        td["action"] = action_spec.rand()
+
+def update(batch):
+    """The update: weight and sum the loss_* outputs of the two losses (the critics alone on
+    the delayed steps)."""
+    updates = next(critic_steps)
+    if updates % POLICY_DELAY == 0:
+        td3_out = td3_loss(batch)  # loss_actor, loss_qvalue (and diagnostics)
+        bc_out = bc_loss(batch)  # loss_bc, on "expert_action"
+        q_scale = td3_out["state_action_value_actor"][0].abs().mean()  # detached
+        lam = TD3_BC_ALPHA / q_scale
+        frame = LEARNING_STARTS + updates  # one update per env step after LEARNING_STARTS
+        bc_weight = max(0.0, 1.0 - frame / (BC_DECAY_FRACTION * args.total_frames))
+        loss = (td3_out["loss_qvalue"] + lam * td3_out["loss_actor"]
+                + bc_weight * bc_out["loss_bc"])
+        bc_weights.append((frame, bc_weight))
     else:
-        with torch.no_grad():
-            actor(td)
-        noise = torch.randn_like(td["action"]) * EXPLORATION_NOISE * max_action
-        td["action"] = (td["action"] + noise).clamp(action_spec.space.low, action_spec.space.high)
-    obs, reward, terminated, truncated, _ = env.step(td["action"].cpu().numpy())
-    td["next"] = TensorDict(
-        observation=to_tensor(obs),
-        reward=to_tensor([reward]),
-        terminated=to_tensor([terminated], torch.bool),
-        device=device,
-    )
-    replay_buffer.add(td.select("observation", "action", "expert_action", "next"))
+        loss, _ = td3_loss.loss_qvalue(batch)  # critics only (delayed actor updates)
+    optimizer.zero_grad()  # gradients set to None: Adam skips the actor on critic-only steps
+    loss.backward()
+    optimizer.step()
+    if updates % POLICY_DELAY == 0:
+        target_updater.step()
 
-    episode_return += reward
-    if terminated or truncated:
-        episodes.append((frame, episode_return))
-        episode_return = 0.0
-        obs, _ = env.reset()
 
-    # ---- Learn: weight and sum the loss_* outputs of the two losses ----
-    if frame > LEARNING_STARTS:
-        batch = replay_buffer.sample()
-        updates += 1
-        if updates % POLICY_DELAY == 0:
-            td3_out = td3_loss(batch)  # loss_actor, loss_qvalue (and diagnostics)
-            bc_out = bc_loss(batch)  # loss_bc, on "expert_action"
-            q_scale = td3_out["state_action_value_actor"][0].abs().mean()  # detached
-            lam = TD3_BC_ALPHA / q_scale
-            bc_weight = max(0.0, 1.0 - frame / (BC_DECAY_FRACTION * args.total_frames))
-            loss = (td3_out["loss_qvalue"] + lam * td3_out["loss_actor"]
-                    + bc_weight * bc_out["loss_bc"])
-            bc_weights.append((frame, bc_weight))
-        else:
-            loss, _ = td3_loss.loss_qvalue(batch)  # critics only (delayed actor updates)
-        optimizer.zero_grad()  # gradients set to None: Adam skips the actor on critic-only steps
-        loss.backward()
-        optimizer.step()
-        if updates % POLICY_DELAY == 0:
-            target_updater.step()
+# ---- The loop: act with the agent's own policy (uniformly at random before LEARNING_STARTS,
+# then mu(s) + Gaussian noise) and label each state with the teacher's action; store; update
+# after LEARNING_STARTS ----
+off_policy_loop(
+    args.total_frames, stepper, action_spec,
+    gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
+    learning_starts=LEARNING_STARTS,
+    labels=lambda obs: {"expert_action": stepper.tensor([teacher(obs)])},
+    log=lambda frame, losses: {"bc_weight": f"{bc_weights[-1][1]:.2f}" if bc_weights else "n/a"},
+)
+episodes = stepper.episodes
 
-    if frame % 1000 == 0:
-        recent = [ret for _, ret in episodes[-10:]]
-        pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a",
-                         bc_weight=f"{bc_weights[-1][1]:.2f}" if bc_weights else "n/a")
-    pbar.update(1)
-pbar.close()
-env.close()
-
-# ---- Save the learning curve and the BC weight ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
+# ---- A figure of the learning curve and the BC weight ----
 fig = Figure(figsize=(6, 6))
 ax_return, ax_weight = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
 plot_returns(ax_return, episodes)
@@ -273,6 +215,8 @@ ax_return.set(ylabel="episode return", title="TD3 + behaviour cloning on Pendulu
 if bc_weights:
     ax_weight.plot(*np.array(bc_weights).T)
 ax_weight.set(xlabel="environment steps", ylabel="BC weight w")
+args.out.mkdir(parents=True, exist_ok=True)
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+# ---- Save the learning curve (OUT/returns.csv) and report ----
+finish(args, start_time, episodes, "TD3 + behaviour cloning on Pendulum-v1", plot=False)

@@ -32,31 +32,21 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
-from pathlib import Path
-
-import gymnasium as gym
 import torch
 from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
     OfflineDataset,
-    bounded_spec,
-    evaluate,
-    evaluation_flags,
+    env_spec,
+    finish_offline,
+    offline_parser,
     q_critic,
-    report,
-    save_learning_curve,
     start,
     tanh_normal_actor,
-    tutorial_parser,
 )
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import CQLLoss
 
-parser = tutorial_parser(__doc__, "runs/cql_offline", total_frames=20_000,
-                         frames_help="gradient steps (an offline learner collects no frames)")
-parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
-                    help="written by offline_dataset.py")
-evaluation_flags(parser, every=1_000, unit="gradient steps")
+parser = offline_parser(__doc__, "runs/cql_offline")  # --dataset, --eval-every (gradient steps)
 args = parser.parse_args()
 
 ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
@@ -64,8 +54,7 @@ BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' def
 MIN_Q_WEIGHT, NUM_RANDOM = 5.0, 10
 
 device, start_time = start(args)
-action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
-obs_dim, action_dim = 3, action_spec.shape[-1]
+action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
 
 # pi(a|s): a tanh-squashed Gaussian (as sac_pendulum.py's); Q (CQLLoss keeps two, with targets).
 actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
@@ -91,8 +80,6 @@ for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
     loss.backward()
     optimizer.step()
     target_updater.step()
-save_learning_curve(args.out, curve, "CQL on a fixed Pendulum-v1 dataset", window=5,
-                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
-# The final policy, on start states the dataset never saw.
-report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
-                                   episodes=args.eval_episodes))
+# ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
+# saw, report ----
+finish_offline(args, start_time, curve, "CQL on a fixed Pendulum-v1 dataset", ENV_ID, policy)

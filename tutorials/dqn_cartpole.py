@@ -37,41 +37,30 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
-    VectorCollector,
-    epsilon_greedy,
-    evaluate,
+    collect_epsilon_greedy,
+    discrete_vec,
+    evaluation_flags,
+    finish,
+    greedy_action,
     linear_epsilon,
-    make_vec,
-    plot_returns,
-    report,
-    write_csv,
+    replay_memory,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
 )
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
 from torch import nn
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import HardUpdate, ValueEstimators
-from tqdm import tqdm
 
 from rlloss import DQNLoss
 from rlloss.data import PrioritizedSampler  # TorchRL's, in pure torch on the buffer's device
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=50_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
+parser = tutorial_parser(__doc__, "runs/dqn_cartpole", 50_000, "env steps, all envs")
 parser.add_argument("--per", action="store_true", help="prioritized experience replay")
-parser.add_argument("--out", type=Path, default=Path("runs/dqn_cartpole"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, dqn.yml, CartPole-v1, except the loss and lr schedule).
@@ -89,16 +78,10 @@ TARGET_UPDATE_INTERVAL = 128
 EPS_START, EPS_END, EXPLORATION_FRACTION = 1.0, 0.04, 0.16  # eps decays over 16% of training
 MAX_GRAD_NORM = 10.0
 
-torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init, exploration and replay sampling
 
-# Environment: NUM_ENVS CartPoles stepped together (tutorials/_collect.py).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together.
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Q(s, .): an MLP writes "action_value"; QValueActor adds the greedy "action" (an index).
 q_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
@@ -113,34 +96,32 @@ loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_INTERVAL - 1)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-storage = LazyTensorStorage(BUFFER_SIZE, device=device)
+# Replay memory, stored on the training device (a GPU buffer with --device cuda); with --per,
+# sampled in proportion to the priorities the loss's "td_error" gives.
 if args.per:
     sampler = PrioritizedSampler(BUFFER_SIZE, alpha=0.6, beta=0.4)
-    replay_buffer = TensorDictReplayBuffer(storage=storage, sampler=sampler,
-                                           priority_key="td_error", batch_size=BATCH_SIZE)
+    replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device, sampler=sampler,
+                                  priority_key="td_error")
 else:
-    replay_buffer = TensorDictReplayBuffer(storage=storage, batch_size=BATCH_SIZE)
+    replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
 
 
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-total_frames = num_iterations * frames_per_batch
-collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-pbar = tqdm(total=total_frames, unit="frames")
+# Uniformly random actions before LEARNING_STARTS, then epsilon decays linearly.
+epsilon_at = linear_epsilon(pbar.total, start=EPS_START, end=EPS_END,
+                            fraction=EXPLORATION_FRACTION, learning_starts=LEARNING_STARTS)
 
 for iteration in range(num_iterations):
     optimizer.param_groups[0]["lr"] = LR * (1.0 - iteration / num_iterations) ** 2
 
     # ---- Act epsilon-greedily and store the transitions ----
-    steps = []
-    for _ in range(NUM_STEPS):
-        epsilon = linear_epsilon(collector.frames, total_frames, start=EPS_START, end=EPS_END,
-                                 fraction=EXPLORATION_FRACTION, learning_starts=LEARNING_STARTS)
-        # the greedy action (the actor's argmax), uniformly random with probability epsilon
-        steps.append(collector.step(epsilon_greedy(actor, num_actions, epsilon)))
-    replay_buffer.extend(torch.cat(steps))
+    # (the greedy action, the actor's argmax, uniformly random with probability epsilon)
+    transitions, epsilon = collect_epsilon_greedy(collector, actor, num_actions, NUM_STEPS,
+                                                  epsilon_at)
+    replay_buffer.extend(transitions)
 
     # ---- Learn: gradient steps on minibatches sampled from the replay memory ----
     if collector.frames >= LEARNING_STARTS:
@@ -155,31 +136,11 @@ for iteration in range(num_iterations):
             if args.per:  # new priorities from batch["td_error"] (rlloss writes the squared TD
                 replay_buffer.update_tensordict_priority(batch)  # error, as TorchRL does)
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a",
-                     eps=f"{epsilon:.2f}")
-    pbar.update(frames_per_batch)
+    show_progress(pbar, episodes, collector.frames, eps=f"{epsilon:.2f}")
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-ax.set(xlabel="environment steps", ylabel="episode return", title="Double DQN on CartPole-v1")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
-
-
-def deterministic_action(observation):
-    """The greedy action argmax_a Q(s, a) (no epsilon)."""
-    td = TensorDict(observation=collector.tensor(observation), device=device)
-    with torch.no_grad():
-        return int(actor(td)["action"])
-
-
-# ---- Evaluate the final policy without exploration, on start states training never scored ----
-eval_returns = evaluate("CartPole-v1", deterministic_action, seed=10_000 + 100 * args.seed,
-                        episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate the greedy policy (argmax_a Q(s, a), no epsilon) on start
+# states training never scored, and report ----
+finish(args, start_time, episodes, "Double DQN on CartPole-v1", env_id="CartPole-v1",
+       policy=greedy_action(actor, device))

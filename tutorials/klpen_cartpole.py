@@ -22,29 +22,26 @@ Run:
     python tutorials/klpen_cartpole.py --seed 0 --total-frames 150000 --out runs/klpen_cartpole
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
+from _helpers import (  # tutorials/_helpers.py
+    categorical_actor_critic,
+    discrete_vec,
+    plot_returns,
+    report,
+    sample_from,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
+    write_csv,
+)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
-from tqdm import tqdm
 
 from rlloss import GAE, KLPENPPOLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=150_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/klpen_cartpole"))
+parser = tutorial_parser(__doc__, "runs/klpen_cartpole", 150_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters: those of ppo_cartpole.py (rl-baselines3-zoo), with the KL penalty in place of
@@ -59,33 +56,15 @@ DTARG, BETA = 0.01, 1.0  # target KL per update and initial penalty coefficient 
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-torch.manual_seed(args.seed)  # seeds network init and action sampling
-device = torch.device(args.device)
-start_time = time.perf_counter()
+# Seeds network init and action sampling (all the CPU's threads: this script never set one).
+device, start_time = start(args, one_thread=False)
 
-# Environment, with SAME_STEP autoreset (see ppo_cartpole.py).
-envs = gym.make_vec(
-    "CartPole-v1",
-    num_envs=NUM_ENVS,
-    vectorization_mode="sync",
-    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (as ppo_cartpole.py).
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
-# Policy pi(a|s) = Categorical(logits(s)) and value function V(s).
-policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
-                 activation_class=nn.Tanh)
-actor = ProbabilisticActor(
-    TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
-    in_keys=["logits"],
-    distribution_class=torch.distributions.Categorical,
-    return_log_prob=True,
-).to(device)
-critic = ValueOperator(
-    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
-    in_keys=["observation"],
-).to(device)
+# Policy pi(a|s) = Categorical(logits(s)), which also writes "action_log_prob", and value function
+# V(s): separate 64-64 tanh MLPs, the networks of ppo_cartpole.py.
+actor, critic = categorical_actor_critic(obs_dim, num_actions, device, return_log_prob=True)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = KLPENPPOLoss(
@@ -102,49 +81,19 @@ loss_module = KLPENPPOLoss(
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
-
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-obs, _ = envs.reset(seed=args.seed)  # env i is seeded with seed + i
-running_return = np.zeros(NUM_ENVS)
-episodes = []  # (frames, episode_return) for every finished episode
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
+episodes = collector.episodes  # (frames, episode_return) for every finished episode
 penalty_log = []  # (frames, beta used in the update, KL d after the update) for every update
-frames = 0
-pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames")
+policy = sample_from(actor)  # a ~ pi(.|s)
 
 for iteration in range(num_iterations):
     optimizer.param_groups[0]["lr"] = LR * (1.0 - iteration / num_iterations)
 
-    # ---- Collect a rollout with the current policy ----
-    steps = []
-    for _ in range(NUM_STEPS):
-        td = TensorDict(observation=to_tensor(obs), batch_size=[NUM_ENVS], device=device)
-        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-            actor(td)  # writes "logits", "action" and "action_log_prob"
-        obs, reward, terminated, truncated, infos = envs.step(td["action"].cpu().numpy())
-        done = terminated | truncated
-        next_obs = obs.copy()  # the true successor state of finished envs is in final_obs
-        for i in np.flatnonzero(done):
-            next_obs[i] = infos["final_obs"][i]
-        td["next"] = TensorDict(
-            observation=to_tensor(next_obs),
-            reward=to_tensor(reward).unsqueeze(-1),
-            terminated=to_tensor(terminated, torch.bool).unsqueeze(-1),
-            done=to_tensor(done, torch.bool).unsqueeze(-1),
-            batch_size=[NUM_ENVS],
-        )
-        steps.append(td)  # keeps "logits": pi_old, for KL(pi_old || pi)
-
-        running_return += reward
-        for i in np.flatnonzero(done):
-            episodes.append((frames + NUM_ENVS, running_return[i]))
-            running_return[i] = 0.0
-        frames += NUM_ENVS
-    rollout = torch.stack(steps, dim=1)  # batch size [NUM_ENVS, NUM_STEPS], time last
+    # ---- Collect a rollout with the current policy; it keeps "logits": pi_old, for KL ----
+    rollout = torch.stack([collector.step(policy, keep=("logits", "action_log_prob"))
+                           for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS], time last
 
     with torch.no_grad():
         advantage_module(rollout)  # writes "advantage" and "value_target"
@@ -153,7 +102,7 @@ for iteration in range(num_iterations):
     flat = rollout.reshape(-1)
     beta = loss_module.beta.item()
     for _ in range(NUM_EPOCHS):
-        for idx in torch.randperm(frames_per_batch, device=device).split(MINIBATCH_SIZE):
+        for idx in torch.randperm(rollout.numel(), device=device).split(MINIBATCH_SIZE):
             losses = loss_module(flat[idx])  # losses["kl"], losses["beta"]: mean KL, beta used
             loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
             optimizer.zero_grad()
@@ -165,12 +114,9 @@ for iteration in range(num_iterations):
     with torch.no_grad():
         kl = loss_module(flat)["kl"]
     loss_module.update_beta(kl)
-    penalty_log.append((frames, beta, kl.item()))
+    penalty_log.append((collector.frames, beta, kl.item()))
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a",
-                     beta=f"{beta:.3g}", kl=f"{kl.item():.4f}")
-    pbar.update(frames_per_batch)
+    show_progress(pbar, episodes, collector.frames, beta=f"{beta:.3g}", kl=f"{kl.item():.4f}")
 pbar.close()
 envs.close()
 

@@ -54,34 +54,33 @@ KLs after each training phase) and ``OUT/curve.png`` (returns, duals, KLs); it p
 ``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
+from _helpers import (  # tutorials/_helpers.py
+    discrete_vec,
+    evaluation_flags,
+    finish,
+    most_probable_action,
+    plot_returns,
+    replay_memory,
+    sample_from,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
+    write_csv,
+)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor
 from torchrl.objectives import HardUpdate
-from tqdm import tqdm
 
 from rlloss import DiscreteMPOLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=100_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/mpo_cartpole"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+parser = tutorial_parser(__doc__, "runs/mpo_cartpole", 100_000, "env steps, all envs")
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (Acme's categorical MPO, the DQN tutorial's optimisation; see the docstring).
@@ -97,22 +96,10 @@ DUAL_LR = 1e-2  # temperature and alpha
 MAX_GRAD_NORM = 10.0
 TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 
-torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # small MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init, exploration and replay sampling
 
-# Environment. SAME_STEP autoreset: when an episode ends, step() returns the first observation of
-# the next episode and puts the true last observation in infos["final_obs"].
-envs = gym.make_vec(
-    "CartPole-v1",
-    num_envs=NUM_ENVS,
-    vectorization_mode="sync",
-    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (_helpers.make_vec).
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # pi(a|s) = Categorical(softmax(logits(s))); the sampled "action" is an index.
 actor = ProbabilisticActor(
@@ -147,65 +134,34 @@ optimizer = torch.optim.Adam([
     {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
 ])
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-replay_buffer = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
-)
-
-
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 
 DIAGNOSTICS = ["temperature", "alpha", "kl_q", "kl", "q_mean"]
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-total_frames = num_iterations * frames_per_batch
-obs, _ = envs.reset(seed=args.seed)  # env i is seeded with seed + i
-running_return = np.zeros(NUM_ENVS)
-episodes = []  # (frames, episode_return) for every finished episode
 diagnostics = []  # (frames, *DIAGNOSTICS) after each training phase
-frames = 0
-pbar = tqdm(total=total_frames, unit="frames")
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
+episodes = collector.episodes  # (frames, episode_return) for every finished episode
+sample = sample_from(actor)  # a ~ pi(.|s)
+
+
+def behaviour(td):
+    """Uniformly random actions before LEARNING_STARTS, then a ~ pi(.|s)."""
+    if collector.frames < LEARNING_STARTS:
+        return torch.randint(num_actions, (NUM_ENVS,), device=device)
+    return sample(td)
+
 
 for iteration in range(num_iterations):
     optimizer.param_groups[0]["lr"] = LR * (1.0 - iteration / num_iterations) ** 2
 
-    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s) ----
-    steps = []
-    for _ in range(NUM_STEPS):
-        td = TensorDict(observation=to_tensor(obs), batch_size=[NUM_ENVS], device=device)
-        if frames < LEARNING_STARTS:
-            td["action"] = torch.randint(num_actions, (NUM_ENVS,), device=device)
-        else:
-            with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-                actor(td)  # writes "logits" and a sampled "action"
-        obs, reward, terminated, truncated, infos = envs.step(td["action"].cpu().numpy())
-        done = terminated | truncated
-
-        # ("next", "observation") must be the true successor state: for finished envs `obs`
-        # already holds the reset observation, the final one is in infos["final_obs"].
-        next_obs = obs.copy()
-        for i in np.flatnonzero(done):
-            next_obs[i] = infos["final_obs"][i]
-        td["next"] = TensorDict(
-            observation=to_tensor(next_obs),
-            reward=to_tensor(reward).unsqueeze(-1),
-            terminated=to_tensor(terminated, torch.bool).unsqueeze(-1),
-            batch_size=[NUM_ENVS],
-        )
-        steps.append(td.select("observation", "action", "next"))
-
-        running_return += reward
-        for i in np.flatnonzero(done):
-            episodes.append((frames + NUM_ENVS, running_return[i]))
-            running_return[i] = 0.0
-        frames += NUM_ENVS
+    # ---- Act and store the transitions (observation, action, next: observation, reward,
+    # terminated) ----
+    steps = [collector.step(behaviour).exclude(("next", "done")) for _ in range(NUM_STEPS)]
     replay_buffer.extend(torch.cat(steps))
 
     # ---- Learn: gradient steps on the sum of the MPO losses ----
-    if frames >= LEARNING_STARTS:
+    if collector.frames >= LEARNING_STARTS:
         for _ in range(GRADIENT_STEPS):
             losses = loss_module(replay_buffer.sample())
             loss = (losses["loss_actor"] + losses["loss_qvalue"]
@@ -216,16 +172,13 @@ for iteration in range(num_iterations):
             optimizer.step()
             loss_module.clamp_duals()  # Acme's floor on the dual parameters, after each step
             target_updater.step()
-        diagnostics.append((frames, *(float(losses[k]) for k in DIAGNOSTICS)))
+        diagnostics.append((collector.frames, *(float(losses[k]) for k in DIAGNOSTICS)))
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(frames_per_batch)
+    show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve and the duals and KLs ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+# ---- Save the duals and KLs, and a figure of them beside the learning curve ----
 write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
 
 fig = Figure(figsize=(15, 4))
@@ -248,15 +201,7 @@ if diagnostics:
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 
-def deterministic_action(observation):
-    """The most probable action, argmax_a pi(a|s)."""
-    td = TensorDict(observation=to_tensor(observation), device=device)
-    with torch.no_grad():
-        logits = actor(td)["logits"]
-    return int(logits.argmax(-1))
-
-
-# ---- Evaluate the final policy without exploration, on start states training never scored ----
-eval_returns = evaluate("CartPole-v1", deterministic_action, seed=10_000 + 100 * args.seed,
-                        episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate the most probable action argmax_a pi(a|s) (no
+# sampling) on start states training never scored, report ----
+finish(args, start_time, episodes, "Categorical MPO on CartPole-v1", env_id="CartPole-v1",
+       policy=most_probable_action(actor, device), plot=False)

@@ -57,33 +57,31 @@ KLs every 500 steps) and ``OUT/curve.png`` (returns, duals, KLs); it prints ``tr
 last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
+from _helpers import (  # tutorials/_helpers.py
+    deterministic_action,
+    evaluation_flags,
+    finish,
+    make_stepper,
+    off_policy_loop,
+    plot_returns,
+    replay_memory,
+    sample_from,
+    start,
+    tutorial_parser,
+    write_csv,
+)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
 from torchrl.objectives import HardUpdate
-from tqdm import tqdm
 
 from rlloss import MPOLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=30_000, help="env steps")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/mpo_pendulum"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+parser = tutorial_parser(__doc__, "runs/mpo_pendulum", 30_000)
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (Acme's MPO, see the docstring for our three changes).
@@ -98,21 +96,8 @@ MAX_GRAD_NORM = 40.0
 TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 LOG_EVERY = 500  # env steps between rows of diagnostics.csv
 
-torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # small MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
-
-env = gym.make("Pendulum-v1")
-obs_dim = env.observation_space.shape[0]
-action_dim = env.action_space.shape[0]
-action_spec = Bounded(
-    low=torch.as_tensor(env.action_space.low),
-    high=torch.as_tensor(env.action_space.high),
-    shape=env.action_space.shape,
-    device=device,
-)
+device, start_time = start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
 
 # pi(a|s) = Normal(mu(s), sigma(s)), independent across action dimensions. The MLP writes
 # (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased softplus).
@@ -160,75 +145,45 @@ optimizer = torch.optim.Adam([
     {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
 ])
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-replay_buffer = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
-)
-
-
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
-
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 DIAGNOSTICS = ["temperature", "alpha_mean", "alpha_stddev", "penalty_temperature",
                "kl_q", "kl_mean", "kl_stddev", "q_mean"]
-obs, _ = env.reset(seed=args.seed)
-episode_return = 0.0
-episodes = []  # (frames, episode_return) for every finished episode
 diagnostics = []  # (frames, *DIAGNOSTICS) every LOG_EVERY steps
-losses = None  # the last MPOLoss outputs
-pbar = tqdm(total=args.total_frames, unit="frames")
 
-for frame in range(1, args.total_frames + 1):
-    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s) ----
-    td = TensorDict(observation=to_tensor(obs), device=device)
-    if frame <= LEARNING_STARTS:
-        td["action"] = action_spec.rand()
-    else:
-        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-            actor(td)  # writes "loc", "scale" and an (unbounded) sampled "action"
-    env_action = td["action"].clamp(action_spec.space.low, action_spec.space.high)
-    obs, reward, terminated, truncated, _ = env.step(env_action.cpu().numpy())
-    # ("next", "observation") is the true successor: env.reset() below only replaces `obs`.
-    td["next"] = TensorDict(
-        observation=to_tensor(obs),
-        reward=to_tensor([reward]),
-        terminated=to_tensor([terminated], torch.bool),  # never true on Pendulum
-        device=device,
-    )
-    replay_buffer.add(td.select("observation", "action", "next"))
 
-    episode_return += reward
-    if terminated or truncated:
-        episodes.append((frame, episode_return))
-        episode_return = 0.0
-        obs, _ = env.reset()
+def update(batch):
+    """The update: one gradient step on the sum of the MPO losses; returns the loss outputs."""
+    losses = loss_module(batch)
+    loss = (losses["loss_actor"] + losses["loss_qvalue"]
+            + losses["loss_temperature"] + losses["loss_alpha"])
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
+    optimizer.step()
+    loss_module.clamp_duals()  # Acme's floor on the dual parameters, after each step
+    target_updater.step()
+    return losses
 
-    # ---- Learn: one gradient step on the sum of the MPO losses ----
-    if frame > LEARNING_STARTS:
-        batch = replay_buffer.sample()
-        losses = loss_module(batch)
-        loss = (losses["loss_actor"] + losses["loss_qvalue"]
-                + losses["loss_temperature"] + losses["loss_alpha"])
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
-        optimizer.step()
-        loss_module.clamp_duals()  # Acme's floor on the dual parameters, after each step
-        target_updater.step()
 
-    if frame % LOG_EVERY == 0 and losses is not None:
-        diagnostics.append((frame, *(float(losses[k]) for k in DIAGNOSTICS)))
-        recent = [ret for _, ret in episodes[-10:]]
-        pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a",
-                         eta=f"{float(losses['temperature']):.3f}")
-    pbar.update(1)
-pbar.close()
-env.close()
+def log_diagnostics(frame, losses):
+    """Every LOG_EVERY env steps: a row of the duals and KLs of the last update, and the
+    temperature eta on the progress bar."""
+    if losses is None:
+        return {}
+    diagnostics.append((frame, *(float(losses[k]) for k in DIAGNOSTICS)))
+    return {"eta": f"{float(losses['temperature']):.3f}"}
 
-# ---- Save the learning curve and the duals and KLs ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+
+# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s), unbounded:
+# the environment gets it clipped to the bounds), store the transition, update after
+# LEARNING_STARTS ----
+off_policy_loop(args.total_frames, stepper, action_spec, sample_from(actor), replay_buffer, update,
+                learning_starts=LEARNING_STARTS,
+                env_action=lambda a: a.clamp(action_spec.space.low, action_spec.space.high),
+                log=log_diagnostics, log_every=LOG_EVERY)
+episodes = stepper.episodes
+
+# ---- Save the duals and KLs, and a figure of them beside the learning curve ----
 write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
 
 fig = Figure(figsize=(15, 4))
@@ -252,15 +207,7 @@ if diagnostics:
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 
-def deterministic_action(observation):
-    """The mean mu(s), clipped to the bounds, without sampling."""
-    td = TensorDict(observation=to_tensor(observation), device=device)
-    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        action = actor(td)["action"]
-    return action.clamp(action_spec.space.low, action_spec.space.high).cpu().numpy()
-
-
-# ---- Evaluate the final policy without exploration, on start states training never scored ----
-eval_returns = evaluate("Pendulum-v1", deterministic_action, seed=10_000 + 100 * args.seed,
-                        episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate the mean mu(s) (clipped to the bounds, no sampling) on
+# start states training never scored, report ----
+finish(args, start_time, episodes, "MPO on Pendulum-v1", env_id="Pendulum-v1",
+       policy=deterministic_action(actor, device, clip_to=action_spec), plot=False)

@@ -66,7 +66,7 @@ subprocess.run(
 actor = torch.load(actor_path, weights_only=False)  # the whole module, pickled by sac_pendulum.py
 
 # ---- 2. Play the stochastic policy in NUM_ENVS environments and store the transitions ----
-NUM_ENVS = 10  # one batched actor call per step of all of them (tutorials/_collect.py)
+NUM_ENVS = 10  # one batched actor call per step of all of them (_helpers.VectorCollector)
 collector = VectorCollector(make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
                             seed=args.seed + 1_000)  # resets no training episode had
 

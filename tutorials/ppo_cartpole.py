@@ -1,7 +1,8 @@
 """PPO on CartPole-v1 with rlloss, in a single file.
 
 This tutorial shows how to train an agent with rlloss's ``ClipPPOLoss`` and ``GAE`` (drop-in
-replacements for ``torchrl.objectives``) around a collector you write yourself:
+replacements for ``torchrl.objectives``) around a plain gymnasium collector (``VectorCollector``, a short class of
+``tutorials/_helpers.py``):
 
 1. a gymnasium vector env is stepped by a TorchRL ``ProbabilisticActor``; each rollout is stored
    as a TensorDict of batch size ``[num_envs, num_steps]`` (time is the last batch dim);
@@ -19,29 +20,23 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import gymnasium as gym
-import numpy as np
 import torch
-from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
+from _helpers import (  # tutorials/_helpers.py
+    discrete_vec,
+    finish,
+    sample_from,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
+)
 from tensordict.nn import TensorDictModule
 from torch import nn
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
-from tqdm import tqdm
 
 from rlloss import GAE, ClipPPOLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=100_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/ppo_cartpole"))
+parser = tutorial_parser(__doc__, "runs/ppo_cartpole", 100_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, ppo.yml, CartPole-v1).
@@ -55,23 +50,11 @@ CLIP_EPSILON = 0.2  # linearly annealed to 0
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-torch.manual_seed(args.seed)  # seeds network init and action sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init and action sampling
 
-# Environment. SAME_STEP autoreset: when an episode ends, step() returns the first observation of
-# the next episode and puts the true last observation in infos["final_obs"]. (The gymnasium 1.x
-# default, NEXT_STEP, would instead spend the following step() on the reset and ignore its action.)
-envs = gym.make_vec(
-    "CartPole-v1",
-    num_envs=NUM_ENVS,
-    vectorization_mode="sync",
-    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one (see _helpers.make_vec).
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s): an MLP writes "logits"; ProbabilisticActor samples "action" from
 # Categorical(logits) and records its log-probability (the "old" log-prob of the PPO ratio).
@@ -101,19 +84,11 @@ loss_module = ClipPPOLoss(
 ).to(device)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
-
-
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-obs, _ = envs.reset(seed=args.seed)  # env i is seeded with seed + i
-running_return = np.zeros(NUM_ENVS)
-episodes = []  # (frames, episode_return) for every finished episode
-frames = 0
-pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames")
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
+episodes = collector.episodes  # (frames, episode_return) for every finished episode
+policy = sample_from(actor)  # a ~ pi(.|s); the actor also writes "action_log_prob"
 
 for iteration in range(num_iterations):
     # Anneal the learning rate and the clipping range linearly to 0.
@@ -122,36 +97,11 @@ for iteration in range(num_iterations):
     loss_module.clip_epsilon.copy_(CLIP_EPSILON * frac)
 
     # ---- Collect a rollout with the current policy ----
-    steps = []
-    for _ in range(NUM_STEPS):
-        td = TensorDict(observation=to_tensor(obs), batch_size=[NUM_ENVS], device=device)
-        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-            actor(td)  # writes "logits", "action" and "action_log_prob"
-        obs, reward, terminated, truncated, infos = envs.step(td["action"].cpu().numpy())
-        done = terminated | truncated
-
-        # ("next", "observation") must be the true successor state: for finished envs `obs`
-        # already holds the reset observation, the final one is in infos["final_obs"].
-        next_obs = obs.copy()
-        for i in np.flatnonzero(done):
-            next_obs[i] = infos["final_obs"][i]
-        td["next"] = TensorDict(
-            observation=to_tensor(next_obs),
-            reward=to_tensor(reward).unsqueeze(-1),
-            # terminated: no bootstrapping from V(s'). done (terminated or truncated at the
-            # 500-step time limit): the GAE trace stops here, as the next step starts a new episode.
-            terminated=to_tensor(terminated, torch.bool).unsqueeze(-1),
-            done=to_tensor(done, torch.bool).unsqueeze(-1),
-            batch_size=[NUM_ENVS],
-        )
-        steps.append(td.exclude("logits"))
-
-        running_return += reward
-        for i in np.flatnonzero(done):
-            episodes.append((frames + NUM_ENVS, running_return[i]))
-            running_return[i] = 0.0
-        frames += NUM_ENVS
-    rollout = torch.stack(steps, dim=1)  # batch size [NUM_ENVS, NUM_STEPS], time last
+    # Each step: observation, action, its log-probability and ("next", ...): the true successor
+    # state, reward, terminated (no bootstrapping from V(s')) and done (terminated or truncated
+    # at the 500-step time limit: the GAE trace stops there, the next step starts a new episode).
+    rollout = torch.stack([collector.step(policy, keep=("action_log_prob",))
+                           for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS], time last
 
     # ---- Advantages A_t and value targets, computed once with the pre-update critic ----
     with torch.no_grad():
@@ -160,7 +110,7 @@ for iteration in range(num_iterations):
     # ---- Optimise the PPO objective for several epochs over the rollout ----
     flat = rollout.reshape(-1)
     for _ in range(NUM_EPOCHS):
-        for idx in torch.randperm(frames_per_batch, device=device).split(MINIBATCH_SIZE):
+        for idx in torch.randperm(rollout.numel(), device=device).split(MINIBATCH_SIZE):
             losses = loss_module(flat[idx])
             # Total loss: sum of the "loss_*" entries (objective, critic, entropy).
             loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
@@ -169,19 +119,9 @@ for iteration in range(num_iterations):
             nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
             optimizer.step()
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(frames_per_batch)
+    show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-ax.set(xlabel="environment steps", ylabel="episode return", title="PPO on CartPole-v1")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
-
-report(start_time, episodes)
+# ---- Save the learning curve and report ----
+finish(args, start_time, episodes, "PPO on CartPole-v1")

@@ -50,25 +50,23 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
-import argparse
-import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
-    VectorCollector,
     categorical_actor_critic,
-    report,
-    save_learning_curve,
+    finish,
+    show_progress,
+    start,
+    start_collection,
+    tutorial_parser,
 )
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, LSTMModule, ProbabilisticActor, ValueOperator, set_recurrent_mode
-from tqdm import tqdm
 
 from rlloss import (
     GAE,
@@ -79,13 +77,9 @@ from rlloss import (
     recurrent_state_keys,
 )
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=150_000, help="env steps, all envs")
+parser = tutorial_parser(__doc__, "runs/recurrent_ppo_cartpole", 150_000, "env steps, all envs")
 parser.add_argument("--no-rnn", action="store_true", help="feed-forward policy and critic")
 parser.add_argument("--rpo-alpha", type=float, default=None, help="RPOLoss with this alpha")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/recurrent_ppo_cartpole"))
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo's ppo_lstm.yml, CartPoleNoVel-v1).
@@ -100,11 +94,7 @@ ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 HIDDEN = 64
 
-torch.manual_seed(args.seed)  # seeds network init and action sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # small networks: more threads only add synchronisation
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init and action sampling
 
 
 class PositionsOnly(gym.ObservationWrapper):
@@ -220,12 +210,11 @@ class RecurrentPolicy:
         self.carry["is_init"] = done.clone()
 
 
-collector = VectorCollector(envs, device, seed=args.seed)
+# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
+collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
+                                                   args.total_frames)
 policy = RecurrentPolicy()
 keep = ("action_log_prob", "is_init", *state_keys)
-frames_per_batch = NUM_ENVS * NUM_STEPS
-num_iterations = max(1, args.total_frames // frames_per_batch)
-pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames")
 
 for iteration in range(num_iterations):
     # Anneal the learning rate and the clipping range linearly to 0.
@@ -257,14 +246,10 @@ for iteration in range(num_iterations):
         nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
         optimizer.step()
 
-    recent = [ret for _, ret in collector.episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(frames_per_batch)
+    show_progress(pbar, collector.episodes, collector.frames)
 pbar.close()
 envs.close()
 
 kind = "MLP" if args.no_rnn else "LSTM"
-save_learning_curve(args.out, collector.episodes,
-                    f"{'RPO' if args.rpo_alpha is not None else 'PPO'} ({kind}) on CartPole-v1 "
-                    "without velocities")
-report(start_time, collector.episodes)
+finish(args, start_time, collector.episodes,
+       f"{'RPO' if args.rpo_alpha is not None else 'PPO'} ({kind}) on CartPole-v1 without velocities")

@@ -51,33 +51,25 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import numpy as np
 import torch
 from _helpers import (  # tutorials/_helpers.py
     VectorCollector,
     categorical_actor_critic,
-    evaluate,
-    make_vec,
+    discrete_vec,
+    evaluation_flags,
+    finish,
     most_probable_action,
-    report,
     sample_from,
-    save_learning_curve,
+    show_progress,
+    start,
+    tutorial_parser,
 )
 from tqdm import tqdm
 
 from rlloss import ReinforceLoss, TD1Estimator
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=500_000, help="env steps")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/reinforce_cartpole"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+parser = tutorial_parser(__doc__, "runs/reinforce_cartpole", 500_000, "env steps")
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters.
@@ -85,19 +77,13 @@ NUM_ENVS = 8  # a batch holds at least one whole episode of each
 GAMMA = 0.99
 LR = 1e-3  # linearly annealed to 0
 
-torch.manual_seed(args.seed)  # seeds network init and action sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # tiny MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
+device, start_time = start(args)  # seeds network init and action sampling
 
-# Environment: NUM_ENVS CartPoles stepped together (tutorials/_collect.py).
-envs = make_vec("CartPole-v1", NUM_ENVS)
-obs_dim = envs.single_observation_space.shape[0]
-num_actions = envs.single_action_space.n
+# Environment: NUM_ENVS CartPoles stepped together.
+envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) (writes "logits", samples "action") and the baseline V(s) ("state_value"):
-# separate 64-64 tanh MLPs (tutorials/_networks.py).
+# separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
 actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
 
 return_module = TD1Estimator(gamma=GAMMA, value_network=critic)
@@ -114,7 +100,6 @@ while collector.frames < args.total_frames:
     optimizer.param_groups[0]["lr"] = LR * (1.0 - collector.frames / args.total_frames)
 
     # ---- Play until every env has finished an episode, all with the current policy ----
-    frames_before = collector.frames
     steps, finished = [], torch.zeros(NUM_ENVS, dtype=torch.bool, device=device)
     while not finished.all():
         steps.append(collector.step(policy))
@@ -138,16 +123,11 @@ while collector.frames < args.total_frames:
     loss.backward()
     optimizer.step()
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}")
-    pbar.update(collector.frames - frames_before)
+    show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
-# ---- Save the learning curve: OUT/returns.csv and OUT/curve.png ----
-save_learning_curve(args.out, episodes, "REINFORCE on CartPole-v1")
-
-# ---- Evaluate the final policy without sampling, on start states training never scored ----
-eval_returns = evaluate("CartPole-v1", most_probable_action(actor, device),
-                        seed=10_000 + 100 * args.seed, episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate the final policy without sampling (argmax_a pi(a|s)) on
+# start states training never scored, and report ----
+finish(args, start_time, episodes, "REINFORCE on CartPole-v1", env_id="CartPole-v1",
+       policy=most_probable_action(actor, device))

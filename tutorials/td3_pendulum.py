@@ -61,34 +61,31 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``eval_return=`` and last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
-import argparse
-import time
-from pathlib import Path
+import itertools
 
-import gymnasium as gym
-import numpy as np
 import torch
-from _helpers import evaluate, plot_returns, report, write_csv  # tutorials/_helpers.py
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from tensordict import TensorDict
+from _helpers import (  # tutorials/_helpers.py
+    deterministic_action,
+    evaluation_flags,
+    finish,
+    gaussian_exploration,
+    make_stepper,
+    off_policy_loop,
+    replay_memory,
+    start,
+    tutorial_parser,
+)
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, TanhModule, ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
-from tqdm import tqdm
 
 from rlloss import DDPGLoss, TD3Loss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=20_000, help="env steps")
-parser.add_argument("--device", default="cpu")
+parser = tutorial_parser(__doc__, "runs/td3_pendulum", 20_000)
 parser.add_argument("--ddpg", action="store_true",
                     help="DDPG: one critic, no target smoothing, no delayed updates")
-parser.add_argument("--out", type=Path, default=Path("runs/td3_pendulum"))
-parser.add_argument("--eval-episodes", type=int, default=10,
-                    help="episodes of the final deterministic policy, on unseen start states")
+evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, td3.yml / ddpg.yml, Pendulum-v1; see the docstring).
@@ -102,21 +99,8 @@ EXPLORATION_NOISE = 0.05  # std of the Gaussian exploration noise, in units of m
 POLICY_NOISE, NOISE_CLIP = 0.2, 0.5  # target policy smoothing (TD3 only), units of max_action
 POLICY_DELAY = 1 if args.ddpg else 2  # critic steps per actor (and target) step
 
-torch.manual_seed(args.seed)  # seeds network init, exploration and replay sampling
-device = torch.device(args.device)
-if device.type == "cpu":
-    torch.set_num_threads(1)  # small MLPs: more threads only add synchronisation (and thrash)
-start_time = time.perf_counter()
-
-env = gym.make("Pendulum-v1")
-obs_dim = env.observation_space.shape[0]
-action_dim = env.action_space.shape[0]
-action_spec = Bounded(
-    low=torch.as_tensor(env.action_space.low),
-    high=torch.as_tensor(env.action_space.high),
-    shape=env.action_space.shape,
-    device=device,
-)
+device, start_time = start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
 max_action = action_spec.space.high  # Pendulum: 2 (symmetric bounds)
 
 # mu(s): an MLP writes an unbounded "action_param"; TanhModule maps it onto [low, high].
@@ -166,90 +150,32 @@ target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=LR)
 critic_optimizer = torch.optim.Adam(critic_params, lr=LR)
 
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-replay_buffer = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
-)
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+critic_steps = itertools.count(1)  # counts the calls of update()
 
 
-def to_tensor(x, dtype=torch.float32):
-    """numpy (from the env, on CPU) -> torch on the training device."""
-    return torch.as_tensor(x, dtype=dtype, device=device)
+def update(batch):
+    """The update: a critic step every env step, an actor and target step every
+    POLICY_DELAY-th."""
+    loss_critic, _ = critic_loss(batch)
+    critic_optimizer.zero_grad()
+    loss_critic.backward()
+    critic_optimizer.step()
+    if next(critic_steps) % POLICY_DELAY == 0:
+        loss_actor, _ = actor_loss(batch)  # -Q_1(s, mu(s)), critics detached
+        actor_optimizer.zero_grad()
+        loss_actor.backward()
+        actor_optimizer.step()
+        target_updater.step()  # target actor and critics
 
 
-obs, _ = env.reset(seed=args.seed)
-episode_return = 0.0
-episodes = []  # (frames, episode_return) for every finished episode
-updates = 0
-pbar = tqdm(total=args.total_frames, unit="frames")
+# ---- The loop: act (uniformly at random before LEARNING_STARTS, then mu(s) + Gaussian noise),
+# store the transition, update after LEARNING_STARTS ----
+off_policy_loop(args.total_frames, stepper, action_spec,
+                gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
+                learning_starts=LEARNING_STARTS)
 
-for frame in range(1, args.total_frames + 1):
-    # ---- Act: uniformly random before LEARNING_STARTS, then mu(s) + Gaussian noise ----
-    td = TensorDict(observation=to_tensor(obs), device=device)
-    if frame <= LEARNING_STARTS:
-        td["action"] = action_spec.rand()
-    else:
-        with torch.no_grad():
-            actor(td)  # writes "action_param" and "action" = mu(s)
-        noise = torch.randn_like(td["action"]) * EXPLORATION_NOISE * max_action
-        td["action"] = (td["action"] + noise).clamp(action_spec.space.low, action_spec.space.high)
-    obs, reward, terminated, truncated, _ = env.step(td["action"].cpu().numpy())
-    # ("next", "observation") is the true successor: env.reset() below only replaces `obs`.
-    td["next"] = TensorDict(
-        observation=to_tensor(obs),
-        reward=to_tensor([reward]),
-        terminated=to_tensor([terminated], torch.bool),  # never true on Pendulum
-        device=device,
-    )
-    replay_buffer.add(td.select("observation", "action", "next"))
-
-    episode_return += reward
-    if terminated or truncated:
-        episodes.append((frame, episode_return))
-        episode_return = 0.0
-        obs, _ = env.reset()
-
-    # ---- Learn: a critic step every env step, an actor and target step every POLICY_DELAY ----
-    if frame > LEARNING_STARTS:
-        batch = replay_buffer.sample()
-        loss_critic, _ = critic_loss(batch)
-        critic_optimizer.zero_grad()
-        loss_critic.backward()
-        critic_optimizer.step()
-        updates += 1
-        if updates % POLICY_DELAY == 0:
-            loss_actor, _ = actor_loss(batch)  # -Q_1(s, mu(s)), critics detached
-            actor_optimizer.zero_grad()
-            loss_actor.backward()
-            actor_optimizer.step()
-            target_updater.step()  # target actor and critics
-
-    if frame % 1000 == 0:
-        recent = [ret for _, ret in episodes[-10:]]
-        pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(1)
-pbar.close()
-env.close()
-
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-title = "DDPG" if args.ddpg else "TD3"
-ax.set(xlabel="environment steps", ylabel="episode return", title=f"{title} on Pendulum-v1")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
-
-
-def deterministic_action(observation):
-    """mu(s), without exploration noise."""
-    td = TensorDict(observation=to_tensor(observation), device=device)
-    with torch.no_grad():
-        return actor(td)["action"].cpu().numpy()
-
-
-# ---- Evaluate the final policy without exploration, on start states training never scored ----
-eval_returns = evaluate("Pendulum-v1", deterministic_action, seed=10_000 + 100 * args.seed,
-                        episodes=args.eval_episodes)
-report(start_time, episodes, eval_returns)
+# ---- Save the learning curve, evaluate mu(s) (no exploration noise) on start states training
+# never scored, report ----
+finish(args, start_time, stepper.episodes, f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
+       env_id="Pendulum-v1", policy=deterministic_action(actor, device))

@@ -27,31 +27,21 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
-from pathlib import Path
-
-import gymnasium as gym
 import torch
 from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
     OfflineDataset,
-    bounded_spec,
-    evaluate,
-    evaluation_flags,
+    env_spec,
+    finish_offline,
+    offline_parser,
     q_critic,
-    report,
-    save_learning_curve,
     start,
     tanh_deterministic_actor,
-    tutorial_parser,
 )
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import TD3BCLoss
 
-parser = tutorial_parser(__doc__, "runs/td3bc_offline", total_frames=20_000,
-                         frames_help="gradient steps (an offline learner collects no frames)")
-parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_offline/dataset"),
-                    help="written by offline_dataset.py")
-evaluation_flags(parser, every=1_000, unit="gradient steps")
+parser = offline_parser(__doc__, "runs/td3bc_offline")  # --dataset, --eval-every (gradient steps)
 args = parser.parse_args()
 
 ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
@@ -60,8 +50,7 @@ POLICY_DELAY = 2
 MAX_ACTION = 2.0
 
 device, start_time = start(args)
-action_spec = bounded_spec(gym.make(ENV_ID).action_space, device)
-obs_dim, action_dim = 3, action_spec.shape[-1]
+action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
 
 # mu(s) (td3_pendulum.py's actor) with a target copy; two critics with target copies.
 actor = tanh_deterministic_actor(obs_dim, action_spec, HIDDEN)
@@ -88,8 +77,6 @@ for step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
         loss_actor.backward()
         actor_optimizer.step()
         target_updater.step()
-save_learning_curve(args.out, curve, "TD3+BC on a fixed Pendulum-v1 dataset", window=5,
-                    xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
-# The final policy, on start states the dataset never saw.
-report(start_time, curve, evaluate(ENV_ID, policy, seed=10_000 + 100 * args.seed,
-                                   episodes=args.eval_episodes))
+# ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
+# saw, report ----
+finish_offline(args, start_time, curve, "TD3+BC on a fixed Pendulum-v1 dataset", ENV_ID, policy)

@@ -21,14 +21,8 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
-import argparse
-import time
-from pathlib import Path
-
-import numpy as np
 import torch
-from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from _helpers import finish, show_progress, start, tutorial_parser  # tutorials/_helpers.py
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector  # SyncDataCollector in TorchRL < 0.14
@@ -40,11 +34,7 @@ from tqdm import tqdm
 
 from rlloss import ClipPPOLoss  # was: from torchrl.objectives import ClipPPOLoss
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--total-frames", type=int, default=100_000, help="env steps, all envs")
-parser.add_argument("--device", default="cpu")
-parser.add_argument("--out", type=Path, default=Path("runs/torchrl_ppo"))
+parser = tutorial_parser(__doc__, "runs/torchrl_ppo", 100_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, ppo.yml, CartPole-v1).
@@ -58,9 +48,7 @@ CLIP_EPSILON = 0.2  # linearly annealed to 0
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-torch.manual_seed(args.seed)
-device = torch.device(args.device)
-start_time = time.perf_counter()
+device, start_time = start(args, one_thread=False)  # seeds network init and action sampling
 
 
 def make_env():
@@ -148,20 +136,9 @@ for iteration, data in enumerate(collector):  # data: batch size [NUM_ENVS, NUM_
             nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
             optimizer.step()
 
-    recent = [ret for _, ret in episodes[-10:]]
-    pbar.set_postfix(mean_return=f"{np.mean(recent):.1f}" if recent else "n/a")
-    pbar.update(data.numel())
+    show_progress(pbar, episodes, frames)
 pbar.close()
 collector.shutdown()
 
-# ---- Save the learning curve ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-
-fig = Figure(figsize=(6, 4))
-ax = fig.add_subplot()
-plot_returns(ax, episodes)
-ax.set(xlabel="environment steps", ylabel="episode return",
-       title="PPO on CartPole-v1 (TorchRL pipeline, rlloss loss)")
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
-
-report(start_time, episodes)
+# ---- Save the learning curve and report ----
+finish(args, start_time, episodes, "PPO on CartPole-v1 (TorchRL pipeline, rlloss loss)")

@@ -47,26 +47,22 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
-
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing (environment, evaluation, results)
-    EnvStepper,
-    Evaluator,
-    act,
-    bounded_spec,
+from _helpers import (  # tutorials/_helpers.py: the plumbing
+    alpha_postfix,
+    deterministic_evaluator,
     evaluation_flags,
+    finish,
+    make_stepper,
+    off_policy_loop,
     q_critic,
-    report,
-    save_learning_curve,
-    show_progress,
+    replay_memory,
+    sample_action,
     start,
     tanh_normal_actor,
     tutorial_parser,
 )
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-from torchrl.envs.utils import ExplorationType
 from torchrl.objectives import SoftUpdate, ValueEstimators
-from tqdm import tqdm
 
 from rlloss import TQCLoss
 
@@ -88,9 +84,7 @@ DROP_PER_NET = 2  # d: the pooled target drops its d N largest atoms
 EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
 device, start_time = start(args)
-stepper = EnvStepper("Pendulum-v1", device, seed=args.seed)
-action_spec = bounded_spec(stepper.env.action_space, device)
-obs_dim, action_dim = stepper.env.observation_space.shape[0], action_spec.shape[-1]
+stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
 
 # pi(a|s): SAC's tanh-squashed Gaussian; N quantile critics (one vmap call) with target copies;
 # the target entropy -dim(A) = -1 comes from the actor's spec.
@@ -103,44 +97,29 @@ loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL
 target_updater = SoftUpdate(loss_module, tau=TAU)
 # One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
-# Replay memory, stored on the training device (a GPU buffer with --device cuda).
-replay_buffer = TensorDictReplayBuffer(
-    storage=LazyTensorStorage(BUFFER_SIZE, device=device), batch_size=BATCH_SIZE
-)
-evaluator = Evaluator(
-    "Pendulum-v1",
-    lambda obs: act(actor, stepper.observation_of(obs), ExplorationType.DETERMINISTIC).cpu().numpy(),
-    seed=10_000 + 100 * args.seed, episodes=args.eval_episodes, every=args.eval_every,
-)
+replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+# The deterministic policy (the squashed mean), evaluated every --eval-every frames.
+evaluator = deterministic_evaluator(args, actor, stepper)
 
-pbar = tqdm(total=args.total_frames, unit="frames")
-for frame in range(1, args.total_frames + 1):
-    # ---- Act: uniformly random before LEARNING_STARTS, then a ~ pi(.|s); store ----
-    if frame <= LEARNING_STARTS:
-        action = action_spec.rand()
-    else:
-        action = act(actor, stepper.observation(), ExplorationType.RANDOM)
-    replay_buffer.add(stepper.step(action))
 
-    # ---- Learn: one gradient step on the sum of the three losses, then the targets ----
-    if frame > LEARNING_STARTS:
-        losses = loss_module(replay_buffer.sample())
-        loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        target_updater.step()
+def update(batch):
+    """The update: one gradient step on the sum of the three losses, then the targets; returns
+    the loss outputs."""
+    losses = loss_module(batch)
+    loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    target_updater.step()
+    return losses
 
-    evaluator.maybe(frame)
-    if frame % 1000 == 0:
-        alpha = f"{float(losses['alpha']):.3f}" if frame > LEARNING_STARTS else "n/a"
-        show_progress(pbar, stepper.episodes, frame, alpha=alpha)
-pbar.close()
-stepper.close()
 
-save_learning_curve(args.out, stepper.episodes, "TQC on Pendulum-v1", evaluator.evaluations)
-eval_returns = evaluator.run()  # the final policy, on start states training never scored
-if args.save_actor is not None:
-    torch.save(actor, args.save_actor)
-evaluator.print_first_at(EVAL_TARGET)
-report(start_time, stepper.episodes, eval_returns)
+# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
+# transition, update after LEARNING_STARTS, evaluate every --eval-every frames ----
+off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
+                update, learning_starts=LEARNING_STARTS, evaluator=evaluator, log=alpha_postfix)
+
+# ---- Save the learning curve, evaluate the final policy on start states training never
+# scored, save the actor (--save-actor), report ----
+finish(args, start_time, stepper.episodes, "TQC on Pendulum-v1",
+       evaluator=evaluator, actor=actor, target=EVAL_TARGET)
