@@ -15,6 +15,11 @@ every batch size, four implementations of the same math are run on the same netw
 * ``rlloss-min`` -- the same with ``diagnostics=False`` (the losses only), the counterpart of
   ``plain-min``, for the cases whose loss has diagnostics to skip.
 * ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
+* ``hand``    -- the step as a user writes it in one file, CleanRL-style: formula log-probs, no
+  distribution objects, no TensorDict, the critic the user's own module, and the diagnostics
+  rlloss returns (:mod:`benchmarks.cases.handwritten`); ``hand-min`` without the diagnostics.
+  Eager only; only for the cases that have one (the PPO family, DQN, and the off-policy losses
+  with a custom critic).
 
 One timed *step* is what an optimisation step costs minus the optimizer itself:
 ``zero_grad`` (grads set to ``None``) + forward + ``total.backward()``, where
@@ -68,8 +73,9 @@ from typing import Any
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl")
-EAGER_ONLY = ("plain-min", "rlloss-min")  # the diagnostics-off variants: not compiled
+METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl", "hand", "hand-min")
+# not compiled: the diagnostics-off variants, and the hand-written steps (an eager anchor)
+EAGER_ONLY = ("plain-min", "rlloss-min", "hand", "hand-min")
 LEVELS = ("forward", "backward", "update")  # "update" last: it changes the weights
 MODES = ("eager", "compiled")
 RATIOS = (
@@ -78,6 +84,9 @@ RATIOS = (
     ("rlloss-min", "plain-min"),
     ("torchrl", "rlloss"),
     ("torchrl", "plain"),
+    ("rlloss", "hand"),
+    ("rlloss-min", "hand-min"),
+    ("rlloss", "hand-min"),  # where rlloss has no diagnostics to switch off
 )
 METHOD_TEXT = (
     "per step: forward (loss, graph built) | backward (zero_grad(set_to_none) + forward + "
@@ -343,7 +352,10 @@ def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str
     available = []
     for name in METHODS:
         if name not in setup.factories:
-            statuses[name] = {"status": "n/a", "reason": "no such loss in that library"}
+            reason = "no such loss in that library"
+            if name.startswith("hand"):
+                reason = "no hand-written step for this case"
+            statuses[name] = {"status": "n/a", "reason": reason}
             continue
         try:
             setup.factories[name](next(iter(setup.batches.values())))
@@ -467,6 +479,8 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
         "rlloss/plain",
         "rlloss-min/plain-min",
         "torchrl/rlloss",
+        "rlloss/hand",
+        "rlloss-min/hand-min",
     ]
     body = [
         [
@@ -477,6 +491,8 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
             _fmt_ratio(row, "rlloss/plain"),
             _fmt_ratio(row, "rlloss-min/plain-min"),
             _fmt_ratio(row, "torchrl/rlloss"),
+            _fmt_ratio(row, "rlloss/hand"),
+            _fmt_ratio(row, "rlloss-min/hand-min"),
         ]
         for row in rows
     ]
