@@ -343,6 +343,7 @@ class Config:
     device: str = "cpu"
     smoke: bool = False
     small_only: bool = False  # each case's small batch size only
+    hand_written: bool = False  # the cases and batch sizes of the hand-written comparison
     no_aot_cse: bool = False
 
 
