@@ -265,3 +265,33 @@ def instructions_per_step(
         flush=True,
     )
     return {"instructions_per_step": per_step, "ratios": ratios}
+
+
+def dumped_instructions(
+    entries: list[tuple[str, int]], methods: list[str], steps: int, warmup: int, out: Path
+) -> subprocess.Popen:
+    """Start one process under callgrind (``callgrind/run.sh``) that runs ``steps`` steps of each
+    method of each ``(case, batch size)`` of ``entries`` and dumps the counters around them (no
+    start-up, import or set-up counted); :func:`read_dumped_instructions` reads its counts."""
+    env = {
+        **os.environ,
+        "ROOT": str(REPO_ROOT),
+        "CASES": " ".join(f"{case}:{batch_size}" for case, batch_size in entries),
+        "METHODS": " ".join(methods),
+        "N": str(steps),
+        "WARMUP": str(warmup),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = ["bash", str(HERE / "callgrind" / "run.sh"), str(out)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+
+
+def read_dumped_instructions(out: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """The instructions per step of a :func:`dumped_instructions` run, by (case, batch size) and
+    method."""
+    counts: dict[tuple[str, int], dict[str, float]] = {}
+    for line in (out / "counts.tsv").read_text().split("\n"):
+        if line.strip():
+            case, batch_size, method, per_step = line.split("\t")
+            counts.setdefault((case, int(batch_size)), {})[method] = float(per_step)
+    return counts
