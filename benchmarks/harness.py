@@ -30,7 +30,8 @@ Method
 ------
 * CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
   timed blocks (as :mod:`timeit` does) and run between them (not in ``--smoke`` runs, which
-  check the gate and the code paths: a full collection costs ~0.2 s, 27 of them a case).
+  check the gate and the code paths), over what the steps made only: what exists when the
+  timing starts is frozen out of it (``gc.freeze``; a full collection costs ~0.16 s).
 * Equality gate, before any timing: every method must reproduce the TorchRL total
   loss and the gradient of every network parameter to ``--rtol`` (relative; the
   gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor; the total's,
@@ -315,10 +316,18 @@ def time_methods(
         slowest = max(_time_block(steps[n], 3, collect) for n in names)
         inner = max(1, round(block_ms / 1e3 / slowest))
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            samples[name].append(_time_block(steps[name], inner, collect))
+    # What exists now (networks, batches, torch's and the libraries' own objects) is left out
+    # of the collections between blocks: a full collection over it costs ~0.16 s, more than
+    # three 50 ms blocks; the garbage the steps make is still collected.
+    gc.collect()
+    gc.freeze()
+    try:
+        for r in range(repeats):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                samples[name].append(_time_block(steps[name], inner, collect))
+    finally:
+        gc.unfreeze()
     return samples, inner
 
 
@@ -344,14 +353,17 @@ class Config:
     smoke: bool = False
     small_only: bool = False  # each case's small batch size only
     hand_written: bool = False  # the cases and batch sizes of the hand-written comparison
+    methods: tuple[str, ...] = METHODS  # the methods to gate and time (the others: not run)
     no_aot_cse: bool = False
 
 
-def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str, dict]]:
-    """The methods of ``setup`` that can be built, and the status of those that cannot."""
+def available_methods(
+    setup: CaseSetup, label: str, methods: tuple[str, ...] = METHODS
+) -> tuple[list[str], dict[str, dict]]:
+    """The ``methods`` of ``setup`` that can be built, and the status of those that cannot."""
     statuses: dict[str, dict] = {}
     available = []
-    for name in METHODS:
+    for name in methods:
         if name not in setup.factories:
             reason = "no such loss in that library"
             if name.startswith("hand"):
@@ -396,7 +408,7 @@ def timed_row(samples: dict[str, list[float]], row: dict[str, Any]) -> dict[str,
 def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[dict]:
     """One row per (mode, level) of ``case`` built at ``batch_size``: every method gated, then
     timed interleaved."""
-    available, statuses = available_methods(setup, f"{case} B={batch_size}")
+    available, statuses = available_methods(setup, f"{case} B={batch_size}", cfg.methods)
     rows = []
     for mode in cfg.modes:
         compiled = mode == "compiled"

@@ -26,7 +26,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN  # noqa: E402
-from benchmarks.harness import LEVELS, MODES, Config  # noqa: E402
+from benchmarks.harness import LEVELS, METHODS, MODES, Config  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
 
@@ -60,7 +60,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--hand-written",
         action="store_true",
         help="the comparison with the hand-written steps: their cases at their batch sizes "
-        "(benchmarks.cases.HAND_WRITTEN), eager, backward level only",
+        "(benchmarks.cases.HAND_WRITTEN), eager, backward level only, rlloss and hand-written "
+        "methods only",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(METHODS),
+        choices=METHODS,
+        help="the methods to gate and time (default: all; --hand-written: rlloss, rlloss-min, "
+        "hand, hand-min)",
     )
     p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -97,9 +106,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
     if a.hand_written:
         a.cases, a.levels, a.modes = list(HAND_WRITTEN), ["backward"], ["eager"]
+        a.methods = ["rlloss", "rlloss-min", "hand", "hand-min"]
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     batch_sizes = [int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b]
-    return Config(**{**vars(a), "batch_sizes": batch_sizes, "levels": levels})
+    methods = tuple(m for m in METHODS if m in a.methods)
+    return Config(**{**vars(a), "batch_sizes": batch_sizes, "levels": levels, "methods": methods})
 
 
 def main(argv: list[str] | None = None) -> int:

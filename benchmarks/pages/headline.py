@@ -24,7 +24,7 @@ ERROR_CHARS = 60
 # --------------------------------------------------------------------------- #
 def smallest_batch_rows(results: list[Result], mode: str) -> dict[str, tuple[dict, Result]]:
     """Per case, its CPU row of ``mode`` at the headline level and its smallest batch size, from
-    the newest file that has one; cases in order of first appearance."""
+    the newest file that has one with plain timed; cases in order of first appearance."""
     found = [
         (row, result)
         for result in results
@@ -33,6 +33,7 @@ def smallest_batch_rows(results: list[Result], mode: str) -> dict[str, tuple[dic
         if row["mode"] == mode
         and row["level"] == HEADLINE_LEVEL
         and on_cpu(str(row.get("device", "cpu")))
+        and "plain" in row.get("methods", {})  # not a run of other methods only
     ]
     cases = list(dict.fromkeys(row["case"] for row, _ in found))
     newest_first = sorted(found, key=lambda item: machine_of(item[1]).get("date", ""), reverse=True)
