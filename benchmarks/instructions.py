@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # the working tree's rlloss
 
-from benchmarks.cases import HAND_WRITTEN  # noqa: E402
+from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
 from benchmarks.harness import LEVELS, RATIOS, machine_info  # noqa: E402
 from benchmarks.profiling import (  # noqa: E402
@@ -33,7 +33,6 @@ from benchmarks.profiling import (  # noqa: E402
     read_dumped_instructions,
 )
 
-HAND_METHODS = ["rlloss", "rlloss-min", "hand", "hand-min"]
 # steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
 HAND_STEPS = {"small": (30, 5), "custom-critic": (5, 2)}  # (steps, warm-up steps)
 
@@ -46,7 +45,9 @@ def hand_written_counts(work: Path) -> dict[str, dict]:
         group = "custom-critic" if case.endswith(CUSTOM_SUFFIX) else "small"
         groups[group] += [(case, size) for size in sizes]
     runs = {
-        name: dumped_instructions(entries, HAND_METHODS, *HAND_STEPS[name], work / name)
+        name: dumped_instructions(
+            entries, list(HAND_WRITTEN_METHODS), *HAND_STEPS[name], work / name
+        )
         for name, entries in groups.items()
     }
     results = {}

@@ -25,7 +25,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import harness  # noqa: E402
-from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN  # noqa: E402
+from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.harness import LEVELS, METHODS, MODES, Config  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
     if a.hand_written:
         a.cases, a.levels, a.modes = list(HAND_WRITTEN), ["backward"], ["eager"]
-        a.methods = ["rlloss", "rlloss-min", "hand", "hand-min"]
+        a.methods = list(HAND_WRITTEN_METHODS)
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     batch_sizes = [int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b]
     methods = tuple(m for m in METHODS if m in a.methods)

@@ -21,12 +21,10 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from benchmarks.cases import HAND_WRITTEN  # noqa: E402
+from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
 from benchmarks.harness import LEVELS, MODES, machine_info  # noqa: E402
 from benchmarks.profiling import profile_rows  # noqa: E402
-
-HAND_METHODS = ["hand-min", "rlloss-min", "hand", "rlloss"]
 
 
 def steps_of(args: argparse.Namespace, case: str) -> int:
@@ -58,7 +56,7 @@ def main() -> None:
     sizes = {case: [args.batch_size] for case in args.cases}
     if args.hand_written:
         sizes = {case: list(batch_sizes) for case, batch_sizes in HAND_WRITTEN.items()}
-        args.methods, args.levels, args.modes = HAND_METHODS, ["backward"], ["eager"]
+        args.methods, args.levels, args.modes = list(HAND_WRITTEN_METHODS), ["backward"], ["eager"]
     command = "python benchmarks/" + Path(sys.argv[0]).name + " " + " ".join(sys.argv[1:])
     torch.set_num_threads(1)
     rows = [

@@ -39,3 +39,4 @@ HAND_WRITTEN: dict[str, tuple[int, ...]] = {
         (256,),
     ),
 }
+HAND_WRITTEN_METHODS = ("rlloss", "rlloss-min", "hand", "hand-min")  # what it gates and times
