@@ -135,12 +135,14 @@ def hand_rows(results: list[Result]) -> dict[tuple[str, int], tuple[dict, Result
 
 
 def spread_text(row: dict, ratio: str) -> str:
-    """``median (p25-p75)`` of a paired ratio, the median in bold where it misses its target."""
+    """``median (p25-p75) [fastest x]`` of a paired ratio, the median in bold where it misses
+    its target."""
     r = row.get("ratios", {}).get(ratio)
     if r is None:
         return "-"
     median = f"**{r['median']:.3f}**" if missed(row, ratio) else f"{r['median']:.3f}"
-    return f"{median} ({r['p25']:.3f}-{r['p75']:.3f})"
+    fastest = f" [fastest {r['of_min']:.3f}]" if "of_min" in r else ""
+    return f"{median} ({r['p25']:.3f}-{r['p75']:.3f}){fastest}"
 
 
 def hand_table(results: list[Result], instructions: dict | None) -> list[str]:
@@ -288,8 +290,9 @@ def headline(
         "`critic(obs, action)`), eager, CPU, 1 thread. `hand` also computes the diagnostics "
         "rlloss returns, `hand-min` the losses only; `rlloss-min` is rlloss with "
         "`diagnostics=False` (the PPO family: DQN and the off-policy losses have no switch). "
-        "Time ratios: median (p25-p75) of paired per-round ratios; instructions: callgrind's "
-        "count per step (load-independent). Targets: the PPO family at 64 <= 1.15 off and "
+        "Time ratios: median (p25-p75) of paired per-round ratios, and in brackets the ratio of "
+        "the two methods' fastest blocks (on a loaded machine the least inflated); "
+        "instructions: callgrind's count per step (load-independent, the robust figure). Targets: the PPO family at 64 <= 1.15 off and "
         "<= 1.25 on, DQN at 64 <= 1.15, the custom-critic losses at 256 <= 1.10; **bold**: "
         "missed.",
         "",
