@@ -34,16 +34,18 @@ from benchmarks.profiling import (  # noqa: E402
 )
 
 # steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
-HAND_STEPS = {"small": (30, 5), "custom-critic": (5, 2)}  # (steps, warm-up steps)
+HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)
 
 
-def hand_written_counts(work: Path) -> dict[str, dict]:
-    """Instructions per step of every case of the hand-written comparison, its rlloss and
-    hand-written methods, and their ratios (``harness.RATIOS``), keyed ``"<case>, B=<batch>"``."""
-    groups = {"small": [], "custom-critic": []}
+def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
+    """Instructions per step of the cases of the hand-written comparison in the ``selected``
+    groups (of ``HAND_STEPS``), their rlloss and hand-written methods, and their ratios
+    (``harness.RATIOS``), keyed ``"<case>, B=<batch>"``."""
+    groups = {name: [] for name in selected}
     for case, sizes in HAND_WRITTEN.items():
         group = "custom-critic" if case.endswith(CUSTOM_SUFFIX) else "small"
-        groups[group] += [(case, size) for size in sizes]
+        if group in groups:
+            groups[group] += [(case, size) for size in sizes]
     runs = {
         name: dumped_instructions(
             entries, list(HAND_WRITTEN_METHODS), *HAND_STEPS[name], work / name
@@ -84,6 +86,13 @@ def main() -> None:
     parser.add_argument(
         "--hand-written", action="store_true", help="the hand-written comparison (see above)"
     )
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=list(HAND_STEPS),
+        choices=list(HAND_STEPS),
+        help="--hand-written: the groups of cases to count (the others' entries in --out kept)",
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/instructions-hand-written"))
     parser.add_argument(
         "--out",
@@ -95,17 +104,12 @@ def main() -> None:
     name = "instructions-hand-written.json" if args.hand_written else "instructions.json"
     args.out = args.out or REPO_ROOT / "benchmarks" / "results" / name
     if args.hand_written:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "machine": machine_info(),
-                    "level": "backward",
-                    "cases": hand_written_counts(args.work),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        machine = machine_info()
+        cases = json.loads(args.out.read_text())["cases"] if args.out.exists() else {}
+        for key, entry in hand_written_counts(args.work, args.groups).items():
+            cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
+        result = {"machine": machine, "level": "backward", "cases": cases}
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
         return
     results = {

@@ -37,7 +37,7 @@ def steps_of(args: argparse.Namespace, case: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="+", default=["DQNLoss", "ClipPPOLoss"])
+    parser.add_argument("--cases", nargs="+", default=None, help="default: DQNLoss ClipPPOLoss")
     parser.add_argument("--methods", nargs="+", default=["plain", "rlloss"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--levels", nargs="+", default=["forward", "backward"], choices=LEVELS)
@@ -46,16 +46,16 @@ def main() -> None:
     parser.add_argument(
         "--hand-written",
         action="store_true",
-        help="the hand-written comparison: its cases at their batch sizes, the rlloss and "
-        "hand-written methods, backward, eager",
+        help="the hand-written comparison: its cases (or those of --cases) at their batch "
+        "sizes, the rlloss and hand-written methods, backward, eager",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     name = "profile-hand-written.json" if args.hand_written else "profile.json"
     args.out = args.out or REPO_ROOT / "benchmarks" / "results" / name
-    sizes = {case: [args.batch_size] for case in args.cases}
-    if args.hand_written:
-        sizes = {case: list(batch_sizes) for case, batch_sizes in HAND_WRITTEN.items()}
+    sizes = {case: [args.batch_size] for case in args.cases or ["DQNLoss", "ClipPPOLoss"]}
+    if args.hand_written:  # its cases (or those of --cases) at their batch sizes
+        sizes = {case: list(HAND_WRITTEN[case]) for case in args.cases or HAND_WRITTEN}
         args.methods, args.levels, args.modes = list(HAND_WRITTEN_METHODS), ["backward"], ["eager"]
     command = "python benchmarks/" + Path(sys.argv[0]).name + " " + " ".join(sys.argv[1:])
     torch.set_num_threads(1)
