@@ -49,9 +49,9 @@ Method
   block last about ``--block-ms``.
 * Reported: per method the median of the samples with its interquartile range
   (p25-p75) and min; ratios are medians (and IQR) of the *paired* per-round ratios,
-  which cancel most of the load drift between rounds, and (``of_min``) the ratio of the two
-  methods' fastest blocks: on a machine shared with other work, where load only ever adds
-  time, the least inflated figure.
+  which cancel most of the load drift between rounds, (the pages add the ratio of the two
+  methods' fastest tenths of blocks: on a machine shared with other work, where load only
+  ever adds time, the least inflated figure).
 """
 
 from __future__ import annotations
@@ -403,9 +403,7 @@ def timed_row(samples: dict[str, list[float]], row: dict[str, Any]) -> dict[str,
     for num, den in RATIOS:
         if num in samples and den in samples:
             paired = [a / b for a, b in zip(samples[num], samples[den], strict=True)]
-            # ``of_min``: the fastest blocks' ratio, what a loaded machine inflates least
-            of_min = min(samples[num]) / min(samples[den])
-            row["ratios"][f"{num}/{den}"] = {**_summary(paired), "of_min": of_min}
+            row["ratios"][f"{num}/{den}"] = _summary(paired)
     return row
 
 
