@@ -15,6 +15,11 @@ every batch size, four implementations of the same math are run on the same netw
 * ``rlloss-min`` -- the same with ``diagnostics=False`` (the losses only), the counterpart of
   ``plain-min``, for the cases whose loss has diagnostics to skip.
 * ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
+* ``hand``    -- the step as a user writes it in one file, CleanRL-style: formula log-probs, no
+  distribution objects, no TensorDict, the critic the user's own module, and the diagnostics
+  rlloss returns (:mod:`benchmarks.cases.handwritten`); ``hand-min`` without the diagnostics.
+  Eager only; only for the cases that have one (the PPO family, DQN, and the off-policy losses
+  with a custom critic).
 
 One timed *step* is what an optimisation step costs minus the optimizer itself:
 ``zero_grad`` (grads set to ``None``) + forward + ``total.backward()``, where
@@ -25,7 +30,8 @@ Method
 ------
 * CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
   timed blocks (as :mod:`timeit` does) and run between them (not in ``--smoke`` runs, which
-  check the gate and the code paths: a full collection costs ~0.2 s, 27 of them a case).
+  check the gate and the code paths), over what the steps made only: what exists when the
+  timing starts is frozen out of it (``gc.freeze``; a full collection costs ~0.16 s).
 * Equality gate, before any timing: every method must reproduce the TorchRL total
   loss and the gradient of every network parameter to ``--rtol`` (relative; the
   gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor; the total's,
@@ -43,7 +49,9 @@ Method
   block last about ``--block-ms``.
 * Reported: per method the median of the samples with its interquartile range
   (p25-p75) and min; ratios are medians (and IQR) of the *paired* per-round ratios,
-  which cancel most of the load drift between rounds.
+  which cancel most of the load drift between rounds, (the pages add the ratio of the two
+  methods' fastest tenths of blocks: on a machine shared with other work, where load only
+  ever adds time, the least inflated figure).
 """
 
 from __future__ import annotations
@@ -68,8 +76,9 @@ from typing import Any
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl")
-EAGER_ONLY = ("plain-min", "rlloss-min")  # the diagnostics-off variants: not compiled
+METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl", "hand", "hand-min")
+# not compiled: the diagnostics-off variants, and the hand-written steps (an eager anchor)
+EAGER_ONLY = ("plain-min", "rlloss-min", "hand", "hand-min")
 LEVELS = ("forward", "backward", "update")  # "update" last: it changes the weights
 MODES = ("eager", "compiled")
 RATIOS = (
@@ -78,6 +87,9 @@ RATIOS = (
     ("rlloss-min", "plain-min"),
     ("torchrl", "rlloss"),
     ("torchrl", "plain"),
+    ("rlloss", "hand"),
+    ("rlloss-min", "hand-min"),
+    ("rlloss", "hand-min"),  # where rlloss has no diagnostics to switch off
 )
 METHOD_TEXT = (
     "per step: forward (loss, graph built) | backward (zero_grad(set_to_none) + forward + "
@@ -306,10 +318,18 @@ def time_methods(
         slowest = max(_time_block(steps[n], 3, collect) for n in names)
         inner = max(1, round(block_ms / 1e3 / slowest))
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            samples[name].append(_time_block(steps[name], inner, collect))
+    # What exists now (networks, batches, torch's and the libraries' own objects) is left out
+    # of the collections between blocks: a full collection over it costs ~0.16 s, more than
+    # three 50 ms blocks; the garbage the steps make is still collected.
+    gc.collect()
+    gc.freeze()
+    try:
+        for r in range(repeats):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                samples[name].append(_time_block(steps[name], inner, collect))
+    finally:
+        gc.unfreeze()
     return samples, inner
 
 
@@ -334,16 +354,23 @@ class Config:
     device: str = "cpu"
     smoke: bool = False
     small_only: bool = False  # each case's small batch size only
+    hand_written: bool = False  # the cases and batch sizes of the hand-written comparison
+    methods: tuple[str, ...] = METHODS  # the methods to gate and time (the others: not run)
     no_aot_cse: bool = False
 
 
-def available_methods(setup: CaseSetup, label: str) -> tuple[list[str], dict[str, dict]]:
-    """The methods of ``setup`` that can be built, and the status of those that cannot."""
+def available_methods(
+    setup: CaseSetup, label: str, methods: tuple[str, ...] = METHODS
+) -> tuple[list[str], dict[str, dict]]:
+    """The ``methods`` of ``setup`` that can be built, and the status of those that cannot."""
     statuses: dict[str, dict] = {}
     available = []
-    for name in METHODS:
+    for name in methods:
         if name not in setup.factories:
-            statuses[name] = {"status": "n/a", "reason": "no such loss in that library"}
+            reason = "no such loss in that library"
+            if name.startswith("hand"):
+                reason = "no hand-written step for this case"
+            statuses[name] = {"status": "n/a", "reason": reason}
             continue
         try:
             setup.factories[name](next(iter(setup.batches.values())))
@@ -383,7 +410,7 @@ def timed_row(samples: dict[str, list[float]], row: dict[str, Any]) -> dict[str,
 def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[dict]:
     """One row per (mode, level) of ``case`` built at ``batch_size``: every method gated, then
     timed interleaved."""
-    available, statuses = available_methods(setup, f"{case} B={batch_size}")
+    available, statuses = available_methods(setup, f"{case} B={batch_size}", cfg.methods)
     rows = []
     for mode in cfg.modes:
         compiled = mode == "compiled"
@@ -467,6 +494,8 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
         "rlloss/plain",
         "rlloss-min/plain-min",
         "torchrl/rlloss",
+        "rlloss/hand",
+        "rlloss-min/hand-min",
     ]
     body = [
         [
@@ -477,6 +506,8 @@ def print_table(case: str, description: str, rows: list[dict]) -> None:
             _fmt_ratio(row, "rlloss/plain"),
             _fmt_ratio(row, "rlloss-min/plain-min"),
             _fmt_ratio(row, "torchrl/rlloss"),
+            _fmt_ratio(row, "rlloss/hand"),
+            _fmt_ratio(row, "rlloss-min/hand-min"),
         ]
         for row in rows
     ]

@@ -2,9 +2,15 @@
 measure for shared or noisy machines (the method: :mod:`benchmarks.profiling`).
 
     python benchmarks/instructions.py --cases ClipPPOLoss DQNLoss --batch-size 64
+    python benchmarks/instructions.py --hand-written  # -> results/instructions-hand-written.json
 
 Each process runs ~50x slower under callgrind (a couple of minutes per process, mostly the
 import of torch). Needs ``valgrind`` on the PATH. Writes JSON next to the overhead results.
+
+``--hand-written``: the cases of the hand-written comparison (``benchmarks.cases.HAND_WRITTEN``)
+with every rlloss and hand-written method, in two callgrind processes (the small-batch cases, and
+the custom-critic ones at fewer steps), each dumping its counters around each method's steps
+(``benchmarks/callgrind/run.sh``): one start-up for all, none of it counted.
 """
 
 from __future__ import annotations
@@ -18,8 +24,52 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # the working tree's rlloss
 
-from benchmarks.harness import LEVELS  # noqa: E402
-from benchmarks.profiling import instructions_per_step  # noqa: E402
+from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
+from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
+from benchmarks.harness import LEVELS, RATIOS, machine_info  # noqa: E402
+from benchmarks.profiling import (  # noqa: E402
+    dumped_instructions,
+    instructions_per_step,
+    read_dumped_instructions,
+)
+
+# steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
+HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)
+
+
+def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
+    """Instructions per step of the cases of the hand-written comparison in the ``selected``
+    groups (of ``HAND_STEPS``), their rlloss and hand-written methods, and their ratios
+    (``harness.RATIOS``), keyed ``"<case>, B=<batch>"``."""
+    groups = {name: [] for name in selected}
+    for case, sizes in HAND_WRITTEN.items():
+        group = "custom-critic" if case.endswith(CUSTOM_SUFFIX) else "small"
+        if group in groups:
+            groups[group] += [(case, size) for size in sizes]
+    runs = {
+        name: dumped_instructions(
+            entries, list(HAND_WRITTEN_METHODS), *HAND_STEPS[name], work / name
+        )
+        for name, entries in groups.items()
+    }
+    results = {}
+    for name, run in runs.items():
+        if run.wait():
+            raise RuntimeError(f"callgrind run {name} failed: see {work / name}/valgrind.log")
+        for (case, size), counts in read_dumped_instructions(work / name).items():
+            ratios = {
+                f"{num}/{den}": counts[num] / counts[den]
+                for num, den in RATIOS
+                if num in counts and den in counts
+            }
+            results[f"{case}, B={size}"] = {
+                "case": case,
+                "batch_size": size,
+                "steps": HAND_STEPS[name][0],
+                "instructions_per_step": counts,
+                "ratios": ratios,
+            }
+    return results
 
 
 def main() -> None:
@@ -34,9 +84,34 @@ def main() -> None:
         "--critics", type=int, default=None, help="ensemble cases (REDQ, TQC): critics to use"
     )
     parser.add_argument(
-        "--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "instructions.json"
+        "--hand-written", action="store_true", help="the hand-written comparison (see above)"
+    )
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=list(HAND_STEPS),
+        choices=list(HAND_STEPS),
+        help="--hand-written: the groups of cases to count (the others' entries in --out kept)",
+    )
+    parser.add_argument("--work", type=Path, default=Path("/tmp/instructions-hand-written"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/instructions.json, or instructions-hand-written.json",
     )
     args = parser.parse_args()
+    name = "instructions-hand-written.json" if args.hand_written else "instructions.json"
+    args.out = args.out or REPO_ROOT / "benchmarks" / "results" / name
+    if args.hand_written:
+        machine = machine_info()
+        cases = json.loads(args.out.read_text())["cases"] if args.out.exists() else {}
+        for key, entry in hand_written_counts(args.work, args.groups).items():
+            cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
+        result = {"machine": machine, "level": "backward", "cases": cases}
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return
     results = {
         case: instructions_per_step(
             case,

@@ -10,6 +10,7 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/overhead.py --smoke              # seconds; for CI
     python benchmarks/overhead.py --batch-sizes 64 4096 --repeats 50 --out my.json
     python benchmarks/overhead.py --small-only --modes eager --out small.json  # the headline rows
+    python benchmarks/overhead.py --hand-written --out benchmarks/results/overhead-hand-written.json
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import harness  # noqa: E402
-from benchmarks.cases import BATCH_SIZES, CASES  # noqa: E402
-from benchmarks.harness import LEVELS, MODES, Config  # noqa: E402
+from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
+from benchmarks.harness import LEVELS, METHODS, MODES, Config  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
 
@@ -35,6 +36,8 @@ def batch_sizes_of(case: str, cfg: Config) -> list[int]:
     ``--smoke``."""
     if cfg.batch_sizes:
         return cfg.batch_sizes
+    if cfg.hand_written:
+        return list(HAND_WRITTEN[case])
     small, large = BATCH_SIZES[case]
     return [small] if cfg.smoke or cfg.small_only else [small, large]
 
@@ -52,6 +55,21 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     p.add_argument(
         "--small-only", action="store_true", help="each case's small batch size only (the headline)"
+    )
+    p.add_argument(
+        "--hand-written",
+        action="store_true",
+        help="the comparison with the hand-written steps: their cases at their batch sizes "
+        "(benchmarks.cases.HAND_WRITTEN), eager, backward level only, rlloss and hand-written "
+        "methods only",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(METHODS),
+        choices=METHODS,
+        help="the methods to gate and time (default: all; --hand-written: rlloss, rlloss-min, "
+        "hand, hand-min)",
     )
     p.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -86,9 +104,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     a = p.parse_args(argv)
     if a.smoke:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
+    if a.hand_written:
+        a.cases, a.levels, a.modes = list(HAND_WRITTEN), ["backward"], ["eager"]
+        a.methods = list(HAND_WRITTEN_METHODS)
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     batch_sizes = [int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b]
-    return Config(**{**vars(a), "batch_sizes": batch_sizes, "levels": levels})
+    methods = tuple(m for m in METHODS if m in a.methods)
+    return Config(**{**vars(a), "batch_sizes": batch_sizes, "levels": levels, "methods": methods})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,8 +134,13 @@ def torch_calls_per_step(step) -> float:
     return counter.calls / 5
 
 
+TOP_FUNCTIONS = 15  # the Python functions of the packages listed per row, by self time
+
+
 def profile_step(step, steps: int) -> dict:
-    """Per-step self time by category (microseconds, under the profiler)."""
+    """Per-step self time by category (microseconds, under the profiler), and the
+    ``TOP_FUNCTIONS`` functions of tensordict, torchrl, rlloss and torch's Python with the most
+    self time (``[function, category, us per step, calls per step]``)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
@@ -143,9 +148,15 @@ def profile_step(step, steps: int) -> dict:
     profiler.disable()
     stats = pstats.Stats(profiler).stats
     times = dict.fromkeys(CATEGORIES, 0.0)
-    for (filename, _, name), (_, _, self_time, _, _) in stats.items():
-        times[category(filename, name)] += self_time / steps * 1e6
-    return {"profiled_us": sum(times.values()), "categories_us": times}
+    functions = []
+    for (filename, line, name), (_, calls, self_time, _, _) in stats.items():
+        where = category(filename, name)
+        times[where] += self_time / steps * 1e6
+        if where in ("tensordict", "torchrl", "rlloss", "torch (Python)"):
+            label = f"{filename.rsplit('site-packages/', 1)[-1]}:{line}({name})"
+            functions.append([label, where, self_time / steps * 1e6, calls / steps])
+    top = sorted(functions, key=lambda f: -f[2])[:TOP_FUNCTIONS]
+    return {"profiled_us": sum(times.values()), "categories_us": times, "top_functions": top}
 
 
 def profile_rows(
@@ -265,3 +276,33 @@ def instructions_per_step(
         flush=True,
     )
     return {"instructions_per_step": per_step, "ratios": ratios}
+
+
+def dumped_instructions(
+    entries: list[tuple[str, int]], methods: list[str], steps: int, warmup: int, out: Path
+) -> subprocess.Popen:
+    """Start one process under callgrind (``callgrind/run.sh``) that runs ``steps`` steps of each
+    method of each ``(case, batch size)`` of ``entries`` and dumps the counters around them (no
+    start-up, import or set-up counted); :func:`read_dumped_instructions` reads its counts."""
+    env = {
+        **os.environ,
+        "ROOT": str(REPO_ROOT),
+        "CASES": " ".join(f"{case}:{batch_size}" for case, batch_size in entries),
+        "METHODS": " ".join(methods),
+        "N": str(steps),
+        "WARMUP": str(warmup),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = ["bash", str(HERE / "callgrind" / "run.sh"), str(out)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+
+
+def read_dumped_instructions(out: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """The instructions per step of a :func:`dumped_instructions` run, by (case, batch size) and
+    method."""
+    counts: dict[tuple[str, int], dict[str, float]] = {}
+    for line in (out / "counts.tsv").read_text().split("\n"):
+        if line.strip():
+            case, batch_size, method, per_step = line.split("\t")
+            counts.setdefault((case, int(batch_size)), {})[method] = float(per_step)
+    return counts

@@ -27,3 +27,16 @@ CASES: dict[str, Callable[[int, int], CaseSetup]] = {
 BATCH_SIZES: dict[str, tuple[int, int]] = {
     name: family.BATCH_SIZES for family in FAMILIES for name in family.CASES
 }
+# The hand-written comparison (methods ``hand`` / ``hand-min``): each case at its batch sizes.
+HAND_WRITTEN: dict[str, tuple[int, ...]] = {
+    **dict.fromkeys(("PPOLoss", "ClipPPOLoss", "KLPENPPOLoss", "A2CLoss"), (64,)),
+    "DQNLoss": (64, 256),
+    **dict.fromkeys(
+        (
+            f"{name}-custom-critic"
+            for name in ("DDPGLoss", "TD3Loss", "SACLoss", "REDQLoss", "TQCLoss")
+        ),
+        (256,),
+    ),
+}
+HAND_WRITTEN_METHODS = ("rlloss", "rlloss-min", "hand", "hand-min")  # what it gates and times

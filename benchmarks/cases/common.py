@@ -4,10 +4,12 @@ target update, the replay batch, and the networks of the off-policy cases."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torchrl.objectives
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -22,6 +24,7 @@ TAU = 0.005  # soft target update of the "update" level
 OBS_DIM, ACT_DIM, HIDDEN, GAMMA = 17, 6, (256, 256), 0.99
 HIDDEN_TEXT = "x".join(map(str, HIDDEN))  # for the descriptions
 DISCRETE_ACTIONS = 6  # discrete SAC and categorical MPO
+LOG2 = math.log(2.0)
 
 
 # --------------------------------------------------------------------------- #
@@ -106,6 +109,20 @@ def library_factories(
         "rlloss": library_method(rlloss_module()),
         "torchrl": library_method(torchrl.objectives),
     }
+
+
+def tanh_normal_sample(
+    actor_net: nn.Module, obs: torch.Tensor, params: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised tanh-Gaussian action on [-1, 1] and its log-probability ``[B]``, from
+    the actor's ``(loc, scale)`` at ``obs`` (or ``params`` if already computed)."""
+    loc, scale = actor_net(obs) if params is None else params
+    eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)  # not randn_like: see
+    # rlloss.functional.distributions.standard_normal_like (AOTAutograd merged two draws)
+    u = loc + scale * eps
+    log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
+    log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
+    return torch.tanh(u), log_prob.sum(-1)
 
 
 def detached_call(module: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,9 @@ from benchmarks.cases.common import (
     policy_net,
     q_module,
     replay_batch,
+    tanh_normal_sample,
 )
-from benchmarks.cases.sac import actor_of, soft_actor_critic_factories, tanh_normal_sample
+from benchmarks.cases.sac import actor_of, soft_actor_critic_factories
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)  # SAC's: the critics see twice as many rows ([s, a; s', a'])

@@ -30,6 +30,7 @@ from benchmarks.cases.common import (
     replay_batch,
     soft_update_of,
 )
+from benchmarks.cases.handwritten import hand_deterministic_loss
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)
@@ -124,9 +125,32 @@ def build(name: str, custom: bool, batch_size: int, seed: int) -> CaseSetup:
         nets = copy.deepcopy({"actor": actor_net, "critics": critics})
         return plain_actor_critic_method(nets, batch, name, gated(name, nets))
 
+    def hand(diagnostics: bool) -> Callable:
+        def make(batch) -> Method:
+            nets = copy.deepcopy({"actor": actor_net, "critics": critics})
+            # DDPG's libraries take a' from the online actor (no target actor by default)
+            online = nets["critics"] if name == "DDPGLoss" else [nets["actor"], *nets["critics"]]
+            copies = frozen_copies(online)
+            targets = {"critics": copies[-len(nets["critics"]) :]}
+            if name != "DDPGLoss":
+                targets["actor"] = copies[0]
+            return Method(
+                loss=hand_deterministic_loss(name, nets, targets, batch, diagnostics),
+                params=gated(name, nets),
+                trainable=tuple(
+                    p for m in [nets["actor"], *nets["critics"]] for p in m.parameters()
+                ),
+                update_targets=soft_update_of(online, copies),
+            )
+
+        return make
+
+    factories = library_factories(plain, loss_method)
+    if custom:
+        factories |= {"hand": hand(True), "hand-min": hand(False)}
     return CaseSetup(
         batches={"replay": batch},
-        factories=library_factories(plain, loss_method),
+        factories=factories,
         description=(
             f"{name}; MLP actor and {CRITICS[name]} {'custom ' if custom else ''}critic(s) "
             f"{HIDDEN_TEXT} relu, obs {OBS_DIM}, "

@@ -32,10 +32,15 @@ ATOMS, V_MIN, V_MAX = 51, 0.0, 100.0  # C51's support
 CQL_KEYS = ("loss_qvalue", "loss_cql")
 
 
-def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: bool) -> Callable:
-    """Double / plain DQN written by hand: what a user would write with a target-net copy."""
+def plain_dqn_loss(
+    net: nn.Module, target_net: nn.Module, batch, double_dqn: bool, diagnostics: bool = True
+) -> Callable:
+    """Double / plain DQN written by hand as CleanRL's ``dqn.py`` does, with a target-net copy:
+    also the harness's hand-written step (``hand``; ``hand-min`` without ``diagnostics``, the
+    squared TD error rlloss writes as the priority)."""
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
     reward, terminated = batch["next", "reward"], batch["next", "terminated"]
+    logged = {}
 
     def loss() -> torch.Tensor:
         chosen = (net(obs) * action).sum(-1, keepdim=True)
@@ -46,7 +51,8 @@ def plain_dqn_loss(net: nn.Module, target_net: nn.Module, batch, double_dqn: boo
             else:
                 next_value = next_q.max(-1, keepdim=True).values
             target = reward + GAMMA * (~terminated) * next_value
-        td_error = (chosen - target).detach().square()  # noqa: F841 - the priority, as written
+        if diagnostics:
+            logged["td_error"] = (chosen - target).detach().square()
         return F.mse_loss(chosen, target)
 
     return loss
@@ -232,6 +238,8 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
         batches={"replay": batch},
         factories={
             "plain": plain_method(net, partial(plain_dqn_loss, **kwargs)),
+            "hand": plain_method(net, partial(plain_dqn_loss, **kwargs)),
+            "hand-min": plain_method(net, partial(plain_dqn_loss, **kwargs, diagnostics=False)),
             "rlloss": module_factory(
                 lambda actor: rlloss_attr("DQNLoss")(actor, gamma=GAMMA, **kwargs)
             ),

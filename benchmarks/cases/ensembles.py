@@ -27,9 +27,10 @@ from benchmarks.cases.common import (
     policy_net,
     q_module,
     replay_batch,
-    soft_update_of,
+    tanh_normal_sample,
 )
-from benchmarks.cases.sac import actor_of, soft_actor_critic_factories, tanh_normal_sample
+from benchmarks.cases.handwritten import hand_redq_loss, hand_tqc_loss
+from benchmarks.cases.sac import actor_of, soft_actor_critic_factories, soft_actor_critic_method
 from benchmarks.harness import CaseSetup, Method
 
 # With 5 to 10 critics a sample costs several times SAC's: the overhead-bound and the
@@ -125,6 +126,16 @@ def plain_tqc_loss(nets: dict, target_critics: list, batch) -> Callable[[], torc
     return loss
 
 
+HAND_LOSSES = {"REDQLoss": hand_redq_loss, "TQCLoss": hand_tqc_loss}
+
+
+def hand_options(name: str, num_critics: int) -> dict:
+    """The hand-written REDQ's or TQC's settings, the libraries' in this family."""
+    if name == "REDQLoss":
+        return {"subset_size": redq_subset_size(num_critics), "log_alpha_bounds": LOG_ALPHA_BOUNDS}
+    return {"quantiles": TQC_QUANTILES, "drop": TQC_DROP}
+
+
 def subset_text(num_critics: int) -> str:
     """REDQ's subset size, for the description."""
     size = redq_subset_size(num_critics)
@@ -163,20 +174,17 @@ def build_ensemble(
 
     def plain_method(nets: dict, batch, params: dict) -> Method:
         target_critics = frozen_copies(nets["critics"])
-        return Method(
-            loss=plain_loss(nets, target_critics, batch),
-            params=params,
-            trainable=(
-                nets["log_alpha"],
-                *nets["actor_net"].parameters(),
-                *(p for c in nets["critics"] for p in c.parameters()),
-            ),
-            update_targets=soft_update_of(nets["critics"], target_critics),
-        )
+        loss = plain_loss(nets, target_critics, batch)
+        return soft_actor_critic_method(nets, loss, target_critics, params)
 
+    hand_loss = None
+    if custom:
+        hand_loss = partial(HAND_LOSSES[name], options=hand_options(name, num_critics))
     return CaseSetup(
         batches={"replay": batch},
-        factories=soft_actor_critic_factories(template, library_loss, plain_method),
+        factories=soft_actor_critic_factories(
+            template, library_loss, plain_method, hand_loss=hand_loss
+        ),
         description=(
             f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}); TanhNormal actor, "
             f"{num_critics} {'custom ' if custom else ''}critics ({outputs} "

@@ -33,8 +33,9 @@ from benchmarks.cases.common import (
     q_net,
     replay_batch,
     soft_update_of,
+    tanh_normal_sample,
 )
-from benchmarks.cases.sac import actor_of, soft_actor_critic_factories, tanh_normal_sample
+from benchmarks.cases.sac import actor_of, soft_actor_critic_factories
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)

@@ -20,6 +20,7 @@ from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOpe
 
 from benchmarks import harness
 from benchmarks.cases.common import described, loss_module_method, on_device, rlloss_attr
+from benchmarks.cases.handwritten import hand_ppo_loss
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (64, 4096)
@@ -43,6 +44,7 @@ VARIANTS = {
 }
 LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 POLICY_GRADIENT = ("A2CLoss", "ReinforceLoss")  # log pi(a|s) A, no ratio
+HAND_WRITTEN = ("PPOLoss", "ClipPPOLoss", "KLPENPPOLoss", "A2CLoss")  # with a CleanRL-style step
 
 
 def loss_kwargs(name: str) -> dict:
@@ -216,21 +218,31 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
 
         return make
 
-    def plain_factory(diagnostics: bool) -> Callable[[Any], Method]:
+    def step_factory(step: Callable, diagnostics: bool) -> Callable[[Any], Method]:
+        """A loss written by hand: ``step(m, batch, diagnostics)`` on a copy ``m`` of the nets."""
+
         def make(batch) -> Method:
             m = copy.deepcopy(nets)
-            loss = plain_ppo_loss(name, m, batch, keys, diagnostics)
+            loss = step(m, batch, diagnostics)
             trainable = (*m["actor_net"].parameters(), *m["critic_net"].parameters())
             return Method(loss=loss, params=named(m), trainable=trainable)
 
         return make
 
+    def plain(m, batch, diagnostics):
+        return plain_ppo_loss(name, m, batch, keys, diagnostics)
+
+    def hand(m, batch, diagnostics):
+        return hand_ppo_loss(name, m, batch, keys, {**COMMON, **VARIANTS[name]}, diagnostics)
+
     factories = {
-        "plain": plain_factory(True),
-        "plain-min": plain_factory(False),
+        "plain": step_factory(plain, True),
+        "plain-min": step_factory(plain, False),
         "rlloss": module_factory(lambda: rlloss_attr(name)),
         "rlloss-min": module_factory(lambda: rlloss_attr(name), diagnostics=False),
     }
+    if name in HAND_WRITTEN:
+        factories.update({"hand": step_factory(hand, True), "hand-min": step_factory(hand, False)})
     if hasattr(torchrl.objectives, name):
         factories["torchrl"] = module_factory(lambda: getattr(torchrl.objectives, name))
     return CaseSetup(

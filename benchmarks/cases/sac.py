@@ -32,25 +32,12 @@ from benchmarks.cases.common import (
     q_net,
     replay_batch,
     soft_update_of,
+    tanh_normal_sample,
 )
+from benchmarks.cases.handwritten import hand_sac_loss
 from benchmarks.harness import CaseSetup, Method
 
 BATCH_SIZES = (256, 4096)
-LOG2 = math.log(2.0)
-
-
-def tanh_normal_sample(
-    actor_net: nn.Module, obs: torch.Tensor, params: tuple | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A reparameterised tanh-Gaussian action on [-1, 1] and its log-probability ``[B]``, from
-    the actor's ``(loc, scale)`` at ``obs`` (or ``params`` if already computed)."""
-    loc, scale = actor_net(obs) if params is None else params
-    eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)  # not randn_like: see
-    # rlloss.functional.distributions.standard_normal_like (AOTAutograd merged two draws)
-    u = loc + scale * eps
-    log_prob = -0.5 * eps.square() - scale.log() - 0.5 * math.log(2 * math.pi)
-    log_prob = log_prob - 2.0 * (LOG2 - u - F.softplus(-2.0 * u))  # tanh's Jacobian
-    return torch.tanh(u), log_prob.sum(-1)
 
 
 def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
@@ -106,16 +93,8 @@ def plain_sac_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
         alpha_loss = -(log_alpha * (neg_entropy + target_entropy)).mean()
         return actor_loss + critic_loss + alpha_loss
 
-    return Method(
-        loss=discrete_loss if discrete else continuous_loss,
-        params=params,
-        trainable=(
-            log_alpha,
-            *actor_net.parameters(),
-            *(p for c in critics for p in c.parameters()),
-        ),
-        update_targets=soft_update_of(critics, target_critics),
-    )
+    loss = discrete_loss if discrete else continuous_loss
+    return soft_actor_critic_method(nets, loss, target_critics, params)
 
 
 def actor_of(net: nn.Module, discrete: bool) -> ProbabilisticActor:
@@ -161,12 +140,15 @@ def soft_actor_critic_factories(
     plain_method: Callable[[dict, object, dict], Method],
     keys: tuple[str, ...] = ("loss_actor", "loss_qvalue", "loss_alpha"),
     library_grads: Callable[[nn.Module], Callable[[], dict]] | None = None,
+    hand_loss: Callable[[dict, dict, object, bool], Callable] | None = None,
 ) -> dict[str, Callable]:
     """The factories of a case on SAC's networks (``template``: ``actor_net`` and ``critics``),
     each on its own deep copy: ``library_loss(library, nets)`` summed over ``keys`` for rlloss
     and TorchRL, ``plain_method(nets, batch, params)`` with ``nets["log_alpha"]`` added. The gate
     compares the actor's and the temperature's gradients (see :func:`named`), and those of
-    ``library_grads(loss)`` (the plain method's ``gated_grads`` must name the same)."""
+    ``library_grads(loss)`` (the plain method's ``gated_grads`` must name the same). With
+    ``hand_loss(nets, targets, batch, diagnostics)`` (:mod:`benchmarks.cases.handwritten`), the
+    ``hand`` and ``hand-min`` methods too."""
 
     def loss_method(library) -> Callable:
         def make(batch) -> Method:
@@ -179,12 +161,49 @@ def soft_actor_critic_factories(
 
         return make
 
-    def plain(batch) -> Method:
+    def with_log_alpha() -> dict:
         nets = copy.deepcopy(template)
         nets["log_alpha"] = nn.Parameter(torch.zeros((), device=harness.DEVICE))
+        return nets
+
+    def plain(batch) -> Method:
+        nets = with_log_alpha()
         return plain_method(nets, batch, named(nets["actor_net"], nets["log_alpha"]))
 
-    return library_factories(plain, loss_method)
+    def hand(diagnostics: bool) -> Callable:
+        def make(batch) -> Method:
+            nets = with_log_alpha()
+            targets = {"critics": frozen_copies(nets["critics"])}
+            return soft_actor_critic_method(
+                nets,
+                hand_loss(nets, targets, batch, diagnostics),
+                targets["critics"],
+                named(nets["actor_net"], nets["log_alpha"]),
+            )
+
+        return make
+
+    factories = library_factories(plain, loss_method)
+    if hand_loss is not None:
+        factories |= {"hand": hand(True), "hand-min": hand(False)}
+    return factories
+
+
+def soft_actor_critic_method(
+    nets: dict, loss: Callable, target_critics: list[nn.Module], params: dict
+) -> Method:
+    """A hand-written SAC-family step on ``nets`` (``actor_net``, ``critics``, ``log_alpha``): it
+    trains all three; its ``target_critics`` follow the critics."""
+    return Method(
+        loss=loss,
+        params=params,
+        trainable=(
+            nets["log_alpha"],
+            *nets["actor_net"].parameters(),
+            *(p for c in nets["critics"] for p in c.parameters()),
+        ),
+        update_targets=soft_update_of(nets["critics"], target_critics),
+    )
 
 
 def build(name: str, discrete: bool, batch_size: int, seed: int, custom: bool = False) -> CaseSetup:
@@ -210,6 +229,7 @@ def build(name: str, discrete: bool, batch_size: int, seed: int, custom: bool = 
             template,
             partial(library_loss, discrete=discrete),
             partial(plain_sac_method, discrete=discrete),
+            hand_loss=hand_sac_loss if custom and not discrete else None,
         ),
         description=(
             f"{name}(loss_function='l2', alpha_init=1); "

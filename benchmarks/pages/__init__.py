@@ -12,6 +12,9 @@ Inputs, each optional (a missing file is a note in the pages, never an error):
   from them.
 * ``compile*.json`` -- ``benchmarks/compile_report.py``: one row per (case, library); whatever
   keys the rows have become the columns of the table.
+* ``instructions-hand-written.json`` -- ``benchmarks/instructions.py --hand-written``: the
+  instructions per step of the rlloss and hand-written methods, shown beside the timed ratios in
+  BENCHMARKS.md's hand-written table.
 * ``learning*.json`` -- ``benchmarks/learning.py``: per task and library the per-seed returns,
   whether the target was met, and the learning-curve figures (embedded by relative path).
 
@@ -24,6 +27,7 @@ section says so when no GPU figures exist yet.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from benchmarks.harness import MODES
 from benchmarks.pages.compile import compile_section
-from benchmarks.pages.headline import headline
+from benchmarks.pages.headline import HAND_INSTRUCTIONS, headline
 from benchmarks.pages.learning import learning_section
 from benchmarks.pages.markdown import (
     KINDS,
@@ -140,6 +144,18 @@ def render_page(page: Page, results: list[Result], results_dir: Path, index: Pat
     return "\n".join(lines).rstrip() + "\n"
 
 
+def load_instructions(path: Path, notes: list[str]) -> dict | None:
+    """The hand-written comparison's instruction counts (``None`` without the file; a note if it
+    cannot be read)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        notes.append(f"{path.name}: could not be read: {err}")
+        return None
+
+
 def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[str]]:
     """BENCHMARKS.md (at ``index``) and every page (in ``results_dir``) by path, and the notes
     worth printing (unreadable or skipped files, missing kinds)."""
@@ -153,5 +169,6 @@ def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[st
     files = {results_dir / p.file: render_page(p, results, results_dir, index) for p in PAGES}
     links = [(page.title, rel(results_dir / page.file, index)) for page in PAGES]
     links.append(("missed targets, explained", rel(MISSED_TARGETS, index)))
-    files[index] = headline(results, generated_line(results_dir, len(results)), links)
+    instructions = load_instructions(results_dir / HAND_INSTRUCTIONS, notes)
+    files[index] = headline(results, generated_line(results_dir, len(results)), links, instructions)
     return files, notes

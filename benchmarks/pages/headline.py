@@ -15,6 +15,7 @@ from benchmarks.pages.markdown import (
 from benchmarks.pages.overhead import format_problem, missed
 
 HEADLINE_LEVEL = "backward"  # zero_grad + forward + backward: the loss's whole share of a step
+HAND_INSTRUCTIONS = "instructions-hand-written.json"  # benchmarks/instructions.py --hand-written
 ERROR_CHARS = 60
 
 
@@ -23,7 +24,7 @@ ERROR_CHARS = 60
 # --------------------------------------------------------------------------- #
 def smallest_batch_rows(results: list[Result], mode: str) -> dict[str, tuple[dict, Result]]:
     """Per case, its CPU row of ``mode`` at the headline level and its smallest batch size, from
-    the newest file that has one; cases in order of first appearance."""
+    the newest file that has one with plain timed; cases in order of first appearance."""
     found = [
         (row, result)
         for result in results
@@ -32,6 +33,7 @@ def smallest_batch_rows(results: list[Result], mode: str) -> dict[str, tuple[dic
         if row["mode"] == mode
         and row["level"] == HEADLINE_LEVEL
         and on_cpu(str(row.get("device", "cpu")))
+        and "plain" in row.get("methods", {})  # not a run of other methods only
     ]
     cases = list(dict.fromkeys(row["case"] for row, _ in found))
     newest_first = sorted(found, key=lambda item: machine_of(item[1]).get("date", ""), reverse=True)
@@ -70,12 +72,6 @@ def untimed_text(row: dict, ratio: str) -> str:
     return "-"
 
 
-def rlloss_time(row: dict) -> str:
-    """rlloss's median time of the step, in microseconds."""
-    time_us = row.get("methods", {}).get("rlloss", {}).get("time_us")
-    return "-" if not time_us else f"{time_us['median']:.0f}"
-
-
 def overhead_table(results: list[Result]) -> list[str]:
     """One row per loss: eager and compiled ratios to plain torch and TorchRL's to rlloss."""
     eager = smallest_batch_rows(results, "eager")
@@ -91,7 +87,7 @@ def overhead_table(results: list[Result]) -> list[str]:
             [
                 case,
                 batch_size,
-                rlloss_time(eager_row) if eager_row else "-",
+                time_text(eager_row, "rlloss") if eager_row else "-",
                 ratio_text(eager_row, "rlloss/plain"),
                 ratio_text(eager_row, "torchrl/rlloss"),
                 ratio_text(compiled_row, "rlloss/plain", batch_size),
@@ -115,6 +111,112 @@ def overhead_table(results: list[Result]) -> list[str]:
         "From " + ", ".join(f"`{name}` ({date})" for name, date in sources.items()) + ".",
         "",
     ]
+
+
+# --------------------------------------------------------------------------- #
+# Against the hand-written step
+# --------------------------------------------------------------------------- #
+def hand_rows(results: list[Result]) -> dict[tuple[str, int], tuple[dict, Result]]:
+    """Per (case, batch size), its eager CPU row at the headline level that has the hand-written
+    methods, from the newest file that has one."""
+    found = {}
+    for result in sorted(results, key=lambda r: machine_of(r).get("date", "")):
+        if result.kind != "overhead" or format_problem(result):
+            continue
+        for row in table_rows(result.data):
+            if (
+                row["mode"] == "eager"
+                and row["level"] == HEADLINE_LEVEL
+                and on_cpu(str(row.get("device", "cpu")))
+                and "rlloss/hand" in row.get("ratios", {})
+            ):
+                found[(row["case"], row["batch_size"])] = (row, result)
+    return found
+
+
+def fastest_ratio(row: dict, ratio: str) -> float | None:
+    """The ratio of the two methods' 10th percentiles of their timed blocks: load only ever adds
+    time, so the fastest blocks are the least inflated (a single fastest block can be a
+    timer's glitch)."""
+    methods = row.get("methods", {})
+    num, den = (methods.get(name, {}).get("samples_us") for name in ratio.split("/"))
+    if not num or not den:
+        return None
+    return quantile(num, 0.1) / quantile(den, 0.1)
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs``, linearly interpolated."""
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def spread_text(row: dict, ratio: str) -> str:
+    """``median (p25-p75) [fastest tenth x]`` of a paired ratio, the median in bold where it
+    misses its target."""
+    r = row.get("ratios", {}).get(ratio)
+    if r is None:
+        return "-"
+    median = f"**{r['median']:.3f}**" if missed(row, ratio) else f"{r['median']:.3f}"
+    fastest = fastest_ratio(row, ratio)
+    fastest_text = "" if fastest is None else f" [fastest tenth {fastest:.3f}]"
+    return f"{median} ({r['p25']:.3f}-{r['p75']:.3f}){fastest_text}"
+
+
+def hand_table(results: list[Result], instructions: dict | None) -> list[str]:
+    """One row per (case, batch size) timed against the hand-written step: the paired time
+    ratios with their spread, diagnostics on and off, and the instruction-count ratios."""
+    rows = hand_rows(results)
+    if not rows:
+        return ["No overhead results with the hand-written methods in the results dir.", ""]
+    counts = (instructions or {}).get("cases", {})
+    body = []
+    for (case, batch_size), (row, _) in rows.items():
+        count = counts.get(f"{case}, B={batch_size}", {}).get("ratios", {})
+        off = "rlloss-min/hand-min" if "rlloss-min/hand-min" in row["ratios"] else None
+        body.append(
+            [
+                case,
+                batch_size,
+                time_text(row, "hand"),
+                time_text(row, "rlloss"),
+                spread_text(row, "rlloss/hand"),
+                spread_text(row, off) if off else "no switch",
+                spread_text(row, "rlloss/hand-min"),
+                *(
+                    f"{count[k]:.3f}" if k in count else "-"
+                    for k in ("rlloss/hand", "rlloss-min/hand-min", "rlloss/hand-min")
+                ),
+            ]
+        )
+    header = [
+        "loss",
+        "batch",
+        "hand µs",
+        "rlloss µs",
+        "rlloss / hand (diagnostics on)",
+        "rlloss-min / hand-min (off)",
+        "rlloss / hand-min",
+        "instructions: on",
+        "instructions: off",
+        "instructions: rlloss / hand-min",
+    ]
+    sources = {r.path.name: machine_of(r).get("date", "?")[:10] for _, r in rows.values()}
+    if instructions is not None:
+        sources[HAND_INSTRUCTIONS] = (instructions.get("machine") or {}).get("date", "?")[:10]
+    return markdown_table(header, body) + [
+        "From " + ", ".join(f"`{name}` ({date})" for name, date in sources.items()) + ".",
+        "",
+    ]
+
+
+def time_text(row: dict, method: str) -> str:
+    """A method's median time of the step, in microseconds."""
+    time_us = row.get("methods", {}).get(method, {}).get("time_us")
+    return "-" if not time_us else f"{time_us['median']:.0f}"
 
 
 # --------------------------------------------------------------------------- #
@@ -176,9 +278,14 @@ def learning_table(results: list[Result]) -> list[str]:
 # --------------------------------------------------------------------------- #
 # The page
 # --------------------------------------------------------------------------- #
-def headline(results: list[Result], generated: str, links: list[tuple[str, str]]) -> str:
-    """BENCHMARKS.md: the two headline tables and the links (title, relative path) to the
-    full tables."""
+def headline(
+    results: list[Result],
+    generated: str,
+    links: list[tuple[str, str]],
+    instructions: dict | None = None,
+) -> str:
+    """BENCHMARKS.md: the headline tables and the links (title, relative path) to the full
+    tables; ``instructions``: the hand-written comparison's instruction counts, if any."""
     gpu = any(not on_cpu(d) for r in results if r.data is not None for d in devices_of(r))
     lines = [
         "# Benchmarks",
@@ -196,6 +303,22 @@ def headline(results: list[Result], generated: str, links: list[tuple[str, str]]
         "target is missed; -: no such loss in TorchRL.",
         "",
         *overhead_table(results),
+        "## Against a hand-written step",
+        "",
+        "The same `backward` step against the loss written by hand in one file, CleanRL-style "
+        "(`benchmarks/cases/handwritten.py`: formula log-probs, no distribution objects, no "
+        "TensorDict, the off-policy critics the user's own `nn.Module` called as "
+        "`critic(obs, action)`), eager, CPU, 1 thread. `hand` also computes the diagnostics "
+        "rlloss returns, `hand-min` the losses only; `rlloss-min` is rlloss with "
+        "`diagnostics=False` (the PPO family: DQN and the off-policy losses have no switch). "
+        "Times: medians per step (microseconds); time ratios: median (p25-p75) of paired "
+        "per-round ratios, and in brackets the ratio of the two methods' 10th percentiles of "
+        "their blocks (on a loaded machine the least inflated); "
+        "instructions: callgrind's count per step (load-independent, the robust figure). Targets: the PPO family at 64 <= 1.15 off and "
+        "<= 1.25 on, DQN at 64 <= 1.15, the custom-critic losses at 256 <= 1.10; **bold**: "
+        "missed.",
+        "",
+        *hand_table(results, instructions),
         "## Learning",
         "",
         "Each tutorial with rlloss and with the TorchRL loss swapped in by its import: final "

@@ -45,6 +45,18 @@ def is_small(row: dict) -> bool:
     return row["batch_size"] <= SMALL_BATCH_MAX
 
 
+# The hand-written comparison's targets (issue 39): eager, its cases at these batch sizes.
+HAND_PPO = ("PPOLoss", "ClipPPOLoss", "KLPENPPOLoss", "A2CLoss")
+HAND_CUSTOM_CRITIC = tuple(
+    f"{name}-custom-critic" for name in ("DDPGLoss", "TD3Loss", "SACLoss", "REDQLoss", "TQCLoss")
+)
+
+
+def hand_row(cases: tuple[str, ...], batch_size: int) -> Callable[[dict], bool]:
+    """Whether a row is an eager one of ``cases`` at ``batch_size``."""
+    return lambda r: r["mode"] == "eager" and r["case"] in cases and r["batch_size"] == batch_size
+
+
 OVERHEAD_TARGETS = (
     Target(
         "rlloss/plain",
@@ -80,6 +92,35 @@ OVERHEAD_TARGETS = (
         True,
         lambda r: r["mode"] == "compiled",
         "compiled: rlloss <= 1.05x compiled plain",
+    ),
+    Target(
+        "rlloss-min/hand-min",
+        1.15,
+        True,
+        hand_row(HAND_PPO, 64),
+        "PPO family at 64, diagnostics off: rlloss <= 1.15x the hand-written step",
+    ),
+    Target(
+        "rlloss/hand",
+        1.25,
+        True,
+        hand_row(HAND_PPO, 64),
+        "PPO family at 64, diagnostics on: rlloss <= 1.25x the hand-written step with them",
+    ),
+    Target(
+        "rlloss/hand",
+        1.15,
+        True,
+        hand_row(("DQNLoss",), 64),
+        "DQN at 64 (no diagnostics switch; both compute the TD error): rlloss <= 1.15x hand",
+    ),
+    Target(
+        "rlloss/hand",
+        1.10,
+        True,
+        hand_row(HAND_CUSTOM_CRITIC, 256),
+        "off-policy with the user's critic at 256 (both compute the diagnostics): rlloss <= "
+        "1.10x hand",
     ),
 )
 
@@ -141,13 +182,19 @@ def target_cell(row: dict, ratio: str) -> str:
     return "; ".join(parts) or "-"
 
 
+HAND_RATIOS = ("rlloss/hand", "rlloss-min/hand-min", "rlloss/hand-min")
+
+
 def case_table(rows: list[dict]) -> list[str]:
-    """One case's rows: times of every method, the ratios and the targets."""
+    """One case's rows: times of every method, the ratios and the targets (the hand-written
+    methods' columns where the case has them)."""
+    hand = any("rlloss/hand" in row.get("ratios", {}) for row in rows)
+    methods = [m for m in METHODS if hand or not m.startswith("hand")]
     header = [
         "batch",
         "mode",
         "level",
-        *(f"{m} µs" for m in METHODS),
+        *(f"{m} µs" for m in methods),
         "rlloss/plain",
         "target",
         "torchrl/rlloss",
@@ -155,19 +202,23 @@ def case_table(rows: list[dict]) -> list[str]:
         "rlloss/plain-min",
         "rlloss-min/plain-min",
         "target",
+        *(f"{name}{suffix}" for name in HAND_RATIOS[:2] for suffix in ("", " target")),
+        *HAND_RATIOS[2:],
     ]
+    if not hand:
+        header = header[: -len(HAND_RATIOS) - 2]
     body = []
     for row in rows:
         mode = (
             row["mode"] if row.get("status", "ok") == "ok" else f"{row['mode']} ({row['status']})"
         )
-        methods = row.get("methods", {})
+        times = row.get("methods", {})
         body.append(
             [
                 row["batch_size"],
                 mode,
                 row["level"],
-                *(time_cell(methods.get(m)) for m in METHODS),
+                *(time_cell(times.get(m)) for m in methods),
                 ratio_cell(row, "rlloss/plain"),
                 target_cell(row, "rlloss/plain"),
                 ratio_cell(row, "torchrl/rlloss"),
@@ -175,7 +226,13 @@ def case_table(rows: list[dict]) -> list[str]:
                 ratio_cell(row, "rlloss/plain-min"),
                 ratio_cell(row, "rlloss-min/plain-min"),
                 target_cell(row, "rlloss-min/plain-min"),
-            ]
+                *(
+                    text
+                    for name in HAND_RATIOS[:2]
+                    for text in (ratio_cell(row, name), target_cell(row, name))
+                ),
+                ratio_cell(row, HAND_RATIOS[2]),
+            ][: len(header)]
         )
     return markdown_table(header, body)
 

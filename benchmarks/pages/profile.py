@@ -17,24 +17,31 @@ from benchmarks.pages.markdown import (
 )
 
 
+def baselines(methods: list[str]) -> list[tuple[str, str]]:
+    """(method, baseline) pairs to difference: every method against plain where plain was
+    profiled, else rlloss against the hand-written step (diagnostics on and off)."""
+    if "plain" in methods:
+        return [(m, "plain") for m in methods if m != "plain"]
+    pairs = [("rlloss", "hand"), ("rlloss-min", "hand-min")]
+    return [(m, base) for m, base in pairs if m in methods and base in methods]
+
+
 def profile_table(rows: list[dict]) -> list[str]:
-    """Categories down, methods across, and each method's difference from plain."""
+    """Categories down, methods across, and each method's difference from its baseline."""
     methods = [r["method"] for r in rows]
     by_method = {r["method"]: r for r in rows}
     categories = [
         c for c in rows[0]["categories_us"] if any(r["categories_us"].get(c) for r in rows)
     ]
-    header = ["where (us per step)", *methods]
-    others = [m for m in methods if m != "plain"] if "plain" in by_method else []
-    header += [f"{m} - plain" for m in others]
+    pairs = baselines(methods)
+    header = ["where (us per step)", *methods, *(f"{m} - {base}" for m, base in pairs)]
 
     def line(label: str, get: Callable[[dict], float | None]) -> list[Any]:
         values = [get(by_method[m]) for m in methods]
-        plain = get(by_method["plain"]) if others else None
-        diffs = [
-            None if plain is None or v is None else v - plain
-            for v in map(get, (by_method[m] for m in others))
-        ]
+        diffs = []
+        for m, base in pairs:
+            v, b = get(by_method[m]), get(by_method[base])
+            diffs.append(None if v is None or b is None else v - b)
         return [
             label,
             *("-" if v is None else f"{v:.1f}" for v in values),
@@ -63,4 +70,20 @@ def profile_section(result: Result, device: str, out: Path) -> list[str]:
     for case, batch_size, mode, level in dict.fromkeys(group_of(r) for r in rows):
         group = [r for r in rows if group_of(r) == (case, batch_size, mode, level)]
         lines += [f"#### {case}, B={batch_size}, {mode}, {level}", "", *profile_table(group), ""]
+        lines += top_functions(group)
+    return lines
+
+
+def top_functions(rows: list[dict]) -> list[str]:
+    """The Python functions (tensordict, torchrl, rlloss, torch's) with the most self time of
+    each row's method that records them."""
+    lines = []
+    for row in rows:
+        if row.get("top_functions") and not row["method"].startswith(("plain", "hand")):
+            body = [
+                [name, where, f"{us:.1f}", f"{calls:g}"]
+                for name, where, us, calls in row["top_functions"]
+            ]
+            header = [f"{row['method']}: function", "where", "self us per step", "calls per step"]
+            lines += markdown_table(header, body)
     return lines
