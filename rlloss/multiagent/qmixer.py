@@ -137,7 +137,14 @@ class QMixerLoss(QLearningLoss):
         inputs = network_inputs(batch, self.mixer_network, exclude=key)
         inputs[key] = local_values
         call = self._target_mixer_call if target else self._mixer_call
-        return call(inputs)[self.tensor_keys.global_value]
+        outputs, key = call(inputs), self.tensor_keys.global_value
+        if key not in outputs:  # a shape of the keys, known on the host
+            raise KeyError(
+                f'key "{key}" not found in TensorDict with keys {list(outputs.keys())}: the mixer '
+                f"writes {self.mixer_network.out_keys}; set loss.set_keys(global_value=...) to "
+                "the key it writes."
+            )
+        return outputs[key]
 
     def _next_team_value(self, next_batch: TensorDictBase) -> torch.Tensor:
         """``f_target(max_a Q_i,target(o'_i, a); s')`` ``[*B, 1]``, without gradient."""
