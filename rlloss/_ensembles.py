@@ -1,6 +1,6 @@
 """Ensembles and copies of the user's networks: ``StackedMLP`` (batched matrix products over
 stacked members), ``Ensemble`` (stacked parameters, one call per member or ``vmap``),
-``FrozenCopy`` (target networks and detached views) and the copies they are built from."""
+``FrozenCopy`` (target networks and detached views), ``FrozenPolicy`` (a target policy) and the copies they are built from."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss._call_errors import CALL_ERRORS, explained
-from rlloss._networks import NetworkCall, _plan, inputs_at_action
+from rlloss._networks import DistributionCall, NetworkCall, _plan, inputs_at_action
 
 # Modules applied elementwise (or along the feature dim only): they act on stacked members as is.
 _ELEMENTWISE = (
@@ -155,6 +155,20 @@ class FrozenCopy(NetworkCall):
         for name, tensor in tensors.items():
             owner, _, attribute = name.rpartition(".")
             self.module.get_submodule(owner).register_buffer(attribute, tensor)
+
+
+class FrozenPolicy(FrozenCopy):
+    """A target copy of a policy (a TorchRL ``ProbabilisticActor``): its distribution at a batch,
+    computed without gradient from the copy's tensors (:meth:`use`), e.g. PPO-EWMA's proximal
+    policy, an exponential moving average of the policy kept by ``SoftUpdate``."""
+
+    def __init__(self, actor: nn.Module) -> None:
+        super().__init__(actor)
+        self.distribution = DistributionCall(self.module)
+
+    @torch.no_grad()
+    def __call__(self, batch: TensorDictBase):
+        return self.distribution(batch)
 
 
 class _MemberCall(nn.Module):

@@ -30,11 +30,6 @@ TORCHRL_KEYWORDS: dict[str, tuple[str, object]] = {
         "gamma is not a loss argument: pass it to the value estimator, "
         "loss.make_value_estimator(ValueEstimators.GAE, gamma=..., lmbda=...).",
     ),
-    "advantage_norm": (
-        "refused",
-        "advantage_norm (TorchRL's running return scaling) is not supported; normalise rewards "
-        "with rlloss.RewardNormalizer instead.",
-    ),
     "deactivate_vmap": ("ignored", False),
 }
 

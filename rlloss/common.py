@@ -248,6 +248,11 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         """Point whatever the loss keeps besides its registered tensors (target copies, stacked
         ensembles, detached views...) at its current tensors. Nothing here."""
 
+    def _warn_until_every_target_has_an_updater(self) -> None:
+        """Warn (TorchRL's warning) in each forward until every target network has an updater."""
+        if not _compat.has_forward_pre_hook(self, _warn_without_updater):
+            self.register_forward_pre_hook(_warn_without_updater)
+
     @torch.no_grad()
     def reset_parameters_recursive(self) -> None:
         """Re-initialise the weights of every network of the loss (each submodule with a
@@ -351,3 +356,13 @@ def with_addon_in_keys(declared) -> property:
         return list(dict.fromkeys([*keys, *extra])) if extra else keys
 
     return property(get, doc="The entries the loss reads.")
+
+
+def _warn_without_updater(loss: LossModule, args) -> None:
+    """TorchRL's forward pre-hook (a warning while a target network has no updater), removed in
+    eager mode once every target network has one: an updater stays associated, so the check
+    would pass on every later call, and a module with a hook takes ``nn.Module``'s slower call
+    path."""
+    _compat.warn_without_updater(loss, args)
+    if _compat.every_target_has_updater(loss) and not torch.compiler.is_compiling():
+        _compat.remove_forward_pre_hook(loss, _warn_without_updater)

@@ -366,12 +366,11 @@ class _Owner:
         ({"entropy_coef": None}, TypeError, "'entropy_coef' has been removed in torchrl v0.11"),
         ({"priority_key": "p"}, RuntimeError, r"_Owner: .*set_keys\(priority='p'\)"),
         ({"gamma": 0.9}, TypeError, "_Owner: gamma is not a loss argument"),
-        ({"advantage_norm": object()}, TypeError, "advantage_norm"),
         ({"clip_epsilon": 0.2}, TypeError, r"unexpected keyword argument\(s\) \['clip_epsilon'\]"),
     ],
 )
 def test_torchrl_keywords_refusals(given, error, message):
-    translated = ("entropy_coef", "priority_key", "gamma", "advantage_norm")
+    translated = ("entropy_coef", "priority_key", "gamma")
     with pytest.raises(error, match=message):
         torchrl_keywords(_Owner(), given, accepted=("reduction",), translated=translated)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torchrl.objectives as torchrl_objectives
 from tensordict import TensorDict
+from torchrl.modules.value_norm import PopArtValueNorm
 
 import rlloss
 from rlloss import functional as rlf
@@ -237,9 +238,25 @@ def test_bad_hyperparameters_raise_value_error(kwargs, message):
     assert message in str(error.value)
 
 
-def test_unsupported_torchrl_keyword_raises_type_error():
-    with pytest.raises(TypeError, match="advantage_norm"):
-        rlloss.ClipPPOLoss(make_actor(), make_critic(), advantage_norm=None)
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"advantage_norm": object()}, TypeError, "advantage_norm must be a torchrl"),
+        (
+            {"advantage_norm": "norm", "normalize_advantage": True},
+            ValueError,
+            "mutually exclusive",
+        ),
+        ({"normalize_advantage_exclude_dims": -2}, TypeError, "tuple of ints"),
+        ({"max_importance_ratio": 0.0}, ValueError, "max_importance_ratio"),
+        ({"delay_actor": True, "functional": False}, ValueError, "requires functional=True"),
+    ],
+)
+def test_new_keywords_refuse_bad_values(kwargs, error, message):
+    if kwargs.get("advantage_norm") == "norm":
+        kwargs = {**kwargs, "advantage_norm": PopArtValueNorm(shape=1)}
+    with pytest.raises(error, match=message):
+        rlloss.ClipPPOLoss(make_actor(), make_critic(), **kwargs)
 
 
 def test_missing_key_error_names_key_and_fix():

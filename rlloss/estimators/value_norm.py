@@ -137,3 +137,22 @@ def check_value_normalizer(owner: str, normalizer) -> None:
             f"{owner}: value_normalizer must be an rlloss.ValueNormalizer, got "
             f"{type(normalizer).__name__}."
         )
+
+
+def share_value_normalizer(owner: str, estimator, normalizer: ValueNormalizer) -> None:
+    """Give ``estimator`` the loss's ``normalizer`` (it de-normalises the critic's outputs and
+    feeds the moments with the value targets it computes); an error for an estimator that cannot
+    hold one, or that holds another."""
+    if not hasattr(estimator, "value_normalizer"):
+        raise TypeError(
+            f"{owner}: value_normalizer needs one of rlloss's value estimators (GAE, "
+            f"TD0Estimator, ...), which de-normalise the critic's outputs; got "
+            f"{type(estimator).__name__}."
+        )
+    if estimator.value_normalizer is None:
+        estimator.value_normalizer = normalizer
+    elif estimator.value_normalizer is not normalizer:
+        raise ValueError(
+            f"{owner}: the value estimator holds another ValueNormalizer than the loss's; "
+            "pass the same one to both (or none to the estimator: the loss gives it its own)."
+        )

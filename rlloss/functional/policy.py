@@ -91,29 +91,74 @@ def clipped_surrogate(
     log_low: Scalar,
     log_high: Scalar,
     dual_clip: Scalar | None = None,
+    log_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """PPO's clipped surrogate objective (to maximise), elementwise.
 
     ``L = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, the ratio clipped in log space
     (``log_low = log(1 - eps_low)``, ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`).
     With ``dual_clip = c > 1`` the objective of negative advantages is bounded below:
-    ``max(L, c A)`` where ``A < 0`` (Ye et al. 2020).
+    ``max(L, c A)`` where ``A < 0`` (Ye et al. 2020). With ``log_weight = log w`` (a decoupled
+    proximal policy, :func:`decoupled_log_weight`), every term is weighted by ``w``:
+    ``min(w r A, w clip(r) A)`` (and ``max(., c w A)``), ``r`` the ratio to the proximal policy
+    (Hilton et al., "Batch size-invariance for policy optimization", arXiv:2110.00641, eq. 3).
 
     Args:
         log_ratio: ``log r``, any shape.
         advantage: same shape as ``log_ratio``.
         log_low, log_high: log-space clip bounds.
         dual_clip: the dual-clip constant ``c``, or ``None``.
+        log_weight: ``log w``, same shape, no gradient; ``None``: ``w = 1``.
 
     Returns:
         The per-element surrogate, same shape as the inputs.
     """
-    unclipped = surrogate(log_ratio, advantage)
-    clipped = log_ratio.clamp(log_low, log_high).exp() * advantage
-    objective = torch.minimum(unclipped, clipped)
+    clamped = log_ratio.clamp(log_low, log_high)
+    if log_weight is not None:
+        check_same_shape(log_ratio=log_ratio, log_weight=log_weight)
+        log_ratio, clamped = log_ratio + log_weight, clamped + log_weight
+    objective = torch.minimum(surrogate(log_ratio, advantage), clamped.exp() * advantage)
     if dual_clip is None:
         return objective
-    return torch.where(advantage < 0, torch.maximum(objective, dual_clip * advantage), objective)
+    bound = (
+        dual_clip * advantage if log_weight is None else dual_clip * log_weight.exp() * advantage
+    )
+    return torch.where(advantage < 0, torch.maximum(objective, bound), objective)
+
+
+def decoupled_log_weight(
+    proximal_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor
+) -> torch.Tensor:
+    """``log(pi_prox(a|s) / pi_behav(a|s))``, no gradient: the weight that turns the ratio to a
+    proximal policy ``r = pi / pi_prox`` into the behaviour ratio ``pi / pi_behav = w r``
+    (Hilton et al., "Batch size-invariance for policy optimization", arXiv:2110.00641: PPO-EWMA,
+    the proximal policy an exponential moving average of the policy).
+
+    Args:
+        proximal_log_prob: ``log pi_prox(a|s)``, any shape.
+        behaviour_log_prob: ``log pi_behav(a|s)`` stored at collection, same shape.
+    """
+    check_same_shape(proximal_log_prob=proximal_log_prob, behaviour_log_prob=behaviour_log_prob)
+    return (proximal_log_prob - behaviour_log_prob).detach()
+
+
+def capped_log_weight(
+    log_weight: torch.Tensor, log_ratio: torch.Tensor, max_ratio: Scalar
+) -> torch.Tensor:
+    """``min(log w, log(max_ratio) - log r)``, no gradient: the weight ``w`` lowered so that the
+    behaviour ratio ``w r`` is at most ``max_ratio``. The cap lifts the behaviour log-prob
+    instead of clamping the ratio, so a capped sample keeps a (rescaled) policy gradient, as the
+    reference PPO-EWMA code does (Hilton et al., arXiv:2110.00641; its cap is 100).
+
+    Args:
+        log_weight: ``log w`` (:func:`decoupled_log_weight`, or zeros without a proximal
+            policy), any shape.
+        log_ratio: ``log r``, same shape.
+        max_ratio: the cap (> 0), a scalar or a 0-d tensor.
+    """
+    check_same_shape(log_weight=log_weight, log_ratio=log_ratio)
+    log_max = math.log(max_ratio) if not isinstance(max_ratio, torch.Tensor) else max_ratio.log()
+    return torch.minimum(log_weight, log_max - log_ratio.detach()).detach()
 
 
 def clipped(log_ratio: torch.Tensor, log_low: Scalar, log_high: Scalar) -> torch.Tensor:

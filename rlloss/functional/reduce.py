@@ -83,15 +83,40 @@ def reduce(
 
 
 def standardize(
-    x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-6
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    exclude_dims: tuple[int, ...] = (),
 ) -> torch.Tensor:
     """``(x - mean) / max(std, eps)`` over all (valid) elements, std with Bessel's correction.
 
     This is TorchRL's advantage normalisation (``normalize_advantage=True``), so the two agree.
+    ``exclude_dims``: dims that keep their own statistics (TorchRL's
+    ``normalize_advantage_exclude_dims``, e.g. ``(-2,)`` for the agent dim of ``[*B, n_agents,
+    1]`` advantages: one mean and std per agent); the moments reduce over the other dims.
     """
-    if mask is None:
+    dims = reduced_dims(x.shape, exclude_dims)
+    if dims == ():
+        return x  # every dim excluded: nothing to standardise over (TorchRL warns)
+    if mask is None and dims is None:
         return (x - x.mean()) / x.std().clamp_min(eps)
-    return standardized_with(x, *masked_moments(x, mask), mask=mask, eps=eps)
+    return standardized_with(x, *masked_moments(x, mask, dims), mask=mask, eps=eps)
+
+
+def reduced_dims(shape: torch.Size, exclude_dims: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dims of a tensor of ``shape`` that statistics reduce over when ``exclude_dims`` keep
+    their own (``None``: all of them); a ``ValueError`` for a repeated or out-of-range dim."""
+    if not exclude_dims:
+        return None
+    ndim = len(shape)
+    excluded = [dim + ndim if dim < 0 else dim for dim in exclude_dims]
+    if len(set(excluded)) != len(excluded) or any(not 0 <= dim < ndim for dim in excluded):
+        raise ValueError(
+            f"exclude_dims={tuple(exclude_dims)} must name distinct dims of the standardised "
+            f"tensor, of shape {tuple(shape)} (negative dims count from the end: (-2,) is the "
+            "agent dim of a [*B, n_agents, 1] advantage)."
+        )
+    return tuple(dim for dim in range(ndim) if dim not in excluded)
 
 
 def group_standardize(
@@ -130,16 +155,19 @@ def group_standardize(
 
 
 def masked_moments(
-    x: torch.Tensor, mask: torch.Tensor | None = None
+    x: torch.Tensor, mask: torch.Tensor | None = None, dims: tuple[int, ...] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(count, mean, M2)`` of the valid elements of ``x`` (``M2``: the sum of squared
     deviations from the mean); padding enters no arithmetic. The moments Chan's formula merges
-    (:func:`rlloss.distributed.all_moments`)."""
+    (:func:`rlloss.distributed.all_moments`). ``dims``: the dims reduced over (kept as size 1),
+    all by default (scalars)."""
     mask = torch.ones_like(x, dtype=torch.bool) if mask is None else _expand_mask(mask, x)
-    count = mask.sum()
+    keep = dims is not None
+    dims = tuple(range(x.ndim)) if dims is None else dims
+    count = mask.sum(dims, keepdim=keep)
     valid = torch.where(mask, x, 0.0)
-    mean = valid.sum() / count.clamp_min(1)
-    m2 = torch.where(mask, (valid - mean) ** 2, 0.0).sum()
+    mean = valid.sum(dims, keepdim=keep) / count.clamp_min(1)
+    m2 = torch.where(mask, (valid - mean) ** 2, 0.0).sum(dims, keepdim=keep)
     return count, mean, m2
 
 

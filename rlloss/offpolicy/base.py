@@ -468,10 +468,6 @@ class TDTargetLoss(LossModule):
         finally:
             self._refresh_views()
 
-    def _warn_until_every_target_has_an_updater(self) -> None:
-        if not _compat.has_forward_pre_hook(self, _warn_without_updater):
-            self.register_forward_pre_hook(_warn_without_updater)
-
 
 def _path(name: str) -> tuple[str, ...]:
     """The TensorDict path of a dotted parameter name."""
@@ -483,13 +479,3 @@ def _shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
     are parameters of ``owner`` itself (layers the two share)."""
     names = {id(p): n for n, p in owner.named_parameters()}
     return {k: names[id(p)] for k, p in module.named_parameters() if id(p) in names}
-
-
-def _warn_without_updater(loss: TDTargetLoss, args) -> None:
-    """TorchRL's forward pre-hook (a warning while a target network has no updater), removed in
-    eager mode once every target network has one: an updater stays associated, so the check
-    would pass on every later call, and a module with a hook takes ``nn.Module``'s slower call
-    path."""
-    _compat.warn_without_updater(loss, args)
-    if _compat.every_target_has_updater(loss) and not torch.compiler.is_compiling():
-        _compat.remove_forward_pre_hook(loss, _warn_without_updater)

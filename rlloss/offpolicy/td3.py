@@ -43,4 +43,3 @@ class TD3Loss(TwinDelayedLoss):
         >>> if step % 2 == 0:
         ...     actor_loss, _ = loss.loss_actor(batch)
     """
-

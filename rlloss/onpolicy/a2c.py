@@ -94,9 +94,8 @@ class A2CLoss(_PolicyGradientLoss):
         policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
         diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
-
-    Differences from TorchRL: ``advantage_norm`` (TorchRL's running return scaling) is not
-    supported (``TypeError``).
+        advantage_norm: a TorchRL ``ValueNorm`` dividing the advantage by its scale (see
+            :class:`rlloss.PPOLoss`).
 
     Example:
         >>> loss = A2CLoss(actor, critic, entropy_coeff=0.01)
@@ -119,8 +118,8 @@ class A2CLoss(_PolicyGradientLoss):
         kwargs = torchrl_keywords(
             self,
             {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
-            accepted=_NETWORKS | _PASSED_ON | {"samples_mc_entropy"},
-            translated=_TORCHRL_ONLY | {"advantage_norm", "entropy_coef", "critic_coef"},
+            accepted=_NETWORKS | _PASSED_ON | {"samples_mc_entropy", "advantage_norm"},
+            translated=_TORCHRL_ONLY | {"entropy_coef", "critic_coef"},
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import CompositeDistribution, set_composite_lp_aggregate
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.nn import CompositeDistribution
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
-from torchrl.modules.distributions.utils import composite_entropy
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
@@ -25,10 +24,10 @@ from rlloss._checks import (
     MissingKeyError,
     batch_mask,
     check_choice,
-    check_in_range,
     check_network,
     next_key,
 )
+from rlloss._ensembles import FrozenPolicy
 from rlloss._keywords import given_networks
 from rlloss._networks import (
     DistributionCall,
@@ -37,13 +36,22 @@ from rlloss._networks import (
     as_list,
     entry,
     log_prob_of,
-    sum_heads,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
-from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
+from rlloss.estimators.value_norm import (
+    ValueNormalizer,
+    check_value_normalizer,
+    share_value_normalizer,
+)
 from rlloss.functional.critic import DISTANCES
-from rlloss.training.distributed import check_process_group, global_standardize
+from rlloss.onpolicy.advantage import (
+    check_advantage_options,
+    norm_scaled_advantage,
+    standardized_advantage,
+)
+from rlloss.onpolicy.entropy import entropy_coefficients, entropy_loss
+from rlloss.training.distributed import check_process_group
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -84,6 +92,7 @@ class OnPolicyLoss(LossModule):
     clip_value = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no value clipping
     samples_mc_entropy = Coefficient(low=1, integer=True)
     vf_clip_param = Coefficient(low=0.0, low_open=True)  # None: no clamp of the critic loss
+    max_importance_ratio = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no cap
 
     def __init__(
         self,
@@ -108,12 +117,16 @@ class OnPolicyLoss(LossModule):
         value_normalizer: ValueNormalizer | None = None,
         normalize_advantage_global: bool = False,
         process_group=None,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
         **torchrl,
     ) -> None:
         actor_network, critic_network = given_networks(self, actor_network, critic_network, torchrl)
         super().__init__()
         critic_coeff = self._check_networks(actor_network, critic_network, critic_coeff)
-        entropy_coeff = self._entropy_coeff_scalar(entropy_coeff)
+        entropy_coeff, self._entropy_coeff_map = entropy_coefficients(entropy_coeff)
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
         if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
             raise ValueError(f"clip_value must be a float or a scalar tensor, got {clip_value}.")
@@ -121,7 +134,11 @@ class OnPolicyLoss(LossModule):
         self._register_policy_addons(policy_loss_addons)
         self._register_networks(actor_network, critic_network, value_normalizer)
         self._set_advantage_normalization(
-            normalize_advantage, normalize_advantage_global, process_group
+            normalize_advantage,
+            normalize_advantage_global,
+            process_group,
+            normalize_advantage_exclude_dims,
+            advantage_norm,
         )
         self.entropy_bonus = entropy_bonus
         self.log_explained_variance = log_explained_variance
@@ -137,8 +154,10 @@ class OnPolicyLoss(LossModule):
             critic_coeff=critic_coeff if self._has_critic else None,
             clip_value=clip_value,
             vf_clip_param=vf_clip_param,
+            max_importance_ratio=max_importance_ratio,
         )
         self._critic_params_without_shared = self._critic_params_detached_from_actor()
+        self._register_proximal_policy(delay_actor)
         self._read_actor_keys(actor_network)
         if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
             self.make_value_estimator()
@@ -162,19 +181,6 @@ class OnPolicyLoss(LossModule):
             raise TypeError(f"{owner}: critic_coeff={critic_coeff} needs a critic_network.")
         return critic_coeff
 
-    def _entropy_coeff_scalar(self, entropy_coeff: float | dict) -> float:
-        """The ``entropy_coeff`` buffer's value; a per-head map (TorchRL's, for a composite
-        action) is checked and kept as ``_entropy_coeff_map``, and the buffer holds 0."""
-        self._entropy_coeff_map = None
-        if not isinstance(entropy_coeff, dict):
-            return entropy_coeff
-        for head, coeff in entropy_coeff.items():
-            check_in_range(f"entropy_coeff[{head!r}]", coeff, 0.0)
-        self._entropy_coeff_map = {
-            _compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()
-        }
-        return 0.0
-
     def _register_networks(self, actor_network, critic_network, value_normalizer) -> None:
         """Hold the actor, the critic, their calls and the critic's value normaliser."""
         check_value_normalizer(type(self).__name__, value_normalizer)
@@ -189,16 +195,38 @@ class OnPolicyLoss(LossModule):
         self._actor_call = DistributionCall(actor_network)
         self._critic_call = None if critic_network is None else NetworkCall(critic_network)
 
-    def _set_advantage_normalization(self, local: bool, global_: bool, process_group) -> None:
-        if global_ and not local:
-            raise ValueError(
-                f"{type(self).__name__}: normalize_advantage_global=True chooses where "
-                "normalize_advantage takes its statistics; pass normalize_advantage=True too."
-            )
+    def _set_advantage_normalization(
+        self, local: bool, global_: bool, process_group, exclude_dims, advantage_norm
+    ) -> None:
+        owner = type(self).__name__
+        self.normalize_advantage_exclude_dims = check_advantage_options(
+            owner, local, global_, exclude_dims, advantage_norm
+        )
         self.normalize_advantage = local
         self.normalize_advantage_global = global_
-        check_process_group(type(self).__name__, process_group)
+        self.advantage_norm = advantage_norm  # a submodule: its statistics are in state_dict
+        check_process_group(owner, process_group)
         self.process_group = process_group
+
+    def _register_proximal_policy(self, delay_actor: bool) -> None:
+        """With ``delay_actor``, a target copy of the actor (``target_actor_network_params``,
+        moved by TorchRL's ``SoftUpdate`` / ``HardUpdate``): the proximal policy of the PPO
+        losses (PPO-EWMA, Hilton et al., arXiv:2110.00641)."""
+        self.delay_actor = delay_actor
+        self._proximal = None
+        if not delay_actor:
+            return
+        if not self._functional:  # TorchRL's refusal
+            raise ValueError(
+                "delay_actor=True requires functional=True: the proximal policy is held in "
+                "target_actor_network_params, which only exists for functionalized modules."
+            )
+        _compat.expect_updater(self, "actor_network")
+        self._proximal = FrozenPolicy(self.actor_network)
+        tensors = TensorDict.from_module(self._proximal.module)
+        self.target_actor_network_params = TensorDictParams(tensors, no_convert=True)
+        self._refresh_views()
+        self._warn_until_every_target_has_an_updater()
 
     def _read_actor_keys(self, actor_network: nn.Module) -> None:
         """The action and log-prob keys the actor declares (TorchRL's ``dist_sample_keys`` and
@@ -247,6 +275,9 @@ class OnPolicyLoss(LossModule):
     def _refresh_views(self) -> None:
         if self._critic_params_without_shared is not None:
             self._critic_params_without_shared = self._critic_params_detached_from_actor()
+        if getattr(self, "_proximal", None) is not None:  # read from the tree: see TDTargetLoss
+            target = dict(self.named_children())["target_actor_network_params"]
+            self._proximal.use(target.flatten_keys("."))
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -288,17 +319,29 @@ class OnPolicyLoss(LossModule):
     def _advantage(
         self, batch: TensorDictBase, mask: torch.Tensor | None
     ) -> tuple[TensorDictBase, torch.Tensor]:
-        """The batch's advantage; when absent, the value estimator writes it (and the value
-        target) into a shallow copy of the batch, returned with it."""
-        if self._read(batch, "advantage") is None:
+        """The batch's advantage, normalised as asked; when absent, the value estimator writes
+        it (and the value target) into a shallow copy of the batch, returned with it. An
+        ``advantage_norm`` learns from the value targets of the advantages the loss estimated
+        itself, in training mode (TorchRL's rule)."""
+        estimated = self._read(batch, "advantage") is None
+        if estimated:
             if self.critic_network is None:
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
             batch = self.value_estimator(batch.copy(), **self._estimator_weights())
         advantage = self._get(batch, "advantage")
-        if self.normalize_advantage_global:  # the statistics of every rank's batch
-            advantage = global_standardize(advantage, mask, process_group=self.process_group)
-        elif self.normalize_advantage and advantage.numel() > 1:
-            advantage = rlf.standardize(advantage, mask)
+        if self.advantage_norm is not None:
+            target = self._get(batch, "value_target") if estimated and self.training else None
+            return batch, norm_scaled_advantage(advantage, self.advantage_norm, target, mask)
+        if self.normalize_advantage:
+            advantage = standardized_advantage(
+                type(self).__name__,
+                advantage,
+                mask,
+                batch.numel(),
+                self.normalize_advantage_exclude_dims,
+                self.normalize_advantage_global,
+                self.process_group,
+            )
         return batch, advantage
 
     def make_value_estimator(self, value_type=None, **hyperparams):
@@ -307,24 +350,10 @@ class OnPolicyLoss(LossModule):
         the value targets it computes)."""
         super().make_value_estimator(value_type, **hyperparams)
         if self.value_normalizer is not None:
-            self._share_value_normalizer(_compat.stored_value_estimator(self))
+            share_value_normalizer(
+                type(self).__name__, _compat.stored_value_estimator(self), self.value_normalizer
+            )
         return self
-
-    def _share_value_normalizer(self, estimator) -> None:
-        owner = type(self).__name__
-        if not hasattr(estimator, "value_normalizer"):
-            raise TypeError(
-                f"{owner}: value_normalizer needs one of rlloss's value estimators (GAE, "
-                f"TD0Estimator, ...), which de-normalise the critic's outputs; got "
-                f"{type(estimator).__name__}."
-            )
-        if estimator.value_normalizer is None:
-            estimator.value_normalizer = self.value_normalizer
-        elif estimator.value_normalizer is not self.value_normalizer:
-            raise ValueError(
-                f"{owner}: the value estimator holds another ValueNormalizer than the loss's; "
-                "pass the same one to both (or none to the estimator: the loss gives it its own)."
-            )
 
     def _estimator_weights(self) -> dict:
         """Keywords of the value estimator's call (``target_params`` for a target critic)."""
@@ -344,46 +373,17 @@ class OnPolicyLoss(LossModule):
     def loss_entropy(
         self, distribution: D.Distribution, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``-entropy_coeff * H`` reduced, and the mean entropy (detached)."""
-        if isinstance(distribution, CompositeDistribution):
-            return self._composite_loss_entropy(distribution, mask)
-        entropy = rlf.distribution_entropy(distribution, self.samples_mc_entropy)  # [*B]
-        reduced = rlf.reduce(entropy, self.reduction, mask)
-        if not self.diagnostics:
-            return -(self.entropy_coeff * reduced), {}
-        mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
-        return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
-
-    def _composite_loss_entropy(
-        self, distribution: CompositeDistribution, mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The entropy loss of a multi-head action: ``-sum_h c_h H_h`` reduced, with ``c_h``
-        from the ``entropy_coeff`` map (TorchRL's), or ``entropy_coeff`` for every head; the
-        per-head entropies are reported as ``composite_entropy``."""
-        with set_composite_lp_aggregate(False):
-            heads = composite_entropy(distribution, self.samples_mc_entropy)
-        shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
-        if self._entropy_coeff_map is None:
-            weighted = self.entropy_coeff * sum_heads(heads, shape)
-        else:
-            weighted = sum(
-                self._entropy_coeff_of(key) * sum_heads(value, shape)
-                for key, value in heads.items(True, True)
-            )
-        reduced = rlf.reduce(weighted, self.reduction, mask)
-        if not self.diagnostics:
-            return -reduced, {}
-        entropy = rlf.reduce(sum_heads(heads, shape), "mean", mask)
-        return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
-
-    def _entropy_coeff_of(self, head: NestedKey) -> float:
-        head = _compat.unravel_key(head)
-        if head not in self._entropy_coeff_map:
-            raise KeyError(
-                f"{type(self).__name__}: entropy_coeff has no coefficient for the head {head!r}; "
-                f"its keys are {list(self._entropy_coeff_map)}."
-            )
-        return self._entropy_coeff_map[head]
+        """``-entropy_coeff * H`` reduced, and the mean entropy (detached); per head for a
+        composite distribution (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
+        return entropy_loss(
+            distribution,
+            self.entropy_coeff,
+            self._entropy_coeff_map,
+            self.samples_mc_entropy,
+            self.reduction,
+            mask,
+            self.diagnostics,
+        )
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
         params = self._critic_params_without_shared
@@ -428,10 +428,7 @@ class OnPolicyLoss(LossModule):
         normalised first (the critic's output is in normalised units)."""
         target = self._get(batch, "value_target")
         old_value = None if self.clip_value is None else self._old_value(batch)
-        if self.value_normalizer is not None:  # the critic learns in normalised units
-            target = self.value_normalizer.normalize(target)
-            old_value = None if old_value is None else self.value_normalizer.normalize(old_value)
-        value = self._critic_value(batch)
+        target, value, old_value = self._critic_inputs(target, self._critic_value(batch), old_value)
         info = {}
         if self.log_explained_variance and self.diagnostics:
             info["explained_variance"] = rlf.explained_variance(value, target, mask)
@@ -449,6 +446,18 @@ class OnPolicyLoss(LossModule):
         if self.vf_clip_param is not None:  # rl8's clamp of the per-element loss
             loss = rlf.clamped_loss(loss, self.vf_clip_param)
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
+
+    def _critic_inputs(
+        self, target: torch.Tensor, value: torch.Tensor, old_value: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The critic regression's target, prediction and old value, in the units it learns
+        in: with a ``value_normalizer`` the critic outputs normalised values, so the target and
+        the old value are normalised (TorchRL's ``_critic_loss_inputs`` hook; MAPPO's
+        ``value_norm`` overrides it)."""
+        if self.value_normalizer is not None:
+            target = self.value_normalizer.normalize(target)
+            old_value = None if old_value is None else self.value_normalizer.normalize(old_value)
+        return target, value, old_value
 
     def _reduce_policy_term(self, term: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
         """``term`` (``[*B]``) reduced over the valid steps, as ``loss_objective``."""

@@ -75,15 +75,32 @@ class PPOLoss(OnPolicyLoss):
         process_group: the ``torch.distributed`` group that shares the adaptive state (KLPEN's
             beta, the global advantage normalisation); default: the default group when
             ``torch.distributed`` is initialised, else none. Not a TorchRL keyword.
+        normalize_advantage_exclude_dims: dims of the advantage with their own statistics in
+            ``normalize_advantage`` (``(-2,)``: one mean and std per agent of a ``[*B,
+            n_agents, 1]`` advantage).
+        advantage_norm: a TorchRL ``ValueNorm`` (``torchrl.modules.PopArtValueNorm``,
+            ``RunningValueNorm``, ``PercentileValueNorm``...): the advantage is divided by its
+            ``scale()``, not re-centred; in training mode, when the loss estimates the
+            advantage itself, the norm is first updated with the value targets of the valid
+            steps (call ``advantage_norm.update(value_target)`` yourself for precomputed
+            advantages). Exclusive with ``normalize_advantage``.
+        delay_actor: keep a target copy of the actor (``target_actor_network_params``, moved by
+            ``SoftUpdate`` after each step: an exponential moving average of the policy) as the
+            proximal policy: the ratio that is clipped (ClipPPO), penalised (KLPEN: the KL to
+            it) and reported (``kl_approx``) is ``pi / pi_prox``, while the surrogate stays
+            weighted by the behaviour ratio ``pi / pi_behav`` (PPO-EWMA, Hilton et al., "Batch
+            size-invariance for policy optimization", arXiv:2110.00641). Needs
+            ``functional=True``.
+        max_importance_ratio: cap of the behaviour ratio ``pi / pi_behav``, applied by lifting
+            the behaviour log-prob (:func:`rlloss.functional.capped_log_weight`), so capped
+            samples keep a rescaled gradient (``None``: no cap; PPO-EWMA's code uses 100).
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
 
-    Differences from TorchRL: composite (multi-head) action distributions and TorchRL's
-    ``delay_actor``, ``max_importance_ratio``, ``advantage_norm`` and
-    ``normalize_advantage_exclude_dims`` options are not supported (passing them raises
-    ``TypeError``); a batch without ``("next", "terminated")`` is refused instead of treating
-    ``done`` as termination.
+    Differences from TorchRL: a batch without ``("next", "terminated")`` is refused instead of
+    treating ``done`` as termination. ``advantage_norm`` with a padding mask selects the valid
+    value targets by boolean indexing (a host sync, as TorchRL's); without one, no sync.
 
     Example:
         >>> loss = PPOLoss(actor, critic)
@@ -101,12 +118,26 @@ class PPOLoss(OnPolicyLoss):
         diagnostics = self._diagnostic_keys if self.diagnostics else ()
         return ["loss_objective", *diagnostics, *self._surrogate_keys]
 
-    def _policy(self, batch: TensorDictBase) -> tuple[D.Distribution, torch.Tensor]:
-        """The current policy and the log-ratio ``log pi(a|s) - log pi_old(a|s)``, ``[*B, 1]``."""
-        old_log_prob = self._old_log_prob(batch)
+    def _policy(
+        self, batch: TensorDictBase
+    ) -> tuple[D.Distribution, torch.Tensor, torch.Tensor | None]:
+        """The current policy, the log-ratio to the proximal policy ``log pi(a|s) -
+        log pi_prox(a|s)`` (``[*B, 1]``) and the log-weight ``log(pi_prox / pi_behav)`` that
+        makes it the behaviour ratio (``[*B, 1]``, ``None`` when it is 0). The proximal policy
+        is the behaviour policy (the stored log-prob), or with ``delay_actor`` the target copy
+        of the actor; ``max_importance_ratio`` caps the behaviour ratio through the weight."""
+        behaviour = self._old_log_prob(batch)
         distribution = self._distribution(batch)
         log_prob = self._log_prob(distribution, batch)
-        return distribution, rlf.log_ratio(log_prob, old_log_prob).unsqueeze(-1)
+        proximal, log_weight = behaviour, None
+        if self._proximal is not None:
+            proximal = self._log_prob(self._proximal(batch), batch)
+            log_weight = rlf.decoupled_log_weight(proximal, behaviour).unsqueeze(-1)
+        log_ratio = rlf.log_ratio(log_prob, proximal).unsqueeze(-1)
+        if self.max_importance_ratio is not None:
+            log_weight = torch.zeros_like(log_ratio) if log_weight is None else log_weight
+            log_weight = rlf.capped_log_weight(log_weight, log_ratio, self.max_importance_ratio)
+        return distribution, log_ratio, log_weight
 
     def _old_log_prob(self, batch: TensorDictBase) -> torch.Tensor:
         """``log pi_old(a|s)``, ``[*B]``: the stored entry, or the sum over the heads of a
@@ -119,17 +150,22 @@ class PPOLoss(OnPolicyLoss):
     def _surrogate(
         self,
         log_ratio: torch.Tensor,
+        log_weight: torch.Tensor | None,
         advantage: torch.Tensor,
         mask: torch.Tensor | None,
         batch: TensorDictBase,
         distribution: D.Distribution,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The per-element surrogate objective (to maximise) and its diagnostics."""
-        return rlf.surrogate(log_ratio, advantage), {}
+        """The per-element surrogate objective (to maximise) and its diagnostics; the ratio is
+        the behaviour ratio, ``log_ratio + log_weight``."""
+        behaviour = log_ratio if log_weight is None else log_ratio + log_weight
+        return rlf.surrogate(behaviour, advantage), {}
 
     def _objective(self, batch, advantage, mask):
-        distribution, log_ratio = self._policy(batch)
-        surrogate, out = self._surrogate(log_ratio, advantage, mask, batch, distribution)
+        distribution, log_ratio, log_weight = self._policy(batch)
+        surrogate, out = self._surrogate(
+            log_ratio, log_weight, advantage, mask, batch, distribution
+        )
         out["loss_objective"] = as_scalar_output(
             rlf.reduce(-surrogate, self.reduction, mask), self.reduction
         )
@@ -216,16 +252,19 @@ class ClipPPOLoss(PPOLoss):
             return rlf.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
         return rlf.clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
-    def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
+    def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
-        surrogate = rlf.clipped_surrogate(log_ratio, advantage, low, high, self.dual_clip)
+        surrogate = rlf.clipped_surrogate(
+            log_ratio, advantage, low, high, self.dual_clip, log_weight
+        )
         if not self.diagnostics:
             return surrogate, {}
-        with torch.no_grad():
-            ratio = log_ratio.exp()
+        with torch.no_grad():  # the clipped ratio's fraction; the behaviour ratio's statistics
+            behaviour = log_ratio if log_weight is None else log_ratio + log_weight
+            ratio = behaviour.exp()
             info = {
                 "clip_fraction": rlf.reduce(rlf.clipped(log_ratio, low, high), "mean", mask),
-                "ESS": rlf.normalized_effective_sample_size(log_ratio, mask),
+                "ESS": rlf.normalized_effective_sample_size(behaviour, mask),
                 "max_ratio": rlf.reduce(ratio, "max", mask),
                 "mean_ratio": rlf.reduce(ratio, "mean", mask),
             }
@@ -319,8 +358,10 @@ class KLPENPPOLoss(PPOLoss):
     def in_keys(self) -> list[NestedKey]:
         return list(dict.fromkeys([*super().in_keys, *self._actor_call.parameter_keys.values()]))
 
-    def _surrogate(self, log_ratio, advantage, mask, batch, distribution):
-        surrogate, info = super()._surrogate(log_ratio, advantage, mask, batch, distribution)
+    def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
+        surrogate, info = super()._surrogate(
+            log_ratio, log_weight, advantage, mask, batch, distribution
+        )
         kl = self._kl_from_collecting_policy(batch, distribution).unsqueeze(-1)
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
@@ -332,9 +373,12 @@ class KLPENPPOLoss(PPOLoss):
     def _kl_from_collecting_policy(
         self, batch: TensorDictBase, distribution: D.Distribution
     ) -> torch.Tensor:
-        """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters;
-        summed over the heads of a composite distribution."""
-        previous = self._actor_call.stored(batch)
+        """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters (the
+        proximal policy with ``delay_actor``); summed over the heads of a composite
+        distribution."""
+        previous = (
+            self._actor_call.stored(batch) if self._proximal is None else self._proximal(batch)
+        )
         if not isinstance(distribution, CompositeDistribution):
             return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
         return sum(

@@ -102,14 +102,22 @@ def all_moments(
 
 
 def global_standardize(
-    x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-6, process_group=None
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    process_group=None,
+    exclude_dims: tuple[int, ...] = (),
 ) -> torch.Tensor:
     """``(x - mean) / max(std, eps)`` with the mean and (Bessel-corrected) std of the valid
     elements of every rank's ``x``; ``mask`` (``[*B]`` or ``[*B, 1]``) marks the valid ones and
     padding enters no arithmetic. The statistics are computed on ``x.detach()``: they carry no
-    gradient (advantages never do). On one rank the value equals
+    gradient (advantages never do). ``exclude_dims``: dims with their own statistics, as
+    :func:`rlloss.functional.standardize`'s. On one rank the value equals
     :func:`rlloss.functional.standardize`'s.
     """
-    count, mean, m2 = rlf.masked_moments(x.detach(), mask)
+    dims = rlf.reduced_dims(x.shape, exclude_dims)
+    if dims == ():
+        return x
+    count, mean, m2 = rlf.masked_moments(x.detach(), mask, dims)
     total, mean, m2 = all_moments(count.to(mean.dtype), mean, m2, process_group)
     return rlf.standardized_with(x, total, mean, m2, mask=mask, eps=eps)
