@@ -22,7 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
-from rlloss.multiagent import QMixerLoss
+from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
     CrossQLoss,
@@ -126,6 +126,8 @@ __all__ = [
     "PPOLoss",
     "PolicyLossAddon",
     "QMixerLoss",
+    "MAPPOLoss",
+    "IPPOLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

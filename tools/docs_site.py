@@ -59,7 +59,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "DiscreteMPOLoss",
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
-    "Multi-agent losses": ("QMixerLoss",),
+    "Multi-agent losses": ("MAPPOLoss", "IPPOLoss", "QMixerLoss"),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

@@ -62,12 +62,12 @@ class MultiAgentGAE(GAE):
         self.agent_dim = agent_dim
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, groups):
-        if value.ndim > reward.ndim:  # team signals: one copy per agent
-            dim = self.agent_dim % value.ndim
-            reward, done, terminated = (
-                x.unsqueeze(dim).expand_as(value) for x in (reward, done, terminated)
-            )
-            gamma = gamma.unsqueeze(dim) if isinstance(gamma, torch.Tensor) else gamma
+        if isinstance(gamma, torch.Tensor) and gamma.ndim == value.ndim - 1:
+            gamma = gamma.unsqueeze(self.agent_dim % value.ndim)
+        reward, done, terminated = (
+            self._broadcast_to_agents(x, value, self.agent_dim, name)
+            for x, name in ((reward, "reward"), (done, "done"), (terminated, "terminated"))
+        )
         return super().estimate(
             reward=reward,
             value=value,
@@ -77,6 +77,31 @@ class MultiAgentGAE(GAE):
             gamma=gamma,
             time_dim=time_dim,
             groups=groups,
+        )
+
+    @staticmethod
+    def _broadcast_to_agents(
+        tensor: torch.Tensor, target: torch.Tensor, agent_dim: int, name: str = "reward"
+    ) -> torch.Tensor:
+        """``tensor`` (a reward, done or terminated flag) as one entry per agent of the values
+        ``target``: a per-agent one (``target``'s shape, or singleton dims of it) as it is, a
+        team one (``target``'s shape without ``agent_dim``) copied along ``agent_dim``; any
+        other shape is refused with the shapes and the fix (TorchRL's method of this name)."""
+        dim = agent_dim % target.ndim
+        team_shape = target.shape[:dim] + target.shape[dim + 1 :]
+        if tensor.ndim == target.ndim - 1 and tensor.shape == team_shape:
+            return tensor.unsqueeze(dim).expand(target.shape)
+        fits = all(t in (1, n) for t, n in zip(tensor.shape, target.shape, strict=False))
+        if tensor.ndim == target.ndim and fits:
+            return tensor.expand(target.shape)
+        hint = ""
+        if tensor.shape == target.shape[:-1] or tensor.shape == team_shape[:-1]:
+            hint = f" Add the trailing singleton dim: {name}.unsqueeze(-1)."
+        raise ValueError(
+            "MultiAgentGAE expected the reward/done/terminated tensor to have either the shape "
+            f"of the value tensor, {tuple(target.shape)} (per agent), or that shape without "
+            f"the agent dim {agent_dim}, {tuple(team_shape)} (team-shared); got {name} of shape "
+            f"{tuple(tensor.shape)}.{hint}"
         )
 
     def _standardized(self, advantage: torch.Tensor, groups: torch.Tensor | None):

@@ -65,6 +65,8 @@ TARGETS = {
     "TQCLoss": ["torchrl.objectives.tqc", "torchrl.objectives"],
     "REDQLoss": ["torchrl.objectives.redq", "torchrl.objectives"],
     "CrossQLoss": ["torchrl.objectives.crossq", "torchrl.objectives"],
+    "MAPPOLoss": ["torchrl.objectives.multiagent.mappo", "torchrl.objectives.multiagent", "torchrl.objectives"],
+    "IPPOLoss": ["torchrl.objectives.multiagent.mappo", "torchrl.objectives.multiagent", "torchrl.objectives"],
     "QMixerLoss": ["torchrl.objectives.multiagent.qmixer", "torchrl.objectives.multiagent", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],

@@ -1,0 +1,105 @@
+"""Multi-agent PPO: ``MAPPOLoss`` (a centralised critic) and ``IPPOLoss`` (one critic per
+agent), :class:`rlloss.ClipPPOLoss` with multi-agent defaults, as TorchRL's classes of the same
+names are.
+
+Yu et al., "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games",
+arXiv:2103.01955 (MAPPO, with its value normalisation); de Witt et al., "Is Independent Learning
+All You Need in the StarCraft Multi-Agent Challenge?", arXiv:2011.09533 (IPPO).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrl.objectives.utils import ValueEstimators
+
+from rlloss.onpolicy.ppo import ClipPPOLoss
+
+
+class MAPPOLoss(ClipPPOLoss):
+    """Multi-agent PPO with a centralised critic: :class:`rlloss.ClipPPOLoss` whose defaults
+    suit per-agent data.
+
+    - the value estimator is :class:`rlloss.MultiAgentGAE` (team rewards and done flags
+      ``[*B, 1]`` broadcast along the agent dim of ``[*B, n_agents, 1]`` values);
+    - ``normalize_advantage=True`` over ``normalize_advantage_exclude_dims=(-2,)``: one mean and
+      std per agent;
+    - ``entropy_coeff=0.01``;
+    - ``value_norm``: an optional TorchRL ``ValueNorm`` (``PopArtValueNorm(shape=1)``, the
+      paper's, or ``RunningValueNorm``): each critic loss first updates it with the value
+      targets, then regresses the normalised prediction onto the normalised target (and clips
+      around the normalised old value with ``clip_value``): the critic's loss keeps one scale
+      while the returns grow (Yu et al., arXiv:2103.01955, Table 13).
+
+    The critic is any module writing ``[*B, n_agents, 1]`` values, e.g. TorchRL's
+    ``MultiAgentMLP(centralized=True)`` for MAPPO, ``centralized=False`` for IPPO.
+
+    Args:
+        actor_network, critic_network: the per-agent policy and the critic (TorchRL's
+            ``actor=`` / ``critic=`` aliases work too).
+        value_norm: a TorchRL ``ValueNorm``, or ``None``.
+        entropy_coeff, normalize_advantage, normalize_advantage_exclude_dims: as
+            :class:`rlloss.PPOLoss`, with the defaults above.
+        Other arguments as :class:`rlloss.ClipPPOLoss`.
+
+    Example:
+        >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
+        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
+    """
+
+    default_value_estimator = ValueEstimators.MAGAE
+
+    def __init__(
+        self,
+        actor_network: nn.Module | None = None,
+        critic_network: nn.Module | None = None,
+        *,
+        value_norm: nn.Module | None = None,
+        entropy_coeff: float | dict = 0.01,
+        normalize_advantage: bool = True,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (-2,),
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_coeff=entropy_coeff,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            **kwargs,
+        )
+        if value_norm is not None and not all(
+            callable(getattr(value_norm, name, None)) for name in ("update", "normalize")
+        ):
+            raise TypeError(
+                f"{type(self).__name__}: value_norm must be a torchrl.modules.ValueNorm (a "
+                "module with update() and normalize(), e.g. PopArtValueNorm(shape=1)), got "
+                f"{type(value_norm).__name__}."
+            )
+        self.value_norm = value_norm  # a submodule: its statistics are in state_dict
+
+    def _critic_inputs(
+        self, target: torch.Tensor, value: torch.Tensor, old_value: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The critic regression in ``value_norm``'s units, its statistics first updated with
+        the (real-scale) value targets, as TorchRL's ``_critic_loss_inputs``."""
+        target, value, old_value = super()._critic_inputs(target, value, old_value)
+        norm = self.value_norm
+        if norm is None:
+            return target, value, old_value
+        norm.update(target)
+        old_value = None if old_value is None else norm.normalize(old_value)
+        return norm.normalize(target.detach()), norm.normalize(value), old_value
+
+
+class IPPOLoss(MAPPOLoss):
+    """Independent PPO: :class:`MAPPOLoss` given a decentralised critic, one value per agent
+    from its own observation (TorchRL's ``MultiAgentMLP(centralized=False)``); the same maths,
+    keywords and defaults (de Witt et al., arXiv:2011.09533). ``value_norm`` is rarely used
+    here.
+
+    Example:
+        >>> loss = IPPOLoss(actor, critic)
+        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+    """
