@@ -90,7 +90,10 @@ SMOKE_FRAMES = {
     **dict.fromkeys(SAC_FAMILY | {"td3_pendulum", "mpo_pendulum", "compose_losses"}, 1280),
     **dict.fromkeys(OFFLINE, 256),
     "cql_offline": 128,
+    "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
 }
+# Tutorials that need an optional extra, and the module it installs.
+NEEDS_EXTRA = {"mappo_vmas": "vmas"}  # rlloss[marl]
 
 
 # The smokes of the default run; the others are slow.
@@ -108,6 +111,8 @@ def test_tutorial_smoke(script, tmp_path, request):
     if script == OFFLINE_DATASET:
         request.getfixturevalue("offline_dataset")
         return
+    if script.stem in NEEDS_EXTRA:
+        pytest.importorskip(NEEDS_EXTRA[script.stem], reason="pip install '.[marl]'")
     frames = SMOKE_FRAMES.get(script.stem, 2048)
     eval_every = frames // 2
     extra = []
