@@ -13,7 +13,7 @@ from torchrl.data import Bounded, Composite
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import Coefficient, check_in_range, check_network
+from rlloss._checks import Coefficient, check_network
 from rlloss._ensembles import ensemble_architecture
 from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
@@ -83,8 +83,6 @@ class TwinDelayedLoss(TDTargetLoss):
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(loss_function=loss_function, **replay)
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         low, high = action_bounds(action_spec, bounds)
         device = next(actor_network.parameters()).device
@@ -101,10 +99,9 @@ class TwinDelayedLoss(TDTargetLoss):
             self._target_actor_call = self._register_target_network(
                 "actor_network", until=self.tensor_keys.action
             )
-        self._qvalue = self._register_ensemble(
-            "qvalue_network",
+        self._qvalue = self._register_qvalue_ensemble(
             qvalue_network,
-            self.num_qvalue_nets,
+            num_qvalue_nets,
             target=delay_qvalue,
             until=self.tensor_keys.state_action_value,
         )
