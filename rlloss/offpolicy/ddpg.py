@@ -3,6 +3,7 @@ reinforcement learning", arXiv:1509.02971)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,10 @@ class DDPGLoss(DeterministicActorCritic):
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch); (out["loss_actor"] + out["loss_value"]).backward()
     """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(DeterministicActorCritic._AcceptedKeys):
+        """Keys read by DDPGLoss (``priority``: the squared TD error, ``[*B]``)."""
 
     out_keys = [
         "loss_actor",

@@ -20,8 +20,8 @@ class DeterministicActorCritic(TDTargetLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """Keys read by DDPGLoss and TD3Loss (``priority``: the squared TD error, its ``max_i``
-        over TD3's Q networks, ``[*B]``)."""
+        """The keys of DDPG and TD3: the action and the critic's output, besides the replay
+        keys."""
 
         action: NestedKey = "action"  # the action taken, and the actor's output
         state_action_value: NestedKey = "state_action_value"  # written by the critic

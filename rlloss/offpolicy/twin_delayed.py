@@ -3,6 +3,8 @@ Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
@@ -48,6 +50,10 @@ class TwinDelayedLoss(DeterministicActorCritic):
     ensemble at substituted actions, target policy smoothing and the clipped double-Q target.
     The keywords are documented in :class:`rlloss.TD3Loss`.
     """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys(DeterministicActorCritic._AcceptedKeys):
+        """Keys read by TD3Loss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
     policy_noise = Coefficient(low=0.0, buffer=True)
     noise_clip = Coefficient(low=0.0, buffer=True)
