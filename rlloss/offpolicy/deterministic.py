@@ -4,6 +4,7 @@ al., arXiv:1509.02971; Fujimoto et al., arXiv:1802.09477)."""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 
 from tensordict.utils import NestedKey
@@ -41,9 +42,9 @@ class DeterministicActorCritic(TDTargetLoss):
         if delay_actor:
             self._target_actor_call = self._register_target_network("actor_network", action_key)
 
+    @abc.abstractmethod
     def _critic_in_keys(self) -> list[NestedKey]:
         """The keys the critic reads (the observation's and ``action``)."""
-        raise NotImplementedError
 
     @property
     def in_keys(self) -> list[NestedKey]:
