@@ -326,3 +326,16 @@ def ensemble_architecture(attribute: str, params: str) -> property:
         f"The ensemble's architecture (not trained: the trained tensors are ``{params}``)."
     )
     return property(architecture)
+
+
+def parameter_path(name: str) -> tuple[str, ...]:
+    """The TensorDict path of a dotted parameter name."""
+    return tuple(name.split("."))
+
+
+def shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
+    """``{parameter name in module: its name in owner}`` for the parameters of ``module`` that
+    are parameters of ``owner`` itself (layers the two share, e.g. an ensemble member's and the
+    actor's)."""
+    names = {id(p): n for n, p in owner.named_parameters()}
+    return {k: names[id(p)] for k, p in module.named_parameters() if id(p) in names}

@@ -18,7 +18,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import Coefficient, check_choice, check_in_range, check_network
+from rlloss._checks import Coefficient, check_choice, check_network
 from rlloss._ensembles import ensemble_architecture
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
@@ -103,13 +103,11 @@ class IQLLoss(TDTargetLoss):
         replay = torchrl_keywords(
             self, replay, REPLAY_KEYWORDS, ("priority_key", "deactivate_vmap")
         )
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         super().__init__(loss_function=loss_function, **replay)
         self._register_coefficients(temperature=temperature, expectile=expectile)
         self.scalar_output_mode = scalar_output_mode or "exclude"
-        self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_qvalue = True  # TorchRL's attribute: the Q networks always have targets
         self.actor_network = actor_network
         self.value_network = value_network
@@ -117,12 +115,8 @@ class IQLLoss(TDTargetLoss):
         self._actor_call = DistributionCall(actor_network)
         self._value_call = NetworkCall(value_network, until=self.tensor_keys.value)
         self._qvalue_action_key = self.tensor_keys.action  # the Q networks' own input key
-        self._qvalue = self._register_ensemble(
-            "qvalue_network",
-            qvalue_network,
-            self.num_qvalue_nets,
-            target=True,
-            until=self.tensor_keys.state_action_value,
+        self._qvalue = self._register_qvalue_ensemble(
+            qvalue_network, num_qvalue_nets, target=True, until=self.tensor_keys.state_action_value
         )
 
     qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")

@@ -32,10 +32,17 @@ from rlloss._checks import (
     batch_mask,
     check_choice,
     check_entry_shape,
+    check_in_range,
     next_key,
     warn_terminated_from_done,
 )
-from rlloss._ensembles import Ensemble, FrozenCopy, reinitialised
+from rlloss._ensembles import (
+    Ensemble,
+    FrozenCopy,
+    parameter_path,
+    reinitialised,
+    shared_parameters,
+)
 from rlloss.common import LossModule, fill_padding
 from rlloss.estimators.base import DEFAULT_GAMMA
 from rlloss.estimators.registry import build_value_estimator
@@ -392,9 +399,9 @@ class TDTargetLoss(LossModule):
         ).unflatten_keys(".")
         ensemble = Ensemble(modules[0], until)
         if tied is not None:
-            self._ties[name] = (tied_to, _shared_parameters(modules[0], tied))
+            self._ties[name] = (tied_to, shared_parameters(modules[0], tied))
             for key in self._ties[name][1]:  # buffers, replaced by the views in _refresh_views
-                stacked.set(_path(key), stacked.get(_path(key)).data)
+                stacked.set(parameter_path(key), stacked.get(parameter_path(key)).data)
         setattr(self, f"{name}_params", TensorDictParams(stacked, no_convert=True))
         if target:
             _compat.expect_updater(self, name)
@@ -407,6 +414,13 @@ class TDTargetLoss(LossModule):
         self._ensembles.append((name, ensemble))
         self._refresh_views()
         return ensemble
+
+    def _register_qvalue_ensemble(self, networks, num_qvalue_nets: int, **options) -> Ensemble:
+        """The ``num_qvalue_nets`` Q networks (an integer >= 1, kept as ``num_qvalue_nets``) as
+        the ensemble ``qvalue_network`` (``options``: :meth:`_register_ensemble`'s keywords)."""
+        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
+        self.num_qvalue_nets = int(num_qvalue_nets)
+        return self._register_ensemble("qvalue_network", networks, self.num_qvalue_nets, **options)
 
     @torch.no_grad()
     def reset_parameters_recursive(self) -> None:
@@ -449,7 +463,7 @@ class TDTargetLoss(LossModule):
             )
             for key, owner_key in shared.items():
                 parameter = parameters[owner_key].detach()
-                stacked.set(_path(key), parameter.expand(len(stacked), *parameter.shape))
+                stacked.set(parameter_path(key), parameter.expand(len(stacked), *parameter.shape))
         for name, ensemble in self._ensembles:
             ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
 
@@ -462,20 +476,8 @@ class TDTargetLoss(LossModule):
         for name, (_, shared) in self._ties.items():  # writable copies while loading
             stacked = children[f"{name}_params"]
             for key in shared:
-                stacked.set(_path(key), stacked.get(_path(key)).clone())
+                stacked.set(parameter_path(key), stacked.get(parameter_path(key)).clone())
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         finally:
             self._refresh_views()
-
-
-def _path(name: str) -> tuple[str, ...]:
-    """The TensorDict path of a dotted parameter name."""
-    return tuple(name.split("."))
-
-
-def _shared_parameters(module: nn.Module, owner: nn.Module) -> dict[str, str]:
-    """``{parameter name in module: its name in owner}`` for the parameters of ``module`` that
-    are parameters of ``owner`` itself (layers the two share)."""
-    names = {id(p): n for n, p in owner.named_parameters()}
-    return {k: names[id(p)] for k, p in module.named_parameters() if id(p) in names}

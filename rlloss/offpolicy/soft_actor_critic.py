@@ -108,14 +108,13 @@ class _SoftActorCritic(TDTargetLoss):
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.skip_done_states = skip_done_states
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self.num_qvalue_nets = int(num_qvalue_nets)
         self.delay_qvalue = delay_qvalue
         self.fixed_alpha = fixed_alpha
         device = next(actor_network.parameters()).device
         self._register_temperature(device, alpha_init, min_alpha, max_alpha)
         self.delay_actor = delay_actor
-        self._register_networks(actor_network, qvalue_network, getattr(self.tensor_keys, value))
+        value_key = getattr(self.tensor_keys, value)
+        self._register_networks(actor_network, qvalue_network, num_qvalue_nets, value_key)
 
     def _register_temperature(self, device, alpha_init, min_alpha, max_alpha) -> None:
         """``log_alpha`` (a parameter, a buffer with ``fixed_alpha``) and its bounds
@@ -136,9 +135,10 @@ class _SoftActorCritic(TDTargetLoss):
             max_log_alpha=None if max_alpha is None else math.log(max_alpha),
         )
 
-    def _register_networks(self, actor_network, qvalue_network, value_key: NestedKey) -> None:
-        """The actor and its call (a target copy with ``delay_actor``), and the Q ensemble
-        (with target copies with ``delay_qvalue``) evaluated up to ``value_key``."""
+    def _register_networks(self, actor_network, qvalue_network, num_qvalue_nets, value_key):
+        """The actor and its call (a target copy with ``delay_actor``), and the
+        ``num_qvalue_nets`` Q networks (with target copies with ``delay_qvalue``) evaluated up
+        to ``value_key``."""
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
         self._actor_call = DistributionCall(actor_network)
@@ -146,10 +146,9 @@ class _SoftActorCritic(TDTargetLoss):
         if self.delay_actor:
             target_actor = self._register_target_network("actor_network")
             self._target_actor_call = DistributionCall(target_actor.module)
-        self._qvalue = self._register_ensemble(
-            "qvalue_network",
+        self._qvalue = self._register_qvalue_ensemble(
             qvalue_network,
-            self.num_qvalue_nets,
+            num_qvalue_nets,
             target=self.delay_qvalue,
             until=value_key,
             tied_to="actor_network" if self.separate_losses and self._ties_shared_layers else None,

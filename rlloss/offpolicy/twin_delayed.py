@@ -13,12 +13,12 @@ from torchrl.data import Bounded, Composite
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import Coefficient, check_in_range, check_network
+from rlloss._checks import Coefficient, check_network
 from rlloss._ensembles import ensemble_architecture
-from rlloss._networks import NetworkCall, entry
+from rlloss._networks import entry
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.deterministic import DeterministicActorCritic
 
 
 def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,25 +45,18 @@ def action_bounds(action_spec, bounds) -> tuple[torch.Tensor, torch.Tensor]:
     return low, high
 
 
-class TwinDelayedLoss(TDTargetLoss):
+class TwinDelayedLoss(DeterministicActorCritic):
     """TD3's steps, the base of ``TD3Loss`` and ``TD3BCLoss``: the deterministic actor, the Q
     ensemble at substituted actions, target policy smoothing and the clipped double-Q target.
     The keywords are documented in :class:`rlloss.TD3Loss`.
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
+    class _AcceptedKeys(DeterministicActorCritic._AcceptedKeys):
         """Keys read by TD3Loss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
-
-        action: NestedKey = "action"  # the action taken, and the actor's output
-        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
     policy_noise = Coefficient(low=0.0, buffer=True)
     noise_clip = Coefficient(low=0.0, buffer=True)
-
-    _estimator_keys = {"value": "state_action_value"}
-    _actor_loss_key = "loss_actor"
-    _deterministic_actor = True
 
     def __init__(
         self,
@@ -83,9 +76,7 @@ class TwinDelayedLoss(TDTargetLoss):
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(loss_function=loss_function, **replay)
-        check_in_range("num_qvalue_nets", num_qvalue_nets, 1, integer=True)
-        self.num_qvalue_nets = int(num_qvalue_nets)
-        self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
+        self.delay_qvalue = delay_qvalue
         low, high = action_bounds(action_spec, bounds)
         device = next(actor_network.parameters()).device
         self.register_buffer("min_action", low.to(device).clone())
@@ -94,28 +85,18 @@ class TwinDelayedLoss(TDTargetLoss):
 
         self.actor_network = actor_network
         self._expose_parameters("actor_network")
-        self._actor_call = NetworkCall(actor_network, until=self.tensor_keys.action)
-        # without a target copy, the next action comes from the online actor (no gradient)
-        self._target_actor_call = self._actor_call
-        if delay_actor:
-            self._target_actor_call = self._register_target_network(
-                "actor_network", until=self.tensor_keys.action
-            )
-        self._qvalue = self._register_ensemble(
-            "qvalue_network",
+        self._register_actor_calls(delay_actor)
+        self._qvalue = self._register_qvalue_ensemble(
             qvalue_network,
-            self.num_qvalue_nets,
+            num_qvalue_nets,
             target=delay_qvalue,
             until=self.tensor_keys.state_action_value,
         )
 
     qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
 
-    @property
-    def in_keys(self) -> list[NestedKey]:
-        actor_in_keys, value_in_keys = self.actor_network.in_keys, self._qvalue.in_keys
-        next_keys = [*actor_in_keys, *(k for k in value_in_keys if k != self.tensor_keys.action)]
-        return self._transition_keys([*actor_in_keys, *value_in_keys], next_keys)
+    def _critic_in_keys(self) -> list[NestedKey]:
+        return self._qvalue.in_keys
 
     @property
     def out_keys(self) -> list[str]:

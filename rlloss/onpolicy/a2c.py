@@ -115,15 +115,18 @@ class A2CLoss(_PolicyGradientLoss):
         critic_coeff: float | None = 1.0,
         **kwargs,
     ) -> None:
-        kwargs = torchrl_keywords(
+        actor_network, critic_network, kwargs = torchrl_arguments(
             self,
-            {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
-            accepted=_NETWORKS | _PASSED_ON | {"samples_mc_entropy", "advantage_norm"},
-            translated=_TORCHRL_ONLY | {"entropy_coef", "critic_coef"},
+            actor_network,
+            critic_network,
+            kwargs,
+            accepted={"samples_mc_entropy", "advantage_norm"},
+            translated={"entropy_coef", "critic_coef"},
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(
-            *required_networks(kwargs),
+            actor_network,
+            critic_network,
             entropy_bonus=bool(entropy_bonus and entropy_coeff),
             entropy_coeff=entropy_coeff,
             critic_coeff=critic_coeff,
@@ -185,13 +188,9 @@ class ReinforceLoss(_PolicyGradientLoss):
         delay_value: bool = False,
         **kwargs,
     ) -> None:
-        kwargs = torchrl_keywords(
-            self,
-            {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
-            accepted=_NETWORKS | _PASSED_ON,
-            translated=_TORCHRL_ONLY,
+        actor_network, critic_network, kwargs = torchrl_arguments(
+            self, actor_network, critic_network, kwargs
         )
-        actor_network, critic_network = required_networks(kwargs)
         if delay_value and not kwargs.get("functional", True):  # TorchRL's refusal
             raise RuntimeError(
                 "delay_value and ~functional are incompatible, as delayed value currently relies "
@@ -231,10 +230,26 @@ def _requires_grad(value) -> bool:
     return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
 
 
-def required_networks(kwargs: dict) -> tuple[nn.Module, nn.Module]:
-    """The two networks, taken out of ``kwargs`` (after TorchRL's ``actor=`` / ``critic=``
-    aliases): both are required, as in TorchRL."""
+def torchrl_arguments(
+    loss: OnPolicyLoss,
+    actor_network: nn.Module | None,
+    critic_network: nn.Module | None,
+    kwargs: dict,
+    *,
+    accepted: frozenset | set = frozenset(),
+    translated: frozenset | set = frozenset(),
+) -> tuple[nn.Module, nn.Module, dict]:
+    """The two networks and the other keywords of TorchRL's ``A2CLoss`` / ``ReinforceLoss``
+    call, through TorchRL's keyword table (:func:`rlloss._keywords.torchrl_keywords`: the
+    ``actor=`` / ``critic=`` aliases...) over the keywords both classes take, plus the class's
+    own ``accepted`` and ``translated`` ones; both networks are required, as in TorchRL."""
+    kwargs = torchrl_keywords(
+        loss,
+        {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
+        accepted=_NETWORKS | _PASSED_ON | accepted,
+        translated=_TORCHRL_ONLY | translated,
+    )
     actor_network, critic_network = kwargs.pop("actor_network"), kwargs.pop("critic_network")
     if actor_network is None or critic_network is None:
         raise TypeError("Missing positional arguments actor_network or critic_network.")
-    return actor_network, critic_network
+    return actor_network, critic_network, kwargs
