@@ -604,15 +604,6 @@ def env_spec(env_id: str, device: torch.device) -> tuple[Bounded, int, int]:
     return action_spec, env.observation_space.shape[0], action_spec.shape[-1]
 
 
-def finish_offline(args: argparse.Namespace, start_time: float, curve, title: str, env_id: str,
-                   policy: Callable) -> list[float]:
-    """``finish`` for the offline tutorials: ``OUT/returns.csv`` and ``OUT/curve.png`` hold the
-    evaluation returns against gradient steps (``curve``, running mean over 5), and the final
-    ``policy`` plays ``args.eval_episodes`` episodes on start states the dataset never saw."""
-    return finish(args, start_time, curve, title, env_id=env_id, policy=policy, window=5,
-                  xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
-
-
 # ---------------------------------------------------------------- results
 
 
@@ -789,3 +780,127 @@ def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
         evaluator.print_first_at(target)
     report(start_time, episodes, eval_returns)
     return eval_returns
+
+
+# ---------------------------------------------------------------- the tutorials of one family
+
+
+def soft_actor_critic_parser(doc: str, default_out: str) -> argparse.ArgumentParser:
+    """The SAC-family tutorials' flags: ``tutorial_parser``'s (20,000 env steps),
+    ``--eval-every`` (1,000 env steps), ``--eval-episodes`` and ``--save-actor`` (a tutorial adds
+    its own: REDQ's ``--utd``)."""
+    parser = tutorial_parser(doc, default_out, total_frames=20_000)
+    evaluation_flags(parser, every=1_000, save_actor=True)
+    return parser
+
+
+class SoftActorCriticPendulum:
+    """What the SAC-family tutorials (``sac_pendulum.py``, ``redq_pendulum.py``,
+    ``tqc_pendulum.py``, ``crossq_pendulum.py``) share around their networks, loss and
+    optimizer: Pendulum-v1, the loop and the last steps, with the settings of theirs that do not
+    touch the loss (rl-baselines3-zoo's Pendulum SAC): ``LEARNING_STARTS`` = 1,000 steps of
+    uniformly random actions before learning, a replay buffer of ``BUFFER_SIZE`` = 100,000
+    transitions sampled in minibatches of ``BATCH_SIZE`` = 256, and ``EVAL_TARGET`` = -200, the
+    evaluation return whose first crossing is reported.
+
+    ``SoftActorCriticPendulum(args)`` (``args`` from ``soft_actor_critic_parser``) seeds torch
+    (``start``) and makes the environment (``make_stepper``): ``device``, ``stepper``,
+    ``action_spec``, ``obs_dim``, ``action_dim``; ``train`` trains and reports."""
+
+    LEARNING_STARTS = 1_000
+    BUFFER_SIZE = 100_000
+    BATCH_SIZE = 256
+    EVAL_TARGET = -200.0
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.device, self.start_time = start(args)
+        self.stepper, self.action_spec, self.obs_dim, self.action_dim = make_stepper(
+            "Pendulum-v1", self.device, args.seed)
+
+    def train(self, actor, loss_module: nn.Module, optimizer: torch.optim.Optimizer, title: str,
+              *, target_updater=None, policy_delay: int = 1, updates_per_step: int = 1) -> None:
+        """``off_policy_loop`` for ``--total-frames`` env steps: act uniformly at random for
+        ``LEARNING_STARTS`` steps, then with a ~ pi(.|s) (``sample_action(actor)``); store each
+        transition in a replay buffer on the training device; after ``LEARNING_STARTS``,
+        ``updates_per_step`` gradient steps per env step (``soft_actor_critic_update`` of
+        ``loss_module``, ``optimizer``, ``target_updater`` and ``policy_delay``); every
+        ``--eval-every`` steps an evaluation of the deterministic policy, the squashed mean
+        (``deterministic_evaluator``); the progress bar shows alpha. Then ``finish`` (titled
+        ``title``): the learning curve, the final evaluation, ``actor`` saved to
+        ``--save-actor``, ``first_eval_at_target=`` and the report."""
+        replay_buffer = replay_memory(self.BUFFER_SIZE, self.BATCH_SIZE, self.device)
+        evaluator = deterministic_evaluator(self.args, actor, self.stepper)
+        update = soft_actor_critic_update(loss_module, optimizer, target_updater, policy_delay)
+        off_policy_loop(self.args.total_frames, self.stepper, self.action_spec,
+                        sample_action(actor), replay_buffer, update,
+                        learning_starts=self.LEARNING_STARTS, updates_per_step=updates_per_step,
+                        evaluator=evaluator, log=alpha_postfix)
+        finish(self.args, self.start_time, self.stepper.episodes, title, evaluator=evaluator,
+               actor=actor, target=self.EVAL_TARGET)
+
+
+def soft_actor_critic_update(loss_module: nn.Module, optimizer: torch.optim.Optimizer,
+                             target_updater=None,
+                             policy_delay: int = 1) -> Callable[[TensorDict], TensorDict]:
+    """The SAC family's gradient step, an ``update(batch)`` for ``off_policy_loop`` that returns
+    the loss outputs: one ``optimizer`` step on ``loss_qvalue``, joined by ``loss_actor`` and
+    ``loss_alpha`` on every ``policy_delay``-th call (1: on every call; CrossQ's policy delay:
+    3), then ``target_updater.step()`` where given (``SoftUpdate``: Q_target <- tau Q +
+    (1 - tau) Q_target; CrossQ has no target networks). Each output only sends gradient to its
+    own parameters (the actor loss does not move the critics, the temperature loss only moves
+    log(alpha)), so one optimizer on the sum is the same as one optimizer per loss with one
+    learning rate; a parameter without gradient (the actor's on a delayed step) is left alone by
+    Adam, its moment estimates included."""
+    gradient_steps = itertools.count(1)  # counts the calls of update()
+
+    def update(batch: TensorDict) -> TensorDict:
+        losses = loss_module(batch)
+        loss = losses["loss_qvalue"]
+        if next(gradient_steps) % policy_delay == 0:
+            loss = loss + losses["loss_actor"] + losses["loss_alpha"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if target_updater is not None:
+            target_updater.step()
+        return losses
+
+    return update
+
+
+class OfflineRun:
+    """What the offline tutorials (``bc_offline.py``, ``cql_offline.py``, ``iql_offline.py``,
+    ``td3bc_offline.py``) share around their networks, losses and update.
+    ``OfflineRun(doc, default_out)`` parses ``offline_parser``'s flags (``args``), seeds torch
+    (``start``: ``device``) and reads the action spec and dims of ``ENV_ID``, Pendulum-v1
+    (``env_spec``: ``action_spec``, ``obs_dim``, ``action_dim``; the environment only evaluates:
+    the agent learns from the dataset alone). ``training_steps`` gives the minibatches,
+    ``finish`` does the last steps."""
+
+    ENV_ID = "Pendulum-v1"
+
+    def __init__(self, doc: str, default_out: str) -> None:
+        self.args = offline_parser(doc, default_out).parse_args()
+        self.device, self.start_time = start(self.args)
+        self.action_spec, self.obs_dim, self.action_dim = env_spec(self.ENV_ID, self.device)
+        self.curve: list[tuple[int, float]] = []  # (gradient steps, mean return of 5 episodes)
+        self.policy: Callable | None = None
+
+    def training_steps(self, actor, batch_size: int) -> Iterator[tuple[int, TensorDict]]:
+        """Load ``--dataset`` (``OfflineDataset``: observations standardised) and yield
+        ``(step, minibatch of batch_size)`` for ``--total-frames`` gradient steps; every
+        ``--eval-every`` steps ``actor``'s deterministic action, on observations standardised as
+        the dataset's are, plays 5 evaluation episodes (``OfflineDataset.training_steps``)."""
+        dataset = OfflineDataset(self.args.dataset, self.device, batch_size)
+        self.policy = dataset.policy(actor)
+        return dataset.training_steps(self.args, self.ENV_ID, self.policy, self.curve)
+
+    def finish(self, title: str) -> list[float]:
+        """``finish`` for the offline tutorials: ``OUT/returns.csv`` and ``OUT/curve.png`` (titled
+        ``title``) hold the evaluation returns against gradient steps (running mean over 5), and
+        the final policy plays ``--eval-episodes`` episodes on start states the dataset never
+        saw; then the report."""
+        return finish(self.args, self.start_time, self.curve, title, env_id=self.ENV_ID,
+                      policy=self.policy, window=5, xlabel="gradient steps",
+                      ylabel="evaluation return (5 episodes)")

@@ -36,25 +36,14 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    categorical_actor_critic,
-    discrete_vec,
-    evaluation_flags,
-    finish,
-    most_probable_action,
-    sample_from,
-    show_progress,
-    start,
-    start_collection,
-    tutorial_parser,
-)
 from torch import nn
 
 from rlloss import GAE, A2CLoss
 
-parser = tutorial_parser(__doc__, "runs/a2c_cartpole", 500_000, "env steps, all envs")
-evaluation_flags(parser)  # --eval-episodes
+parser = helpers.tutorial_parser(__doc__, "runs/a2c_cartpole", 500_000, "env steps, all envs")
+helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, a2c.yml, CartPole-v1, over stable-baselines3's defaults).
@@ -66,14 +55,14 @@ RMSPROP_ALPHA, RMSPROP_EPS = 0.99, 1e-5
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-device, start_time = start(args)  # seeds network init and action sampling
+device, start_time = helpers.start(args)  # seeds network init and action sampling
 
 # Environment: NUM_ENVS CartPoles stepped together.
-envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) (writes "logits", samples "action") and the value function V(s) ("state_value"):
 # separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
-actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
+actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = A2CLoss(
@@ -87,10 +76,10 @@ optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=LR, alpha=RMSPROP_A
                                 eps=RMSPROP_EPS)
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
-                                                   args.total_frames)
+collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
+                                                           args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = sample_from(actor)  # a ~ pi(.|s)
+policy = helpers.sample_from(actor)  # a ~ pi(.|s)
 
 for iteration in range(num_iterations):
     # ---- Collect t_max steps of every env with the current policy ----
@@ -110,11 +99,11 @@ for iteration in range(num_iterations):
     optimizer.step()
 
     if iteration % 50 == 0 or iteration + 1 == num_iterations:
-        show_progress(pbar, episodes, collector.frames)
+        helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
 # ---- Save the learning curve, evaluate the final policy without sampling (argmax_a pi(a|s)) on
 # start states training never scored, and report ----
-finish(args, start_time, episodes, "A2C on CartPole-v1", env_id="CartPole-v1",
-       policy=most_probable_action(actor, device))
+helpers.finish(args, start_time, episodes, "A2C on CartPole-v1", env_id="CartPole-v1",
+               policy=helpers.most_probable_action(actor, device))

@@ -17,38 +17,28 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
-    OfflineDataset,
-    env_spec,
-    finish_offline,
-    offline_parser,
-    start,
-    tanh_deterministic_actor,
-)
 
-parser = offline_parser(__doc__, "runs/bc_offline")  # --dataset, --eval-every (gradient steps)
-args = parser.parse_args()
+# Parses --seed, --total-frames (gradient steps), --device, --out, --dataset, --eval-every and
+# --eval-episodes; seeds torch; Pendulum-v1's action spec and dims (only to evaluate: the agent
+# learns from the dataset alone).
+run = helpers.OfflineRun(__doc__, "runs/bc_offline")
 
-ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
-BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
-
-device, start_time = start(args)
-action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
+BATCH_SIZE, HIDDEN = 256, [256, 256]  # the papers' defaults
 
 # mu(s) (td3bc_offline.py's actor), regressed onto the dataset's actions: min E[(mu(s) - a)^2].
-actor = tanh_deterministic_actor(obs_dim, action_spec, HIDDEN)
+actor = helpers.tanh_deterministic_actor(run.obs_dim, run.action_spec, HIDDEN)
 optimizer = torch.optim.Adam(actor.parameters(), lr=3e-4)
-dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-# The policy's deterministic action, on observations standardised as the dataset's are.
-policy = dataset.policy(actor)
-curve = []  # (gradient steps, mean return of 5 evaluation episodes)
-for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
+# Minibatches of the dataset (observations standardised); every --eval-every steps the policy's
+# deterministic action plays 5 evaluation episodes.
+for _step, batch in run.training_steps(actor, BATCH_SIZE):
     loss = (actor(batch.select("observation"))["action"] - batch["action"]).square().mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+
 # ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
 # saw, report ----
-finish_offline(args, start_time, curve, "Behaviour cloning on a fixed Pendulum-v1 dataset", ENV_ID, policy)
+run.finish("Behaviour cloning on a fixed Pendulum-v1 dataset")

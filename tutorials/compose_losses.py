@@ -49,20 +49,9 @@ BC weight); the last printed line is ``final_return=<mean return of the last 10 
 import dataclasses
 import itertools
 
+import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    finish,
-    gaussian_exploration,
-    make_stepper,
-    off_policy_loop,
-    plot_returns,
-    q_critic,
-    replay_memory,
-    start,
-    tanh_deterministic_actor,
-    tutorial_parser,
-)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
@@ -71,7 +60,7 @@ from torchrl.objectives import SoftUpdate
 
 from rlloss import LossModule, TD3Loss
 
-parser = tutorial_parser(__doc__, "runs/compose_losses", 20_000)
+parser = helpers.tutorial_parser(__doc__, "runs/compose_losses", 20_000)
 args = parser.parse_args()
 
 # Hyperparameters: td3_pendulum.py's, plus TD3+BC's alpha and the BC weight's schedule.
@@ -136,18 +125,18 @@ def teacher(observation: np.ndarray) -> float:
     return float(np.clip(torque, -2.0, 2.0))
 
 
-device, start_time = start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
 max_action = action_spec.space.high
 
 # The shared actor mu(s) and the critics Q(s, a), as in td3_pendulum.py (256-256 ReLU MLPs; the
 # actor's output mapped onto the action bounds by a tanh).
-actor = tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
+actor = helpers.tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
 
 
 def make_critic():
     """Q(s, a), writing "state_action_value"."""
-    return q_critic(obs_dim, action_dim, [256, 256]).to(device)
+    return helpers.q_critic(obs_dim, action_dim, [256, 256]).to(device)
 
 
 # ---- Two losses on one actor, reading different entries of the same batch ----
@@ -167,7 +156,7 @@ target_updater = SoftUpdate(td3_loss, tau=TAU)
 # td3_loss.parameters() holds the actor (shared with bc_loss) and the critic ensemble.
 optimizer = torch.optim.Adam(td3_loss.parameters(), lr=LR)
 
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
+replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
 bc_weights = []  # (frames, w) at every actor update
 critic_steps = itertools.count(1)  # counts the calls of update()
 
@@ -198,9 +187,9 @@ def update(batch):
 # ---- The loop: act with the agent's own policy (uniformly at random before LEARNING_STARTS,
 # then mu(s) + Gaussian noise) and label each state with the teacher's action; store; update
 # after LEARNING_STARTS ----
-off_policy_loop(
+helpers.off_policy_loop(
     args.total_frames, stepper, action_spec,
-    gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
+    helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
     learning_starts=LEARNING_STARTS,
     labels=lambda obs: {"expert_action": stepper.tensor([teacher(obs)])},
     log=lambda frame, losses: {"bc_weight": f"{bc_weights[-1][1]:.2f}" if bc_weights else "n/a"},
@@ -210,7 +199,7 @@ episodes = stepper.episodes
 # ---- A figure of the learning curve and the BC weight ----
 fig = Figure(figsize=(6, 6))
 ax_return, ax_weight = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
-plot_returns(ax_return, episodes)
+helpers.plot_returns(ax_return, episodes)
 ax_return.set(ylabel="episode return", title="TD3 + behaviour cloning on Pendulum-v1")
 if bc_weights:
     ax_weight.plot(*np.array(bc_weights).T)
@@ -219,4 +208,4 @@ args.out.mkdir(parents=True, exist_ok=True)
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 # ---- Save the learning curve (OUT/returns.csv) and report ----
-finish(args, start_time, episodes, "TD3 + behaviour cloning on Pendulum-v1", plot=False)
+helpers.finish(args, start_time, episodes, "TD3 + behaviour cloning on Pendulum-v1", plot=False)

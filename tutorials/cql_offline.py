@@ -32,35 +32,25 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
-    OfflineDataset,
-    env_spec,
-    finish_offline,
-    offline_parser,
-    q_critic,
-    start,
-    tanh_normal_actor,
-)
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import CQLLoss
 
-parser = offline_parser(__doc__, "runs/cql_offline")  # --dataset, --eval-every (gradient steps)
-args = parser.parse_args()
+# Parses --seed, --total-frames (gradient steps), --device, --out, --dataset, --eval-every and
+# --eval-episodes; seeds torch; Pendulum-v1's action spec and dims (only to evaluate).
+run = helpers.OfflineRun(__doc__, "runs/cql_offline")
 
-ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
 BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
 MIN_Q_WEIGHT, NUM_RANDOM = 5.0, 10
 
-device, start_time = start(args)
-action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
-
 # pi(a|s): a tanh-squashed Gaussian (as sac_pendulum.py's); Q (CQLLoss keeps two, with targets).
-actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
-loss_module = CQLLoss(actor, q_critic(obs_dim, action_dim, HIDDEN), action_spec=action_spec,
-                      min_q_weight=MIN_Q_WEIGHT, num_random=NUM_RANDOM,
-                      deterministic_backup=True, loss_function="l2").to(device)
+actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN)
+critic = helpers.q_critic(run.obs_dim, run.action_dim, HIDDEN)
+loss_module = CQLLoss(actor, critic, action_spec=run.action_spec, min_q_weight=MIN_Q_WEIGHT,
+                      num_random=NUM_RANDOM, deterministic_backup=True,
+                      loss_function="l2").to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_updater = SoftUpdate(loss_module, tau=TAU)
 optimizer = torch.optim.Adam([  # the losses' gradients are disjoint: one step for all three
@@ -68,18 +58,17 @@ optimizer = torch.optim.Adam([  # the losses' gradients are disjoint: one step f
     {"params": loss_module.qvalue_network_params.parameters(), "lr": 3e-4},
     {"params": [loss_module.log_alpha], "lr": 3e-4},
 ])
-dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-# The policy's deterministic action, on observations standardised as the dataset's are.
-policy = dataset.policy(actor)
-curve = []  # (gradient steps, mean return of 5 evaluation episodes)
-for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
+# Minibatches of the dataset (observations standardised); every --eval-every steps the policy's
+# deterministic action plays 5 evaluation episodes.
+for _step, batch in run.training_steps(actor, BATCH_SIZE):
     out = loss_module(batch)
     loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     target_updater.step()
+
 # ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
 # saw, report ----
-finish_offline(args, start_time, curve, "CQL on a fixed Pendulum-v1 dataset", ENV_ID, policy)
+run.finish("CQL on a fixed Pendulum-v1 dataset")

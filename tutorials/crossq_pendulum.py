@@ -78,36 +78,19 @@ the final deterministic policy's evaluation episodes).
 
 
 import functools
-import itertools
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing
-    alpha_postfix,
-    deterministic_evaluator,
-    evaluation_flags,
-    finish,
-    make_stepper,
-    off_policy_loop,
-    q_critic,
-    replay_memory,
-    sample_action,
-    start,
-    tanh_normal_actor,
-    tutorial_parser,
-)
 from torchrl.modules import BatchRenorm1d
 from torchrl.objectives import ValueEstimators
 
 from rlloss import CrossQLoss
 
-parser = tutorial_parser(__doc__, "runs/crossq_pendulum", total_frames=20_000)
-evaluation_flags(parser, every=1_000, save_actor=True)
-args = parser.parse_args()
+# --seed, --total-frames, --device, --out, --eval-every, --eval-episodes, --save-actor
+args = helpers.soft_actor_critic_parser(__doc__, "runs/crossq_pendulum").parse_args()
 
-# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
-LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
-BUFFER_SIZE = 100_000
-BATCH_SIZE = 256
+# Hyperparameters (the paper's, see the docstring; the loop's are sac_pendulum.py's, in
+# helpers.SoftActorCriticPendulum).
 GAMMA = 0.99
 LR = 1e-3  # actor, critics and temperature
 HIDDEN = [256, 256]  # actor and critics (the paper's critics: 2048 units, see above)
@@ -115,47 +98,24 @@ POLICY_DELAY = 3  # gradient steps per actor (and temperature) step
 ADAM_BETAS = (0.5, 0.999)
 # PyTorch's momentum convention (running <- running + momentum (batch - running))
 BATCH_RENORM = functools.partial(BatchRenorm1d, momentum=0.01, eps=1e-3, warmup_steps=100_000)
-EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-device, start_time = start(args)
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+# Seeds torch and makes Pendulum-v1: run.device, run.action_spec, run.obs_dim, run.action_dim.
+run = helpers.SoftActorCriticPendulum(args)
 
 # pi(a|s): SAC's tanh-squashed Gaussian; two critics (one vmap call), no target copies; batch
 # renormalisation before every linear layer of both; the target entropy -dim(A) = -1 comes from
 # the actor's spec.
-actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN, norm_layer=BATCH_RENORM)
-critics = [q_critic(obs_dim, action_dim, HIDDEN, norm_layer=BATCH_RENORM) for _ in range(2)]
-loss_module = CrossQLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(device)
+actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN, norm_layer=BATCH_RENORM)
+critics = [helpers.q_critic(run.obs_dim, run.action_dim, HIDDEN, norm_layer=BATCH_RENORM)
+           for _ in range(2)]
+loss_module = CrossQLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 # One optimizer for actor, critics and log(alpha): a parameter without gradient (the actor's on a
 # delayed step) is left alone, its moment estimates included.
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR, betas=ADAM_BETAS)
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
-# The deterministic policy (the squashed mean), evaluated every --eval-every frames.
-evaluator = deterministic_evaluator(args, actor, stepper)
 
-gradient_steps = itertools.count(1)  # counts the calls of update()
-
-
-def update(batch):
-    """The update: the critic loss every gradient step, the actor and temperature every
-    POLICY_DELAY-th; returns the loss outputs."""
-    losses = loss_module(batch)
-    loss = losses["loss_qvalue"]
-    if next(gradient_steps) % POLICY_DELAY == 0:
-        loss = loss + losses["loss_actor"] + losses["loss_alpha"]
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return losses
-
-
-# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
-# transition, update after LEARNING_STARTS, evaluate every --eval-every frames ----
-off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
-                update, learning_starts=LEARNING_STARTS, evaluator=evaluator, log=alpha_postfix)
-
-# ---- Save the learning curve, evaluate the final policy on start states training never
-# scored, save the actor (--save-actor), report ----
-finish(args, start_time, stepper.episodes, "CrossQ on Pendulum-v1",
-       evaluator=evaluator, actor=actor, target=EVAL_TARGET)
+# ---- sac_pendulum.py's loop without target networks and with the policy delay: 1,000 random
+# steps, then act with a ~ pi(.|s) (the actor in eval mode); after each env step a gradient step
+# on loss_qvalue, joined by loss_actor + loss_alpha every POLICY_DELAY-th step; evaluations every
+# --eval-every frames; the learning curve, the final evaluation, the report ----
+run.train(actor, loss_module, optimizer, "CrossQ on Pendulum-v1", policy_delay=POLICY_DELAY)

@@ -28,52 +28,39 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
-    OfflineDataset,
-    env_spec,
-    finish_offline,
-    mlp,
-    offline_parser,
-    q_critic,
-    start,
-    tanh_normal_actor,
-)
 from torchrl.modules import ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import IQLLoss
 
-parser = offline_parser(__doc__, "runs/iql_offline")  # --dataset, --eval-every (gradient steps)
-args = parser.parse_args()
+# Parses --seed, --total-frames (gradient steps), --device, --out, --dataset, --eval-every and
+# --eval-episodes; seeds torch; Pendulum-v1's action spec and dims (only to evaluate).
+run = helpers.OfflineRun(__doc__, "runs/iql_offline")
 
-ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
 BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
 
-device, start_time = start(args)
-action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
-
 # pi(a|s): a tanh-squashed Gaussian (as sac_pendulum.py's); Q_1, Q_2 with target copies; V(s).
-actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
-critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
-state_value = ValueOperator(mlp(obs_dim, 1, HIDDEN), in_keys=["observation"])
+actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN)
+critics = [helpers.q_critic(run.obs_dim, run.action_dim, HIDDEN) for _ in range(2)]
+state_value = ValueOperator(helpers.mlp(run.obs_dim, 1, HIDDEN), in_keys=["observation"])
 loss_module = IQLLoss(actor, critics, state_value, expectile=0.7, temperature=3.0,
-                      loss_function="l2").to(device)
+                      loss_function="l2").to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_updater = SoftUpdate(loss_module, tau=TAU)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=3e-4)  # actor, Q_1, Q_2, V
-dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-# The policy's deterministic action, on observations standardised as the dataset's are.
-policy = dataset.policy(actor)
-curve = []  # (gradient steps, mean return of 5 evaluation episodes)
-for _step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
+# Minibatches of the dataset (observations standardised); every --eval-every steps the policy's
+# deterministic action plays 5 evaluation episodes.
+for _step, batch in run.training_steps(actor, BATCH_SIZE):
     out = loss_module(batch)
     loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]  # disjoint gradients
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     target_updater.step()
+
 # ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
 # saw, report ----
-finish_offline(args, start_time, curve, "IQL on a fixed Pendulum-v1 dataset", ENV_ID, policy)
+run.finish("IQL on a fixed Pendulum-v1 dataset")

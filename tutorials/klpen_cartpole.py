@@ -22,26 +22,15 @@ Run:
     python tutorials/klpen_cartpole.py --seed 0 --total-frames 150000 --out runs/klpen_cartpole
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    categorical_actor_critic,
-    discrete_vec,
-    plot_returns,
-    report,
-    sample_from,
-    show_progress,
-    start,
-    start_collection,
-    tutorial_parser,
-    write_csv,
-)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from torch import nn
 
 from rlloss import GAE, KLPENPPOLoss
 
-parser = tutorial_parser(__doc__, "runs/klpen_cartpole", 150_000, "env steps, all envs")
+parser = helpers.tutorial_parser(__doc__, "runs/klpen_cartpole", 150_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters: those of ppo_cartpole.py (rl-baselines3-zoo), with the KL penalty in place of
@@ -57,14 +46,14 @@ ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
 # Seeds network init and action sampling (all the CPU's threads: this script never set one).
-device, start_time = start(args, one_thread=False)
+device, start_time = helpers.start(args, one_thread=False)
 
 # Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (as ppo_cartpole.py).
-envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) = Categorical(logits(s)), which also writes "action_log_prob", and value function
 # V(s): separate 64-64 tanh MLPs, the networks of ppo_cartpole.py.
-actor, critic = categorical_actor_critic(obs_dim, num_actions, device, return_log_prob=True)
+actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device, return_log_prob=True)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = KLPENPPOLoss(
@@ -82,11 +71,11 @@ optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
-                                                   args.total_frames)
+collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
+                                                           args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
 penalty_log = []  # (frames, beta used in the update, KL d after the update) for every update
-policy = sample_from(actor)  # a ~ pi(.|s)
+policy = helpers.sample_from(actor)  # a ~ pi(.|s)
 
 for iteration in range(num_iterations):
     optimizer.param_groups[0]["lr"] = LR * (1.0 - iteration / num_iterations)
@@ -116,17 +105,17 @@ for iteration in range(num_iterations):
     loss_module.update_beta(kl)
     penalty_log.append((collector.frames, beta, kl.item()))
 
-    show_progress(pbar, episodes, collector.frames, beta=f"{beta:.3g}", kl=f"{kl.item():.4f}")
+    helpers.show_progress(pbar, episodes, collector.frames, beta=f"{beta:.3g}", kl=f"{kl.item():.4f}")
 pbar.close()
 envs.close()
 
 # ---- Save the learning curve, beta and KL ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-write_csv(args.out / "beta_kl.csv", ["frames", "beta", "kl"], penalty_log)
+helpers.write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+helpers.write_csv(args.out / "beta_kl.csv", ["frames", "beta", "kl"], penalty_log)
 
 fig = Figure(figsize=(6, 8))
 ax_return, ax_beta, ax_kl = fig.subplots(3, 1, sharex=True)
-plot_returns(ax_return, episodes)
+helpers.plot_returns(ax_return, episodes)
 ax_return.set(ylabel="episode return", title="PPO (adaptive KL penalty) on CartPole-v1")
 x, beta_values, kl_values = np.array(penalty_log).T
 ax_beta.semilogy(x, beta_values)
@@ -138,4 +127,4 @@ ax_kl.set(xlabel="environment steps", ylabel="KL per update")
 ax_kl.legend()
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+helpers.report(start_time, episodes)

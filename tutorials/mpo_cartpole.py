@@ -54,22 +54,9 @@ KLs after each training phase) and ``OUT/curve.png`` (returns, duals, KLs); it p
 ``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    discrete_vec,
-    evaluation_flags,
-    finish,
-    most_probable_action,
-    plot_returns,
-    replay_memory,
-    sample_from,
-    show_progress,
-    start,
-    start_collection,
-    tutorial_parser,
-    write_csv,
-)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -79,8 +66,8 @@ from torchrl.objectives import HardUpdate
 
 from rlloss import DiscreteMPOLoss
 
-parser = tutorial_parser(__doc__, "runs/mpo_cartpole", 100_000, "env steps, all envs")
-evaluation_flags(parser)  # --eval-episodes
+parser = helpers.tutorial_parser(__doc__, "runs/mpo_cartpole", 100_000, "env steps, all envs")
+helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (Acme's categorical MPO, the DQN tutorial's optimisation; see the docstring).
@@ -96,10 +83,10 @@ DUAL_LR = 1e-2  # temperature and alpha
 MAX_GRAD_NORM = 10.0
 TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 
-device, start_time = start(args)  # seeds network init, exploration and replay sampling
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
 
 # Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (_helpers.make_vec).
-envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # pi(a|s) = Categorical(softmax(logits(s))); the sampled "action" is an index.
 actor = ProbabilisticActor(
@@ -134,15 +121,15 @@ optimizer = torch.optim.Adam([
     {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
 ])
 
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 
 DIAGNOSTICS = ["temperature", "alpha", "kl_q", "kl", "q_mean"]
 diagnostics = []  # (frames, *DIAGNOSTICS) after each training phase
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
-                                                   args.total_frames)
+collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
+                                                           args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-sample = sample_from(actor)  # a ~ pi(.|s)
+sample = helpers.sample_from(actor)  # a ~ pi(.|s)
 
 
 def behaviour(td):
@@ -174,16 +161,16 @@ for iteration in range(num_iterations):
             target_updater.step()
         diagnostics.append((collector.frames, *(float(losses[k]) for k in DIAGNOSTICS)))
 
-    show_progress(pbar, episodes, collector.frames)
+    helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
-write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
+helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
 
 fig = Figure(figsize=(15, 4))
 ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
-plot_returns(ax_returns, episodes)
+helpers.plot_returns(ax_returns, episodes)
 ax_returns.set(xlabel="environment steps", ylabel="episode return",
                title="Categorical MPO on CartPole-v1")
 if diagnostics:
@@ -203,5 +190,5 @@ fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 # ---- Save the learning curve, evaluate the most probable action argmax_a pi(a|s) (no
 # sampling) on start states training never scored, report ----
-finish(args, start_time, episodes, "Categorical MPO on CartPole-v1", env_id="CartPole-v1",
-       policy=most_probable_action(actor, device), plot=False)
+helpers.finish(args, start_time, episodes, "Categorical MPO on CartPole-v1", env_id="CartPole-v1",
+               policy=helpers.most_probable_action(actor, device), plot=False)

@@ -57,21 +57,9 @@ KLs every 500 steps) and ``OUT/curve.png`` (returns, duals, KLs); it prints ``tr
 last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    deterministic_action,
-    evaluation_flags,
-    finish,
-    make_stepper,
-    off_policy_loop,
-    plot_returns,
-    replay_memory,
-    sample_from,
-    start,
-    tutorial_parser,
-    write_csv,
-)
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
@@ -80,8 +68,8 @@ from torchrl.objectives import HardUpdate
 
 from rlloss import MPOLoss
 
-parser = tutorial_parser(__doc__, "runs/mpo_pendulum", 30_000)
-evaluation_flags(parser)  # --eval-episodes
+parser = helpers.tutorial_parser(__doc__, "runs/mpo_pendulum", 30_000)
+helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (Acme's MPO, see the docstring for our three changes).
@@ -96,8 +84,8 @@ MAX_GRAD_NORM = 40.0
 TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 LOG_EVERY = 500  # env steps between rows of diagnostics.csv
 
-device, start_time = start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
 
 # pi(a|s) = Normal(mu(s), sigma(s)), independent across action dimensions. The MLP writes
 # (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased softplus).
@@ -145,7 +133,7 @@ optimizer = torch.optim.Adam([
     {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
 ])
 
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 DIAGNOSTICS = ["temperature", "alpha_mean", "alpha_stddev", "penalty_temperature",
                "kl_q", "kl_mean", "kl_stddev", "q_mean"]
 diagnostics = []  # (frames, *DIAGNOSTICS) every LOG_EVERY steps
@@ -177,18 +165,18 @@ def log_diagnostics(frame, losses):
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s), unbounded:
 # the environment gets it clipped to the bounds), store the transition, update after
 # LEARNING_STARTS ----
-off_policy_loop(args.total_frames, stepper, action_spec, sample_from(actor), replay_buffer, update,
-                learning_starts=LEARNING_STARTS,
-                env_action=lambda a: a.clamp(action_spec.space.low, action_spec.space.high),
-                log=log_diagnostics, log_every=LOG_EVERY)
+helpers.off_policy_loop(args.total_frames, stepper, action_spec, helpers.sample_from(actor), replay_buffer, update,
+                        learning_starts=LEARNING_STARTS,
+                        env_action=lambda a: a.clamp(action_spec.space.low, action_spec.space.high),
+                        log=log_diagnostics, log_every=LOG_EVERY)
 episodes = stepper.episodes
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
-write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
+helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
 
 fig = Figure(figsize=(15, 4))
 ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
-plot_returns(ax_returns, episodes)
+helpers.plot_returns(ax_returns, episodes)
 ax_returns.set(xlabel="environment steps", ylabel="episode return", title="MPO on Pendulum-v1")
 if diagnostics:
     rows = np.array(diagnostics)
@@ -209,5 +197,5 @@ fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
 # ---- Save the learning curve, evaluate the mean mu(s) (clipped to the bounds, no sampling) on
 # start states training never scored, report ----
-finish(args, start_time, episodes, "MPO on Pendulum-v1", env_id="Pendulum-v1",
-       policy=deterministic_action(actor, device, clip_to=action_spec), plot=False)
+helpers.finish(args, start_time, episodes, "MPO on Pendulum-v1", env_id="Pendulum-v1",
+               policy=helpers.deterministic_action(actor, device, clip_to=action_spec), plot=False)

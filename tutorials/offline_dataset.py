@@ -30,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
-from _helpers import VectorCollector, make_vec, plot_returns, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
@@ -67,8 +67,8 @@ actor = torch.load(actor_path, weights_only=False)  # the whole module, pickled 
 
 # ---- 2. Play the stochastic policy in NUM_ENVS environments and store the transitions ----
 NUM_ENVS = 10  # one batched actor call per step of all of them (_helpers.VectorCollector)
-collector = VectorCollector(make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
-                            seed=args.seed + 1_000)  # resets no training episode had
+collector = helpers.VectorCollector(helpers.make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
+                                    seed=args.seed + 1_000)  # resets no training episode had
 
 
 def sample_action(td):
@@ -90,10 +90,10 @@ summary = {"transitions": len(replay_buffer), "episodes": len(returns),
            "mean_return": float(np.mean(returns)) if returns else float("nan"),
            "std_return": float(np.std(returns)) if returns else float("nan")}
 (args.out / "dataset.json").write_text(json.dumps(summary, indent=2))
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+helpers.write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
 fig = Figure(figsize=(6, 4))
 ax = fig.add_subplot()
-plot_returns(ax, episodes)
+helpers.plot_returns(ax, episodes)
 ax.set(xlabel="dataset step", ylabel="episode return",
        title=f"Offline dataset: SAC after {args.agent_frames} steps, Pendulum-v1")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")

@@ -20,23 +20,15 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    discrete_vec,
-    finish,
-    sample_from,
-    show_progress,
-    start,
-    start_collection,
-    tutorial_parser,
-)
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 
 from rlloss import GAE, ClipPPOLoss
 
-parser = tutorial_parser(__doc__, "runs/ppo_cartpole", 100_000, "env steps, all envs")
+parser = helpers.tutorial_parser(__doc__, "runs/ppo_cartpole", 100_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, ppo.yml, CartPole-v1).
@@ -50,11 +42,11 @@ CLIP_EPSILON = 0.2  # linearly annealed to 0
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-device, start_time = start(args)  # seeds network init and action sampling
+device, start_time = helpers.start(args)  # seeds network init and action sampling
 
 # Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
 # step() returns the first observation of the next one (see _helpers.make_vec).
-envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s): an MLP writes "logits"; ProbabilisticActor samples "action" from
 # Categorical(logits) and records its log-probability (the "old" log-prob of the PPO ratio).
@@ -85,10 +77,10 @@ loss_module = ClipPPOLoss(
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
-                                                   args.total_frames)
+collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
+                                                           args.total_frames)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = sample_from(actor)  # a ~ pi(.|s); the actor also writes "action_log_prob"
+policy = helpers.sample_from(actor)  # a ~ pi(.|s); the actor also writes "action_log_prob"
 
 for iteration in range(num_iterations):
     # Anneal the learning rate and the clipping range linearly to 0.
@@ -119,9 +111,9 @@ for iteration in range(num_iterations):
             nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
             optimizer.step()
 
-    show_progress(pbar, episodes, collector.frames)
+    helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
 # ---- Save the learning curve and report ----
-finish(args, start_time, episodes, "PPO on CartPole-v1")
+helpers.finish(args, start_time, episodes, "PPO on CartPole-v1")

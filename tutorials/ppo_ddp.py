@@ -59,16 +59,9 @@ import sys
 import time
 from pathlib import Path
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
 import torch.distributed as dist
-from _helpers import (  # tutorials/_helpers.py
-    VectorCollector,
-    categorical_actor_critic,
-    make_vec,
-    report,
-    sample_from,
-    save_learning_curve,
-)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
@@ -132,8 +125,8 @@ if distributed:
 
 torch.manual_seed(args.seed)  # the same initial networks on every rank
 start_time = time.perf_counter()
-envs = make_vec("CartPole-v1", envs_per_rank)
-actor, critic = categorical_actor_critic(
+envs = helpers.make_vec("CartPole-v1", envs_per_rank)
+actor, critic = helpers.categorical_actor_critic(
     envs.single_observation_space.shape[0], envs.single_action_space.n, device
 )
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
@@ -157,8 +150,8 @@ optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 torch.manual_seed(args.seed + rank)  # each rank samples its own actions
 # env i of this rank is seeded seed + envs_per_rank * rank + i: one process's seeds for all 8
-collector = VectorCollector(envs, device, seed=args.seed + envs_per_rank * rank)
-policy = sample_from(actor)
+collector = helpers.VectorCollector(envs, device, seed=args.seed + envs_per_rank * rank)
+policy = helpers.sample_from(actor)
 frames_per_batch = NUM_ENVS * NUM_STEPS  # global
 num_iterations = max(1, args.total_frames // frames_per_batch)
 pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames", disable=rank != 0)
@@ -197,9 +190,9 @@ if distributed:
     episodes = sorted(episode for part in gathered for episode in part)
     dist.destroy_process_group()
 if rank == 0:
-    save_learning_curve(args.out, episodes, f"PPO on CartPole-v1, {world_size} process(es)")
+    helpers.save_learning_curve(args.out, episodes, f"PPO on CartPole-v1, {world_size} process(es)")
     if baseline is not None:
         print(f"single_process_wall_time={baseline['wall_time']}")
         print(f"single_process_final_return={baseline['final_return']}")
     print(f"processes={world_size}")
-    report(start_time, episodes)
+    helpers.report(start_time, episodes)

@@ -51,17 +51,10 @@ printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
 
+import _helpers as helpers  # tutorials/_helpers.py
 import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    categorical_actor_critic,
-    finish,
-    show_progress,
-    start,
-    start_collection,
-    tutorial_parser,
-)
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
@@ -77,7 +70,7 @@ from rlloss import (
     recurrent_state_keys,
 )
 
-parser = tutorial_parser(__doc__, "runs/recurrent_ppo_cartpole", 150_000, "env steps, all envs")
+parser = helpers.tutorial_parser(__doc__, "runs/recurrent_ppo_cartpole", 150_000, "env steps, all envs")
 parser.add_argument("--no-rnn", action="store_true", help="feed-forward policy and critic")
 parser.add_argument("--rpo-alpha", type=float, default=None, help="RPOLoss with this alpha")
 args = parser.parse_args()
@@ -94,7 +87,7 @@ ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 HIDDEN = 64
 
-device, start_time = start(args)  # seeds network init and action sampling
+device, start_time = helpers.start(args)  # seeds network init and action sampling
 
 
 class PositionsOnly(gym.ObservationWrapper):
@@ -158,7 +151,7 @@ def recurrent_actor_critic() -> tuple[ProbabilisticActor, TensorDictSequential]:
 
 
 if args.no_rnn:
-    mlp_actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
+    mlp_actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
     actor = ProbabilisticActor(mlp_actor.module[0], in_keys=["logits"],
                                distribution_class=torch.distributions.Categorical,
                                return_log_prob=True)  # also stores log pi_old(a|s)
@@ -211,8 +204,8 @@ class RecurrentPolicy:
 
 
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = start_collection(envs, device, args.seed, NUM_STEPS,
-                                                   args.total_frames)
+collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
+                                                           args.total_frames)
 policy = RecurrentPolicy()
 keep = ("action_log_prob", "is_init", *state_keys)
 
@@ -246,10 +239,10 @@ for iteration in range(num_iterations):
         nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
         optimizer.step()
 
-    show_progress(pbar, collector.episodes, collector.frames)
+    helpers.show_progress(pbar, collector.episodes, collector.frames)
 pbar.close()
 envs.close()
 
 kind = "MLP" if args.no_rnn else "LSTM"
-finish(args, start_time, collector.episodes,
-       f"{'RPO' if args.rpo_alpha is not None else 'PPO'} ({kind}) on CartPole-v1 without velocities")
+helpers.finish(args, start_time, collector.episodes,
+               f"{'RPO' if args.rpo_alpha is not None else 'PPO'} ({kind}) on CartPole-v1 without velocities")

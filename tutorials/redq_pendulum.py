@@ -53,82 +53,43 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing
-    alpha_postfix,
-    deterministic_evaluator,
-    evaluation_flags,
-    finish,
-    make_stepper,
-    off_policy_loop,
-    q_critic,
-    replay_memory,
-    sample_action,
-    start,
-    tanh_normal_actor,
-    tutorial_parser,
-)
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import REDQLoss
 
-parser = tutorial_parser(__doc__, "runs/redq_pendulum", total_frames=20_000)
-evaluation_flags(parser, every=1_000, save_actor=True)
+# --seed, --total-frames, --device, --out, --eval-every, --eval-episodes, --save-actor, --utd
+parser = helpers.soft_actor_critic_parser(__doc__, "runs/redq_pendulum")
 parser.add_argument("--utd", type=int, default=1,
                     help="G, gradient steps per environment step (update-to-data ratio)")
 args = parser.parse_args()
 
-# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
-LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
-BUFFER_SIZE = 100_000
-BATCH_SIZE = 256
-GAMMA = 0.99
-TAU = 0.005  # target networks: Q_target <- tau Q + (1 - tau) Q_target after each gradient step
-LR = 1e-3  # actor, critics and temperature
+# Hyperparameters: sac_pendulum.py's (the loop's in helpers.SoftActorCriticPendulum) and REDQ's.
+GAMMA, TAU, LR = 0.99, 0.005, 1e-3
 HIDDEN = [256, 256]  # the actor's
 NUM_CRITICS = 10  # N
 SUBSET = 2  # M, target critics in each target's minimum
 CRITIC_CELLS = [128, 128]  # each critic's hidden layers (see the docstring)
 MIN_ALPHA = 1e-3  # TorchRL's REDQ floor is 0.1
-EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-device, start_time = start(args)
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+# Seeds torch and makes Pendulum-v1: run.device, run.action_spec, run.obs_dim, run.action_dim.
+run = helpers.SoftActorCriticPendulum(args)
 
 # pi(a|s): SAC's tanh-squashed Gaussian; N critics (one vmap call) with target copies; the target
 # entropy -dim(A) = -1 comes from the actor's spec.
-actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
-critics = [q_critic(obs_dim, action_dim, CRITIC_CELLS) for _ in range(NUM_CRITICS)]
+actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN)
+critics = [helpers.q_critic(run.obs_dim, run.action_dim, CRITIC_CELLS) for _ in range(NUM_CRITICS)]
 loss_module = REDQLoss(actor, critics, num_qvalue_nets=NUM_CRITICS, sub_sample_len=SUBSET,
-                       loss_function="l2", alpha_init=1.0, min_alpha=MIN_ALPHA).to(device)
+                       loss_function="l2", alpha_init=1.0, min_alpha=MIN_ALPHA).to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 target_updater = SoftUpdate(loss_module, tau=TAU)
 # One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
-# The deterministic policy (the squashed mean), evaluated every --eval-every frames.
-evaluator = deterministic_evaluator(args, actor, stepper)
 
-
-def update(batch):
-    """The update, one of G per environment step: a gradient step on the sum of the three
-    losses, then the targets; returns the loss outputs."""
-    losses = loss_module(batch)
-    loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    target_updater.step()
-    return losses
-
-
-# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
-# transition, update G times after LEARNING_STARTS, evaluate every --eval-every frames ----
-off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
-                update, learning_starts=LEARNING_STARTS, updates_per_step=args.utd, evaluator=evaluator,
-                log=alpha_postfix)
-
-# ---- Save the learning curve, evaluate the final policy on start states training never
-# scored, save the actor (--save-actor), report ----
-finish(args, start_time, stepper.episodes, "REDQ on Pendulum-v1",
-       evaluator=evaluator, actor=actor, target=EVAL_TARGET)
+# ---- sac_pendulum.py's loop with G updates per env step: 1,000 random steps, then act with
+# a ~ pi(.|s); after each env step, G times a gradient step on a fresh minibatch on
+# loss_qvalue + loss_actor + loss_alpha, then the targets; evaluations every --eval-every
+# frames; the learning curve, the final evaluation, the report ----
+run.train(actor, loss_module, optimizer, "REDQ on Pendulum-v1", target_updater=target_updater,
+          updates_per_step=args.utd)

@@ -51,25 +51,14 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    VectorCollector,
-    categorical_actor_critic,
-    discrete_vec,
-    evaluation_flags,
-    finish,
-    most_probable_action,
-    sample_from,
-    show_progress,
-    start,
-    tutorial_parser,
-)
 from tqdm import tqdm
 
 from rlloss import ReinforceLoss, TD1Estimator
 
-parser = tutorial_parser(__doc__, "runs/reinforce_cartpole", 500_000, "env steps")
-evaluation_flags(parser)  # --eval-episodes
+parser = helpers.tutorial_parser(__doc__, "runs/reinforce_cartpole", 500_000, "env steps")
+helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters.
@@ -77,23 +66,23 @@ NUM_ENVS = 8  # a batch holds at least one whole episode of each
 GAMMA = 0.99
 LR = 1e-3  # linearly annealed to 0
 
-device, start_time = start(args)  # seeds network init and action sampling
+device, start_time = helpers.start(args)  # seeds network init and action sampling
 
 # Environment: NUM_ENVS CartPoles stepped together.
-envs, obs_dim, num_actions = discrete_vec("CartPole-v1", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # Policy pi(a|s) (writes "logits", samples "action") and the baseline V(s) ("state_value"):
 # separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
-actor, critic = categorical_actor_critic(obs_dim, num_actions, device)
+actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
 
 return_module = TD1Estimator(gamma=GAMMA, value_network=critic)
 loss_module = ReinforceLoss(actor_network=actor, critic_network=critic,
                             loss_critic_type="l2").to(device)  # the squared error (G - V(s))^2
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-collector = VectorCollector(envs, device, seed=args.seed)
+collector = helpers.VectorCollector(envs, device, seed=args.seed)
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = sample_from(actor)  # a ~ pi(.|s)
+policy = helpers.sample_from(actor)  # a ~ pi(.|s)
 pbar = tqdm(total=args.total_frames, unit="frames")
 
 while collector.frames < args.total_frames:
@@ -123,11 +112,11 @@ while collector.frames < args.total_frames:
     loss.backward()
     optimizer.step()
 
-    show_progress(pbar, episodes, collector.frames)
+    helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()
 
 # ---- Save the learning curve, evaluate the final policy without sampling (argmax_a pi(a|s)) on
 # start states training never scored, and report ----
-finish(args, start_time, episodes, "REINFORCE on CartPole-v1", env_id="CartPole-v1",
-       policy=most_probable_action(actor, device))
+helpers.finish(args, start_time, episodes, "REINFORCE on CartPole-v1", env_id="CartPole-v1",
+               policy=helpers.most_probable_action(actor, device))

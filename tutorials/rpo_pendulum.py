@@ -33,10 +33,10 @@ import argparse
 import time
 from pathlib import Path
 
+import _helpers as helpers  # tutorials/_helpers.py
 import gymnasium as gym
 import numpy as np
 import torch
-from _helpers import plot_returns, report, write_csv  # tutorials/_helpers.py
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
@@ -225,16 +225,16 @@ pbar.close()
 envs.close()
 
 # ---- Save the learning curve and the learning rate ----
-write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
-write_csv(args.out / "lr.csv", ["frames", "lr"], lr_log)
+helpers.write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
+helpers.write_csv(args.out / "lr.csv", ["frames", "lr"], lr_log)
 
 fig = Figure(figsize=(6, 6))
 ax_return, ax_lr = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
-plot_returns(ax_return, episodes)
+helpers.plot_returns(ax_return, episodes)
 ax_return.set(ylabel="episode return",
               title=f"RPO (alpha={args.rpo_alpha}) on Pendulum-v1")
 ax_lr.semilogy(*np.array(lr_log).T)
 ax_lr.set(xlabel="environment steps", ylabel="learning rate (KLAdaptiveLR)")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
-report(start_time, episodes)
+helpers.report(start_time, episodes)

@@ -60,74 +60,40 @@ policy), ``eval_return=`` and last ``final_return=`` (both the mean return of th
 episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing
-    alpha_postfix,
-    deterministic_evaluator,
-    evaluation_flags,
-    finish,
-    make_stepper,
-    off_policy_loop,
-    q_critic,
-    replay_memory,
-    sample_action,
-    start,
-    tanh_normal_actor,
-    tutorial_parser,
-)
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import SACLoss
 
-parser = tutorial_parser(__doc__, "runs/sac_pendulum", total_frames=20_000)
-evaluation_flags(parser, every=1_000, save_actor=True)
-args = parser.parse_args()
+# --seed, --total-frames, --device, --out, --eval-every, --eval-episodes, --save-actor
+args = helpers.soft_actor_critic_parser(__doc__, "runs/sac_pendulum").parse_args()
 
-# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring).
-LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
-BUFFER_SIZE = 100_000
-BATCH_SIZE = 256
+# Hyperparameters (rl-baselines3-zoo, sac.yml, Pendulum-v1; see the docstring). Those of the loop
+# (1,000 random steps first, a replay buffer of 100,000 transitions, minibatches of 256) are
+# helpers.SoftActorCriticPendulum's, shared by the SAC family.
 GAMMA = 0.99
 TAU = 0.005  # target networks: Q_target <- tau Q + (1 - tau) Q_target after each gradient step
 LR = 1e-3  # actor, critics and temperature
 HIDDEN = [256, 256]
-EVAL_TARGET = -200.0  # the first evaluation at or above it is reported
 
-device, start_time = start(args)
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+# Seeds torch and makes Pendulum-v1: run.device, run.action_spec, run.obs_dim, run.action_dim.
+run = helpers.SoftActorCriticPendulum(args)
 
 # pi(a|s): a tanh-squashed Gaussian; two Q-networks (an ensemble evaluated in one vmap call) with
 # target copies; the target entropy -dim(A) = -1 comes from the actor's spec.
-actor = tanh_normal_actor(obs_dim, action_spec, HIDDEN)
-critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
-loss_module = SACLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(device)
+actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN)
+critics = [helpers.q_critic(run.obs_dim, run.action_dim, HIDDEN) for _ in range(2)]
+loss_module = SACLoss(actor, critics, loss_function="l2", alpha_init=1.0).to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 target_updater = SoftUpdate(loss_module, tau=TAU)
 # One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
-# The deterministic policy (the squashed mean), evaluated every --eval-every frames.
-evaluator = deterministic_evaluator(args, actor, stepper)
 
-
-def update(batch):
-    """The update: one gradient step on the sum of the three losses, then the targets; returns
-    the loss outputs."""
-    losses = loss_module(batch)
-    loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    target_updater.step()
-    return losses
-
-
-# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s)), store the
-# transition, update after LEARNING_STARTS, evaluate every --eval-every frames ----
-off_policy_loop(args.total_frames, stepper, action_spec, sample_action(actor), replay_buffer,
-                update, learning_starts=LEARNING_STARTS, evaluator=evaluator, log=alpha_postfix)
-
-# ---- Save the learning curve, evaluate the final policy on start states training never
-# scored, save the actor (--save-actor), report ----
-finish(args, start_time, stepper.episodes, "SAC on Pendulum-v1",
-       evaluator=evaluator, actor=actor, target=EVAL_TARGET)
+# ---- The loop: act (uniformly at random for the first 1,000 steps, then a ~ pi(.|s)), store
+# the transition; after those 1,000 steps, one update per env step: a gradient step on
+# loss_qvalue + loss_actor + loss_alpha, then target_updater.step() (see
+# helpers.soft_actor_critic_update); evaluate every --eval-every frames. Then save the learning
+# curve, evaluate the final policy on start states training never scored, save the actor
+# (--save-actor), report ----
+run.train(actor, loss_module, optimizer, "SAC on Pendulum-v1", target_updater=target_updater)

@@ -63,18 +63,8 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 
 import itertools
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from _helpers import (  # tutorials/_helpers.py
-    deterministic_action,
-    evaluation_flags,
-    finish,
-    gaussian_exploration,
-    make_stepper,
-    off_policy_loop,
-    replay_memory,
-    start,
-    tutorial_parser,
-)
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import MLP, TanhModule, ValueOperator
@@ -82,10 +72,10 @@ from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import DDPGLoss, TD3Loss
 
-parser = tutorial_parser(__doc__, "runs/td3_pendulum", 20_000)
+parser = helpers.tutorial_parser(__doc__, "runs/td3_pendulum", 20_000)
 parser.add_argument("--ddpg", action="store_true",
                     help="DDPG: one critic, no target smoothing, no delayed updates")
-evaluation_flags(parser)  # --eval-episodes
+helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, td3.yml / ddpg.yml, Pendulum-v1; see the docstring).
@@ -99,8 +89,8 @@ EXPLORATION_NOISE = 0.05  # std of the Gaussian exploration noise, in units of m
 POLICY_NOISE, NOISE_CLIP = 0.2, 0.5  # target policy smoothing (TD3 only), units of max_action
 POLICY_DELAY = 1 if args.ddpg else 2  # critic steps per actor (and target) step
 
-device, start_time = start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = make_stepper("Pendulum-v1", device, args.seed)
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
+stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
 max_action = action_spec.space.high  # Pendulum: 2 (symmetric bounds)
 
 # mu(s): an MLP writes an unbounded "action_param"; TanhModule maps it onto [low, high].
@@ -150,7 +140,7 @@ target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=LR)
 critic_optimizer = torch.optim.Adam(critic_params, lr=LR)
 
-replay_buffer = replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 critic_steps = itertools.count(1)  # counts the calls of update()
 
 
@@ -171,11 +161,11 @@ def update(batch):
 
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then mu(s) + Gaussian noise),
 # store the transition, update after LEARNING_STARTS ----
-off_policy_loop(args.total_frames, stepper, action_spec,
-                gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
-                learning_starts=LEARNING_STARTS)
+helpers.off_policy_loop(args.total_frames, stepper, action_spec,
+                        helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
+                        learning_starts=LEARNING_STARTS)
 
 # ---- Save the learning curve, evaluate mu(s) (no exploration noise) on start states training
 # never scored, report ----
-finish(args, start_time, stepper.episodes, f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
-       env_id="Pendulum-v1", policy=deterministic_action(actor, device))
+helpers.finish(args, start_time, stepper.episodes, f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
+               env_id="Pendulum-v1", policy=helpers.deterministic_action(actor, device))

@@ -27,46 +27,34 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 ``eval_return=`` and last ``final_return=`` (the final policy's mean over 10 fresh episodes).
 """
 
+import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
 import torch
-from _helpers import (  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
-    OfflineDataset,
-    env_spec,
-    finish_offline,
-    offline_parser,
-    q_critic,
-    start,
-    tanh_deterministic_actor,
-)
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import TD3BCLoss
 
-parser = offline_parser(__doc__, "runs/td3bc_offline")  # --dataset, --eval-every (gradient steps)
-args = parser.parse_args()
+# Parses --seed, --total-frames (gradient steps), --device, --out, --dataset, --eval-every and
+# --eval-episodes; seeds torch; Pendulum-v1's action spec and dims (only to evaluate).
+run = helpers.OfflineRun(__doc__, "runs/td3bc_offline")
 
-ENV_ID = "Pendulum-v1"  # only to evaluate: the agent learns from the dataset alone
 BATCH_SIZE, GAMMA, TAU, HIDDEN = 256, 0.99, 0.005, [256, 256]  # the papers' defaults
 POLICY_DELAY = 2
 MAX_ACTION = 2.0
 
-device, start_time = start(args)
-action_spec, obs_dim, action_dim = env_spec(ENV_ID, device)
-
 # mu(s) (td3_pendulum.py's actor) with a target copy; two critics with target copies.
-actor = tanh_deterministic_actor(obs_dim, action_spec, HIDDEN)
-critics = [q_critic(obs_dim, action_dim, HIDDEN) for _ in range(2)]
-loss_module = TD3BCLoss(actor, critics, action_spec=action_spec, policy_noise=0.2 * MAX_ACTION,
-                        noise_clip=0.5 * MAX_ACTION, alpha=2.5, loss_function="l2").to(device)
+actor = helpers.tanh_deterministic_actor(run.obs_dim, run.action_spec, HIDDEN)
+critics = [helpers.q_critic(run.obs_dim, run.action_dim, HIDDEN) for _ in range(2)]
+loss_module = TD3BCLoss(actor, critics, action_spec=run.action_spec,
+                        policy_noise=0.2 * MAX_ACTION, noise_clip=0.5 * MAX_ACTION, alpha=2.5,
+                        loss_function="l2").to(run.device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=3e-4)
 critic_optimizer = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), lr=3e-4)
-dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)
 
-# The policy's deterministic action, on observations standardised as the dataset's are.
-policy = dataset.policy(actor)
-curve = []  # (gradient steps, mean return of 5 evaluation episodes)
-for step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
+# Minibatches of the dataset (observations standardised); every --eval-every steps the policy's
+# deterministic action plays 5 evaluation episodes.
+for step, batch in run.training_steps(actor, BATCH_SIZE):
     loss_qvalue, _ = loss_module.qvalue_loss(batch)
     critic_optimizer.zero_grad()
     loss_qvalue.backward()
@@ -77,6 +65,7 @@ for step, batch in dataset.training_steps(args, ENV_ID, policy, curve):
         loss_actor.backward()
         actor_optimizer.step()
         target_updater.step()
+
 # ---- Save the evaluations' curve, evaluate the final policy on start states the dataset never
 # saw, report ----
-finish_offline(args, start_time, curve, "TD3+BC on a fixed Pendulum-v1 dataset", ENV_ID, policy)
+run.finish("TD3+BC on a fixed Pendulum-v1 dataset")

@@ -21,8 +21,8 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from _helpers import finish, show_progress, start, tutorial_parser  # tutorials/_helpers.py
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector  # SyncDataCollector in TorchRL < 0.14
@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from rlloss import ClipPPOLoss  # was: from torchrl.objectives import ClipPPOLoss
 
-parser = tutorial_parser(__doc__, "runs/torchrl_ppo", 100_000, "env steps, all envs")
+parser = helpers.tutorial_parser(__doc__, "runs/torchrl_ppo", 100_000, "env steps, all envs")
 args = parser.parse_args()
 
 # Hyperparameters (rl-baselines3-zoo, ppo.yml, CartPole-v1).
@@ -48,7 +48,7 @@ CLIP_EPSILON = 0.2  # linearly annealed to 0
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
 MAX_GRAD_NORM = 0.5
 
-device, start_time = start(args, one_thread=False)  # seeds network init and action sampling
+device, start_time = helpers.start(args, one_thread=False)  # seeds network init and action sampling
 
 
 def make_env():
@@ -136,9 +136,9 @@ for iteration, data in enumerate(collector):  # data: batch size [NUM_ENVS, NUM_
             nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
             optimizer.step()
 
-    show_progress(pbar, episodes, frames)
+    helpers.show_progress(pbar, episodes, frames)
 pbar.close()
 collector.shutdown()
 
 # ---- Save the learning curve and report ----
-finish(args, start_time, episodes, "PPO on CartPole-v1 (TorchRL pipeline, rlloss loss)")
+helpers.finish(args, start_time, episodes, "PPO on CartPole-v1 (TorchRL pipeline, rlloss loss)")
