@@ -785,6 +785,37 @@ def finish(args: argparse.Namespace, start_time: float, episodes, title: str, *,
 # ---------------------------------------------------------------- the tutorials of one family
 
 
+def gradient_epochs(loss_module: nn.Module, optimizer: torch.optim.Optimizer, batch: TensorDict,
+                    *, max_grad_norm: float, num_epochs: int = 1, minibatch_size: int | None = None,
+                    model: Callable[[TensorDict], TensorDict] | None = None,
+                    after_epoch: Callable[[], Any] | None = None) -> TensorDict:
+    """The on-policy tutorials' optimisation of a collected ``batch`` (PPO's epochs, A2C's single
+    step): ``num_epochs`` passes over ``batch``, each in minibatches of ``minibatch_size`` in a
+    random order (a fresh permutation every pass) or, without ``minibatch_size``, the whole batch
+    as it is; for every minibatch one ``optimizer`` step on the sum of the ``"loss_*"`` outputs
+    of ``model`` (``loss_module`` unless given: e.g. its DistributedDataParallel wrapper, or a
+    function running it in recurrent mode), the gradients of ``loss_module``'s parameters
+    clipped to norm ``max_grad_norm`` first; ``after_epoch()`` after each pass where given.
+    Returns the last loss outputs."""
+    model = loss_module if model is None else model
+    for _ in range(num_epochs):
+        if minibatch_size is None:
+            minibatches = iter([batch])
+        else:
+            order = torch.randperm(batch.numel(), device=batch.device)
+            minibatches = (batch[idx] for idx in order.split(minibatch_size))
+        for minibatch in minibatches:
+            losses = model(minibatch)
+            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), max_grad_norm)
+            optimizer.step()
+        if after_epoch is not None:
+            after_epoch()
+    return losses
+
+
 def soft_actor_critic_parser(doc: str, default_out: str) -> argparse.ArgumentParser:
     """The SAC-family tutorials' flags: ``tutorial_parser``'s (20,000 env steps),
     ``--eval-every`` (1,000 env steps), ``--eval-episodes`` and ``--save-actor`` (a tutorial adds
@@ -867,6 +898,77 @@ def soft_actor_critic_update(loss_module: nn.Module, optimizer: torch.optim.Opti
         return losses
 
     return update
+
+
+class DQNCartPole:
+    """What the DQN-family tutorials (``dqn_cartpole.py``, ``c51_cartpole.py``) share around their
+    networks, loss and optimizer: CartPole-v1, the loop and the last steps, with the settings of
+    theirs that do not touch the loss (rl-baselines3-zoo's dqn.yml, CartPole-v1): ``NUM_ENVS`` =
+    4 CartPoles stepped together, ``NUM_STEPS`` = 64 steps of each between training phases
+    (4 * 64 = 256 env steps, rl-zoo's train_freq), ``GRADIENT_STEPS`` = 128 gradient steps per
+    training phase, ``LEARNING_STARTS`` = 1,000 env steps of uniformly random actions before
+    training, a replay memory of ``BUFFER_SIZE`` = 100,000 transitions sampled in minibatches of
+    ``BATCH_SIZE`` = 64, and epsilon decaying linearly from ``EPS_START`` = 1 to ``EPS_END`` =
+    0.04 over the first ``EXPLORATION_FRACTION`` = 16% of training.
+
+    ``DQNCartPole(args)`` seeds torch (``start``) and makes the environments (``discrete_vec``):
+    ``device``, ``envs``, ``obs_dim``, ``num_actions``; ``train`` trains and reports."""
+
+    NUM_ENVS = 4
+    NUM_STEPS = 64
+    GRADIENT_STEPS = 128
+    LEARNING_STARTS = 1_000
+    BUFFER_SIZE = 100_000
+    BATCH_SIZE = 64
+    EPS_START, EPS_END, EXPLORATION_FRACTION = 1.0, 0.04, 0.16
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.device, self.start_time = start(args)
+        self.envs, self.obs_dim, self.num_actions = discrete_vec("CartPole-v1", self.NUM_ENVS)
+
+    def train(self, actor, loss_module: nn.Module, optimizer: torch.optim.Optimizer,
+              target_updater, title: str, *, replay_buffer: TensorDictReplayBuffer,
+              max_grad_norm: float,
+              after_update: Callable[[TensorDict], Any] | None = None) -> None:
+        """The loop over ``--total-frames`` env steps, the learning rate annealed from its initial
+        value to 0 as (1 - progress)^2. Each iteration: ``NUM_STEPS`` steps of every env,
+        epsilon-greedily (``collect_epsilon_greedy``: ``actor``'s greedy action, uniformly
+        random with probability epsilon, ``linear_epsilon``), stored in ``replay_buffer``; once
+        ``LEARNING_STARTS`` env steps are stored, ``GRADIENT_STEPS`` gradient steps, each on a
+        minibatch: ``loss_module(batch)["loss"]``, the gradients clipped to norm
+        ``max_grad_norm``, an ``optimizer`` step, ``target_updater.step()`` (the target copy) and
+        ``after_update(batch)`` where given (new priorities). Then ``finish`` (titled ``title``):
+        the learning curve, the greedy policy's evaluation (``greedy_action``: argmax_a Q(s, a),
+        no epsilon) on start states training never scored, the report."""
+        base_lr = optimizer.param_groups[0]["lr"]
+        # env i is seeded with seed + i; a progress bar over all the iterations' frames
+        collector, num_iterations, pbar = start_collection(self.envs, self.device, self.args.seed,
+                                                           self.NUM_STEPS, self.args.total_frames)
+        epsilon_at = linear_epsilon(pbar.total, start=self.EPS_START, end=self.EPS_END,
+                                    fraction=self.EXPLORATION_FRACTION,
+                                    learning_starts=self.LEARNING_STARTS)
+        for iteration in range(num_iterations):
+            optimizer.param_groups[0]["lr"] = base_lr * (1.0 - iteration / num_iterations) ** 2
+            transitions, epsilon = collect_epsilon_greedy(collector, actor, self.num_actions,
+                                                          self.NUM_STEPS, epsilon_at)
+            replay_buffer.extend(transitions)
+            if collector.frames >= self.LEARNING_STARTS:
+                for _ in range(self.GRADIENT_STEPS):
+                    batch = replay_buffer.sample()
+                    loss = loss_module(batch)["loss"]
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(loss_module.parameters(), max_grad_norm)
+                    optimizer.step()
+                    target_updater.step()
+                    if after_update is not None:
+                        after_update(batch)
+            show_progress(pbar, collector.episodes, collector.frames, eps=f"{epsilon:.2f}")
+        pbar.close()
+        self.envs.close()
+        finish(self.args, self.start_time, collector.episodes, title, env_id="CartPole-v1",
+               policy=greedy_action(actor, self.device))
 
 
 class OfflineRun:

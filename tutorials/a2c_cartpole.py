@@ -38,7 +38,6 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from torch import nn
 
 from rlloss import GAE, A2CLoss
 
@@ -65,13 +64,9 @@ envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
-loss_module = A2CLoss(
-    actor_network=actor,
-    critic_network=critic,
-    entropy_coeff=ENTROPY_COEFF,
-    critic_coeff=CRITIC_COEFF,
-    loss_critic_type="l2",  # the squared error (R - V(s))^2
-).to(device)
+# The policy gradient and the critic's squared error (R - V(s))^2.
+loss_module = A2CLoss(actor_network=actor, critic_network=critic, entropy_coeff=ENTROPY_COEFF,
+                      critic_coeff=CRITIC_COEFF, loss_critic_type="l2").to(device)
 optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=LR, alpha=RMSPROP_ALPHA,
                                 eps=RMSPROP_EPS)
 
@@ -90,13 +85,9 @@ for iteration in range(num_iterations):
         advantage_module(rollout)  # writes "advantage" and "value_target" (= R)
 
     # ---- One gradient step on policy gradient + critic regression ----
-    losses = loss_module(rollout)
-    # Total loss: sum of the "loss_*" entries (objective and critic).
-    loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-    optimizer.zero_grad()
-    loss.backward()
-    nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
-    optimizer.step()
+    # (an RMSprop step on the sum of the "loss_*" entries, objective and critic, the gradient
+    # norm clipped to MAX_GRAD_NORM: helpers.gradient_epochs with one epoch, one minibatch)
+    helpers.gradient_epochs(loss_module, optimizer, rollout, max_grad_norm=MAX_GRAD_NORM)
 
     if iteration % 50 == 0 or iteration + 1 == num_iterations:
         helpers.show_progress(pbar, episodes, collector.frames)

@@ -26,7 +26,6 @@ import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
-from torch import nn
 
 from rlloss import GAE, KLPENPPOLoss
 
@@ -34,16 +33,12 @@ parser = helpers.tutorial_parser(__doc__, "runs/klpen_cartpole", 150_000, "env s
 args = parser.parse_args()
 
 # Hyperparameters: those of ppo_cartpole.py (rl-baselines3-zoo), with the KL penalty in place of
-# the clipping.
-NUM_ENVS = 8
-NUM_STEPS = 32  # steps per env per rollout: a rollout holds 8 * 32 = 256 transitions
-NUM_EPOCHS = 20  # optimisation passes over each rollout
-MINIBATCH_SIZE = 256  # the whole rollout
-GAMMA, LMBDA = 0.98, 0.8
-LR = 1e-3  # linearly annealed to 0
+# the clipping. A rollout holds NUM_ENVS x NUM_STEPS = 8 x 32 = 256 transitions, optimised for
+# NUM_EPOCHS passes in minibatches of MINIBATCH_SIZE (the whole rollout); the lr is annealed to 0.
+NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 8, 32, 20, 256
+GAMMA, LMBDA, LR = 0.98, 0.8, 1e-3
 DTARG, BETA = 0.01, 1.0  # target KL per update and initial penalty coefficient (paper: 0.01, 1)
-ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
-MAX_GRAD_NORM = 0.5
+ENTROPY_COEFF, CRITIC_COEFF, MAX_GRAD_NORM = 0.0, 0.5, 0.5
 
 # Seeds network init and action sampling (all the CPU's threads: this script never set one).
 device, start_time = helpers.start(args, one_thread=False)
@@ -56,17 +51,11 @@ envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device, return_log_prob=True)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
-loss_module = KLPENPPOLoss(
-    actor_network=actor,
-    critic_network=critic,
-    dtarg=DTARG,
-    beta=BETA,
-    adaptive_beta=False,  # beta is updated once per update, below, as in the paper
-    entropy_coeff=ENTROPY_COEFF,
-    critic_coeff=CRITIC_COEFF,
-    loss_critic_type="l2",
-    normalize_advantage=True,
-).to(device)
+# L^KLPEN with a fixed beta: beta is updated once per update, below, as in the paper.
+loss_module = KLPENPPOLoss(actor_network=actor, critic_network=critic, dtarg=DTARG, beta=BETA,
+                           adaptive_beta=False, entropy_coeff=ENTROPY_COEFF,
+                           critic_coeff=CRITIC_COEFF, loss_critic_type="l2",
+                           normalize_advantage=True).to(device)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 
@@ -90,14 +79,10 @@ for iteration in range(num_iterations):
     # ---- Optimise L^KLPEN for several epochs with a fixed beta ----
     flat = rollout.reshape(-1)
     beta = loss_module.beta.item()
-    for _ in range(NUM_EPOCHS):
-        for idx in torch.randperm(rollout.numel(), device=device).split(MINIBATCH_SIZE):
-            losses = loss_module(flat[idx])  # losses["kl"], losses["beta"]: mean KL, beta used
-            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
+    # ppo_cartpole.py's epochs: random minibatches, an Adam step on the sum of the "loss_*"
+    # entries each (the outputs also hold "kl" and "beta": the mean KL and the beta used)
+    helpers.gradient_epochs(loss_module, optimizer, flat, num_epochs=NUM_EPOCHS,
+                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM)
 
     # ---- Adapt beta: d = KL(pi_old || pi_new) over the rollout, after the update ----
     with torch.no_grad():

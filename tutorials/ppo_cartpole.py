@@ -99,17 +99,12 @@ for iteration in range(num_iterations):
     with torch.no_grad():
         advantage_module(rollout)  # writes "advantage" and "value_target"
 
-    # ---- Optimise the PPO objective for several epochs over the rollout ----
-    flat = rollout.reshape(-1)
-    for _ in range(NUM_EPOCHS):
-        for idx in torch.randperm(rollout.numel(), device=device).split(MINIBATCH_SIZE):
-            losses = loss_module(flat[idx])
-            # Total loss: sum of the "loss_*" entries (objective, critic, entropy).
-            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
+    # ---- Optimise the PPO objective for NUM_EPOCHS epochs over the rollout: each epoch in
+    # random minibatches of MINIBATCH_SIZE transitions, each an Adam step on the sum of the
+    # "loss_*" entries (objective, critic, entropy), the gradient norm clipped to MAX_GRAD_NORM
+    # (helpers.gradient_epochs) ----
+    helpers.gradient_epochs(loss_module, optimizer, rollout.reshape(-1), num_epochs=NUM_EPOCHS,
+                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM)
 
     helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()

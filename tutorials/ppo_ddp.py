@@ -62,7 +62,6 @@ from pathlib import Path
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -80,15 +79,13 @@ parser.add_argument(
 )
 args = parser.parse_args()
 
-# Hyperparameters: ppo_cartpole.py's (rl-baselines3-zoo, ppo.yml, CartPole-v1), global batch.
-NUM_ENVS = 8  # over all ranks
-NUM_STEPS = 32  # steps per env per rollout: a global rollout holds 8 * 32 = 256 transitions
-NUM_EPOCHS = 20  # optimisation passes over each rollout, one minibatch each (the whole rollout)
-GAMMA, LMBDA = 0.98, 0.8
-LR = 1e-3  # linearly annealed to 0
-CLIP_EPSILON = 0.2  # linearly annealed to 0
-ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
-MAX_GRAD_NORM = 0.5
+# Hyperparameters: ppo_cartpole.py's (rl-baselines3-zoo, ppo.yml, CartPole-v1), global batch. A
+# global rollout holds NUM_ENVS x NUM_STEPS = 8 x 32 = 256 transitions (the envs split over the
+# ranks), optimised for NUM_EPOCHS passes, one minibatch each (the whole rollout); the lr and the
+# clipping range are annealed linearly to 0.
+NUM_ENVS, NUM_STEPS, NUM_EPOCHS = 8, 32, 20
+GAMMA, LMBDA, LR, CLIP_EPSILON = 0.98, 0.8, 1e-3, 0.2
+ENTROPY_COEFF, CRITIC_COEFF, MAX_GRAD_NORM = 0.0, 0.5, 0.5
 
 # ---- The process group: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous ----
 distributed = "RANK" in os.environ
@@ -130,16 +127,11 @@ actor, critic = helpers.categorical_actor_critic(
     envs.single_observation_space.shape[0], envs.single_action_space.n, device
 )
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
-loss_module = ClipPPOLoss(
-    actor_network=actor,
-    critic_network=critic,
-    clip_epsilon=CLIP_EPSILON,
-    entropy_coeff=ENTROPY_COEFF,
-    critic_coeff=CRITIC_COEFF,
-    loss_critic_type="l2",
-    normalize_advantage=True,
-    normalize_advantage_global=True,  # the mean and std of the global batch
-).to(device)
+# ppo_cartpole.py's loss, the advantages normalised by the mean and std of the global batch.
+loss_module = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=CLIP_EPSILON,
+                          entropy_coeff=ENTROPY_COEFF, critic_coeff=CRITIC_COEFF,
+                          loss_critic_type="l2", normalize_advantage=True,
+                          normalize_advantage_global=True).to(device)
 # DDP averages the gradients over the ranks in backward(); without a group, the loss itself.
 model = (
     DistributedDataParallel(loss_module, device_ids=[device] if device.type == "cuda" else None)
@@ -170,14 +162,10 @@ for iteration in range(num_iterations):
         advantage_module(rollout)  # writes "advantage" and "value_target"
 
     # ---- 20 epochs over the rollout; DDP averages the gradients of the ranks' halves ----
-    flat = rollout.reshape(-1)  # one minibatch per epoch: the whole rollout, in any order
-    for _ in range(NUM_EPOCHS):
-        losses = model(flat)
-        loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)  # of averaged grads
-        optimizer.step()
+    # One minibatch per epoch: the whole rollout, in any order. Each epoch an Adam step on the
+    # sum of the "loss_*" entries of the DDP model, the averaged gradients' norm clipped first.
+    helpers.gradient_epochs(loss_module, optimizer, rollout.reshape(-1), num_epochs=NUM_EPOCHS,
+                            max_grad_norm=MAX_GRAD_NORM, model=model)
     pbar.update(frames_per_batch)
 pbar.close()
 envs.close()

@@ -203,6 +203,12 @@ class RecurrentPolicy:
         self.carry["is_init"] = done.clone()
 
 
+def recurrent_loss(chunks: TensorDict) -> TensorDict:
+    """The loss outputs for ``chunks``, the LSTMs run over each chunk's steps (recurrent mode)."""
+    with set_recurrent_mode(True):
+        return loss_module(chunks)
+
+
 # env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
 collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
                                                            args.total_frames)
@@ -229,15 +235,11 @@ for iteration in range(num_iterations):
         advantage_module(rollout)  # writes "advantage" and "value_target"
 
     # ---- Chunks of SEQ_LEN steps from their stored states; PPO epochs over them ----
+    # All chunks in one minibatch; each epoch an Adam step on the sum of the "loss_*" entries
+    # of the loss in recurrent mode (padding masked out by ("collector", "mask")).
     chunks = chunk_sequences(rollout, SEQ_LEN, state_keys=state_keys)
-    for _ in range(NUM_EPOCHS):
-        with set_recurrent_mode(True):
-            losses = loss_module(chunks)  # padding masked out by ("collector", "mask")
-        loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
-        optimizer.step()
+    helpers.gradient_epochs(loss_module, optimizer, chunks, num_epochs=NUM_EPOCHS,
+                            max_grad_norm=MAX_GRAD_NORM, model=recurrent_loss)
 
     helpers.show_progress(pbar, collector.episodes, collector.frames)
 pbar.close()

@@ -129,16 +129,10 @@ critic = ValueOperator(
 ).to(device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
-loss_module = RPOLoss(
-    actor_network=actor,
-    critic_network=critic,
-    rpo_alpha=args.rpo_alpha,
-    clip_epsilon=CLIP_EPSILON,
-    entropy_coeff=ENTROPY_COEFF,
-    critic_coeff=CRITIC_COEFF,
-    loss_critic_type="l2",
-    normalize_advantage=True,
-).to(device)
+loss_module = RPOLoss(actor_network=actor, critic_network=critic, rpo_alpha=args.rpo_alpha,
+                      clip_epsilon=CLIP_EPSILON, entropy_coeff=ENTROPY_COEFF,
+                      critic_coeff=CRITIC_COEFF, loss_critic_type="l2",
+                      normalize_advantage=True).to(device)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 scheduler = KLAdaptiveLR(optimizer, kl_threshold=KL_THRESHOLD)
 reward_normalizer = RewardNormalizer(num_envs=NUM_ENVS, gamma=GAMMA).to(device)
@@ -205,16 +199,12 @@ for _ in range(num_iterations):
         advantage_module(rollout)  # writes "advantage" and "value_target"
 
     # ---- Optimise the RPO objective; adapt the learning rate to each epoch's KL ----
+    # Random minibatches, an Adam step on the sum of the "loss_*" entries each (fresh noise z on
+    # mu(s) in every call of the loss); after each epoch the scheduler reads the epoch's KL.
     flat = rollout.reshape(-1)
-    for _ in range(NUM_EPOCHS):
-        for idx in torch.randperm(frames_per_batch, device=device).split(MINIBATCH_SIZE):
-            losses = loss_module(flat[idx])  # fresh noise z on mu(s) in every call
-            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
-        scheduler.step(policy_kl(flat))
+    helpers.gradient_epochs(loss_module, optimizer, flat, num_epochs=NUM_EPOCHS,
+                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
+                            after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
     lr_log.append((frames, optimizer.param_groups[0]["lr"]))
 
     recent = [ret for _, ret in episodes[-10:]]

@@ -37,16 +37,12 @@ from rlloss import ClipPPOLoss  # was: from torchrl.objectives import ClipPPOLos
 parser = helpers.tutorial_parser(__doc__, "runs/torchrl_ppo", 100_000, "env steps, all envs")
 args = parser.parse_args()
 
-# Hyperparameters (rl-baselines3-zoo, ppo.yml, CartPole-v1).
-NUM_ENVS = 8
-NUM_STEPS = 32  # steps per env per batch: a batch holds 8 * 32 = 256 transitions
-NUM_EPOCHS = 20  # optimisation passes over each batch
-MINIBATCH_SIZE = 256  # the whole batch
-GAMMA, LMBDA = 0.98, 0.8
-LR = 1e-3  # linearly annealed to 0
-CLIP_EPSILON = 0.2  # linearly annealed to 0
-ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5
-MAX_GRAD_NORM = 0.5
+# Hyperparameters: ppo_cartpole.py's (rl-baselines3-zoo, ppo.yml, CartPole-v1). A batch holds
+# NUM_ENVS x NUM_STEPS = 8 x 32 = 256 transitions, optimised for NUM_EPOCHS passes in minibatches
+# of MINIBATCH_SIZE (the whole batch); the lr and the clipping range are annealed linearly to 0.
+NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 8, 32, 20, 256
+GAMMA, LMBDA, LR, CLIP_EPSILON = 0.98, 0.8, 1e-3, 0.2
+ENTROPY_COEFF, CRITIC_COEFF, MAX_GRAD_NORM = 0.0, 0.5, 0.5
 
 device, start_time = helpers.start(args, one_thread=False)  # seeds network init and action sampling
 
@@ -92,15 +88,9 @@ replay_buffer = ReplayBuffer(
 )
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic, average_gae=False)
-loss_module = ClipPPOLoss(
-    actor_network=actor,
-    critic_network=critic,
-    clip_epsilon=CLIP_EPSILON,
-    entropy_coeff=ENTROPY_COEFF,
-    critic_coeff=CRITIC_COEFF,
-    loss_critic_type="l2",
-    normalize_advantage=True,
-)
+loss_module = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=CLIP_EPSILON,
+                          entropy_coeff=ENTROPY_COEFF, critic_coeff=CRITIC_COEFF,
+                          loss_critic_type="l2", normalize_advantage=True)
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 episodes = []  # (frames, episode_return) for every finished episode
