@@ -444,11 +444,16 @@ def categorical_actor_critic(
         distribution_class=torch.distributions.Categorical,
         return_log_prob=return_log_prob,
     )
-    critic = ValueOperator(
+    return actor.to(device), state_value_critic(obs_dim, device)
+
+
+def state_value_critic(obs_dim: int, device: torch.device) -> ValueOperator:
+    """V(s), written to ``"state_value"``: a 64-64 tanh MLP (stable-baselines3's default critic
+    for A2C and PPO; ``categorical_actor_critic``'s, ``rpo_pendulum.py``'s)."""
+    return ValueOperator(
         MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
         in_keys=["observation"],
-    )
-    return actor.to(device), critic.to(device)
+    ).to(device)
 
 
 class ConcatInputs(nn.Sequential):
@@ -814,6 +819,63 @@ def gradient_epochs(loss_module: nn.Module, optimizer: torch.optim.Optimizer, ba
         if after_epoch is not None:
             after_epoch()
     return losses
+
+
+def mpo_optimisation(loss_module: nn.Module, actor: nn.Module, critic: nn.Module, target_updater,
+                     *, lr: float, dual_lr: float, max_grad_norm: float
+                     ) -> tuple[torch.optim.Optimizer, Callable[[TensorDict], TensorDict]]:
+    """The MPO tutorials' (``mpo_pendulum.py``, ``mpo_cartpole.py``) optimiser and update: one Adam
+    over ``actor``'s and ``critic``'s parameters at ``lr`` (the first parameter group) and the
+    loss's dual parameters (temperature, multipliers) at ``dual_lr``; ``update(batch)``, one step
+    on the sum of ``loss_actor``, ``loss_qvalue``, ``loss_temperature`` and ``loss_alpha``, the
+    networks' gradient norm clipped to ``max_grad_norm``, then Acme's floor on the dual
+    parameters (``loss_module.clamp_duals()``) and ``target_updater.step()``; it returns the loss
+    outputs (their duals and KLs are the tutorials' diagnostics)."""
+    network_parameters = [*actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.Adam([
+        {"params": network_parameters, "lr": lr},
+        {"params": list(loss_module.dual_parameters()), "lr": dual_lr},
+    ])
+
+    def update(batch: TensorDict) -> TensorDict:
+        losses = loss_module(batch)
+        loss = (losses["loss_actor"] + losses["loss_qvalue"]
+                + losses["loss_temperature"] + losses["loss_alpha"])
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(network_parameters, max_grad_norm)
+        optimizer.step()
+        loss_module.clamp_duals()
+        target_updater.step()
+        return losses
+
+    return optimizer, update
+
+
+def save_dual_diagnostics(out: Path, episodes, title: str, names: list[str], diagnostics,
+                          duals: tuple[str, ...], kl_bounds: dict[str, float]) -> None:
+    """The MPO tutorials' diagnostics: ``OUT/diagnostics.csv`` (``diagnostics``: rows
+    ``frames, *names``) and ``OUT/curve.png``, three panels: the episode returns (titled
+    ``title``), the ``duals`` and the KLs named in ``kl_bounds``, each with its bound dotted (log
+    scales)."""
+    write_csv(out / "diagnostics.csv", ["frames", *names], diagnostics)
+    fig = Figure(figsize=(15, 4))
+    ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
+    plot_returns(ax_returns, episodes)
+    ax_returns.set(xlabel="environment steps", ylabel="episode return", title=title)
+    if diagnostics:
+        rows = np.array(diagnostics)
+        columns = dict(zip(names, rows[:, 1:].T, strict=True))
+        for name in duals:
+            ax_duals.plot(rows[:, 0], columns[name], label=name)
+        ax_duals.set(xlabel="environment steps", yscale="log", title="duals")
+        ax_duals.legend()
+        for name, bound in kl_bounds.items():
+            (line,) = ax_kls.plot(rows[:, 0], columns[name], label=name)
+            ax_kls.axhline(bound, color=line.get_color(), linestyle=":")
+        ax_kls.set(xlabel="environment steps", yscale="log", title="KLs (dotted: their bounds)")
+        ax_kls.legend()
+    fig.savefig(out / "curve.png", dpi=100, bbox_inches="tight")
 
 
 def soft_actor_critic_parser(doc: str, default_out: str) -> argparse.ArgumentParser:

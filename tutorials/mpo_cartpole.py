@@ -55,9 +55,7 @@ KLs after each training phase) and ``OUT/curve.png`` (returns, duals, KLs); it p
 """
 
 import _helpers as helpers  # tutorials/_helpers.py
-import numpy as np
 import torch
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
@@ -115,11 +113,11 @@ loss_module = DiscreteMPOLoss(
 ).to(device)
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_PERIOD - 1)
-network_parameters = [*actor.parameters(), *critic.parameters()]
-optimizer = torch.optim.Adam([
-    {"params": network_parameters, "lr": LR},
-    {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
-])
+# Adam: the networks at LR, the duals at DUAL_LR. update(batch): one step on the sum of the MPO
+# losses, the networks' gradients clipped to MAX_GRAD_NORM, then Acme's floor on the dual
+# parameters and the target update; it returns the loss outputs (mpo_pendulum.py's update).
+optimizer, update = helpers.mpo_optimisation(loss_module, actor, critic, target_updater, lr=LR,
+                                             dual_lr=DUAL_LR, max_grad_norm=MAX_GRAD_NORM)
 
 replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 
@@ -150,15 +148,7 @@ for iteration in range(num_iterations):
     # ---- Learn: gradient steps on the sum of the MPO losses ----
     if collector.frames >= LEARNING_STARTS:
         for _ in range(GRADIENT_STEPS):
-            losses = loss_module(replay_buffer.sample())
-            loss = (losses["loss_actor"] + losses["loss_qvalue"]
-                    + losses["loss_temperature"] + losses["loss_alpha"])
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
-            optimizer.step()
-            loss_module.clamp_duals()  # Acme's floor on the dual parameters, after each step
-            target_updater.step()
+            losses = update(replay_buffer.sample())
         diagnostics.append((collector.frames, *(float(losses[k]) for k in DIAGNOSTICS)))
 
     helpers.show_progress(pbar, episodes, collector.frames)
@@ -166,26 +156,9 @@ pbar.close()
 envs.close()
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
-helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
-
-fig = Figure(figsize=(15, 4))
-ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
-helpers.plot_returns(ax_returns, episodes)
-ax_returns.set(xlabel="environment steps", ylabel="episode return",
-               title="Categorical MPO on CartPole-v1")
-if diagnostics:
-    rows = np.array(diagnostics)
-    columns = dict(zip(DIAGNOSTICS, rows[:, 1:].T, strict=True))
-    for name in ("temperature", "alpha"):
-        ax_duals.plot(rows[:, 0], columns[name], label=name)
-    ax_duals.set(xlabel="environment steps", yscale="log", title="duals")
-    ax_duals.legend()
-    for name, bound in (("kl_q", 0.1), ("kl", 2.5e-3)):
-        (line,) = ax_kls.plot(rows[:, 0], columns[name], label=name)
-        ax_kls.axhline(bound, color=line.get_color(), linestyle=":")
-    ax_kls.set(xlabel="environment steps", yscale="log", title="KLs (dotted: their bounds)")
-    ax_kls.legend()
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+helpers.save_dual_diagnostics(args.out, episodes, "Categorical MPO on CartPole-v1", DIAGNOSTICS,
+                              diagnostics, duals=("temperature", "alpha"),
+                              kl_bounds={"kl_q": 0.1, "kl": 2.5e-3})
 
 
 # ---- Save the learning curve, evaluate the most probable action argmax_a pi(a|s) (no

@@ -58,9 +58,6 @@ last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
 import _helpers as helpers  # tutorials/_helpers.py
-import numpy as np
-import torch
-from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
@@ -127,30 +124,16 @@ loss_module = MPOLoss(
 ).to(device)
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_PERIOD - 1)
-network_parameters = [*actor.parameters(), *critic.parameters()]
-optimizer = torch.optim.Adam([
-    {"params": network_parameters, "lr": LR},
-    {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
-])
+# Adam: the networks at LR, the duals at DUAL_LR. update(batch): one step on the sum of the MPO
+# losses, the networks' gradients clipped to MAX_GRAD_NORM, then Acme's floor on the dual
+# parameters and the target update; it returns the loss outputs.
+optimizer, update = helpers.mpo_optimisation(loss_module, actor, critic, target_updater, lr=LR,
+                                             dual_lr=DUAL_LR, max_grad_norm=MAX_GRAD_NORM)
 
 replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
 DIAGNOSTICS = ["temperature", "alpha_mean", "alpha_stddev", "penalty_temperature",
                "kl_q", "kl_mean", "kl_stddev", "q_mean"]
 diagnostics = []  # (frames, *DIAGNOSTICS) every LOG_EVERY steps
-
-
-def update(batch):
-    """The update: one gradient step on the sum of the MPO losses; returns the loss outputs."""
-    losses = loss_module(batch)
-    loss = (losses["loss_actor"] + losses["loss_qvalue"]
-            + losses["loss_temperature"] + losses["loss_alpha"])
-    optimizer.zero_grad()
-    loss.backward()
-    nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
-    optimizer.step()
-    loss_module.clamp_duals()  # Acme's floor on the dual parameters, after each step
-    target_updater.step()
-    return losses
 
 
 def log_diagnostics(frame, losses):
@@ -165,34 +148,18 @@ def log_diagnostics(frame, losses):
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s), unbounded:
 # the environment gets it clipped to the bounds), store the transition, update after
 # LEARNING_STARTS ----
-helpers.off_policy_loop(args.total_frames, stepper, action_spec, helpers.sample_from(actor), replay_buffer, update,
-                        learning_starts=LEARNING_STARTS,
+helpers.off_policy_loop(args.total_frames, stepper, action_spec, helpers.sample_from(actor),
+                        replay_buffer, update, learning_starts=LEARNING_STARTS,
                         env_action=lambda a: a.clamp(action_spec.space.low, action_spec.space.high),
                         log=log_diagnostics, log_every=LOG_EVERY)
 episodes = stepper.episodes
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
-helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
-
-fig = Figure(figsize=(15, 4))
-ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
-helpers.plot_returns(ax_returns, episodes)
-ax_returns.set(xlabel="environment steps", ylabel="episode return", title="MPO on Pendulum-v1")
-if diagnostics:
-    rows = np.array(diagnostics)
-    columns = dict(zip(DIAGNOSTICS, rows[:, 1:].T, strict=True))
-    for name in ("temperature", "alpha_mean", "alpha_stddev", "penalty_temperature"):
-        ax_duals.plot(rows[:, 0], columns[name], label=name)
-    ax_duals.set(xlabel="environment steps", yscale="log", title="duals")
-    ax_duals.legend()
-    for name, bound in (("kl_q", 0.1), ("kl_mean", 2.5e-3), ("kl_stddev", 1e-4)):
-        (line,) = ax_kls.plot(rows[:, 0], columns[name], label=name)
-        ax_kls.axhline(bound * (1 if name == "kl_q" else action_dim), color=line.get_color(),
-                       linestyle=":")
-    ax_kls.set(xlabel="environment steps", yscale="log",
-               title="KLs (dotted: their bounds)")
-    ax_kls.legend()
-fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+kl_bounds = {"kl_q": 0.1, "kl_mean": 2.5e-3 * action_dim, "kl_stddev": 1e-4 * action_dim}
+helpers.save_dual_diagnostics(args.out, episodes, "MPO on Pendulum-v1", DIAGNOSTICS, diagnostics,
+                              duals=("temperature", "alpha_mean", "alpha_stddev",
+                                     "penalty_temperature"),
+                              kl_bounds=kl_bounds)  # the per-dimension bounds summed
 
 
 # ---- Save the learning curve, evaluate the mean mu(s) (clipped to the bounds, no sampling) on

@@ -42,7 +42,7 @@ from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
 from tqdm import tqdm
 
 from rlloss import GAE, KLAdaptiveLR, RewardNormalizer, RPOLoss
@@ -123,10 +123,7 @@ actor = ProbabilisticActor(
     distribution_class=IndependentNormal,
     return_log_prob=True,
 ).to(device)
-critic = ValueOperator(
-    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
-    in_keys=["observation"],
-).to(device)
+critic = helpers.state_value_critic(obs_dim, device)  # V(s): a 64-64 tanh MLP
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = RPOLoss(actor_network=actor, critic_network=critic, rpo_alpha=args.rpo_alpha,

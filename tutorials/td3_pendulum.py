@@ -65,9 +65,6 @@ import itertools
 
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
-from tensordict.nn import TensorDictModule, TensorDictSequential
-from torch import nn
-from torchrl.modules import MLP, TanhModule, ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
 
 from rlloss import DDPGLoss, TD3Loss
@@ -93,43 +90,23 @@ device, start_time = helpers.start(args)  # seeds network init, exploration and 
 stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
 max_action = action_spec.space.high  # Pendulum: 2 (symmetric bounds)
 
-# mu(s): an MLP writes an unbounded "action_param"; TanhModule maps it onto [low, high].
-actor = TensorDictSequential(
-    TensorDictModule(
-        MLP(in_features=obs_dim, out_features=action_dim, num_cells=[256, 256],
-            activation_class=nn.ReLU),
-        in_keys=["observation"],
-        out_keys=["action_param"],
-    ),
-    TanhModule(in_keys=["action_param"], out_keys=["action"], spec=action_spec),
-).to(device)
-
-
-def make_critic():
-    """Q(s, a): an MLP on the concatenated observation and action, writing
-    "state_action_value"."""
-    return ValueOperator(
-        MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[256, 256],
-            activation_class=nn.ReLU),
-        in_keys=["observation", "action"],
-    ).to(device)
-
+# mu(s): a 256-256 ReLU MLP writes an unbounded "action_param"; TanhModule maps it onto
+# [low, high] (helpers.tanh_deterministic_actor). Q(s, a): a 256-256 ReLU MLP on the concatenated
+# observation and action, writing "state_action_value" (helpers.q_critic).
+actor = helpers.tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
+critics = [helpers.q_critic(obs_dim, action_dim, [256, 256]).to(device)
+           for _ in range(1 if args.ddpg else 2)]
 
 if args.ddpg:
-    loss_module = DDPGLoss(actor, make_critic(), loss_function="l2", delay_actor=True,
+    loss_module = DDPGLoss(actor, critics[0], loss_function="l2", delay_actor=True,
                            delay_value=True)
     critic_params = loss_module.value_network.parameters()
 else:
     # Two Q-networks (an ensemble evaluated in one vmap call) with target copies, and a target
     # actor. The loss holds the ensemble's parameters: train those, not the given modules.
-    loss_module = TD3Loss(
-        actor,
-        [make_critic(), make_critic()],
-        action_spec=action_spec,
-        policy_noise=POLICY_NOISE * float(max_action.max()),
-        noise_clip=NOISE_CLIP * float(max_action.max()),
-        loss_function="l2",
-    )
+    loss_module = TD3Loss(actor, critics, action_spec=action_spec,
+                          policy_noise=POLICY_NOISE * float(max_action.max()),
+                          noise_clip=NOISE_CLIP * float(max_action.max()), loss_function="l2")
     critic_params = loss_module.qvalue_network_params.parameters()
 # gamma as TorchRL takes it (rlloss also accepts gamma=... in the constructor)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
