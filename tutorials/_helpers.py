@@ -1,6 +1,7 @@
-"""What the tutorials share that is not reinforcement learning: the one module they import besides
-rlloss, TorchRL and the usual libraries. Each tutorial builds its own networks and losses and
-writes its own update step; these are the plumbing around them.
+"""What the tutorials share that is not the subject of a tutorial: the one module they import
+(as ``import _helpers as helpers``) besides rlloss, TorchRL and the usual libraries. Each tutorial
+builds its own losses (and, where they are its subject, its networks); these are the plumbing
+around them, and the loops that several tutorials of one family run alike.
 
 Command line and set-up
     ``tutorial_parser``: ``--seed``, ``--total-frames``, ``--device``, ``--out`` (a tutorial adds
@@ -17,14 +18,16 @@ Behaviour and evaluation policies
     ``act``, ``sample_from``, ``sample_action``, ``gaussian_exploration``, ``epsilon_greedy``
     (with ``linear_epsilon``; ``collect_epsilon_greedy``: the DQN family's acting phase);
     ``most_probable_action``, ``greedy_action``, ``deterministic_action``.
-Loops
+Loops and updates
     ``off_policy_loop``: the Pendulum off-policy tutorials' act / store / update / evaluate loop,
-    one environment step a frame, calling the tutorial's own ``update(minibatch)``.
+    one environment step a frame, calling the tutorial's own ``update(minibatch)``;
+    ``gradient_epochs``: the on-policy tutorials' optimisation of a rollout (PPO's epochs of
+    minibatches, A2C's single step), each step on the sum of the loss's ``"loss_*"`` outputs.
 Networks
-    ``categorical_actor_critic`` (the CartPole policy-gradient tutorials), ``mlp`` (optionally with
-    a normalisation layer before every linear layer, CrossQ's placement), ``tanh_normal_actor``,
-    ``tanh_deterministic_actor`` and ``q_critic`` (the Pendulum off-policy and offline
-    tutorials), ``eval_mode``.
+    ``categorical_actor_critic`` (the CartPole policy-gradient tutorials; ``state_value_critic``,
+    its V(s)), ``mlp`` (optionally with a normalisation layer before every linear layer,
+    CrossQ's placement), ``tanh_normal_actor``, ``tanh_deterministic_actor`` and ``q_critic``
+    (the Pendulum off-policy and offline tutorials), ``eval_mode``.
 Offline data
     ``OfflineDataset``: the transitions ``offline_dataset.py`` writes, observations standardised,
     sampled in minibatches with periodic evaluations (``training_steps``).
@@ -37,8 +40,21 @@ Results
     ``train_return=<mean return of the last 10 finished training episodes>``, for tutorials that
     evaluate their final policy ``eval_return=<mean return of the evaluation episodes>``, and last
     ``final_return=...``: the evaluation mean where there is one, else the training mean.
-    ``finish`` (``finish_offline``) does a tutorial's last steps: the learning curve, the final
-    evaluation, the report.
+    ``finish`` does a tutorial's last steps: the learning curve, the final evaluation, the report.
+The tutorials of one family
+    Each tutorial still builds its networks, its loss and its optimizer and says what its loop
+    does; these run what the family's tutorials would otherwise each write again.
+    ``SoftActorCriticPendulum`` (with ``soft_actor_critic_parser`` and
+    ``soft_actor_critic_update``): the SAC family on Pendulum-v1 (``sac_pendulum.py``,
+    ``redq_pendulum.py``, ``tqc_pendulum.py``, ``crossq_pendulum.py``): set-up, the loop's
+    settings, the update on the sum of ``loss_qvalue``, ``loss_actor`` and ``loss_alpha``,
+    evaluation and report. ``DQNCartPole``: the DQN family on CartPole-v1 (``dqn_cartpole.py``,
+    ``c51_cartpole.py``): set-up, the epsilon-greedy loop and its settings, the clipped gradient
+    step and target update, evaluation and report. ``OfflineRun``: the offline tutorials
+    (``bc_offline.py``, ``cql_offline.py``, ``iql_offline.py``, ``td3bc_offline.py``): flags,
+    set-up, the dataset's minibatches with periodic evaluations, the last steps.
+    ``mpo_optimisation`` and ``save_dual_diagnostics``: the MPO tutorials' (``mpo_pendulum.py``,
+    ``mpo_cartpole.py``) optimiser, update and figure of duals and KLs.
 """
 
 import argparse
@@ -438,12 +454,10 @@ def categorical_actor_critic(
     builds the same two networks in full.)"""
     policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
                      activation_class=nn.Tanh)
-    actor = ProbabilisticActor(
-        TensorDictModule(policy_net, in_keys=["observation"], out_keys=["logits"]),
-        in_keys=["logits"],
-        distribution_class=torch.distributions.Categorical,
-        return_log_prob=return_log_prob,
-    )
+    actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                               in_keys=["logits"],
+                               distribution_class=torch.distributions.Categorical,
+                               return_log_prob=return_log_prob)
     return actor.to(device), state_value_critic(obs_dim, device)
 
 
@@ -484,18 +498,13 @@ def tanh_normal_actor(obs_dim: int, action_spec: Bounded, cells: list[int],
     """pi(a|s) = tanh-squashed Normal(mu(s), sigma(s)) scaled onto the spec's bounds. The MLP
     writes (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased
     softplus)."""
-    action_dim = action_spec.shape[-1]
-    return ProbabilisticActor(
-        TensorDictModule(
-            nn.Sequential(mlp(obs_dim, 2 * action_dim, cells, norm_layer), NormalParamExtractor()),
-            in_keys=["observation"],
-            out_keys=["loc", "scale"],
-        ),
-        in_keys=["loc", "scale"],
-        spec=action_spec,
-        distribution_class=TanhNormal,
-        distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
-    ).to(action_spec.device)
+    net = nn.Sequential(mlp(obs_dim, 2 * action_spec.shape[-1], cells, norm_layer),
+                        NormalParamExtractor())
+    bounds = {"low": action_spec.space.low, "high": action_spec.space.high}
+    return ProbabilisticActor(TensorDictModule(net, ["observation"], ["loc", "scale"]),
+                              in_keys=["loc", "scale"], spec=action_spec,
+                              distribution_class=TanhNormal,
+                              distribution_kwargs=bounds).to(action_spec.device)
 
 
 def tanh_deterministic_actor(obs_dim: int, action_spec: Bounded,

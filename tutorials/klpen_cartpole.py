@@ -90,7 +90,8 @@ for iteration in range(num_iterations):
     loss_module.update_beta(kl)
     penalty_log.append((collector.frames, beta, kl.item()))
 
-    helpers.show_progress(pbar, episodes, collector.frames, beta=f"{beta:.3g}", kl=f"{kl.item():.4f}")
+    helpers.show_progress(pbar, episodes, collector.frames, beta=f"{beta:.3g}",
+                          kl=f"{kl.item():.4f}")
 pbar.close()
 envs.close()
 

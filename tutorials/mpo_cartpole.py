@@ -87,16 +87,10 @@ device, start_time = helpers.start(args)  # seeds network init, exploration and 
 envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
 
 # pi(a|s) = Categorical(softmax(logits(s))); the sampled "action" is an index.
-actor = ProbabilisticActor(
-    TensorDictModule(
-        MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
-            activation_class=nn.ELU),
-        in_keys=["observation"],
-        out_keys=["logits"],
-    ),
-    in_keys=["logits"],
-    distribution_class=Categorical,
-).to(device)
+policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
+                 activation_class=nn.ELU)
+actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                           in_keys=["logits"], distribution_class=Categorical).to(device)
 
 # Q(s, .): an MLP writing the value of every action, "action_value".
 critic = TensorDictModule(

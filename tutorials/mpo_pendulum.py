@@ -70,10 +70,9 @@ helpers.evaluation_flags(parser)  # --eval-episodes
 args = parser.parse_args()
 
 # Hyperparameters (Acme's MPO, see the docstring for our three changes).
-LEARNING_STARTS = 1_000  # env steps of uniformly random actions before training
-BUFFER_SIZE = 100_000
-BATCH_SIZE = 256
-GAMMA = 0.99
+# 1,000 env steps of uniformly random actions before training; a replay buffer of 100,000
+# transitions, minibatches of 256.
+LEARNING_STARTS, BUFFER_SIZE, BATCH_SIZE, GAMMA = 1_000, 100_000, 256, 0.99
 NUM_SAMPLES = 20  # actions drawn per state in the E-step and for the critic target
 LR = 3e-4  # actor and critic
 DUAL_LR = 1e-2  # temperature and multipliers
@@ -86,20 +85,14 @@ stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", 
 
 # pi(a|s) = Normal(mu(s), sigma(s)), independent across action dimensions. The MLP writes
 # (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased softplus).
-actor = ProbabilisticActor(
-    TensorDictModule(
-        nn.Sequential(
-            MLP(in_features=obs_dim, out_features=2 * action_dim, num_cells=[64, 64],
-                activation_class=nn.ELU),
-            NormalParamExtractor(),
-        ),
-        in_keys=["observation"],
-        out_keys=["loc", "scale"],
-    ),
-    in_keys=["loc", "scale"],
-    spec=action_spec,
-    distribution_class=IndependentNormal,
-).to(device)
+policy_net = nn.Sequential(
+    MLP(in_features=obs_dim, out_features=2 * action_dim, num_cells=[64, 64],
+        activation_class=nn.ELU),
+    NormalParamExtractor(),
+)
+actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["loc", "scale"]),
+                           in_keys=["loc", "scale"], spec=action_spec,
+                           distribution_class=IndependentNormal).to(device)
 
 # Q(s, a): an MLP on the concatenated observation and action, writing "state_action_value".
 critic = ValueOperator(

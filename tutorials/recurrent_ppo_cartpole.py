@@ -246,5 +246,6 @@ pbar.close()
 envs.close()
 
 kind = "MLP" if args.no_rnn else "LSTM"
+algorithm = "RPO" if args.rpo_alpha is not None else "PPO"
 helpers.finish(args, start_time, collector.episodes,
-               f"{'RPO' if args.rpo_alpha is not None else 'PPO'} ({kind}) on CartPole-v1 without velocities")
+               f"{algorithm} ({kind}) on CartPole-v1 without velocities")

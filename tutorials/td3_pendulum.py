@@ -139,10 +139,12 @@ def update(batch):
 # ---- The loop: act (uniformly at random before LEARNING_STARTS, then mu(s) + Gaussian noise),
 # store the transition, update after LEARNING_STARTS ----
 helpers.off_policy_loop(args.total_frames, stepper, action_spec,
-                        helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
+                        helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE),
+                        replay_buffer, update,
                         learning_starts=LEARNING_STARTS)
 
 # ---- Save the learning curve, evaluate mu(s) (no exploration noise) on start states training
 # never scored, report ----
-helpers.finish(args, start_time, stepper.episodes, f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
+helpers.finish(args, start_time, stepper.episodes,
+               f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
                env_id="Pendulum-v1", policy=helpers.deterministic_action(actor, device))
