@@ -91,10 +91,10 @@ import json
 import time
 from pathlib import Path
 
+import _helpers as helpers  # tutorials/_helpers.py
 import torch
 import torch._dynamo.utils
 import torch._inductor.config
-from _helpers import write_csv  # tutorials/_helpers.py
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
@@ -300,7 +300,7 @@ print(f"eager:    {summary['eager_updates_per_second']:.1f} updates/s")
 print(f"compiled: {summary['compiled_updates_per_second']:.1f} updates/s "
       f"({summary['speedup']:.2f}x)")
 
-write_csv(
+helpers.write_csv(
     args.out / "updates_per_second.csv",
     ["mode", "updates_per_second"],
     [["eager", summary["eager_updates_per_second"]],
