@@ -22,6 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
+from rlloss.imitation import BCLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -104,6 +105,7 @@ __all__ = [
     "ActorOutput",
     "AttractionKL",
     "BehaviorCloning",
+    "BCLoss",
     "GAE",
     "HardUpdate",
     "IQLLoss",

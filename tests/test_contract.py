@@ -17,6 +17,7 @@ from torchrl.modules import IndependentNormal
 
 import rlloss
 from tests import (
+    test_bc,
     test_crossq,
     test_distributional_dqn,
     test_dqn,
@@ -357,6 +358,20 @@ LOSSES = {
         ),
         batch=lambda: rollout(ACTOR),
         routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
+        coefficient=None,
+    ),
+    "BCLoss": Row(
+        build=lambda: rlloss.BCLoss(perturbed(ACTOR)),
+        batch=lambda: test_bc.demonstrations(),
+        routes={"loss_bc": ("actor_network",)},
+        renamable=("action",),
+        coefficient=None,
+    ),
+    "BCLoss-chunk-padding": Row(
+        build=lambda: test_bc.chunk_loss(),
+        batch=lambda: test_bc.chunks(),
+        routes={"loss_bc": ("actor_network",)},
+        renamable=(),  # set_keys(name=None) restores the default: no padding mask
         coefficient=None,
     ),
 }

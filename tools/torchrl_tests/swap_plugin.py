@@ -66,6 +66,7 @@ TARGETS = {
     "REDQLoss": ["torchrl.objectives.redq", "torchrl.objectives"],
     "CrossQLoss": ["torchrl.objectives.crossq", "torchrl.objectives"],
     "QMixerLoss": ["torchrl.objectives.multiagent.qmixer", "torchrl.objectives.multiagent", "torchrl.objectives"],
+    "BCLoss": ["torchrl.objectives.bc", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
