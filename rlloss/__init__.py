@@ -22,6 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
+from rlloss.exploration import RNDLoss
 from rlloss.imitation import BCLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
@@ -128,6 +129,7 @@ __all__ = [
     "PPOLoss",
     "PolicyLossAddon",
     "QMixerLoss",
+    "RNDLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

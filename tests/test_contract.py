@@ -24,6 +24,7 @@ from tests import (
     test_iql,
     test_mpo,
     test_qmixer,
+    test_rnd,
     test_sac,
     test_td3,
     test_tqc,
@@ -373,6 +374,13 @@ LOSSES = {
         routes={"loss_bc": ("actor_network",)},
         renamable=(),  # set_keys(name=None) restores the default: no padding mask
         coefficient=None,
+    ),
+    "RNDLoss": Row(
+        build=lambda: rlloss.RNDLoss(*test_rnd.networks()),
+        batch=lambda: test_rnd.visited(),
+        routes={"loss_predictor": ("predictor_network",)},
+        renamable=("observation",),
+        coefficient=None,  # update_fraction is a number: a new value recompiles
     ),
 }
 

@@ -60,7 +60,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
-    "Imitation and exploration losses": ("BCLoss",),
+    "Imitation and exploration losses": ("BCLoss", "RNDLoss"),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

@@ -1,7 +1,7 @@
 """Learning from demonstrations: behaviour cloning (plain, diffusion, action-chunked), GAIL's
-discriminator and the Decision Transformers, on the shared ``DemonstrationLoss`` base."""
+discriminator and the Decision Transformers, on the shared ``SupervisedLoss`` base."""
 
-from rlloss.imitation.base import DemonstrationLoss
+from rlloss.imitation.base import SupervisedLoss
 from rlloss.imitation.bc import BCLoss
 
-__all__ = ["BCLoss", "DemonstrationLoss"]
+__all__ = ["BCLoss", "SupervisedLoss"]

@@ -1,5 +1,6 @@
-"""``DemonstrationLoss``: what the losses of learning from demonstrations share (behaviour
-cloning, diffusion and chunked policies, GAIL's discriminator, Decision Transformers): the
+"""``SupervisedLoss``: what the losses that fit a network to the batch's own entries share
+(behaviour cloning, diffusion and chunked policies, GAIL's discriminator, Decision
+Transformers, Random Network Distillation's predictor; no TD target, no value estimator): the
 trained networks exposed as TorchRL exposes them (``<name>_params``), and the reduction of an
 elementwise loss over the batch's valid elements (TorchRL's ``loss_mask_key`` masks and a
 loss's own padding mask)."""
@@ -8,14 +9,15 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss.common import LossModule
 
 
-class DemonstrationLoss(LossModule):
-    """Base of the imitation and sequence-model losses.
+class SupervisedLoss(LossModule):
+    """Base of the imitation, sequence-model and exploration losses.
 
     Subclasses register their trained networks with :meth:`_register_networks` (each then has
     a ``<name>_params`` TensorDict of views, as TorchRL's ``actor_network_params``) and reduce
@@ -27,10 +29,18 @@ class DemonstrationLoss(LossModule):
         self.reduction = self._check_reduction(reduction)
         self._networks: tuple[str, ...] = ()
 
-    def _register_networks(self, **networks) -> None:
+    def _register_networks(self, plain: bool = False, **networks) -> None:
+        """Hold each network as the attribute of its name (checked: a TensorDict module, or
+        with ``plain`` any ``nn.Module`` called on tensors)."""
         owner = type(self).__name__
         for name, network in networks.items():
-            check_network(owner, name, network)
+            if not plain:
+                check_network(owner, name, network)
+            elif not isinstance(network, nn.Module):
+                raise TypeError(
+                    f"{owner}: {name} must be a torch.nn.Module called on the observation "
+                    f"tensor, got {type(network).__name__}."
+                )
             setattr(self, name, network)
         self._networks += tuple(networks)
 

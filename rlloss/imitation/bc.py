@@ -16,13 +16,13 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
-from rlloss.imitation.base import DemonstrationLoss
+from rlloss.imitation.base import SupervisedLoss
 
 LOSS_FUNCTIONS = ("l1", "l2", "mse", "smooth_l1", "cross_entropy")
 DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
 
 
-class BCLoss(DemonstrationLoss):
+class BCLoss(SupervisedLoss):
     """Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
 
     ``loss_bc`` is, elementwise before the reduction (:func:`rlloss.functional.action_error`):

@@ -67,6 +67,7 @@ TARGETS = {
     "CrossQLoss": ["torchrl.objectives.crossq", "torchrl.objectives"],
     "QMixerLoss": ["torchrl.objectives.multiagent.qmixer", "torchrl.objectives.multiagent", "torchrl.objectives"],
     "BCLoss": ["torchrl.objectives.bc", "torchrl.objectives"],
+    "RNDLoss": ["torchrl.objectives.rnd", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
