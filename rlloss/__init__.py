@@ -23,7 +23,7 @@ from rlloss.estimators import (
     VTrace,
 )
 from rlloss.exploration import RNDLoss
-from rlloss.imitation import BCLoss
+from rlloss.imitation import BCLoss, GAILLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -108,6 +108,7 @@ __all__ = [
     "BehaviorCloning",
     "BCLoss",
     "GAE",
+    "GAILLoss",
     "HardUpdate",
     "IQLLoss",
     "ClipPPOLoss",

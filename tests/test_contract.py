@@ -21,6 +21,7 @@ from tests import (
     test_crossq,
     test_distributional_dqn,
     test_dqn,
+    test_gail,
     test_iql,
     test_mpo,
     test_qmixer,
@@ -381,6 +382,13 @@ LOSSES = {
         routes={"loss_predictor": ("predictor_network",)},
         renamable=("observation",),
         coefficient=None,  # update_fraction is a number: a new value recompiles
+    ),
+    "GAILLoss": Row(
+        build=lambda: rlloss.GAILLoss(test_gail.discriminator()),
+        batch=lambda: test_gail.pairs(),
+        routes={"loss": ("discriminator_network",)},
+        renamable=("collector_observation", "collector_action"),
+        coefficient=None,
     ),
 }
 

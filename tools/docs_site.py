@@ -60,7 +60,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
-    "Imitation and exploration losses": ("BCLoss", "RNDLoss"),
+    "Imitation and exploration losses": ("BCLoss", "GAILLoss", "RNDLoss"),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

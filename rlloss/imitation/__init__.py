@@ -3,5 +3,6 @@ discriminator and the Decision Transformers, on the shared ``SupervisedLoss`` ba
 
 from rlloss.imitation.base import SupervisedLoss
 from rlloss.imitation.bc import BCLoss
+from rlloss.imitation.gail import GAILLoss
 
-__all__ = ["BCLoss", "SupervisedLoss"]
+__all__ = ["BCLoss", "GAILLoss", "SupervisedLoss"]

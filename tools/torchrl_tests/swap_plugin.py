@@ -68,6 +68,7 @@ TARGETS = {
     "QMixerLoss": ["torchrl.objectives.multiagent.qmixer", "torchrl.objectives.multiagent", "torchrl.objectives"],
     "BCLoss": ["torchrl.objectives.bc", "torchrl.objectives"],
     "RNDLoss": ["torchrl.objectives.rnd", "torchrl.objectives"],
+    "GAILLoss": ["torchrl.objectives.gail", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
