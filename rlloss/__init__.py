@@ -23,7 +23,7 @@ from rlloss.estimators import (
     VTrace,
 )
 from rlloss.exploration import RNDLoss
-from rlloss.imitation import BCLoss, GAILLoss
+from rlloss.imitation import BCLoss, DTLoss, GAILLoss, OnlineDTLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -114,6 +114,7 @@ __all__ = [
     "ClipPPOLoss",
     "DDPGLoss",
     "DDQNLoss",
+    "DTLoss",
     "DQNLoss",
     "DiscreteCQLLoss",
     "DiscreteIQLLoss",
@@ -129,6 +130,7 @@ __all__ = [
     "MultiAgentGAE",
     "PPOLoss",
     "PolicyLossAddon",
+    "OnlineDTLoss",
     "QMixerLoss",
     "RNDLoss",
     "PiecewiseSchedule",

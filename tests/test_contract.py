@@ -21,6 +21,7 @@ from tests import (
     test_crossq,
     test_distributional_dqn,
     test_dqn,
+    test_dt,
     test_gail,
     test_iql,
     test_mpo,
@@ -389,6 +390,24 @@ LOSSES = {
         routes={"loss": ("discriminator_network",)},
         renamable=("collector_observation", "collector_action"),
         coefficient=None,
+    ),
+    "DTLoss": Row(
+        build=lambda: rlloss.DTLoss(test_dt.regression_actor()),
+        batch=lambda: test_dt.trajectories(),
+        routes={"loss": ("actor_network",)},
+        renamable=("action_target",),
+        coefficient=None,
+    ),
+    "OnlineDTLoss": Row(
+        build=lambda: rlloss.OnlineDTLoss(test_dt.stochastic_actor(), min_alpha=0.1, max_alpha=5),
+        batch=lambda: test_dt.trajectories(),
+        routes={
+            "loss_log_likelihood": ("actor_network",),
+            "loss_entropy": ("actor_network",),
+            "loss_alpha": (),
+        },
+        renamable=("action_target",),
+        coefficient="target_entropy",
     ),
 }
 

@@ -15,6 +15,7 @@ from torchrl.objectives import GAILLoss as TorchRLGAILLoss
 
 import rlloss
 from rlloss import functional as rlf
+from tests.parity import assert_same_seeded
 
 OBS, ACT = 3, 2
 
@@ -60,33 +61,19 @@ def pair(**kwargs):
     return rlloss.GAILLoss(net, **kwargs), TorchRLGAILLoss(copy.deepcopy(net), **kwargs)
 
 
-def assert_same(ours, theirs, batch, seed=1):
-    torch.manual_seed(seed)
-    out_ours = ours(batch.clone())
-    torch.manual_seed(seed)
-    out_theirs = theirs(batch.clone())
-    assert set(out_ours.keys()) == set(out_theirs.keys())
-    for key in out_ours.keys():
-        torch.testing.assert_close(out_ours[key], out_theirs[key])
-    out_ours["loss"].sum().backward()
-    out_theirs["loss"].sum().backward()
-    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad)
-
-
 @pytest.mark.parametrize("use_grad_penalty", [False, True])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("batch", [(8,), (3, 4)], ids=str)
 def test_matches_torchrl(use_grad_penalty, reduction, batch):
     ours, theirs = pair(use_grad_penalty=use_grad_penalty, gp_lambda=2.0, reduction=reduction)
-    assert_same(ours, theirs, pairs(batch))
+    assert_same_seeded(ours, theirs, pairs(batch))
 
 
 def test_padding_mask_matches_torchrl():
     ours, theirs = pair()
     batch = pairs((3, 4))
     batch["collector", "mask"] = torch.rand(3, 4) < 0.6
-    assert_same(ours, theirs, batch)
+    assert_same_seeded(ours, theirs, batch)
 
 
 def test_reward_is_the_discriminators_verdict_on_the_rollout():

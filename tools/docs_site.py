@@ -60,7 +60,13 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
-    "Imitation and exploration losses": ("BCLoss", "GAILLoss", "RNDLoss"),
+    "Imitation and exploration losses": (
+        "BCLoss",
+        "GAILLoss",
+        "DTLoss",
+        "OnlineDTLoss",
+        "RNDLoss",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

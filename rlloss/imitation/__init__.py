@@ -3,6 +3,7 @@ discriminator and the Decision Transformers, on the shared ``SupervisedLoss`` ba
 
 from rlloss.imitation.base import SupervisedLoss
 from rlloss.imitation.bc import BCLoss
+from rlloss.imitation.decision_transformer import DTLoss, OnlineDTLoss
 from rlloss.imitation.gail import GAILLoss
 
-__all__ = ["BCLoss", "GAILLoss", "SupervisedLoss"]
+__all__ = ["BCLoss", "DTLoss", "GAILLoss", "OnlineDTLoss", "SupervisedLoss"]

@@ -69,6 +69,8 @@ TARGETS = {
     "BCLoss": ["torchrl.objectives.bc", "torchrl.objectives"],
     "RNDLoss": ["torchrl.objectives.rnd", "torchrl.objectives"],
     "GAILLoss": ["torchrl.objectives.gail", "torchrl.objectives"],
+    "DTLoss": ["torchrl.objectives.decision_transformer", "torchrl.objectives"],
+    "OnlineDTLoss": ["torchrl.objectives.decision_transformer", "torchrl.objectives"],
     "GAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD0Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "TD1Estimator": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
