@@ -23,7 +23,7 @@ from rlloss.estimators import (
     VTrace,
 )
 from rlloss.exploration import RNDLoss
-from rlloss.imitation import BCLoss, DTLoss, GAILLoss, OnlineDTLoss
+from rlloss.imitation import BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -115,6 +115,7 @@ __all__ = [
     "DDPGLoss",
     "DDQNLoss",
     "DTLoss",
+    "DiffusionBCLoss",
     "DQNLoss",
     "DiscreteCQLLoss",
     "DiscreteIQLLoss",

@@ -19,6 +19,7 @@ import rlloss
 from tests import (
     test_bc,
     test_crossq,
+    test_diffusion_bc,
     test_distributional_dqn,
     test_dqn,
     test_dt,
@@ -408,6 +409,13 @@ LOSSES = {
         },
         renamable=("action_target",),
         coefficient="target_entropy",
+    ),
+    "DiffusionBCLoss": Row(
+        build=lambda: rlloss.DiffusionBCLoss(test_diffusion_bc.actor()),
+        batch=lambda: test_diffusion_bc.demonstrations(),
+        routes={"loss_diffusion_bc": ("actor_network",)},
+        renamable=("action", "observation"),
+        coefficient=None,
     ),
 }
 

@@ -62,6 +62,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "Multi-agent losses": ("QMixerLoss",),
     "Imitation and exploration losses": (
         "BCLoss",
+        "DiffusionBCLoss",
         "GAILLoss",
         "DTLoss",
         "OnlineDTLoss",

@@ -4,6 +4,7 @@ discriminator and the Decision Transformers, on the shared ``SupervisedLoss`` ba
 from rlloss.imitation.base import SupervisedLoss
 from rlloss.imitation.bc import BCLoss
 from rlloss.imitation.decision_transformer import DTLoss, OnlineDTLoss
+from rlloss.imitation.diffusion_bc import DiffusionBCLoss
 from rlloss.imitation.gail import GAILLoss
 
-__all__ = ["BCLoss", "DTLoss", "GAILLoss", "OnlineDTLoss", "SupervisedLoss"]
+__all__ = ["BCLoss", "DTLoss", "DiffusionBCLoss", "GAILLoss", "OnlineDTLoss", "SupervisedLoss"]
