@@ -23,7 +23,7 @@ from rlloss.estimators import (
     VTrace,
 )
 from rlloss.exploration import RNDLoss
-from rlloss.imitation import BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
+from rlloss.imitation import ACTLoss, BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
 from rlloss.multiagent import QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -103,6 +103,7 @@ del _old, _new
 
 __all__ = [
     "A2CLoss",
+    "ACTLoss",
     "ActorOutput",
     "AttractionKL",
     "BehaviorCloning",

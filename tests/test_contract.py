@@ -17,6 +17,7 @@ from torchrl.modules import IndependentNormal
 
 import rlloss
 from tests import (
+    test_act,
     test_bc,
     test_crossq,
     test_diffusion_bc,
@@ -416,6 +417,13 @@ LOSSES = {
         routes={"loss_diffusion_bc": ("actor_network",)},
         renamable=("action", "observation"),
         coefficient=None,
+    ),
+    "ACTLoss": Row(
+        build=lambda: rlloss.ACTLoss(test_act.policy()),
+        batch=lambda: test_act.chunks(),
+        routes={"loss_act": ("actor_network",)},
+        renamable=("observation", "action_chunk"),
+        coefficient="kl_weight",
     ),
 }
 

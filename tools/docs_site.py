@@ -63,6 +63,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "Imitation and exploration losses": (
         "BCLoss",
         "DiffusionBCLoss",
+        "ACTLoss",
         "GAILLoss",
         "DTLoss",
         "OnlineDTLoss",

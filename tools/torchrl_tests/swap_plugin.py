@@ -69,6 +69,7 @@ TARGETS = {
     "BCLoss": ["torchrl.objectives.bc", "torchrl.objectives"],
     "RNDLoss": ["torchrl.objectives.rnd", "torchrl.objectives"],
     "GAILLoss": ["torchrl.objectives.gail", "torchrl.objectives"],
+    "ACTLoss": ["torchrl.objectives.act", "torchrl.objectives"],
     "DiffusionBCLoss": ["torchrl.objectives.diffusion_bc", "torchrl.objectives"],
     "DTLoss": ["torchrl.objectives.decision_transformer", "torchrl.objectives"],
     "OnlineDTLoss": ["torchrl.objectives.decision_transformer", "torchrl.objectives"],
