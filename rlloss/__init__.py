@@ -22,6 +22,8 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
+from rlloss.exploration import RNDLoss
+from rlloss.imitation import ACTLoss, BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -101,15 +103,20 @@ del _old, _new
 
 __all__ = [
     "A2CLoss",
+    "ACTLoss",
     "ActorOutput",
     "AttractionKL",
     "BehaviorCloning",
+    "BCLoss",
     "GAE",
+    "GAILLoss",
     "HardUpdate",
     "IQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DDQNLoss",
+    "DTLoss",
+    "DiffusionBCLoss",
     "DQNLoss",
     "DiscreteCQLLoss",
     "DiscreteIQLLoss",
@@ -125,9 +132,11 @@ __all__ = [
     "MultiAgentGAE",
     "PPOLoss",
     "PolicyLossAddon",
+    "OnlineDTLoss",
     "QMixerLoss",
     "MAPPOLoss",
     "IPPOLoss",
+    "RNDLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

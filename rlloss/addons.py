@@ -200,7 +200,8 @@ class BehaviorCloning(PolicyLossAddon):
             for one_key in key if isinstance(key, list) else [key]:
                 self._entry(batch, one_key, "action_key")
             owner = f"BehaviorCloning ({self.name!r})"
-            return -action_log_prob(actor.distribution, batch, key, owner)
+            log_prob = action_log_prob(actor.distribution, batch, key, owner)
+            return rlf.bc_negative_log_likelihood(log_prob)  # BCLoss's formula
         target = self._entry(batch, key, "action_key")
         action = actor.action if actor.action is not None else _mode(actor.distribution)
         return rlf.action_squared_error(action, target)

@@ -22,6 +22,7 @@ Replay, target networks and ensembles belong to the off-policy base,
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from tensordict import TensorDictBase
@@ -32,6 +33,7 @@ from rlloss import _compat
 from rlloss._checks import (
     CoefficientOwner,
     MissingKeyError,
+    batch_mask,
     check_choice,
     missing_key_message,
     next_key,
@@ -44,6 +46,9 @@ from rlloss._dispatch import (  # re-exported: each loss's forward is decorated 
 from rlloss.addons import ActorOutput, check_policy_addons
 from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS
+
+# TorchRL's loss_mask_key="auto" entries, unravelled once
+_AUTO_MASK_PATHS = tuple(_compat.unravel_key(k) for k in (("collector", "mask"), "shifted_valid"))
 
 
 class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta):
@@ -161,6 +166,26 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         key = getattr(self._tensor_keys, name)
         path = (key,) if type(key) is str else _compat.unravel_key(key)  # a str: the common case
         _compat.set_computed(tensordict, path, value)
+
+    def _mask_paths(self) -> tuple:
+        key = self.loss_mask_key
+        if isinstance(key, str) and key == "auto":
+            return _AUTO_MASK_PATHS
+        return () if key is None else (_compat.unravel_key(key),)
+
+    def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
+        TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
+        key reads that entry, ``None`` masks nothing."""
+        masks = []
+        for path in self._mask_paths():
+            mask = _compat.get_path(tensordict, path)
+            if mask is not None:
+                mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)
+                masks.append(mask.unsqueeze(-1))
+        if not masks:
+            return None
+        return functools.reduce(torch.logical_and, masks)
 
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The batch's valid steps (``[*B]`` boolean), ``None`` when nothing is padded."""

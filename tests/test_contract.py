@@ -17,13 +17,19 @@ from torchrl.modules import IndependentNormal
 
 import rlloss
 from tests import (
+    test_act,
+    test_bc,
     test_crossq,
+    test_diffusion_bc,
     test_distributional_dqn,
     test_dqn,
+    test_dt,
+    test_gail,
     test_iql,
     test_mappo,
     test_mpo,
     test_qmixer,
+    test_rnd,
     test_sac,
     test_td3,
     test_tqc,
@@ -391,6 +397,74 @@ LOSSES = {
         batch=lambda: rollout(ACTOR),
         routes={"loss_actor": ("actor_network",), "loss_value": ("critic_network",)},
         coefficient=None,
+    ),
+    "BCLoss": Row(
+        build=lambda: rlloss.BCLoss(perturbed(ACTOR)),
+        batch=lambda: test_bc.demonstrations(),
+        routes={"loss_bc": ("actor_network",)},
+        renamable=("action",),
+        coefficient=None,
+    ),
+    "BCLoss-chunk-padding": Row(
+        build=lambda: test_bc.chunk_loss(),
+        batch=lambda: test_bc.chunks(),
+        routes={"loss_bc": ("actor_network",)},
+        renamable=(),  # set_keys(name=None) restores the default: no padding mask
+        coefficient=None,
+    ),
+    "RNDLoss": Row(
+        build=lambda: rlloss.RNDLoss(*test_rnd.networks()),
+        batch=lambda: test_rnd.visited(),
+        routes={"loss_predictor": ("predictor_network",)},
+        renamable=("observation",),
+        coefficient=None,  # update_fraction is a number: a new value recompiles
+    ),
+    "GAILLoss": Row(
+        build=lambda: rlloss.GAILLoss(test_gail.discriminator()),
+        batch=lambda: test_gail.pairs(),
+        routes={"loss": ("discriminator_network",)},
+        renamable=("collector_observation", "collector_action"),
+        coefficient=None,
+    ),
+    "GAILLoss-grad-penalty": Row(
+        build=lambda: rlloss.GAILLoss(test_gail.discriminator(), use_grad_penalty=True),
+        batch=lambda: test_gail.pairs(),
+        routes={"loss": ("discriminator_network",)},
+        renamable=("collector_observation", "collector_action"),
+        coefficient=None,
+        no_compile="the loss differentiates inside its forward (torch.autograd.grad)",
+    ),
+    "DTLoss": Row(
+        build=lambda: rlloss.DTLoss(test_dt.regression_actor()),
+        batch=lambda: test_dt.trajectories(),
+        routes={"loss": ("actor_network",)},
+        renamable=("action_target",),
+        coefficient=None,
+    ),
+    "OnlineDTLoss": Row(
+        build=lambda: rlloss.OnlineDTLoss(test_dt.stochastic_actor(), min_alpha=0.1, max_alpha=5),
+        batch=lambda: test_dt.trajectories(),
+        routes={
+            "loss_log_likelihood": ("actor_network",),
+            "loss_entropy": ("actor_network",),
+            "loss_alpha": (),
+        },
+        renamable=("action_target",),
+        coefficient="target_entropy",
+    ),
+    "DiffusionBCLoss": Row(
+        build=lambda: rlloss.DiffusionBCLoss(test_diffusion_bc.actor()),
+        batch=lambda: test_diffusion_bc.demonstrations(),
+        routes={"loss_diffusion_bc": ("actor_network",)},
+        renamable=("action", "observation"),
+        coefficient=None,
+    ),
+    "ACTLoss": Row(
+        build=lambda: rlloss.ACTLoss(test_act.policy()),
+        batch=lambda: test_act.chunks(),
+        routes={"loss_act": ("actor_network",)},
+        renamable=("observation", "action_chunk"),
+        coefficient="kl_weight",
     ),
 }
 

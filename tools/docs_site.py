@@ -60,6 +60,15 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("MAPPOLoss", "IPPOLoss", "QMixerLoss"),
+    "Imitation and exploration losses": (
+        "BCLoss",
+        "DiffusionBCLoss",
+        "ACTLoss",
+        "GAILLoss",
+        "DTLoss",
+        "OnlineDTLoss",
+        "RNDLoss",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

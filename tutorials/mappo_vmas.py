@@ -28,9 +28,9 @@ episodes). Budget: 60,000 frames (10 iterations), about four minutes on one CPU 
 Run:
     python tutorials/mappo_vmas.py --seed 0 --algorithm mappo --out runs/mappo_vmas
 
-It writes ``OUT/returns.csv`` (per iteration: frames, mean episode return over the agents and
-the episodes that ended in the rollout) and ``OUT/curve.png``; the last printed line is
-``final_return=<mean of the last iteration's episode returns>``.
+It writes ``OUT/returns.csv`` (one row per finished episode: frames, the episode's return
+averaged over the agents) and ``OUT/curve.png``; the last printed line is
+``final_return=<mean return of the last 10 episodes>``.
 """
 
 import _helpers as helpers  # tutorials/_helpers.py
@@ -105,7 +105,7 @@ advantage_module = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 advantage_module.set_keys(reward=env.reward_key, value=("agents", "state_value"))
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-curve = []  # (frames, mean return of the episodes that ended in the rollout)
+episodes = []  # (frames, return) of every finished episode, averaged over the agents
 frames = 0
 for rollout in collector:
     frames += rollout.numel()
@@ -122,9 +122,9 @@ for rollout in collector:
             optimizer.step()
     collector.update_policy_weights_()
     ended = rollout["next", "done"].squeeze(-1)
-    episode_returns = rollout["next", "agents", "episode_reward"][ended]  # [episodes, agents, 1]
-    curve.append((frames, episode_returns.mean().item()))
-    print(f"frames={frames} episode_return={curve[-1][1]:.3f}", flush=True)
+    returns = rollout["next", "agents", "episode_reward"][ended].mean((-2, -1))  # over agents
+    episodes += [(frames, episode_return) for episode_return in returns.tolist()]
+    print(f"frames={frames} episode_return={returns.mean().item():.3f}", flush=True)
 collector.shutdown()
 
-helpers.finish(args, start_time, curve, f"{Loss.__name__} on VMAS Navigation")
+helpers.finish(args, start_time, episodes, f"{Loss.__name__} on VMAS Navigation")

@@ -20,6 +20,20 @@ from rlloss.functional.distributions import (
     tanh_normal_sample_and_log_prob,
     uniform_sample_and_log_prob,
 )
+from rlloss.functional.imitation import (
+    action_error,
+    bc_negative_log_likelihood,
+    chunk_l1,
+    diffuse,
+    discriminator_cross_entropy,
+    distillation_error,
+    gail_reward,
+    gradient_penalty,
+    interpolate,
+    linear_beta_schedule,
+    noise_prediction_error,
+    standard_normal_kl,
+)
 from rlloss.functional.mpo import (
     action_penalty_cost,
     categorical_cross_entropy,
@@ -106,6 +120,18 @@ from rlloss.functional.returns import (
 )
 
 __all__ = [
+    "action_error",
+    "bc_negative_log_likelihood",
+    "chunk_l1",
+    "diffuse",
+    "discriminator_cross_entropy",
+    "distillation_error",
+    "gail_reward",
+    "gradient_penalty",
+    "interpolate",
+    "linear_beta_schedule",
+    "noise_prediction_error",
+    "standard_normal_kl",
     "action_penalty_cost",
     "action_squared_error",
     "adaptive_kl_beta",

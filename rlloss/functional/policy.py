@@ -14,6 +14,7 @@ import torch
 from torch import distributions as D
 
 from rlloss._checks import check_same_shape
+from rlloss.functional.imitation import action_error
 
 Scalar = float | torch.Tensor
 CATEGORICALS = (D.Categorical, D.OneHotCategorical)
@@ -266,8 +267,7 @@ def action_squared_error(action: torch.Tensor, target: torch.Tensor) -> torch.Te
     Returns:
         ``[*B]``.
     """
-    check_same_shape(action=action, target=target)
-    return (action - target.detach()).square().mean(-1)
+    return action_error(action, target, "l2").mean(-1)  # BCLoss's error, averaged over D
 
 
 def adaptive_kl_beta(

@@ -17,7 +17,6 @@ V(s')`` built from replayed transitions. What they share lives here, once:
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
@@ -29,7 +28,6 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
     Coefficient,
-    batch_mask,
     check_choice,
     check_entry_shape,
     check_in_range,
@@ -60,8 +58,6 @@ REPLAY_KEYWORDS = frozenset(
         "policy_loss_addons",
     }
 )
-# TorchRL's loss_mask_key="auto" entries, unravelled once
-_AUTO_MASK_PATHS = tuple(_compat.unravel_key(k) for k in (("collector", "mask"), "shifted_valid"))
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 
@@ -240,12 +236,6 @@ class TDTargetLoss(LossModule):
         """``term`` (``[*B]``) reduced as ``loss_actor``: replay weights, padding, reduction."""
         return self._reduce_replayed(term.unsqueeze(-1), batch)
 
-    def _mask_paths(self) -> tuple:
-        key = self.loss_mask_key
-        if isinstance(key, str) and key == "auto":
-            return _AUTO_MASK_PATHS
-        return () if key is None else (_compat.unravel_key(key),)
-
     def _padding_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         mask = self._loss_mask(tensordict)
         return None if mask is None else mask.squeeze(-1)
@@ -258,20 +248,6 @@ class TDTargetLoss(LossModule):
         if mask is None:
             return tensordict
         return fill_padding(tensordict, mask, self._mask_paths())
-
-    def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
-        """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
-        TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
-        key reads that entry, ``None`` masks nothing."""
-        masks = []
-        for path in self._mask_paths():
-            mask = _compat.get_path(tensordict, path)
-            if mask is not None:
-                mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)
-                masks.append(mask.unsqueeze(-1))
-        if not masks:
-            return None
-        return functools.reduce(torch.logical_and, masks)
 
     def _critic_loss(
         self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase

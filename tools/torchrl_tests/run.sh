@@ -4,6 +4,7 @@
 #
 #   ./run.sh                    # all six files, both settings
 #   ONLY="dqn values" ./run.sh  # a subset of files (others keep their previous raw results)
+#   ONLY="bc diffusion_bc act dt rnd" ./run.sh  # the imitation and exploration losses' tests
 #   REPORT_ONLY=1 ./run.sh      # just rebuild REPORT.md / results_*.json from raw/
 #
 # Env: BUDGET (s per file per setting, default 1500), SETTINGS (default "torchrl rlloss"; e.g.
@@ -37,6 +38,11 @@ sel() {
     cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
     tqc) echo "$o/test_tqc.py::TestTQC" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
+    bc) echo "$o/test_bc.py::TestBCLoss" ;;
+    diffusion_bc) echo "$o/test_diffusion_bc.py::TestDiffusionBCLoss" ;;
+    act) echo "$o/test_act.py::TestACTLoss" ;;
+    dt) echo "$o/test_dt.py::TestDT $o/test_dt.py::TestOnlineDT $o/test_dt.py::TestGAIL" ;;
+    rnd) echo "test/test_rnd.py::TestRNDLoss" ;;
     loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;
   esac
 }

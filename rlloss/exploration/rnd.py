@@ -1,0 +1,124 @@
+"""``RNDLoss``: the predictor's loss of Random Network Distillation (Burda et al., "Exploration
+by Random Network Distillation", arXiv:1810.12894), and the intrinsic reward it gives."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._checks import Coefficient, check_in_range
+from rlloss.common import accepts_tensor_arguments
+from rlloss.imitation.base import SupervisedLoss
+
+
+class RNDLoss(SupervisedLoss):
+    """Random Network Distillation: a trainable predictor ``f_hat`` regresses the features of a
+    frozen, randomly initialised target ``f`` on the observations the agent visits;
+    ``loss_predictor`` reduces ``1/K ||f_hat(s') - f(s')||^2``
+    (:func:`rlloss.functional.distillation_error`) over a random ``update_fraction`` of the
+    batch (the paper's 25%, sec. A.2). Where the predictor has not learned the target (states
+    seldom visited) the error is large: :meth:`intrinsic_reward` gives it, detached, as the
+    exploration bonus to add to the reward of any loss (PPO's in the paper).
+
+    TorchRL's ``RNDLoss`` with the same keywords, key and output. The networks are plain
+    ``nn.Module`` s on the observation tensor, kept as given (the objects an ``RNDTransform``
+    also holds, so training here lowers the bonus it writes); the target's parameters are
+    frozen (``requires_grad_(False)``) at construction, as TorchRL does.
+
+    Keys (``set_keys``): ``observation`` (default ``("next", "observation")``).
+
+    Args:
+        predictor_network: the trained network, observation ``[*B, O]`` -> features ``[*B, K]``.
+        target_network: the random network, same signature, frozen.
+        obs_rms: running observation statistics (TorchRL's ``RunningMeanStd``, e.g. an
+            ``RNDTransform``'s ``obs_rms``): observations are normalised with them and clipped
+            to ``[-obs_clip, obs_clip]`` (default ``None``: used as they are).
+        obs_clip: the clip of normalised observations (default 5.0, the paper's).
+        reduction: ``"mean"`` (default: over the selected samples), ``"sum"`` or ``"none"``
+            (``[*B]``, zero where a sample is not selected).
+        update_fraction: the probability that a sample enters the loss, in [0, 1] (default
+            0.25); drawn on the device, without a host sync.
+
+    Example:
+        >>> rnd = RNDLoss(predictor, target)
+        >>> batch["next", "reward"] += 0.5 * normalizer(rnd.intrinsic_reward(batch), done)
+        >>> (ppo(batch)["loss_objective"] + rnd(batch)["loss_predictor"]).backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by RNDLoss."""
+
+        observation: NestedKey = ("next", "observation")  # the states the bonus scores
+
+    default_keys = _AcceptedKeys
+    out_keys = ["loss_predictor"]
+    update_fraction = Coefficient(low=0.0, high=1.0)
+
+    def __init__(
+        self,
+        predictor_network: nn.Module,
+        target_network: nn.Module,
+        *,
+        obs_rms: nn.Module | None = None,
+        obs_clip: float = 5.0,
+        reduction: str | None = "mean",
+        update_fraction: float = 0.25,
+    ) -> None:
+        if not 0.0 <= update_fraction <= 1.0:
+            raise ValueError(
+                f"update_fraction must be in the [0, 1] interval, got {update_fraction}."
+            )
+        check_in_range("obs_clip", obs_clip, 0.0, low_open=True)
+        super().__init__(reduction)
+        self._register_networks(
+            plain=True, predictor_network=predictor_network, target_network=target_network
+        )
+        self.target_network.requires_grad_(False)
+        self.obs_rms = obs_rms
+        self.obs_clip = obs_clip
+        self._register_coefficients(update_fraction=update_fraction)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.observation]
+
+    def _observation(self, tensordict: TensorDictBase) -> torch.Tensor:
+        observation = self._get(tensordict, "observation").float()
+        if self.obs_rms is not None:
+            observation = self.obs_rms.normalize(observation).clamp(-self.obs_clip, self.obs_clip)
+        return observation
+
+    def _error(self, observation: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            target = self.target_network(observation)
+        return rlf.distillation_error(self.predictor_network(observation), target)
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``{"loss_predictor": ...}`` on a batch of (next) observations."""
+        error = self._error(self._observation(tensordict))
+        if self.update_fraction >= 1.0:
+            return _compat.output_tensordict(
+                {"loss_predictor": self._reduce_valid(error, tensordict)}
+            )
+        selected = torch.rand(error.shape, device=error.device) < self.update_fraction
+        if self.reduction == "none":  # TorchRL's: the unselected samples as zeros
+            loss = self._reduce_valid(torch.where(selected, error, 0.0), tensordict)
+        else:
+            loss = self._reduce_valid(error, tensordict, selected, "update_fraction mask")
+        return _compat.output_tensordict({"loss_predictor": loss})
+
+    @torch.no_grad()
+    def intrinsic_reward(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The exploration bonus ``1/K ||f_hat(s') - f(s')||^2`` of each sample, ``[*B, 1]``
+        (the reward's shape), without gradient, before any normalisation: Burda et al. divide
+        it by a running std of the intrinsic returns (sec. 2.4), which
+        :class:`rlloss.RewardNormalizer` keeps (``RewardNormalizer(gamma=0.99)(bonus, done)``)."""
+        return self._error(self._observation(tensordict)).unsqueeze(-1)

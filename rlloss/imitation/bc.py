@@ -1,0 +1,161 @@
+"""``BCLoss``: behaviour cloning from demonstrations (Pomerleau, "ALVINN", 1989; Bain & Sammut,
+1995; as a loss module, Goecks et al., arXiv:1910.04281)."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
+from rlloss.common import accepts_tensor_arguments
+from rlloss.imitation.base import SupervisedLoss
+
+LOSS_FUNCTIONS = ("l1", "l2", "mse", "smooth_l1", "cross_entropy")
+DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
+
+
+class BCLoss(SupervisedLoss):
+    """Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
+
+    ``loss_bc`` is, elementwise before the reduction (:func:`rlloss.functional.action_error`):
+
+    - with ``loss_function`` (``"l1"``, ``"l2"`` / ``"mse"``, ``"smooth_l1"``,
+      ``"cross_entropy"`` or a callable ``f(prediction, target)``): that error of the actor's
+      output at ``tensor_keys.action`` against the batch's;
+    - without: the cross-entropy of the actor's logits for integer actions, ``-log pi(a*|s)``
+      for an actor that writes distribution parameters (``loc``, ``scale``, ``logits`` or
+      ``probs``: :func:`rlloss.functional.bc_negative_log_likelihood`), the squared error for
+      a deterministic one.
+
+    The same formulas as the :class:`rlloss.BehaviorCloning` add-on, which adds them to the
+    actor loss of an RL loss. TorchRL's ``BCLoss`` with the same keywords, keys and output.
+
+    The actor writes its prediction at ``tensor_keys.action`` (which also holds ``a*`` in the
+    batch); an actor writing ``"action"`` while the key is another one is read there with a
+    ``FutureWarning`` (TorchRL's, until its v0.16); one writing neither raises.
+
+    Keys (``set_keys``): ``action`` (default ``"action"``); ``pad_mask`` (default ``None``): a
+    boolean entry, ``True`` on padded elements (e.g. the padded steps ``[*B, H]`` of an action
+    chunk ``[*B, H, D]``), left out of the loss. The batch's ``loss_mask_key`` masks (TorchRL's
+    ``("collector", "mask")``...) apply too.
+
+    Args:
+        actor_network: a TensorDict module (TorchRL ``Actor``, ``ProbabilisticActor``...).
+        loss_function: see above (default ``None``: chosen from the actor and the action).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``; with a padding mask,
+            ``"none"`` gives the valid elements flat (TorchRL's convention, a host sync).
+
+    Example:
+        >>> loss = BCLoss(actor, loss_function="l1")
+        >>> loss.set_keys(action=("vla_action", "chunk"), pad_mask="action_is_pad")
+        >>> loss(demonstrations)["loss_bc"].backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by BCLoss."""
+
+        action: NestedKey = "action"  # the demonstrated action, and the actor's prediction
+        pad_mask: NestedKey | None = None  # True on padded elements
+
+    default_keys = _AcceptedKeys
+    out_keys = ["loss_bc"]
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        *,
+        loss_function: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        reduction: str | None = None,
+    ) -> None:
+        super().__init__(reduction)
+        if not (loss_function is None or callable(loss_function)):
+            if loss_function not in LOSS_FUNCTIONS:
+                raise ValueError(
+                    f"Unsupported loss_function: {loss_function!r}; BCLoss takes one of "
+                    f"{LOSS_FUNCTIONS}, a callable f(prediction, target), or None."
+                )
+        self._register_networks(actor_network=actor_network)
+        self.loss_function = loss_function
+        out_keys = list(getattr(actor_network, "out_keys", []))
+        self._stochastic = any(_compat.unravel_key(k)[-1] in DISTRIBUTION_KEYS for k in out_keys)
+        self._actor_call = NetworkCall(actor_network)
+        self._distribution_call = DistributionCall(actor_network) if self._stochastic else None
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        keys = [self.tensor_keys.action, *self.actor_network.in_keys]
+        if self.tensor_keys.pad_mask is not None:
+            keys.append(self.tensor_keys.pad_mask)
+        return list(dict.fromkeys(keys))
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``{"loss_bc": ...}`` on a batch of observations and demonstrated actions."""
+        expert = self._get(tensordict, "action")
+        loss = self._elementwise_loss(tensordict, expert)
+        valid = self._valid(tensordict, loss)
+        return _compat.output_tensordict({"loss_bc": self._reduce_valid(loss, tensordict, valid)})
+
+    def _elementwise_loss(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
+        kind = self.loss_function
+        if kind is None and expert.dtype in (torch.int32, torch.int64):
+            kind = "cross_entropy"
+        elif kind is None and self._stochastic:
+            distribution = self._distribution_call(batch)
+            log_prob = log_prob_of(distribution, expert, self.tensor_keys.action, "BCLoss")
+            return rlf.bc_negative_log_likelihood(log_prob)
+        elif kind is None:
+            kind = "l2"
+        prediction = self._prediction(batch, expert)
+        if callable(kind):
+            return kind(prediction, expert)
+        return rlf.action_error(prediction, expert, kind)
+
+    def _prediction(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
+        """The actor's output at ``tensor_keys.action`` (or, with TorchRL's warning, at
+        ``"action"``)."""
+        outputs = self._actor_call(batch)
+        key = self.tensor_keys.action
+        prediction = outputs.get(key, None)
+        if prediction is not None and prediction is not expert:
+            return prediction
+        legacy = outputs.get("action", None)
+        if legacy is not None and legacy is not expert and key != "action":
+            warnings.warn(
+                f"The actor wrote its prediction at 'action' while the loss's action key is "
+                f"{key!r}. Reading the prediction from the hardcoded 'action' key is deprecated "
+                "(TorchRL removes it in v0.16): make the actor's out_keys match the loss's "
+                "action key.",
+                FutureWarning,
+                stacklevel=4,
+            )
+            return legacy
+        raise RuntimeError(
+            f"BCLoss: the actor did not write a prediction at {key!r} (it writes "
+            f"{list(getattr(self.actor_network, 'out_keys', []))}): make sure the actor's "
+            "out_keys match the loss's action key (loss.set_keys(action=...))."
+        )
+
+    def _valid(self, batch: TensorDictBase, loss: torch.Tensor) -> torch.Tensor | None:
+        """``~pad_mask`` when the key is set and the batch holds it."""
+        key = self.tensor_keys.pad_mask
+        pad = None if key is None else batch.get(key, None)
+        if pad is None:
+            return None
+        if pad.ndim > loss.ndim:
+            raise RuntimeError(
+                f"BCLoss: pad_mask {key!r} has more dimensions ({pad.ndim}, shape "
+                f"{tuple(pad.shape)}) than the computed loss ({loss.ndim}, shape "
+                f"{tuple(loss.shape)}): per-element masking requires an elementwise loss "
+                "(e.g. loss_function='l1'), not a distribution-based (NLL) or cross-entropy loss."
+            )
+        return ~pad

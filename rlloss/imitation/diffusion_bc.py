@@ -1,0 +1,89 @@
+"""``DiffusionBCLoss``: behaviour cloning of a diffusion policy by noise prediction (Ho et al.,
+"Denoising Diffusion Probabilistic Models", arXiv:2006.11239; Chi et al., "Diffusion Policy",
+arXiv:2303.04137)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import _compat
+from rlloss import functional as rlf
+from rlloss.common import accepts_tensor_arguments
+from rlloss.imitation.base import SupervisedLoss
+
+DDPM_ATTRIBUTES = ("score_network", "num_steps", "alphas_cumprod")
+
+
+class DiffusionBCLoss(SupervisedLoss):
+    """Diffusion behaviour cloning: each demonstrated action ``a_0`` is noised to a random step
+    ``t ~ U{0, ..., T-1}`` of the DDPM forward process, ``a_t = sqrt(alpha_bar_t) a_0 +
+    sqrt(1 - alpha_bar_t) eps`` (:func:`rlloss.functional.diffuse`, ``alpha_bar`` the
+    actor's schedule, :func:`rlloss.functional.linear_beta_schedule` for TorchRL's
+    ``DiffusionActor``), and the score network ``eps_theta(a_t || s || t)`` regresses the noise:
+    ``loss_diffusion_bc = ||eps - eps_theta||^2`` (:func:`rlloss.functional.noise_prediction_error`)
+    reduced over every element.
+
+    TorchRL's ``DiffusionBCLoss`` with the same keywords, keys and output, and the same draws
+    (``t`` then ``eps``) for the same seed. The batch's ``loss_mask_key`` masks apply (TorchRL
+    ignores them).
+
+    Keys (``set_keys``): ``action`` (the clean demonstrated action, default ``"action"``),
+    ``observation`` (default ``"observation"``).
+
+    Args:
+        actor_network: TorchRL's ``DiffusionActor``, or a module whose ``.module`` holds
+            ``score_network`` (``[a_t, s, t]`` -> ``eps``), ``num_steps`` and the schedule's
+            ``alphas_cumprod`` (``[num_steps]``).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, D]``).
+
+    Example:
+        >>> loss = DiffusionBCLoss(DiffusionActor(action_dim=2, obs_dim=4, num_steps=100))
+        >>> loss(demonstrations)["loss_diffusion_bc"].backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by DiffusionBCLoss."""
+
+        action: NestedKey = "action"  # the clean demonstrated action
+        observation: NestedKey = "observation"  # the policy's conditioning
+
+    default_keys = _AcceptedKeys
+    out_keys = ["loss_diffusion_bc"]
+
+    def __init__(self, actor_network: nn.Module, *, reduction: str = "mean") -> None:
+        super().__init__(reduction)
+        ddpm = getattr(actor_network, "module", None)
+        missing = [name for name in DDPM_ATTRIBUTES if not hasattr(ddpm, name)]
+        if missing:
+            raise TypeError(
+                f"DiffusionBCLoss: actor_network.module must be a DDPM module holding "
+                f"{list(DDPM_ATTRIBUTES)} (TorchRL's DiffusionActor); "
+                f"{type(ddpm).__name__} lacks {missing}."
+            )
+        self._register_networks(plain=True, actor_network=actor_network)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.observation, self.tensor_keys.action]
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``{"loss_diffusion_bc": ...}`` on a batch of observations and clean actions."""
+        action = self._get(tensordict, "action")
+        observation = self._get(tensordict, "observation")
+        ddpm = self.actor_network.module
+        step = torch.randint(0, ddpm.num_steps, action.shape[:-1], device=action.device)
+        dtype = torch.float32 if action.dtype in (torch.float16, torch.bfloat16) else action.dtype
+        alpha_bar = ddpm.alphas_cumprod.to(device=action.device, dtype=dtype)[step]
+        noise = torch.randn_like(action)
+        noisy = rlf.diffuse(action.to(dtype), alpha_bar, noise.to(dtype)).to(action.dtype)
+        inputs = torch.cat([noisy, observation, step.to(noisy.dtype).unsqueeze(-1)], dim=-1)
+        error = rlf.noise_prediction_error(ddpm.score_network(inputs), noise)
+        loss = self._reduce_valid(error, tensordict)
+        return _compat.output_tensordict({"loss_diffusion_bc": loss})
