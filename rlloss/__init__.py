@@ -52,6 +52,7 @@ from rlloss.training import (
     kl_exceeds,
     recurrent_state_keys,
 )
+from rlloss.world_models import ExponentialQuadraticCost
 
 # Module paths of the flat layout (before the family folders), kept importable: each old module
 # name is a module holding the public names of the modules its content moved to (``from
@@ -116,6 +117,7 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "ExponentialQuadraticCost",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",

@@ -60,6 +60,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
+    "World-model losses": ("ExponentialQuadraticCost",),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",
@@ -102,6 +103,7 @@ FUNCTIONAL_TITLES = {
     "distributions": "Distributions",
     "mpo": "MPO",
     "reduce": "Reductions",
+    "world_models": "World models",
 }
 
 # Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).

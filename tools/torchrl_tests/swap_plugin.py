@@ -75,6 +75,7 @@ TARGETS = {
     ],
     "VTrace": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "MultiAgentGAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "ExponentialQuadraticCost": ["torchrl.objectives.pilco", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
 }
