@@ -52,7 +52,11 @@ from rlloss.training import (
     kl_exceeds,
     recurrent_state_keys,
 )
-from rlloss.world_models import ExponentialQuadraticCost
+from rlloss.world_models import (
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+    ExponentialQuadraticCost,
+)
 
 # Module paths of the flat layout (before the family folders), kept importable: each old module
 # name is a module holding the public names of the modules its content moved to (``from
@@ -117,6 +121,8 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerV3ModelLoss",
+    "DreamerV3ValueLoss",
     "ExponentialQuadraticCost",
     "KLAdaptiveLR",
     "KLEarlyStopping",

@@ -60,7 +60,11 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
-    "World-model losses": ("ExponentialQuadraticCost",),
+    "World-model losses": (
+        "DreamerV3ModelLoss",
+        "DreamerV3ValueLoss",
+        "ExponentialQuadraticCost",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

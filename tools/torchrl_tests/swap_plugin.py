@@ -75,6 +75,8 @@ TARGETS = {
     ],
     "VTrace": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "MultiAgentGAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "DreamerV3ModelLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "DreamerV3ValueLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
     "ExponentialQuadraticCost": ["torchrl.objectives.pilco", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],

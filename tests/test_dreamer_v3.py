@@ -1,0 +1,249 @@
+"""DreamerV3's losses: parity with TorchRL's classes (values and gradients) on the same small
+networks and batches, keys, bad input."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torchrl.objectives as torchrl_objectives
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import MLP, SymExpTwoHot
+
+import rlloss
+
+B, T, CATS, CLASSES, BELIEF, OBS, BINS = 3, 4, 3, 5, 6, 7, 11
+
+
+class TinyWorldModel(nn.Module):
+    """Prior and posterior logits from the latent, a reconstruction of the next observation and
+    a reward head (two-hot logits and their decoded value, or a scalar)."""
+
+    def __init__(self, two_hot=True, continuation=False):
+        super().__init__()
+        features = CATS * CLASSES + BELIEF
+        self.prior = nn.Linear(features, CATS * CLASSES)
+        self.posterior = nn.Linear(features + OBS, CATS * CLASSES)
+        self.decoder = nn.Linear(features, OBS)
+        self.reward = nn.Linear(features, BINS if two_hot else 1)
+        self.decode = SymExpTwoHot(BINS)
+        self.continuation = nn.Linear(features, 1) if continuation else None
+        self.two_hot = two_hot
+
+    def forward(self, td):
+        latent = torch.cat([td["state"], td["belief"]], -1)
+        shape = (*td.shape, CATS, CLASSES)
+        td["next", "prior_logits"] = self.prior(latent).view(shape)
+        posterior_in = torch.cat([latent, td["next", "observation"]], -1)
+        td["next", "posterior_logits"] = self.posterior(posterior_in).view(shape)
+        td["next", "reco_observation"] = self.decoder(latent)
+        reward = self.reward(latent)
+        if self.two_hot:
+            td["next", "reward_logits"] = reward
+            reward = self.decode(reward)
+        td["next", "reward"] = reward
+        if self.continuation is not None:
+            td["next", "continue_pred"] = self.continuation(latent)
+        return td
+
+
+def sequences(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    return TensorDict(
+        {
+            "state": randn(B, T, CATS * CLASSES),
+            "belief": randn(B, T, BELIEF),
+            "next": {
+                "observation": 5 * randn(B, T, OBS),
+                "reward": 3 * randn(B, T, 1),
+                "done": torch.zeros(B, T, 1, dtype=torch.bool),
+                "terminated": randn(B, T, 1) > 1.0,
+            },
+        },
+        [B, T],
+    )
+
+
+def model_pair(continuation=False, two_hot=True, **kwargs):
+    world_model = TinyWorldModel(two_hot, continuation)
+    kwargs = {"num_reward_bins": BINS, "reward_two_hot": two_hot, **kwargs}
+    ours = rlloss.DreamerV3ModelLoss(copy.deepcopy(world_model), **kwargs)
+    theirs = torchrl_objectives.DreamerV3ModelLoss(copy.deepcopy(world_model), **kwargs)
+    for loss in (ours, theirs):
+        loss.set_keys(pixels="observation", reco_pixels="reco_observation")
+    return ours, theirs
+
+
+def assert_same_gradients(ours, theirs, losses, expected):
+    ours_params, theirs_params = list(ours.parameters()), list(theirs.parameters())
+    grads = torch.autograd.grad(sum(losses.values()).sum(), ours_params, allow_unused=True)
+    grads_expected = torch.autograd.grad(
+        sum(expected.values()).sum(), theirs_params, allow_unused=True
+    )
+    for grad, grad_expected in zip(grads, grads_expected, strict=True):
+        if grad_expected is None:
+            assert grad is None or not grad.any()
+        else:
+            torch.testing.assert_close(grad, grad_expected, rtol=1e-4, atol=1e-5)
+
+
+MODEL_SETTINGS = [
+    {},
+    {"reward_two_hot": False},
+    {"kl_mode": "separate", "unimix": 0.01},
+    {"kl_mode": "separate", "free_bits": 0.0, "lambda_dynamic": 0.5},
+    {"reco_loss": "l1", "global_average": True, "free_bits": 0.1, "kl_alpha": 0.5},
+    {"reco_symlog": False, "lambda_kl": 0.3, "lambda_reco": 2.0, "lambda_reward": 0.5},
+    {"lambda_continue": 1.0, "continuation": True, "continue_target_scale": 0.99},
+]
+
+
+@pytest.mark.parametrize("settings", MODEL_SETTINGS)
+def test_model_loss_matches_torchrl(settings):
+    settings = dict(settings)
+    two_hot = settings.pop("reward_two_hot", True)
+    ours, theirs = model_pair(settings.pop("continuation", False), two_hot, **settings)
+    batch = sequences()
+    losses, output = ours(batch)
+    expected, expected_output = theirs(batch)
+    assert sorted(losses.keys()) == sorted(expected.keys())
+    for key in expected.keys():
+        assert losses[key].shape == (1,)
+        torch.testing.assert_close(losses[key], expected[key], rtol=1e-5, atol=1e-6)
+    assert set(output.keys(True)) == set(expected_output.keys(True))
+    assert ("next", "reward") in batch.keys(True) and ("next", "true_reward") not in batch.keys(
+        True
+    )
+    assert_same_gradients(ours, theirs, dict(losses.items()), dict(expected.items()))
+
+
+def test_model_loss_detach_output_and_missing_keys():
+    ours, _ = model_pair(detach_output=False)
+    _, output = ours(sequences())
+    assert output["next", "posterior_logits"].requires_grad
+    with pytest.raises(KeyError, match="reward"):
+        ours(sequences().exclude(("next", "reward")))
+    ours.set_keys(pixels=["observation", "observation"])
+    with pytest.raises(ValueError, match="same nonzero number of reconstruction heads"):
+        ours(sequences())
+
+
+def test_model_loss_bad_keywords():
+    with pytest.raises(ValueError, match="kl_mode"):
+        rlloss.DreamerV3ModelLoss(TinyWorldModel(), kl_mode="mixed")
+    with pytest.raises(ValueError, match="continue_target_scale"):
+        rlloss.DreamerV3ModelLoss(TinyWorldModel(), continue_target_scale=0.0)
+    with pytest.raises(ValueError, match="lambda_kl"):
+        rlloss.DreamerV3ModelLoss(TinyWorldModel(), lambda_kl=-1.0)
+    ours, _ = model_pair(num_reward_bins=BINS + 1)
+    with pytest.raises(ValueError, match="bins"):
+        ours(sequences())
+
+
+# ----------------------------------------------------------------------------- value loss
+
+
+def value_network(bins=None):
+    head = MLP(in_features=CATS * CLASSES + BELIEF, out_features=bins or 1, num_cells=[8])
+    if bins is None:
+        return TensorDictModule(head, ["state", "belief"], ["state_value"])
+    return TensorDictSequential(
+        TensorDictModule(head, ["state", "belief"], ["state_value_logits"]),
+        TensorDictModule(SymExpTwoHot(bins), ["state_value_logits"], ["state_value"]),
+    )
+
+
+def imagined(shape=(B, T), weights=False, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    td = TensorDict(
+        {
+            "state": torch.randn(*shape, CATS * CLASSES, generator=generator),
+            "belief": torch.randn(*shape, BELIEF, generator=generator),
+            "lambda_target": 4 * torch.randn(*shape, 1, generator=generator),
+        },
+        shape,
+    )
+    if weights:
+        td["discount_weight"] = torch.rand(*shape, 1, generator=generator)
+    return td
+
+
+def value_pair(bins=None, **kwargs):
+    network = value_network(bins)
+    if bins:
+        kwargs.update(value_loss="two_hot", num_value_bins=bins)
+    ours = rlloss.DreamerV3ValueLoss(copy.deepcopy(network), **kwargs)
+    theirs = torchrl_objectives.DreamerV3ValueLoss(copy.deepcopy(network), **kwargs)
+    if kwargs.get("slow_critic_regularization"):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchRL's target-network warning
+            moved = theirs.target_value_model_params.apply(lambda x: x + 0.1)
+            theirs.target_value_model_params.update_(moved)
+            ours.target_value_model_params.update_(moved)
+    return ours, theirs
+
+
+def trained(loss):
+    return [p for p in loss.value_model_params.values(True, True) if p.requires_grad]
+
+
+VALUE_SETTINGS = [
+    ({}, {}),
+    ({"bins": BINS}, {}),
+    ({"discount_loss": False, "reduction": "sum"}, {}),
+    ({"reduction": "none", "gamma": 0.9}, {}),
+    ({"bins": BINS, "slow_critic_regularization": 1.0}, {}),
+    ({"slow_critic_regularization": 0.5}, {"weights": True}),
+    ({}, {"shape": (B * T,)}),
+]
+
+
+@pytest.mark.parametrize("settings,data", VALUE_SETTINGS)
+def test_value_loss_matches_torchrl(settings, data):
+    ours, theirs = value_pair(**settings)
+    batch = imagined(**data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchRL's target-network warning
+        losses, _ = ours(batch)
+        expected, _ = theirs(batch)
+    for key in ("loss_value", "value_slow_loss"):
+        torch.testing.assert_close(losses[key], expected[key], rtol=1e-5, atol=1e-6)
+    grads = torch.autograd.grad(losses["loss_value"].sum(), trained(ours))
+    expected_grads = torch.autograd.grad(expected["loss_value"].sum(), trained(theirs))
+    torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("bins", [None, BINS])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_replay_value_loss_matches_torchrl(bins, reduction):
+    ours, theirs = value_pair(bins, reduction=reduction, slow_critic_regularization=0.3)
+    replay = imagined().exclude("lambda_target")
+    replay["bootstrap"] = torch.randn(B, T)
+    replay["next"] = sequences()["next"].select("reward", "done", "terminated")
+    replay["next", "done"][0, 1] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = ours.replay_value_loss(replay, horizon=50.0, lmbda=0.9)["loss_replay_value"]
+        expected = theirs.replay_value_loss(replay, horizon=50.0, lmbda=0.9)["loss_replay_value"]
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_value_loss_bad_input():
+    with pytest.raises(ValueError, match="symlog_mse.*two_hot"):
+        rlloss.DreamerV3ValueLoss(value_network(), value_loss="mse")
+    with pytest.raises(ValueError, match="non-negative"):
+        rlloss.DreamerV3ValueLoss(value_network(), slow_critic_regularization=-1.0)
+    loss = rlloss.DreamerV3ValueLoss(value_network())
+    with pytest.raises(KeyError, match="lambda_target"):
+        loss(imagined().exclude("lambda_target"))
+    two_hot = rlloss.DreamerV3ValueLoss(value_network(BINS), value_loss="two_hot", num_value_bins=5)
+    with pytest.raises(ValueError, match="5 bins"):
+        two_hot(imagined())
