@@ -53,6 +53,7 @@ from rlloss.training import (
     recurrent_state_keys,
 )
 from rlloss.world_models import (
+    DreamerV3ActorLoss,
     DreamerV3ModelLoss,
     DreamerV3ValueLoss,
     ExponentialQuadraticCost,
@@ -121,6 +122,7 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerV3ActorLoss",
     "DreamerV3ModelLoss",
     "DreamerV3ValueLoss",
     "ExponentialQuadraticCost",

@@ -247,3 +247,193 @@ def test_value_loss_bad_input():
     two_hot = rlloss.DreamerV3ValueLoss(value_network(BINS), value_loss="two_hot", num_value_bins=5)
     with pytest.raises(ValueError, match="5 bins"):
         two_hot(imagined())
+
+
+# ----------------------------------------------------------------------------- actor loss
+
+STATE, ACTION, HORIZON = CATS * CLASSES, 2, 4
+
+
+def imagination_env():
+    """TorchRL's DreamerEnv over a small RSSM prior and reward head."""
+    from torchrl.data import Bounded, Composite, Unbounded
+    from torchrl.envs.model_based import DreamerEnv
+    from torchrl.modules import RSSMPriorV3, WorldModelWrapper
+
+    prior = RSSMPriorV3(
+        action_shape=(ACTION,),
+        hidden_dim=8,
+        rnn_hidden_dim=BELIEF,
+        num_categoricals=CATS,
+        num_classes=CLASSES,
+        action_dim=ACTION,
+    )
+    transition = TensorDictModule(prior, ["state", "belief", "action"], ["_", "state", "belief"])
+    reward = TensorDictModule(
+        MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8]),
+        ["state", "belief"],
+        ["reward"],
+    )
+    env = DreamerEnv(
+        WorldModelWrapper(transition, reward), prior_shape=(STATE,), belief_shape=(BELIEF,)
+    )
+    env.observation_spec = Composite(state=Unbounded(STATE), belief=Unbounded(BELIEF))
+    env.state_spec = env.observation_spec.clone()
+    env.action_spec = Bounded(-1, 1, (ACTION,))
+    env.reward_spec = Unbounded((1,))
+    return env
+
+
+def tanh_normal_actor(log_prob=False):
+    from tensordict.nn import (
+        NormalParamExtractor,
+        ProbabilisticTensorDictModule,
+        ProbabilisticTensorDictSequential,
+    )
+    from torchrl.modules import TanhNormal
+
+    extra = {"return_log_prob": True, "log_prob_key": "action_log_prob"} if log_prob else {}
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(
+            MLP(in_features=STATE + BELIEF, out_features=2 * ACTION, num_cells=[8]),
+            ["state", "belief"],
+            ["params"],
+        ),
+        TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal, **extra
+        ),
+    )
+
+
+class HalfContinuation(nn.Module):
+    def forward(self, state, belief):
+        return torch.sigmoid(state[..., :1] + belief[..., :1])
+
+
+class NoEnd(nn.Module):
+    def forward(self, state, belief):
+        return torch.ones_like(state[..., :1])
+
+
+def actor_pair(continuation=False, estimator=None, estimator_kwargs=None, **kwargs):
+    """rlloss's and TorchRL's actor losses on copies of one environment, actor and critic.
+
+    TorchRL 0.14.1 computes TD(0) targets where it means lambda-returns when it has no
+    continuation model (see test_torchrl_lambda_target_without_continuation_is_td0); its
+    continuation path is the paper's recursion, so a TD(lambda) comparison without continuation
+    gives TorchRL a continuation model that always continues (the same weights and returns).
+    """
+    env, actor, value = imagination_env(), tanh_normal_actor(True), value_network()
+    made = []
+    for cls in (rlloss.DreamerV3ActorLoss, torchrl_objectives.DreamerV3ActorLoss):
+        networks = copy.deepcopy((actor, value, env))
+        module = HalfContinuation() if continuation else None
+        if module is None and cls is torchrl_objectives.DreamerV3ActorLoss and estimator is None:
+            module = NoEnd()
+        if module is not None:
+            kwargs["continuation_model"] = TensorDictModule(
+                module, ["state", "belief"], ["continuation"]
+            )
+        else:
+            kwargs.pop("continuation_model", None)
+        loss = cls(*networks, imagination_horizon=HORIZON, **kwargs)
+        loss.make_value_estimator(estimator, **(estimator_kwargs or {}))
+        made.append(loss)
+    return made
+
+
+def test_torchrl_lambda_target_without_continuation_is_td0():
+    """Pins the TorchRL 0.14.1 behaviour docs/differences.md describes: without a continuation
+    model its lambda_target is r_t + gamma v_{t+1} whatever lmbda; rlloss's is the recursion."""
+    ours, theirs = actor_pair(continuation=True)
+    reward, value = torch.randn(3, HORIZON, 1), torch.randn(3, HORIZON, 1)
+    torch.testing.assert_close(theirs.lambda_target(reward, value), reward + 0.99 * value)
+    ones = torch.ones_like(reward)
+    torch.testing.assert_close(
+        ours.lambda_target(reward, value), theirs.lambda_target(reward, value, ones)
+    )
+
+
+def starts(count=5, seed=2):
+    generator = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {
+            "state": torch.randn(count, STATE, generator=generator),
+            "belief": torch.randn(count, BELIEF, generator=generator),
+        },
+        [count],
+    )
+
+
+def run_both(ours, theirs, batch, seed=3):
+    torch.manual_seed(seed)
+    losses, imagined_ours = ours(batch)
+    torch.manual_seed(seed)
+    expected, imagined_theirs = theirs(batch)
+    return losses, imagined_ours, expected, imagined_theirs
+
+
+ACTOR_SETTINGS = [
+    {"entropy_bonus": 0.0},
+    {"entropy_bonus": 0.0, "discount_loss": False, "return_normalization": False},
+    {"entropy_bonus": 0.0, "use_reinforce": True},
+    {"entropy_bonus": 0.0, "continuation": True, "use_reinforce": True},
+    {"entropy_bonus": 0.0, "continuation": True, "return_normalization_rate": 0.5},
+    {"entropy_bonus": 0.0, "estimator": "TD0"},
+    {"entropy_bonus": 0.0, "estimator_kwargs": {"gamma": 0.9, "lmbda": 0.7}},
+    {"entropy_bonus": 0.01},
+]
+
+
+@pytest.mark.parametrize("settings", ACTOR_SETTINGS)
+def test_actor_loss_matches_torchrl(settings):
+    from torchrl.objectives.utils import ValueEstimators
+
+    settings = dict(settings)
+    estimator = settings.pop("estimator", None)
+    if estimator is not None:
+        settings["estimator"] = getattr(ValueEstimators, estimator)
+    ours, theirs = actor_pair(**settings)
+    for _ in range(2):  # twice: the return percentiles move
+        losses, imagined_ours, expected, imagined_theirs = run_both(ours, theirs, starts())
+        for key in expected.keys():
+            torch.testing.assert_close(losses[key], expected[key], rtol=1e-4, atol=1e-5)
+        for key in ("lambda_target", "discount_weight"):
+            torch.testing.assert_close(imagined_ours[key], imagined_theirs[key])
+        grads = torch.autograd.grad(losses["loss_actor"], list(ours.actor_model.parameters()))
+        expected_grads = torch.autograd.grad(
+            expected["loss_actor"], list(theirs.actor_model.parameters())
+        )
+        torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.retnorm.low, theirs.retnorm.low)
+
+
+def test_actor_loss_keywords_and_state():
+    ours, _ = actor_pair(entropy_bonus=0.0)
+    with pytest.raises(TypeError, match="make_value_estimator"):
+        rlloss.DreamerV3ActorLoss(
+            tanh_normal_actor(), value_network(), imagination_env(), gamma=0.9
+        )
+    with pytest.raises(ValueError, match="quantiles"):
+        rlloss.DreamerV3ActorLoss(
+            tanh_normal_actor(),
+            value_network(),
+            imagination_env(),
+            return_normalization_quantiles=(0.9, 0.1),
+        )
+    from torchrl.objectives.utils import ValueEstimators
+
+    with pytest.raises(NotImplementedError, match="GAE"):
+        ours.make_value_estimator(ValueEstimators.GAE)
+    ours(starts())
+    state = ours.state_dict()
+    legacy = {k: v for k, v in state.items() if not k.startswith("retnorm")}
+    legacy["return_low"], legacy["return_high"] = state["retnorm.low"][0], state["retnorm.high"][0]
+    ours.retnorm.low.zero_()
+    ours.load_state_dict(legacy)
+    torch.testing.assert_close(ours.retnorm.low, state["retnorm.low"])
+    ours.eval()
+    before = ours.return_high.clone()
+    ours(starts())
+    torch.testing.assert_close(ours.return_high, before)

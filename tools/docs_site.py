@@ -61,6 +61,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("QMixerLoss",),
     "World-model losses": (
+        "DreamerV3ActorLoss",
         "DreamerV3ModelLoss",
         "DreamerV3ValueLoss",
         "ExponentialQuadraticCost",

@@ -224,13 +224,23 @@ def percentile_range(
     returns: torch.Tensor, low: float = 0.05, high: float = 0.95
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``low`` and ``high`` quantiles of every element of ``returns`` (linear interpolation
-    between order statistics, ``torch.quantile``'s), two 0-dim tensors: the range DreamerV3
-    normalises returns by (5th and 95th percentiles, eq. 12)."""
+    between order statistics, ``torch.quantile``'s definition), two 0-dim tensors: the range
+    DreamerV3 normalises returns by (5th and 95th percentiles, eq. 12).
+
+    The order statistics are read from a sort at positions known from the shape, without
+    ``torch.quantile``'s device-to-host check of the levels.
+    """
     check_in_range("low", low, 0.0, 1.0)
     check_in_range("high", high, low, 1.0)
-    levels = torch.tensor([low, high], dtype=returns.dtype, device=returns.device)
-    quantiles = torch.quantile(returns.detach().reshape(-1), levels)
-    return quantiles[0], quantiles[1]
+    ordered = returns.detach().reshape(-1).sort().values
+    return _order_statistic(ordered, low), _order_statistic(ordered, high)
+
+
+def _order_statistic(ordered: torch.Tensor, level: float) -> torch.Tensor:
+    position = level * (ordered.shape[0] - 1)
+    below = math.floor(position)
+    above = min(below + 1, ordered.shape[0] - 1)
+    return torch.lerp(ordered[below], ordered[above], position - below)
 
 
 def moving_average(average: torch.Tensor, value: torch.Tensor, rate: Scalar) -> torch.Tensor:
