@@ -54,6 +54,7 @@ from rlloss.training import (
 )
 from rlloss.world_models import (
     DreamerV3ActorLoss,
+    DreamerV3Loss,
     DreamerV3ModelLoss,
     DreamerV3ValueLoss,
     ExponentialQuadraticCost,
@@ -123,6 +124,7 @@ __all__ = [
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
     "DreamerV3ActorLoss",
+    "DreamerV3Loss",
     "DreamerV3ModelLoss",
     "DreamerV3ValueLoss",
     "ExponentialQuadraticCost",

@@ -437,3 +437,142 @@ def test_actor_loss_keywords_and_state():
     before = ours.return_high.clone()
     ours(starts())
     torch.testing.assert_close(ours.return_high, before)
+
+
+# ----------------------------------------------------------------------------- composed loss
+
+
+def learner():
+    """A world model (encoder, RSSM rollout, decoder, reward) whose prior and reward head are
+    shared with the imagination environment; an actor, a critic, a continuation model."""
+    from torchrl.envs.model_based import DreamerEnv
+    from torchrl.modules import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3, WorldModelWrapper
+
+    prior_net = RSSMPriorV3(
+        action_shape=(ACTION,),
+        hidden_dim=8,
+        rnn_hidden_dim=BELIEF,
+        num_categoricals=CATS,
+        num_classes=CLASSES,
+        action_dim=ACTION,
+    )
+    posterior_net = RSSMPosteriorV3(
+        hidden_dim=8,
+        rnn_hidden_dim=BELIEF,
+        num_categoricals=CATS,
+        num_classes=CLASSES,
+        obs_embed_dim=8,
+    )
+    prior = TensorDictModule(
+        prior_net,
+        ["state", "belief", "action"],
+        [("next", "prior_logits"), ("next", "state"), ("next", "belief")],
+    )
+    posterior = TensorDictModule(
+        posterior_net,
+        [("next", "belief"), ("next", "encoded")],
+        [("next", "posterior_logits"), ("next", "state")],
+    )
+    reward_net = MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8])
+    latent = [("next", "state"), ("next", "belief")]
+    world_model = TensorDictSequential(
+        TensorDictModule(nn.Linear(OBS, 8), [("next", "observation")], [("next", "encoded")]),
+        RSSMRolloutV3(prior, posterior, reset_key="is_init"),
+        TensorDictModule(
+            MLP(in_features=STATE + BELIEF, out_features=OBS, num_cells=[8]),
+            latent,
+            [("next", "reco_pixels")],
+        ),
+        TensorDictModule(reward_net, latent, [("next", "reward")]),
+    )
+    imagination = WorldModelWrapper(
+        TensorDictModule(prior_net, ["state", "belief", "action"], ["_", "state", "belief"]),
+        TensorDictModule(reward_net, ["state", "belief"], ["reward"]),
+    )
+    env = imagination_env()
+    env_specs = (env.observation_spec, env.state_spec, env.action_spec, env.reward_spec)
+    env = DreamerEnv(imagination, prior_shape=(STATE,), belief_shape=(BELIEF,))
+    env.observation_spec, env.state_spec, env.action_spec, env.reward_spec = env_specs
+    continuation = TensorDictModule(HalfContinuation(), ["state", "belief"], ["continuation"])
+    return world_model, env, tanh_normal_actor(True), value_network(), continuation
+
+
+def composed(library, networks, **kwargs):
+    world_model, env, actor, value, continuation = copy.deepcopy(networks)
+    model_loss = library.DreamerV3ModelLoss(world_model, reward_two_hot=False, detach_output=False)
+    model_loss.set_keys(pixels="observation")
+    actor_loss = library.DreamerV3ActorLoss(
+        actor, value, env, continuation_model=continuation, imagination_horizon=3
+    )
+    actor_loss.make_value_estimator(None, gamma=0.95, lmbda=0.9)
+    value_loss = library.DreamerV3ValueLoss(
+        value, actor_loss=actor_loss, slow_critic_regularization=1.0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        library.SoftUpdate(value_loss, tau=0.02)
+    return library.DreamerV3Loss(model_loss, actor_loss, value_loss, **kwargs)
+
+
+def real_sequences(seed=4):
+    generator = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {
+            "state": torch.zeros(2, 3, STATE),
+            "belief": torch.zeros(2, 3, BELIEF),
+            "action": torch.rand(2, 3, ACTION, generator=generator) * 2 - 1,
+            "is_init": torch.zeros(2, 3, 1, dtype=torch.bool),
+            "next": {
+                "observation": torch.randn(2, 3, OBS, generator=generator),
+                "reward": torch.randn(2, 3, 1, generator=generator),
+                "done": torch.zeros(2, 3, 1, dtype=torch.bool),
+                "terminated": torch.zeros(2, 3, 1, dtype=torch.bool),
+            },
+        },
+        [2, 3],
+    )
+
+
+@pytest.mark.parametrize("weight", [0.3, 0.0])
+def test_composed_loss_matches_torchrl(weight):
+    networks = learner()
+    extra = {"replay_value_loss_weight": weight}
+    ours, theirs = (
+        composed(rlloss, networks, **extra),
+        composed(torchrl_objectives, networks, **extra),
+    )
+    if not weight:
+        ours.model_loss.detach_output = theirs.model_loss.detach_output = True
+    assert ours.in_keys == theirs.in_keys
+    sample = real_sequences()
+    torch.manual_seed(5)
+    out = ours(sample)
+    torch.manual_seed(5)
+    expected = theirs(sample)
+    assert set(out.keys(True)) == set(expected.keys(True))
+    for key in expected.keys():
+        if key != "replay_context":
+            torch.testing.assert_close(out[key], expected[key], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out["replay_context"], expected["replay_context"])
+    total = sum(value for key, value in out.items() if key.startswith("loss_"))
+    expected_total = sum(value for key, value in expected.items() if key.startswith("loss_"))
+    grads = torch.autograd.grad(total, list(ours.model_loss.world_model.parameters()))
+    expected_grads = torch.autograd.grad(
+        expected_total, list(theirs.model_loss.world_model.parameters())
+    )
+    torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+
+
+def test_composed_loss_refuses_a_detached_model_output():
+    networks = learner()
+    model_loss = rlloss.DreamerV3ModelLoss(networks[0], reward_two_hot=False)
+    actor_loss = rlloss.DreamerV3ActorLoss(*networks[2:4], networks[1])
+    with pytest.raises(ValueError, match="detach_output=False"):
+        rlloss.DreamerV3Loss(model_loss, actor_loss, rlloss.DreamerV3ValueLoss(networks[3]))
+    with pytest.raises(ValueError, match="non-negative"):
+        rlloss.DreamerV3Loss(
+            model_loss,
+            actor_loss,
+            rlloss.DreamerV3ValueLoss(networks[3]),
+            replay_value_loss_weight=-1,
+        )

@@ -62,6 +62,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "Multi-agent losses": ("QMixerLoss",),
     "World-model losses": (
         "DreamerV3ActorLoss",
+        "DreamerV3Loss",
         "DreamerV3ModelLoss",
         "DreamerV3ValueLoss",
         "ExponentialQuadraticCost",

@@ -76,6 +76,7 @@ TARGETS = {
     "VTrace": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "MultiAgentGAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "DreamerV3ActorLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "DreamerV3Loss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
     "DreamerV3ModelLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
     "DreamerV3ValueLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
     "ExponentialQuadraticCost": ["torchrl.objectives.pilco", "torchrl.objectives"],
