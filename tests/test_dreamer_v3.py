@@ -254,13 +254,10 @@ def test_value_loss_bad_input():
 STATE, ACTION, HORIZON = CATS * CLASSES, 2, 4
 
 
-def imagination_env():
-    """TorchRL's DreamerEnv over a small RSSM prior and reward head."""
-    from torchrl.data import Bounded, Composite, Unbounded
-    from torchrl.envs.model_based import DreamerEnv
-    from torchrl.modules import RSSMPriorV3, WorldModelWrapper
+def rssm_prior():
+    from torchrl.modules import RSSMPriorV3
 
-    prior = RSSMPriorV3(
+    return RSSMPriorV3(
         action_shape=(ACTION,),
         hidden_dim=8,
         rnn_hidden_dim=BELIEF,
@@ -268,12 +265,18 @@ def imagination_env():
         num_classes=CLASSES,
         action_dim=ACTION,
     )
+
+
+def imagination_env(prior=None, reward_net=None):
+    """TorchRL's DreamerEnv over an RSSM prior and a reward head (new small ones by default)."""
+    from torchrl.data import Bounded, Composite, Unbounded
+    from torchrl.envs.model_based import DreamerEnv
+    from torchrl.modules import WorldModelWrapper
+
+    prior = prior or rssm_prior()
+    reward_net = reward_net or MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8])
     transition = TensorDictModule(prior, ["state", "belief", "action"], ["_", "state", "belief"])
-    reward = TensorDictModule(
-        MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8]),
-        ["state", "belief"],
-        ["reward"],
-    )
+    reward = TensorDictModule(reward_net, ["state", "belief"], ["reward"])
     env = DreamerEnv(
         WorldModelWrapper(transition, reward), prior_shape=(STATE,), belief_shape=(BELIEF,)
     )
@@ -445,16 +448,11 @@ def test_actor_loss_keywords_and_state():
 def learner():
     """A world model (encoder, RSSM rollout, decoder, reward) whose prior and reward head are
     shared with the imagination environment; an actor, a critic, a continuation model."""
-    from torchrl.envs.model_based import DreamerEnv
-    from torchrl.modules import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3, WorldModelWrapper
+    from torchrl.modules import RSSMPosteriorV3, RSSMRolloutV3
 
-    prior_net = RSSMPriorV3(
-        action_shape=(ACTION,),
-        hidden_dim=8,
-        rnn_hidden_dim=BELIEF,
-        num_categoricals=CATS,
-        num_classes=CLASSES,
-        action_dim=ACTION,
+    prior_net, reward_net = (
+        rssm_prior(),
+        MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8]),
     )
     posterior_net = RSSMPosteriorV3(
         hidden_dim=8,
@@ -473,26 +471,15 @@ def learner():
         [("next", "belief"), ("next", "encoded")],
         [("next", "posterior_logits"), ("next", "state")],
     )
-    reward_net = MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8])
     latent = [("next", "state"), ("next", "belief")]
+    decoder = MLP(in_features=STATE + BELIEF, out_features=OBS, num_cells=[8])
     world_model = TensorDictSequential(
         TensorDictModule(nn.Linear(OBS, 8), [("next", "observation")], [("next", "encoded")]),
         RSSMRolloutV3(prior, posterior, reset_key="is_init"),
-        TensorDictModule(
-            MLP(in_features=STATE + BELIEF, out_features=OBS, num_cells=[8]),
-            latent,
-            [("next", "reco_pixels")],
-        ),
+        TensorDictModule(decoder, latent, [("next", "reco_pixels")]),
         TensorDictModule(reward_net, latent, [("next", "reward")]),
     )
-    imagination = WorldModelWrapper(
-        TensorDictModule(prior_net, ["state", "belief", "action"], ["_", "state", "belief"]),
-        TensorDictModule(reward_net, ["state", "belief"], ["reward"]),
-    )
-    env = imagination_env()
-    env_specs = (env.observation_spec, env.state_spec, env.action_spec, env.reward_spec)
-    env = DreamerEnv(imagination, prior_shape=(STATE,), belief_shape=(BELIEF,))
-    env.observation_spec, env.state_spec, env.action_spec, env.reward_spec = env_specs
+    env = imagination_env(prior_net, reward_net)
     continuation = TensorDictModule(HalfContinuation(), ["state", "belief"], ["continuation"])
     return world_model, env, tanh_normal_actor(True), value_network(), continuation
 
