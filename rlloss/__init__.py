@@ -53,11 +53,15 @@ from rlloss.training import (
     recurrent_state_keys,
 )
 from rlloss.world_models import (
+    DreamerActorLoss,
+    DreamerModelLoss,
     DreamerV3ActorLoss,
     DreamerV3Loss,
     DreamerV3ModelLoss,
     DreamerV3ValueLoss,
+    DreamerValueLoss,
     ExponentialQuadraticCost,
+    WorldModelLoss,
 )
 
 # Module paths of the flat layout (before the family folders), kept importable: each old module
@@ -123,6 +127,9 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerActorLoss",
+    "DreamerModelLoss",
+    "DreamerValueLoss",
     "DreamerV3ActorLoss",
     "DreamerV3Loss",
     "DreamerV3ModelLoss",
@@ -154,6 +161,7 @@ __all__ = [
     "TDLambdaEstimator",
     "TQCLoss",
     "VTrace",
+    "WorldModelLoss",
     "ValueNormalizer",
     "ValueEstimator",
     "Update",

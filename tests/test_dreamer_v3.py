@@ -267,27 +267,32 @@ def rssm_prior():
     )
 
 
-def imagination_env(prior=None, reward_net=None):
-    """TorchRL's DreamerEnv over an RSSM prior and a reward head (new small ones by default)."""
+def imagination_env(prior=None, reward_net=None, sizes=(STATE, BELIEF, ACTION)):
+    """TorchRL's DreamerEnv over a transition (an RSSM prior whose last two outputs are the next
+    state and belief) and a reward head; new small V3 ones by default."""
     from torchrl.data import Bounded, Composite, Unbounded
     from torchrl.envs.model_based import DreamerEnv
-    from torchrl.modules import WorldModelWrapper
+    from torchrl.modules import RSSMPrior, WorldModelWrapper
 
+    state, belief, action = sizes
     prior = prior or rssm_prior()
-    reward_net = reward_net or MLP(in_features=STATE + BELIEF, out_features=1, num_cells=[8])
-    transition = TensorDictModule(prior, ["state", "belief", "action"], ["_", "state", "belief"])
+    reward_net = reward_net or MLP(in_features=state + belief, out_features=1, num_cells=[8])
+    outputs = (
+        ["_", "_", "state", "belief"] if isinstance(prior, RSSMPrior) else ["_", "state", "belief"]
+    )
+    transition = TensorDictModule(prior, ["state", "belief", "action"], outputs)
     reward = TensorDictModule(reward_net, ["state", "belief"], ["reward"])
     env = DreamerEnv(
-        WorldModelWrapper(transition, reward), prior_shape=(STATE,), belief_shape=(BELIEF,)
+        WorldModelWrapper(transition, reward), prior_shape=(state,), belief_shape=(belief,)
     )
-    env.observation_spec = Composite(state=Unbounded(STATE), belief=Unbounded(BELIEF))
+    env.observation_spec = Composite(state=Unbounded(state), belief=Unbounded(belief))
     env.state_spec = env.observation_spec.clone()
-    env.action_spec = Bounded(-1, 1, (ACTION,))
+    env.action_spec = Bounded(-1, 1, (action,))
     env.reward_spec = Unbounded((1,))
     return env
 
 
-def tanh_normal_actor(log_prob=False):
+def tanh_normal_actor(log_prob=False, state=STATE, belief=BELIEF, action=ACTION):
     from tensordict.nn import (
         NormalParamExtractor,
         ProbabilisticTensorDictModule,
@@ -298,7 +303,7 @@ def tanh_normal_actor(log_prob=False):
     extra = {"return_log_prob": True, "log_prob_key": "action_log_prob"} if log_prob else {}
     return ProbabilisticTensorDictSequential(
         TensorDictModule(
-            MLP(in_features=STATE + BELIEF, out_features=2 * ACTION, num_cells=[8]),
+            MLP(in_features=state + belief, out_features=2 * action, num_cells=[8]),
             ["state", "belief"],
             ["params"],
         ),

@@ -61,11 +61,15 @@ class ImaginationLoss(LossModule):
         self.model_based_env = model_based_env
         self.imagination_horizon = int(imagination_horizon)
         self.discount_loss = discount_loss
-        self._value_call = NetworkCall(value_model, until=self.tensor_keys.value)
+        self._value_call = NetworkCall(value_model)
+
+    def _start_keys(self) -> list[NestedKey]:
+        """The latent-state entries imagination starts from."""
+        return [self.tensor_keys.state, self.tensor_keys.belief]
 
     @property
     def in_keys(self) -> list[NestedKey]:
-        return [self.tensor_keys.state, self.tensor_keys.belief]
+        return self._start_keys()
 
     def make_value_estimator(self, value_type=None, **hyperparams):
         """TorchRL's ``TD0``, ``TD1`` or ``TDLambda`` (default), or an estimator instance: it
@@ -94,7 +98,7 @@ class ImaginationLoss(LossModule):
 
     def _imagine(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """The imagined trajectories ``[*B, H]`` and their next steps with the value written."""
-        start = tensordict.select(self.tensor_keys.state, self.tensor_keys.belief).data
+        start = tensordict.select(*self._start_keys()).data
         with hold_out_net(self.model_based_env), set_exploration_type(ExplorationType.RANDOM):
             start = self.model_based_env.reset(start.copy())
             fake_data = self.model_based_env.rollout(
