@@ -212,3 +212,18 @@ def test_actor_and_value_bad_input():
         rlloss.DreamerValueLoss(value_network(), value_loss="huber")
     with pytest.raises(KeyError, match="lambda_target"):
         rlloss.DreamerValueLoss(value_network())(starts())
+
+
+def test_model_and_value_losses_read_no_tensor_on_the_host():
+    from tests.test_contract import HostReads
+
+    model_loss = rlloss.DreamerModelLoss(world_model())
+    value_loss = rlloss.DreamerValueLoss(value_network())
+    imagined = starts().unsqueeze(-1).expand(4, 3).clone()
+    imagined["lambda_target"] = torch.randn(4, 3, 1)
+    for loss, batch in ((model_loss, sequences()), (value_loss, imagined)):
+        loss(batch)
+        with HostReads() as reads:
+            losses, _ = loss(batch)
+            sum(v.sum() for v in losses.values()).backward()
+        assert not reads.seen, type(loss).__name__

@@ -568,3 +568,20 @@ def test_composed_loss_refuses_a_detached_model_output():
             rlloss.DreamerV3ValueLoss(networks[3]),
             replay_value_loss_weight=-1,
         )
+
+
+def test_model_and_value_losses_read_no_tensor_on_the_host():
+    """No forward or backward of the model and value losses needs a tensor's value on the host
+    (the actor loss's rollout runs TorchRL's DreamerEnv, outside this check)."""
+    from tests.test_contract import HostReads
+
+    model_loss, _ = model_pair(kl_mode="separate", unimix=0.01)
+    value_loss, _ = value_pair(BINS, slow_critic_regularization=1.0)
+    runs = [(model_loss, sequences()), (value_loss, imagined())]
+    for loss, batch in runs:
+        loss(batch)  # the first call may prepare things
+        with HostReads() as reads, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses, _ = loss(batch)
+            sum(v.sum() for k, v in losses.items() if k.startswith("loss_")).backward()
+        assert not reads.seen, type(loss).__name__

@@ -78,3 +78,15 @@ def test_buffers_follow_the_module():
     target, weights = custom_target_and_weights()
     cost = rlloss.ExponentialQuadraticCost(target=target, weights=weights).double()
     assert cost.target.dtype == torch.float64 and "weights" in cost.state_dict()
+
+
+def test_reads_no_tensor_on_the_host():
+    from tests.test_contract import HostReads
+
+    target, weights = custom_target_and_weights()
+    cost = rlloss.ExponentialQuadraticCost(target=target, weights=weights)
+    td, _, _ = gaussian_states()
+    cost(td)
+    with HostReads() as reads:
+        cost(td)["loss_cost"].backward()
+    assert not reads.seen

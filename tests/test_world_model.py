@@ -99,3 +99,13 @@ def test_set_keys_and_bad_input():
     batch["next", "my_reward"] = batch["next"].pop("reward")
     with pytest.raises(KeyError, match="my_reward"):
         loss(batch)  # the model still writes ("next", "reward"): the prediction is missing
+
+
+def test_reads_no_tensor_on_the_host():
+    from tests.test_contract import HostReads
+
+    loss = rlloss.WorldModelLoss(world_model(), losses=list(SETTINGS[1]["losses"]))
+    loss(transitions())
+    with HostReads() as reads:
+        sum(loss(transitions()).values()).backward()
+    assert not reads.seen

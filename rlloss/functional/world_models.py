@@ -82,12 +82,12 @@ def two_hot_encode(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     x = x.clamp(bins[0], bins[-1])
     lower = (torch.searchsorted(bins, x.detach().contiguous(), right=True) - 1).clamp(0, count - 2)
     low, high = bins[lower], bins[lower + 1]
-    upper_weight = (x - low) / (high - low)
-    one_hot_low = F.one_hot(lower, count).to(x.dtype)
-    one_hot_high = F.one_hot(lower + 1, count).to(x.dtype)
-    return one_hot_low * (1 - upper_weight).unsqueeze(-1) + one_hot_high * upper_weight.unsqueeze(
-        -1
-    )
+    upper_weight = ((x - low) / (high - low)).unsqueeze(-1)
+    # one-hot rows by comparison (F.one_hot checks the indices' range on the host)
+    positions = torch.arange(count, device=x.device)
+    lower = lower.unsqueeze(-1)
+    at_low, at_high = (positions == lower).to(x.dtype), (positions == lower + 1).to(x.dtype)
+    return at_low * (1 - upper_weight) + at_high * upper_weight
 
 
 def two_hot_decode(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
