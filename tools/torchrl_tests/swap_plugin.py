@@ -13,7 +13,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 27 swapped classes (whichever implementation is active), so
+at least one instance of the 37 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
