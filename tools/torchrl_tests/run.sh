@@ -18,14 +18,14 @@ REPO="$(cd "$HERE/../.." && pwd)"
 if [ -n "${VENV:-}" ]; then . "$VENV/bin/activate"; fi
 BUDGET="${BUDGET:-1500}"
 TESTS="${TESTS:-$HERE/rl_tests}"
-ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module}"
+ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module dreamer dreamer_v3 controllers}"
 mkdir -p raw logs
 
 if [ -n "${WAIT_FILE:-}" ]; then
   while [ ! -f "$WAIT_FILE" ]; do sleep 60; done
 fi
 
-# Selection: the test classes/functions that target the 27 swapped classes.
+# Selection: the test classes/functions that target the 37 swapped classes.
 sel() {
   local o=test/objectives
   case "$1" in
@@ -36,6 +36,9 @@ sel() {
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;
     cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
     tqc) echo "$o/test_tqc.py::TestTQC" ;;
+    dreamer) echo "$o/test_dreamer.py::TestDreamer $o/test_dreamer.py::TestWorldModelLoss" ;;
+    dreamer_v3) echo "$o/test_dreamer_v3.py::TestDreamerV3" ;;
+    controllers) echo "$o/test_controllers.py::TestExponentialQuadraticCost" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
     loss_module) echo "$o/test_loss_module.py::test_updater $o/test_loss_module.py::test_updater_warning $o/test_loss_module.py::test_instantiate_with_different_keys $o/test_loss_module.py::TestMakeValueEstimator $o/test_loss_module.py::TestSchedulableBuffers $o/test_loss_module.py::TestPrepareValueEstimatorKwargs $o/test_loss_module.py::TestDefaultForwardValueEstimatorKeys $o/test_loss_module.py::TestValueEstimatorRegistry" ;;
   esac
