@@ -54,8 +54,9 @@ class DreamerV3ActorLoss(ImaginationLoss):
         return_normalization: scale by the percentile range (``True``), with its EMA ``rate``
             (0.01), ``quantiles`` ((0.05, 0.95)) and ``min_scale`` (1.0).
 
-    Differences from TorchRL: the percentiles are read from a sort (no ``torch.quantile``
-    host-side check of its levels), the lambda-returns from one parallel scan.
+    Differences from TorchRL: without a continuation model the targets are the lambda-returns
+    of eq. 7 (TorchRL 0.14.1 computes ``r_t + gamma v_{t+1}`` there, see docs/differences.md);
+    the percentiles are read from a sort (no ``torch.quantile`` host-side check of its levels).
 
     Example:
         >>> actor_loss = DreamerV3ActorLoss(actor, value, dreamer_env, imagination_horizon=15)
