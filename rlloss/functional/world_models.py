@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from rlloss._checks import check_in_range, check_same_shape
 from rlloss.functional.returns import td_lambda_return
