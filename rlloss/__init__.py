@@ -54,6 +54,17 @@ from rlloss.training import (
     kl_exceeds,
     recurrent_state_keys,
 )
+from rlloss.world_models import (
+    DreamerActorLoss,
+    DreamerModelLoss,
+    DreamerV3ActorLoss,
+    DreamerV3Loss,
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+    DreamerValueLoss,
+    ExponentialQuadraticCost,
+    WorldModelLoss,
+)
 
 # Module paths of the flat layout (before the family folders), kept importable: each old module
 # name is a module holding the public names of the modules its content moved to (``from
@@ -123,6 +134,14 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerActorLoss",
+    "DreamerModelLoss",
+    "DreamerValueLoss",
+    "DreamerV3ActorLoss",
+    "DreamerV3Loss",
+    "DreamerV3ModelLoss",
+    "DreamerV3ValueLoss",
+    "ExponentialQuadraticCost",
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",
@@ -153,6 +172,7 @@ __all__ = [
     "TDLambdaEstimator",
     "TQCLoss",
     "VTrace",
+    "WorldModelLoss",
     "ValueNormalizer",
     "ValueEstimator",
     "Update",

@@ -419,3 +419,130 @@ def group_standardize(
         for i in members:
             out[i] = (x[i] - mean) / max(math.sqrt(var), eps)
     return out
+
+
+# --------------------------------------------------------------------------- world models
+
+
+def symlog(x: float) -> float:
+    """DreamerV3 eq. 9: ``sign(x) ln(|x| + 1)``."""
+    return math.copysign(math.log(abs(x) + 1.0), x) if x else 0.0
+
+
+def symexp(x: float) -> float:
+    """The inverse of :func:`symlog`: ``sign(x) (e^|x| - 1)``."""
+    return math.copysign(math.exp(abs(x)) - 1.0, x) if x else 0.0
+
+
+def two_hot(x: float, bins: Sequence[float]) -> list[float]:
+    """DreamerV3 eq. 10: the weights on the two bins around ``x`` (clipped to the support),
+    inversely proportional to the distance, found by a linear scan."""
+    x = min(max(x, bins[0]), bins[-1])
+    out = [0.0] * len(bins)
+    for k in range(len(bins) - 1):
+        if bins[k] <= x <= bins[k + 1]:
+            width = bins[k + 1] - bins[k]
+            out[k] = (bins[k + 1] - x) / width
+            out[k + 1] = (x - bins[k]) / width
+            return out
+    raise AssertionError("unreachable: x is clipped to the support")
+
+
+def softmax(logits: Sequence[float]) -> list[float]:
+    top = max(logits)
+    exps = [math.exp(v - top) for v in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def two_hot_cross_entropy(logits: Sequence[float], target: float, bins: Sequence[float]) -> float:
+    """DreamerV3 eq. 11: ``-sum_k twohot(y)_k log softmax(logits)_k``."""
+    probs = softmax(logits)
+    return -sum(w * math.log(p) for w, p in zip(two_hot(target, bins), probs, strict=True) if w)
+
+
+def mixed_categorical(logits: Sequence[float], unimix: float) -> list[float]:
+    """``(1 - unimix) softmax + unimix / K`` (DreamerV3's uniform mixture)."""
+    return [(1 - unimix) * p + unimix / len(logits) for p in softmax(logits)]
+
+
+def categorical_kl_probs(p: Sequence[float], q: Sequence[float]) -> float:
+    """``KL(p || q) = sum_k p_k ln(p_k / q_k)``."""
+    return sum(pk * math.log(pk / qk) for pk, qk in zip(p, q, strict=True) if pk > 0)
+
+
+def lambda_return_imagined(
+    reward: Sequence[float],
+    next_value: Sequence[float],
+    continuation: Sequence[float],
+    gamma: float,
+    lmbda: float,
+) -> list[float]:
+    """DreamerV3 eq. 7 by backward recursion: ``R_t = r_t + gamma c_t ((1 - lmbda) v_{t+1} +
+    lmbda R_{t+1})`` with ``R_{H-1+1} = v_H`` (the last next value)."""
+    horizon = len(reward)
+    out = [0.0] * horizon
+    following = next_value[-1]
+    for t in reversed(range(horizon)):
+        following = reward[t] + gamma * continuation[t] * (
+            (1 - lmbda) * next_value[t] + lmbda * following
+        )
+        out[t] = following
+    return out
+
+
+def imagination_weights(continuation: Sequence[float], gamma: float) -> list[float]:
+    """``w_t = c_0 prod_{k=1}^{t} gamma c_k``."""
+    out, weight = [], 1.0
+    for t, c in enumerate(continuation):
+        weight *= c if t == 0 else gamma * c
+        out.append(weight)
+    return out
+
+
+def quantile(values: Sequence[float], level: float) -> float:
+    """The ``level`` quantile with linear interpolation between the sorted values (Hyndman and
+    Fan's definition 7, numpy's and torch's default)."""
+    ordered = sorted(values)
+    position = level * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (position - below) * (ordered[above] - ordered[below])
+
+
+def expected_saturating_cost(
+    mean: Sequence[float], covariance: Sequence[Sequence[float]], target, weights
+) -> float:
+    """PILCO eq. 24-25: ``1 - det(I + S W)^{-1/2} exp(-(m - t)^T W (I + S W)^{-1} (m - t) / 2)``,
+    with the determinant and the solve of ``I + S W`` by Gaussian elimination on floats."""
+    size = len(mean)
+    s_w = [
+        [sum(covariance[i][k] * weights[k][j] for k in range(size)) for j in range(size)]
+        for i in range(size)
+    ]
+    matrix = [[(1.0 if i == j else 0.0) + s_w[i][j] for j in range(size)] for i in range(size)]
+    diff = [m - t for m, t in zip(mean, target, strict=True)]
+    solved, det = _solve(matrix, diff)
+    w_diff = [sum(weights[i][j] * solved[j] for j in range(size)) for i in range(size)]
+    quadratic = sum(d * v for d, v in zip(diff, w_diff, strict=True))
+    return 1.0 - det**-0.5 * math.exp(-0.5 * quadratic)
+
+
+def _solve(matrix: list[list[float]], rhs: list[float]) -> tuple[list[float], float]:
+    """``matrix^{-1} rhs`` and ``det(matrix)`` by Gaussian elimination with partial pivoting."""
+    size = len(rhs)
+    a = [row[:] + [b] for row, b in zip(matrix, rhs, strict=True)]
+    det = 1.0
+    for col in range(size):
+        pivot = max(range(col, size), key=lambda r: abs(a[r][col]))
+        if pivot != col:
+            a[col], a[pivot] = a[pivot], a[col]
+            det = -det
+        det *= a[col][col]
+        for r in range(col + 1, size):
+            factor = a[r][col] / a[col][col]
+            a[r] = [x - factor * y for x, y in zip(a[r], a[col], strict=True)]
+    out = [0.0] * size
+    for r in reversed(range(size)):
+        out[r] = (a[r][size] - sum(a[r][c] * out[c] for c in range(r + 1, size))) / a[r][r]
+    return out, det

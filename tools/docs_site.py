@@ -69,6 +69,17 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "OnlineDTLoss",
         "RNDLoss",
     ),
+    "World-model losses": (
+        "DreamerModelLoss",
+        "DreamerActorLoss",
+        "DreamerValueLoss",
+        "DreamerV3ActorLoss",
+        "DreamerV3Loss",
+        "DreamerV3ModelLoss",
+        "DreamerV3ValueLoss",
+        "WorldModelLoss",
+        "ExponentialQuadraticCost",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",
@@ -111,6 +122,7 @@ FUNCTIONAL_TITLES = {
     "distributions": "Distributions",
     "mpo": "MPO",
     "reduce": "Reductions",
+    "world_models": "World models",
 }
 
 # Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).

@@ -10,7 +10,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RAW = os.path.join(HERE, "raw")
-FILES = ["ppo", "dqn", "ddpg", "sac", "iql", "cql", "tqc", "values", "loss_module"]
+FILES = [
+    "ppo", "dqn", "ddpg", "sac", "iql", "cql", "tqc", "values", "loss_module",
+    "dreamer", "dreamer_v3", "controllers",
+]  # fmt: skip
 SETTINGS = ["torchrl", "rlloss"]
 
 

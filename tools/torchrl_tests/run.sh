@@ -19,14 +19,14 @@ REPO="$(cd "$HERE/../.." && pwd)"
 if [ -n "${VENV:-}" ]; then . "$VENV/bin/activate"; fi
 BUDGET="${BUDGET:-1500}"
 TESTS="${TESTS:-$HERE/rl_tests}"
-ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module}"
+ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module dreamer dreamer_v3 controllers}"
 mkdir -p raw logs
 
 if [ -n "${WAIT_FILE:-}" ]; then
   while [ ! -f "$WAIT_FILE" ]; do sleep 60; done
 fi
 
-# Selection: the test classes/functions that target the 27 swapped classes.
+# Selection: the test classes/functions that target the 37 swapped classes.
 sel() {
   local o=test/objectives
   case "$1" in
@@ -37,6 +37,9 @@ sel() {
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;
     cql) echo "$o/test_cql.py::TestCQL $o/test_cql.py::TestDiscreteCQL" ;;
     tqc) echo "$o/test_tqc.py::TestTQC" ;;
+    dreamer) echo "$o/test_dreamer.py::TestDreamer $o/test_dreamer.py::TestWorldModelLoss" ;;
+    dreamer_v3) echo "$o/test_dreamer_v3.py::TestDreamerV3" ;;
+    controllers) echo "$o/test_controllers.py::TestExponentialQuadraticCost" ;;
     values) echo "$o/test_values.py::TestValues $o/test_values.py::TestAdv" ;;
     bc) echo "$o/test_bc.py::TestBCLoss" ;;
     diffusion_bc) echo "$o/test_diffusion_bc.py::TestDiffusionBCLoss" ;;

@@ -13,7 +13,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 27 swapped classes (whichever implementation is active), so
+at least one instance of the 37 swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -84,6 +84,15 @@ TARGETS = {
     ],
     "VTrace": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
     "MultiAgentGAE": ["torchrl.objectives.value.advantages", "torchrl.objectives.value"],
+    "DreamerModelLoss": ["torchrl.objectives.dreamer", "torchrl.objectives"],
+    "DreamerActorLoss": ["torchrl.objectives.dreamer", "torchrl.objectives"],
+    "DreamerValueLoss": ["torchrl.objectives.dreamer", "torchrl.objectives"],
+    "DreamerV3ActorLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "DreamerV3Loss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "DreamerV3ModelLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "DreamerV3ValueLoss": ["torchrl.objectives.dreamer_v3", "torchrl.objectives"],
+    "ExponentialQuadraticCost": ["torchrl.objectives.pilco", "torchrl.objectives"],
+    "WorldModelLoss": ["torchrl.objectives.world_model_loss", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
 }

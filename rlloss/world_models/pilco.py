@@ -1,0 +1,118 @@
+"""``ExponentialQuadraticCost``: PILCO's expected saturating cost of a Gaussian state.
+
+Deisenroth and Rasmussen, "PILCO: A Model-Based and Data-Efficient Approach to Policy Search"
+(ICML 2011), eq. 24-25. A smooth, bounded stand-in for a 0-1 cost around a target, whose
+expectation under a Gaussian state ``N(m, S)`` has a closed form and analytic gradients in ``m``
+and ``S`` (:func:`rlloss.functional.expected_saturating_cost`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+
+from rlloss import functional as rlf
+from rlloss.common import LossModule, accepts_tensor_arguments
+
+
+class ExponentialQuadraticCost(LossModule):
+    """``loss_cost = E_{x ~ N(m, S)}[1 - exp(-(x - t)^T W (x - t) / 2)]``, reduced over the batch.
+
+    TorchRL's ``ExponentialQuadraticCost`` with the same keywords, keys and output: the state's
+    mean ``m`` (``[*B, D]``) and covariance ``S`` (``[*B, D, D]``) are read under
+    ``tensor_keys.loc`` and ``tensor_keys.scale`` (``("observation", "mean")`` and
+    ``("observation", "var")``), the cost written under ``tensor_keys.loss_cost``.
+
+    Args:
+        target: the target state ``t``, ``[D]`` (default: the origin).
+        weights: the symmetric positive semi-definite weight matrix ``W``, ``[D, D]`` (default:
+            the identity).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (a ``[*B]`` cost, the output
+            TensorDict of batch size ``[*B]``).
+
+    Differences from TorchRL: a bad ``reduction`` or a target / weight matrix of the wrong shape
+    is refused by the constructor (TorchRL raises on the first forward, or inside ``linalg``).
+
+    Example:
+        >>> cost = ExponentialQuadraticCost(target=torch.zeros(4), reduction="none")
+        >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [B])
+        >>> cost(td)["loss_cost"]  # [B], each in [0, 1]
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read and written by ExponentialQuadraticCost."""
+
+        loc: NestedKey = ("observation", "mean")  # the state mean, [*B, D]
+        scale: NestedKey = ("observation", "var")  # the state covariance, [*B, D, D]
+        loss_cost: NestedKey = "loss_cost"  # the output entry
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        target: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        self.reduction = self._check_reduction(reduction)
+        _check_target_and_weights(target, weights)
+        self.register_buffer("target", target)
+        self.register_buffer("weights", weights)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.loc, self.tensor_keys.scale]
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.loss_cost]
+
+    def _target_and_weights(self, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target ``[D]`` and weights ``[D, D]``, the defaults in ``mean``'s dtype/device."""
+        size = mean.shape[-1]
+        target = self.target if self.target is not None else mean.new_zeros(size)
+        weights = self.weights
+        if weights is None:
+            weights = torch.eye(size, dtype=mean.dtype, device=mean.device)
+        if target.shape[-1] != size or weights.shape != (size, size):
+            raise ValueError(
+                f"ExponentialQuadraticCost: the state has {size} dimensions but the target has "
+                f"shape {tuple(target.shape)} and the weights {tuple(weights.shape)}; build the "
+                f"cost with a target [{size}] and weights [{size}, {size}]."
+            )
+        return target, weights
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The expected cost, reduced; a TensorDict with ``tensor_keys.loss_cost``."""
+        mean, covariance = self._get(tensordict, "loc"), self._get(tensordict, "scale")
+        target, weights = self._target_and_weights(mean)
+        cost = rlf.expected_saturating_cost(mean, covariance, target, weights)
+        loss = rlf.reduce(cost, self.reduction)
+        batch_size = cost.shape if self.reduction == "none" else torch.Size([])
+        return TensorDict({self.tensor_keys.loss_cost: loss}, batch_size=batch_size)
+
+
+def _check_target_and_weights(target, weights) -> None:
+    if target is not None and (not isinstance(target, torch.Tensor) or target.ndim != 1):
+        raise ValueError(
+            "ExponentialQuadraticCost: target must be a 1-D tensor [D] (the target state), got "
+            f"{getattr(target, 'shape', target)!r}."
+        )
+    if weights is not None:
+        square = isinstance(weights, torch.Tensor) and weights.ndim == 2
+        if not square or weights.shape[0] != weights.shape[1]:
+            raise ValueError(
+                "ExponentialQuadraticCost: weights must be a square matrix [D, D] (the "
+                f"precision of the cost), got {getattr(weights, 'shape', weights)!r}."
+            )
+    if target is not None and weights is not None and weights.shape[0] != target.shape[0]:
+        raise ValueError(
+            f"ExponentialQuadraticCost: target has {target.shape[0]} dimensions but weights "
+            f"are {tuple(weights.shape)}; they must describe the same state size."
+        )

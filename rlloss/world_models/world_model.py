@@ -1,0 +1,125 @@
+"""``WorldModelLoss``: supervised losses of a learned model on real transitions.
+
+The model-learning step of model-based RL (e.g. Sutton's Dyna, Janner et al.'s MBPO,
+arXiv:1906.08253): a model predicting the reward, the episode end, the observation (through a
+decoder) or the next latent state is regressed on the replayed transitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rlloss import functional as rlf
+from rlloss._checks import check_choice
+from rlloss.common import accepts_tensor_arguments
+from rlloss.functional.critic import DISTANCES
+from rlloss.world_models.base import WorldModelLossBase
+
+SUB_LOSSES = ("reward", "done", "reconstruction", "latent")
+
+
+class WorldModelLoss(WorldModelLossBase):
+    """The world model's losses on real transitions, each ``weight * mean(L(prediction,
+    target))`` with ``L`` its distance (``"l2"``, ``"l1"`` or ``"smooth_l1"``):
+
+    - ``loss_reward``: the predicted ``("next", reward)`` against the real reward;
+    - ``loss_done``: the predicted ``("next", done)`` against the real done flag (as floats);
+    - ``loss_reconstruction``: ``reconstructed_observation`` against ``observation``;
+    - ``loss_latent``: ``predicted_latent`` against ``target_latent``.
+
+    The real ``("next", reward)``, ``("next", done)`` and ``("next", terminated)`` are moved to
+    ``("next", true_<name>)`` in a copy of the batch before the model runs (only for the active
+    losses), so the model writes its predictions under the original keys.
+
+    TorchRL's ``WorldModelLoss`` with the same keywords, keys and outputs.
+
+    Args:
+        world_model: a module called on the batch (TorchRL's ``WorldModel``).
+        losses: which of ``"reward"``, ``"done"``, ``"reconstruction"``, ``"latent"`` (default
+            ``["reward"]``).
+        reward_loss, done_loss, reconstruction_loss, latent_loss: distances (``"l2"``).
+        reward_weight, done_weight, reconstruction_weight, latent_weight: weights (1.0, >= 0).
+
+    Example:
+        >>> loss = WorldModelLoss(world_model, losses=["reward", "done"])
+        >>> loss(batch)["loss_reward"].backward()
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` under "next")."""
+
+        reward: NestedKey = "reward"
+        true_reward: NestedKey = "true_reward"
+        done: NestedKey = "done"
+        true_done: NestedKey = "true_done"
+        terminated: NestedKey = "terminated"
+        true_terminated: NestedKey = "true_terminated"
+        observation: NestedKey = "observation"
+        reconstructed_observation: NestedKey = "reconstructed_observation"
+        predicted_latent: NestedKey = "predicted_latent"
+        target_latent: NestedKey = "target_latent"
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        world_model: nn.Module,
+        *,
+        losses: list[str] | None = None,
+        reward_loss: str = "l2",
+        done_loss: str = "l2",
+        reconstruction_loss: str = "l2",
+        latent_loss: str = "l2",
+        reward_weight: float = 1.0,
+        done_weight: float = 1.0,
+        reconstruction_weight: float = 1.0,
+        latent_weight: float = 1.0,
+    ) -> None:
+        losses = ["reward"] if losses is None else list(losses)
+        unknown = set(losses) - set(SUB_LOSSES)
+        if unknown:
+            raise ValueError(
+                f"Unknown loss type(s): {unknown}. Valid choices are {sorted(SUB_LOSSES)}."
+            )
+        distances = {"reward_loss": reward_loss, "done_loss": done_loss}
+        distances.update(reconstruction_loss=reconstruction_loss, latent_loss=latent_loss)
+        for name, kind in distances.items():
+            check_choice(name, kind, DISTANCES)
+        weights = {"reward_weight": reward_weight, "done_weight": done_weight}
+        weights.update(reconstruction_weight=reconstruction_weight, latent_weight=latent_weight)
+        super().__init__(world_model, **weights)
+        self.losses = losses
+        self.__dict__.update(distances)
+
+    @property
+    def out_keys(self) -> list[str]:
+        return [f"loss_{name}" for name in self.losses]
+
+    def _term(self, output, name: str, prediction: str, target: str, nested: bool) -> torch.Tensor:
+        predicted = self._get(output, prediction, nested=nested)
+        real = self._get(output, target, nested=nested)
+        if name == "done":
+            predicted, real = predicted.float(), real.float()
+        kind, weight = getattr(self, f"{name}_loss"), getattr(self, f"{name}_weight")
+        return weight * rlf.distance(predicted, real, kind).mean()
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """The active losses, each a 0-dim tensor."""
+        labels = ("reward",) if "reward" in self.losses else ()
+        optional = ("done", "terminated") if "done" in self.losses else ()
+        output = self._run_world_model(tensordict, labels, optional)
+        entries = {
+            "reward": ("reward", "true_reward", True),
+            "done": ("done", "true_done", True),
+            "reconstruction": ("reconstructed_observation", "observation", False),
+            "latent": ("predicted_latent", "target_latent", False),
+        }
+        out = {f"loss_{name}": self._term(output, name, *entries[name]) for name in self.losses}
+        return TensorDict(out)
