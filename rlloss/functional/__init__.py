@@ -20,6 +20,14 @@ from rlloss.functional.distributions import (
     tanh_normal_sample_and_log_prob,
     uniform_sample_and_log_prob,
 )
+from rlloss.functional.llm import (
+    cispo_surrogate,
+    group_relative_advantage,
+    gspo_token_log_ratio,
+    kl_trust_mask,
+    masked_log_ratio,
+    sequence_log_ratio,
+)
 from rlloss.functional.mpo import (
     action_penalty_cost,
     categorical_cross_entropy,
@@ -85,9 +93,11 @@ from rlloss.functional.quantile import (
     truncated_mixture_atoms,
 )
 from rlloss.functional.reduce import (
+    aggregate_tokens,
     explained_variance,
     group_standardize,
     masked_moments,
+    masked_token_ess,
     normalized_effective_sample_size,
     reduce,
     reduced_dims,
@@ -106,6 +116,14 @@ from rlloss.functional.returns import (
 )
 
 __all__ = [
+    "aggregate_tokens",
+    "cispo_surrogate",
+    "group_relative_advantage",
+    "gspo_token_log_ratio",
+    "kl_trust_mask",
+    "masked_log_ratio",
+    "masked_token_ess",
+    "sequence_log_ratio",
     "action_penalty_cost",
     "action_squared_error",
     "adaptive_kl_beta",
