@@ -22,6 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
+from rlloss.llm import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -128,6 +129,11 @@ __all__ = [
     "QMixerLoss",
     "MAPPOLoss",
     "IPPOLoss",
+    "GRPOLoss",
+    "DAPO",
+    "CISPOLoss",
+    "DrGRPOLoss",
+    "GSPOLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -60,6 +60,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("MAPPOLoss", "IPPOLoss", "QMixerLoss"),
+    "LLM post-training losses": ("GRPOLoss", "DAPO", "CISPOLoss", "DrGRPOLoss", "GSPOLoss"),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

@@ -1,0 +1,89 @@
+"""What the language-model losses share: the actor's masked token distribution (TorchRL's
+``LLMWrapperBase`` contract), padded reads of ragged entries, and the mask / shape contract.
+
+TorchRL's LLM actors (``torchrl.modules.llm.TransformersWrapper``, ``vLLMWrapper``) return a
+``LLMMaskedCategorical`` over the padded sequence (left padding), its ``mask`` ``[*B, T]``
+marking the tokens a loss counts: the response (``masking_strategy="sft"``), the assistant
+turns (``"rlhf"``) or every attended token (``"generic"``). Every per-token entry a loss reads
+is brought to that ``[*B, T]`` shape, or refused with an error naming the entry, its shape and
+the shape expected.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import NestedKey, TensorDictBase
+
+MASKING_STRATEGIES = ("sft", "rlhf", "generic")
+_DIST_METHODS = {"sft": "_get_sft_dist", "rlhf": "_get_rlhf_dist", "generic": "_get_generic_dist"}
+
+
+def check_masking_strategy(masking_strategy: str) -> str:
+    if masking_strategy not in MASKING_STRATEGIES:
+        raise ValueError(
+            f"masking_strategy must be one of {MASKING_STRATEGIES}, got {masking_strategy!r}: "
+            "'sft' counts the response tokens, 'rlhf' the assistant turns, 'generic' every "
+            "attended token."
+        )
+    return masking_strategy
+
+
+def token_distribution(owner: str, actor, tensordict: TensorDictBase, masking_strategy: str):
+    """The actor's masked distribution over the batch's tokens for ``masking_strategy``: its
+    ``_get_sft_dist`` / ``_get_rlhf_dist`` / ``_get_generic_dist``, else ``get_dist``."""
+    method = getattr(actor, _DIST_METHODS[masking_strategy], None)
+    if method is not None:
+        return method(tensordict)
+    if hasattr(actor, "get_dist"):
+        return actor.get_dist(tensordict, logits_key="logits")
+    raise NotImplementedError(
+        f"{owner}: the actor network ({type(actor).__name__}) has neither "
+        f"{_DIST_METHODS[masking_strategy]} nor get_dist: pass a torchrl.modules.llm wrapper "
+        "(TransformersWrapper, vLLMWrapper) built with generate=False, or a module with "
+        "get_dist(tensordict) returning a masked categorical over the tokens."
+    )
+
+
+def read_padded(
+    tensordict: TensorDictBase, key: NestedKey, padding_side: str = "left", padding_value=0.0
+) -> torch.Tensor | None:
+    """The entry ``key`` as one padded tensor (a ragged, lazily stacked entry is padded on
+    ``padding_side`` with ``padding_value``), ``None`` if absent."""
+    return tensordict.get(
+        key, None, as_padded_tensor=True, padding_side=padding_side, padding_value=padding_value
+    )
+
+
+def per_token(owner: str, name: str, key, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``value`` as a ``[*B, T]`` tensor, the shape of the token ``mask``: a ``[*B, T, 1]``
+    value loses its feature dim; a ``ValueError`` naming the entry and both shapes otherwise."""
+    if value.ndim == mask.ndim + 1 and value.shape[-1] == 1:
+        value = value.squeeze(-1)
+    if value.shape != mask.shape:
+        raise ValueError(
+            f"{owner}: the {name} entry {key!r} has shape {tuple(value.shape)}, the actor's "
+            f"token mask {tuple(mask.shape)}: give one value per token ([*B, T] or [*B, T, 1]), "
+            "padded on the side the actor pads (left), and stored with the masking strategy "
+            "the loss uses."
+        )
+    return value
+
+
+def token_advantage(owner: str, key, advantage: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The advantage as ``[*B, T]``: per token (``[*B, T]``, ``[*B, T, 1]``) or per sequence
+    (``[*B]``, ``[*B, 1]``, broadcast to the tokens); a ``ValueError`` naming both shapes
+    otherwise."""
+    batch = mask.shape[:-1]
+    if advantage.shape in (batch, (*batch, 1)) and advantage.shape != mask.shape:
+        return advantage.reshape(*batch, 1).expand(mask.shape)
+    if advantage.shape == (*batch, 1, 1) and mask.shape[-1] != 1:
+        return advantage.reshape(*batch, 1).expand(mask.shape)
+    try:
+        return per_token(owner, "advantage", key, advantage, mask)
+    except ValueError:
+        raise ValueError(
+            f"{owner}: the advantage entry {key!r} has shape {tuple(advantage.shape)}, the "
+            f"actor's token mask {tuple(mask.shape)}: give one advantage per token "
+            f"({tuple(mask.shape)} or {(*mask.shape, 1)}) or one per sequence ({tuple(batch)} "
+            f"or {(*batch, 1)})."
+        ) from None
