@@ -22,7 +22,7 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
-from rlloss.llm import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss
+from rlloss.llm import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, SFTLoss
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -134,6 +134,7 @@ __all__ = [
     "CISPOLoss",
     "DrGRPOLoss",
     "GSPOLoss",
+    "SFTLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -89,3 +89,81 @@ def token_batch(
         },
         [batch],
     )
+
+
+CHATS = [
+    [
+        {"role": "system", "content": "t2 t3"},
+        {"role": "user", "content": "t4 t5 t6"},
+        {"role": "assistant", "content": "t7 t8"},
+    ],
+    [
+        {"role": "system", "content": "t2 t3"},
+        {"role": "user", "content": "t4 t5"},
+        {"role": "assistant", "content": "t9 t10 t11 t12 t13"},
+    ],
+]
+
+
+def chat_batch(tokenizer):
+    """Two chats (system, user, assistant) in TorchRL's layout for SFT, lazily stacked."""
+    from tensordict import lazy_stack
+    from torchrl.data import History
+    from torchrl.modules.llm.policies.common import ChatHistory, Text
+
+    history = History.from_chats(CHATS)
+    prompt = history[:, :-1].apply_chat_template(
+        tokenizer=tokenizer, chat_template_name="qwen", add_generation_prompt=True
+    )
+    full = history.apply_chat_template(
+        tokenizer=tokenizer, chat_template_name="qwen", add_generation_prompt=False
+    )
+    response = [f[len(p) :] for f, p in zip(full, prompt, strict=True)]
+    batch = TensorDict(
+        text=Text(prompt=prompt, response=response, full=full),
+        history=ChatHistory(full=history, prompt=history[..., :-1], response=history[..., -1:]),
+        next=TensorDict(
+            reward=torch.zeros(2, 1),
+            done=torch.zeros(2, dtype=torch.bool),
+            history=ChatHistory(prompt=history),
+        ),
+        batch_size=(2,),
+    )
+    return lazy_stack(list(batch.unbind(0)))
+
+
+def history_actor(model, tokenizer, **kwargs):
+    from torchrl.modules.llm import TransformersWrapper
+
+    return TransformersWrapper(
+        model,
+        tokenizer=tokenizer,
+        generate=False,
+        chat_template_name="qwen",
+        input_mode="history",
+        pad_output=False,
+        **kwargs,
+    )
+
+
+def with_ref_log_probs(batch, model, tokenizer):
+    """``("next", "ref_log_probs", "full")`` from a reference copy of ``model`` (TorchRL's
+    ``RetrieveLogProb``, assistant tokens only)."""
+    import copy
+
+    from torchrl.envs.llm.transforms.kl import RetrieveLogProb
+
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    transform = RetrieveLogProb(
+        history_actor(reference, tokenizer, return_log_probs=True),
+        assistant_only=True,
+        tokenizer_kwargs={"chat_template_name": "qwen"},
+        tokenizer=tokenizer,
+        log_probs_full_key=("ref_log_probs", "full"),
+    )
+    with torch.no_grad():
+        transform(batch)
+    return batch

@@ -490,3 +490,15 @@ def gspo_sequence_objective(
 def kl_trust(log_prob: float, other: float, threshold: float) -> bool:
     """TorchRL's KL-mask: keep the token when ``0.5 (log pi - log pi_other)^2 <= threshold``."""
     return 0.5 * (log_prob - other) ** 2 <= threshold
+
+
+def sequence_log_likelihood(log_probs: Sequence[float], mask: Sequence[bool], normalize: bool):
+    """Sum of a sequence's valid token log-probs, over their number with ``normalize``."""
+    valid = [x for x, m in zip(log_probs, mask, strict=True) if m]
+    return sum(valid) / max(len(valid), 1) if normalize else sum(valid)
+
+
+def minor_sft_loss(log_likelihood: float, ref_log_likelihood: float, beta: float) -> float:
+    """MinorSFT (Xie et al., arXiv:2408.10642): ``-log sigmoid(beta (log p - log p_ref))``."""
+    z = beta * (log_likelihood - ref_log_likelihood)
+    return math.log1p(math.exp(-z)) if z > -30 else -z

@@ -60,7 +60,14 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     ),
     "Offline losses": ("IQLLoss", "DiscreteIQLLoss", "CQLLoss", "DiscreteCQLLoss", "TD3BCLoss"),
     "Multi-agent losses": ("MAPPOLoss", "IPPOLoss", "QMixerLoss"),
-    "LLM post-training losses": ("GRPOLoss", "DAPO", "CISPOLoss", "DrGRPOLoss", "GSPOLoss"),
+    "LLM post-training losses": (
+        "GRPOLoss",
+        "DAPO",
+        "CISPOLoss",
+        "DrGRPOLoss",
+        "GSPOLoss",
+        "SFTLoss",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

@@ -26,6 +26,8 @@ from rlloss.functional.llm import (
     gspo_token_log_ratio,
     kl_trust_mask,
     masked_log_ratio,
+    minor_sft_loss,
+    sequence_log_likelihood,
     sequence_log_ratio,
 )
 from rlloss.functional.mpo import (
@@ -123,6 +125,8 @@ __all__ = [
     "kl_trust_mask",
     "masked_log_ratio",
     "masked_token_ess",
+    "minor_sft_loss",
+    "sequence_log_likelihood",
     "sequence_log_ratio",
     "action_penalty_cost",
     "action_squared_error",

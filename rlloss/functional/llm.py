@@ -87,3 +87,24 @@ def gspo_token_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.T
     sequence = sequence_log_ratio(log_ratio, mask).detach()
     token = torch.where(mask, log_ratio, 0.0)
     return torch.where(mask, sequence + token - token.detach(), 0.0)
+
+
+def sequence_log_likelihood(
+    log_prob: torch.Tensor, mask: torch.Tensor, normalize: bool = True
+) -> torch.Tensor:
+    """``log p(y) = sum_t log pi(y_t | y_<t)`` over a sequence's valid tokens, ``[*B]``; with
+    ``normalize``, divided by their number (at least 1): the per-token negative log-likelihood
+    of supervised fine-tuning, sign flipped."""
+    check_same_shape(log_prob=log_prob, mask=mask)
+    total = torch.where(mask, log_prob, 0.0).sum(-1)
+    return total / mask.sum(-1).clamp_min(1) if normalize else total
+
+
+def minor_sft_loss(
+    log_likelihood: torch.Tensor, ref_log_likelihood: torch.Tensor, beta: Scalar
+) -> torch.Tensor:
+    """MinorSFT's loss ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` per sequence (Xie et al.,
+    "Minor SFT loss for LLM fine-tune to increase performance and reduce model deviation",
+    arXiv:2408.10642, eq. 6: DPO's implicit reward of the demonstration alone)."""
+    check_same_shape(log_likelihood=log_likelihood, ref_log_likelihood=ref_log_likelihood)
+    return -torch.nn.functional.logsigmoid(beta * (log_likelihood - ref_log_likelihood.detach()))

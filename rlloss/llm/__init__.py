@@ -1,5 +1,6 @@
 """Language-model post-training losses, drop-ins for ``torchrl.objectives.llm``."""
 
 from rlloss.llm.grpo import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss
+from rlloss.llm.sft import SFTLoss
 
-__all__ = ["CISPOLoss", "DAPO", "DrGRPOLoss", "GRPOLoss", "GSPOLoss"]
+__all__ = ["CISPOLoss", "DAPO", "DrGRPOLoss", "GRPOLoss", "GSPOLoss", "SFTLoss"]

@@ -87,3 +87,18 @@ def token_advantage(owner: str, key, advantage: torch.Tensor, mask: torch.Tensor
             f"({tuple(mask.shape)} or {(*mask.shape, 1)}) or one per sequence ({tuple(batch)} "
             f"or {(*batch, 1)})."
         ) from None
+
+
+def runtime_device(module, tensordict: TensorDictBase, fallback: torch.Tensor, *values):
+    """Where a call runs: the batch's device, else the first tensor among ``values`` (lists
+    searched), else the module's first parameter or buffer, else ``fallback``'s."""
+    if tensordict.device is not None:
+        return tensordict.device
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor):
+                return item.device
+    for tensor in (next(module.parameters(), None), next(module.buffers(), None)):
+        if tensor is not None:
+            return tensor.device
+    return fallback.device

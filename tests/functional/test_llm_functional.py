@@ -16,6 +16,8 @@ from rlloss.functional.llm import (
     gspo_token_log_ratio,
     kl_trust_mask,
     masked_log_ratio,
+    minor_sft_loss,
+    sequence_log_likelihood,
     sequence_log_ratio,
 )
 from rlloss.functional.reduce import aggregate_tokens, masked_token_ess
@@ -169,3 +171,27 @@ def test_masked_token_ess():
     n = int(mask.sum())
     expected = reference.normalized_ess(log_weight.flatten().tolist(), mask.flatten().tolist())
     assert math.isclose(out.item(), expected * n, rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("shape", [(1, 5), (4, 7), (2, 3, 6)])
+def test_sequence_log_likelihood(shape, normalize):
+    log_prob, _, mask, _ = batch(shape, 9)
+    log_prob = torch.where(mask, log_prob, torch.nan)
+    out = sequence_log_likelihood(log_prob, mask, normalize)
+    expected = reference.per_row(
+        lambda lp, m: reference.sequence_log_likelihood(lp, [bool(x) for x in m], normalize),
+        log_prob,
+        mask.double(),
+    )
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("beta", [0.1, 1.0, 5.0])
+def test_minor_sft_loss(beta):
+    g = torch.Generator().manual_seed(10)
+    ll = -torch.rand(6, generator=g, dtype=torch.float64) * 20
+    ref = -torch.rand(6, generator=g, dtype=torch.float64) * 20
+    out = minor_sft_loss(ll, ref, beta)
+    expected = reference.elementwise(lambda a, b: reference.minor_sft_loss(a, b, beta), ll, ref)
+    torch.testing.assert_close(out, expected)

@@ -83,6 +83,7 @@ TARGETS = {
     "GRPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "DAPO": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "CISPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
+    "SFTLoss": ["torchrl.objectives.llm.sft", "torchrl.objectives.llm"],
 }
 
 _TOUCHED = [0]
