@@ -22,7 +22,15 @@ from rlloss.estimators import (
     ValueNormalizer,
     VTrace,
 )
-from rlloss.llm import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, SFTLoss
+from rlloss.llm import (
+    DAPO,
+    CISPOLoss,
+    DistillationLoss,
+    DrGRPOLoss,
+    GRPOLoss,
+    GSPOLoss,
+    SFTLoss,
+)
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -135,6 +143,7 @@ __all__ = [
     "DrGRPOLoss",
     "GSPOLoss",
     "SFTLoss",
+    "DistillationLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -146,9 +146,9 @@ def history_actor(model, tokenizer, **kwargs):
     )
 
 
-def with_ref_log_probs(batch, model, tokenizer):
-    """``("next", "ref_log_probs", "full")`` from a reference copy of ``model`` (TorchRL's
-    ``RetrieveLogProb``, assistant tokens only)."""
+def with_ref_log_probs(batch, model, tokenizer, key="ref_log_probs", assistant_only=True):
+    """``("next", key, "full")`` from a perturbed copy of ``model`` (a reference or a teacher,
+    through TorchRL's ``RetrieveLogProb``, on the assistant tokens only by default)."""
     import copy
 
     from torchrl.envs.llm.transforms.kl import RetrieveLogProb
@@ -159,10 +159,10 @@ def with_ref_log_probs(batch, model, tokenizer):
             p.add_(0.05 * torch.randn_like(p))
     transform = RetrieveLogProb(
         history_actor(reference, tokenizer, return_log_probs=True),
-        assistant_only=True,
+        assistant_only=assistant_only,
         tokenizer_kwargs={"chat_template_name": "qwen"},
         tokenizer=tokenizer,
-        log_probs_full_key=("ref_log_probs", "full"),
+        log_probs_full_key=(key, "full"),
     )
     with torch.no_grad():
         transform(batch)

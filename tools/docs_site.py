@@ -67,6 +67,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "DrGRPOLoss",
         "GSPOLoss",
         "SFTLoss",
+        "DistillationLoss",
     ),
     "Base class": ("LossModule",),
     "Value estimators": (

@@ -11,8 +11,11 @@ the shape expected.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from tensordict import NestedKey, TensorDictBase
+from torch.nn.utils.rnn import pad_sequence
 
 MASKING_STRATEGIES = ("sft", "rlhf", "generic")
 _DIST_METHODS = {"sft": "_get_sft_dist", "rlhf": "_get_rlhf_dist", "generic": "_get_generic_dist"}
@@ -102,3 +105,88 @@ def runtime_device(module, tensordict: TensorDictBase, fallback: torch.Tensor, *
         if tensor is not None:
             return tensor.device
     return fallback.device
+
+
+def chat_template_kwargs(tokenizer_kwargs: dict | None) -> dict:
+    """TorchRL's defaults for tokenizing a chat with its assistant mask."""
+    kwargs = dict(tokenizer_kwargs or {})
+    kwargs.setdefault("return_assistant_tokens_mask", True)
+    kwargs.setdefault("tokenize", True)
+    kwargs.setdefault("return_tensors", "pt")
+    kwargs.setdefault("padding", False)
+    kwargs.setdefault("add_generation_prompt", False)
+    return kwargs
+
+
+def chat_masks(owner: str, loss, tensordict: TensorDictBase, need_assistant: bool = True):
+    """The assistant masks (``None`` if unknown and not needed) and attention masks of a chat
+    batch, lists of one boolean tensor per sequence: ``("masks", ...)`` when the batch has
+    them, else the loss's tokenizer's chat template over ``loss.tensor_keys.history``."""
+    assistant = tensordict.get(("masks", "all_assistant_mask"), as_list=True)
+    attention = tensordict.get(("masks", "all_attention_mask"), as_list=True)
+    if (need_assistant and assistant is None) or attention is None:
+        if loss.tokenizer is None:
+            raise ValueError(
+                f"{owner}: a tokenizer is required to recover the token masks because the "
+                "input tensordict has no ('masks', ...) entries. Pass a tokenizer to the loss "
+                "constructor or provide the masks in the input."
+            )
+        device = runtime_device(
+            loss.actor_network, tensordict, loss._device_fallback, assistant, attention
+        )
+        history = tensordict[loss.tensor_keys.history]
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            tokens = history.apply_chat_template(tokenizer=loss.tokenizer, **loss.tokenizer_kwargs)
+        if assistant is None and "assistant_masks" in tokens:
+            assistant = tokens.get("assistant_masks", as_list=True)
+        if need_assistant and assistant is None:
+            raise ValueError(
+                f"{owner}: the chat template gave no assistant masks ({tokens=}): use a "
+                "template with {% generation %} blocks (chat_template_name='qwen', "
+                "'chatml_format'...) or store ('masks', 'all_assistant_mask')."
+            )
+        if attention is None:
+            attention = tokens.get("attention_mask", as_list=True)
+    attention = [m.bool() for m in attention]
+    return (None if assistant is None else [m.bool() for m in assistant]), attention
+
+
+def actor_log_probs(owner: str, loss, tensordict: TensorDictBase, masks: list) -> list:
+    """The actor's token log-probs of the batch's chats (one tensor per sequence), checked
+    against ``masks``' shapes."""
+    device = runtime_device(loss.actor_network, tensordict, loss._device_fallback, masks)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        output = loss.actor_network(tensordict.select(loss.tensor_keys.history))
+    log_probs = output.get(loss.tensor_keys.log_probs, as_list=True)
+    shapes = [(tuple(m.shape), tuple(lp.shape)) for m, lp in zip(masks, log_probs, strict=True)]
+    if any(m != lp for m, lp in shapes):
+        raise ValueError(
+            f"{owner}: the token masks and the actor's log-probs {loss.tensor_keys.log_probs!r} "
+            f"differ in shape (mask, log-prob per sequence: {shapes}): tokenize with the "
+            "actor's tokenizer and chat template (tokenizer_kwargs={'chat_template_name': ...})."
+        )
+    return list(log_probs)
+
+
+def padded(tensors: list, like: torch.Tensor | None = None) -> torch.Tensor:
+    """One tensor per sequence, right padded with zeros along their first dim (the tokens of a
+    1-d batch; the inner batch dims of a multi-dim one) into ``[*B, T]``."""
+    out = pad_sequence(list(tensors), batch_first=True)
+    return out if like is None else out.to(like.device)
+
+
+def other_log_probs(owner: str, tensordict: TensorDictBase, key, like: torch.Tensor, missing):
+    """Another model's token log-probs (a reference, a teacher) stored per sequence at ``key``,
+    padded as the actor's ``like``; ``missing`` (an exception) raised when absent, a
+    ``ValueError`` naming both shapes when they differ."""
+    value = tensordict.get(key, None, as_list=True)
+    if value is None:
+        raise missing
+    value = padded(value, like)
+    if value.shape != like.shape:
+        raise ValueError(
+            f"{owner}: the log-probs at {key!r} have shape {tuple(value.shape)} once padded, "
+            f"the actor's {tuple(like.shape)}: both models must score the same tokenized "
+            "sequences, one log-prob per token (RetrieveLogProb)."
+        )
+    return value

@@ -10,13 +10,18 @@ import warnings
 
 import torch
 from tensordict import NestedKey, TensorDictBase
-from torch.nn.utils.rnn import pad_sequence
 from torchrl.objectives.llm import SFTLossOutput
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice
 from rlloss.common import LossModule, accepts_tensor_arguments
-from rlloss.llm.base import runtime_device
+from rlloss.llm.base import (
+    actor_log_probs,
+    chat_masks,
+    chat_template_kwargs,
+    other_log_probs,
+    padded,
+)
 
 LOSS_FUNCTIONS = ("sft", "minor_sft")
 
@@ -73,7 +78,7 @@ class SFTLoss(LossModule):
         self.tokenizer = actor_network.tokenizer if tokenizer is None else tokenizer
         if self.tokenizer is None:
             raise ValueError("Tokenizer must be provided (or an actor_network with a tokenizer).")
-        self.tokenizer_kwargs = _chat_template_kwargs(tokenizer_kwargs)
+        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
         self.reduction = self._check_reduction(reduction)
         self.normalize_by_seq_length = normalize_by_seq_length
         check_choice("loss_function", loss_function, LOSS_FUNCTIONS)
@@ -130,68 +135,25 @@ class SFTLoss(LossModule):
     def _assistant_log_probs(self, tensordict: TensorDictBase):
         """The actor's token log-probs ``[B, T]`` (right padded), the assistant mask and the
         mask of the sequences' real tokens."""
-        masks = tensordict.get(("masks", "all_assistant_mask"), as_list=True)
-        attention = tensordict.get(("masks", "all_attention_mask"), as_list=True)
-        fallback = self._device_fallback
-        device = runtime_device(self.actor_network, tensordict, fallback, masks, attention)
-        in_device = torch.device(device) if device is not None else contextlib.nullcontext()
-        if masks is None:
-            history = tensordict[self.tensor_keys.history]
-            with in_device:
-                tokens = history.apply_chat_template(
-                    tokenizer=self.tokenizer, **self.tokenizer_kwargs
-                )
-            if "assistant_masks" not in tokens:
-                raise ValueError(
-                    f"{type(self).__name__}: the chat template gave no assistant masks ({tokens=}): "
-                    "use a template with {% generation %} blocks (chat_template_name='qwen', "
-                    "'chatml_format'...) or store ('masks', 'all_assistant_mask')."
-                )
-            masks = tokens.get("assistant_masks", as_list=True)
-            attention = tokens.get("attention_mask", as_list=True)
-        masks = [m.bool() & a.bool() for m, a in zip(masks, attention, strict=True)]
-        with in_device:
-            output = self.actor_network(tensordict.select(self.tensor_keys.history))
-        log_probs = output.get(self.tensor_keys.log_probs, as_list=True)
-        shapes = [(tuple(m.shape), tuple(lp.shape)) for m, lp in zip(masks, log_probs, strict=True)]
-        if any(m != lp for m, lp in shapes):
-            raise ValueError(
-                f"{type(self).__name__}: the assistant masks and the actor's log-probs "
-                f"{self.tensor_keys.log_probs!r} differ in shape (mask, log-prob per sequence: "
-                f"{shapes}): tokenize with the actor's tokenizer and chat template "
-                "(tokenizer_kwargs={'chat_template_name': ...})."
-            )
-        mask = pad_sequence(masks, batch_first=True)
+        owner = type(self).__name__
+        assistant, attention = chat_masks(owner, self, tensordict)
+        masks = [m & a for m, a in zip(assistant, attention, strict=True)]
+        log_prob = padded(actor_log_probs(owner, self, tensordict, masks))
+        mask = padded(masks, log_prob)
         if mask.device.type == "cpu" and not mask.any():  # on a device: no check (a sync)
             raise ValueError("Some inputs have no valid assistant masks.")
-        log_prob = pad_sequence(log_probs, batch_first=True)
-        valid = pad_sequence([torch.ones_like(m) for m in masks], batch_first=True)
-        return log_prob, mask.to(log_prob.device), valid.to(log_prob.device)
+        valid = padded([torch.ones_like(m) for m in masks], log_prob)
+        return log_prob, mask, valid
 
     def _ref_log_probs(self, tensordict: TensorDictBase, like: torch.Tensor) -> torch.Tensor:
         key = self.tensor_keys.ref_log_prob
-        ref = tensordict.get(key, None, as_list=True)
-        if ref is None:
-            raise ValueError(
-                f"Reference log probs not found in tensordict at key {key} but "
-                f"{'kl_to_ref_coeff was set' if self.loss_function == 'sft' else 'loss_function is minor_sft'}"
-                f". Existing keys in tensordict: {set(tensordict.keys(True, True))}"
-            )
-        ref = pad_sequence(list(ref), batch_first=True)
-        if ref.shape != like.shape:
-            raise ValueError(
-                f"{type(self).__name__}: the reference log-probs {key!r} have shape "
-                f"{tuple(ref.shape)} once padded, the actor's {tuple(like.shape)}: store one "
-                "reference log-prob per token of the same tokenization (RetrieveLogProb)."
-            )
-        return ref
-
-
-def _chat_template_kwargs(tokenizer_kwargs: dict | None) -> dict:
-    kwargs = dict(tokenizer_kwargs or {})
-    kwargs.setdefault("return_assistant_tokens_mask", True)
-    kwargs.setdefault("tokenize", True)
-    kwargs.setdefault("return_tensors", "pt")
-    kwargs.setdefault("padding", False)
-    kwargs.setdefault("add_generation_prompt", False)
-    return kwargs
+        reason = (
+            "kl_to_ref_coeff was set"
+            if self.loss_function == "sft"
+            else "loss_function is minor_sft"
+        )
+        missing = ValueError(
+            f"Reference log probs not found in tensordict at key {key} but {reason}. Existing "
+            f"keys in tensordict: {set(tensordict.keys(True, True))}"
+        )
+        return other_log_probs(type(self).__name__, tensordict, key, like, missing)

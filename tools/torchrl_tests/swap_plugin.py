@@ -84,6 +84,7 @@ TARGETS = {
     "DAPO": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "CISPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "SFTLoss": ["torchrl.objectives.llm.sft", "torchrl.objectives.llm"],
+    "DistillationLoss": ["torchrl.objectives.llm.distillation", "torchrl.objectives.llm"],
 }
 
 _TOUCHED = [0]
