@@ -273,3 +273,28 @@ def test_forward_and_backward_read_no_tensor_on_the_host(name):
         out = loss(batch.clone())
         sum(out.get(k) for k in LOSS_KEYS).backward()
     assert not reads.seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["GRPOLoss", "CISPOLoss", "DrGRPOLoss", "GSPOLoss"])
+def test_compiles_fullgraph_without_recompiling(name):
+    """One graph for batches of the same padded shape, also after a scheduled clip change (the
+    clip bounds are buffers written in place); the compiled values equal eager ones."""
+    import copy
+
+    eager = getattr(rl_llm, name)(_LinearTokenActor(), kl_to_ref_coeff=0.1, kl_mask_threshold=1.0)
+    twin = copy.deepcopy(eager)
+
+    def total(loss, batch):
+        out = loss(batch)
+        return sum(out.get(k) for k in LOSS_KEYS if out.get(k) is not None)
+
+    compiled = torch.compile(total, fullgraph=True)
+    batches = [token_batch(seed=seed) for seed in range(3)]
+    torch.testing.assert_close(compiled(twin, batches[0]), total(eager, batches[0]))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for step, batch in enumerate(batches[1:]):
+            if step == 1:
+                for loss in (eager, twin):
+                    loss.clip_epsilon_high = 0.3
+            torch.testing.assert_close(compiled(twin, batch), total(eager, batch))
