@@ -50,9 +50,8 @@ def run(loss, batch, model):
 
 
 def valid_tokens(actor, batch, strategy="sft"):
-    dist = getattr(actor, {"sft": "_get_sft_dist", "generic": "_get_generic_dist"}[strategy])(
-        batch.clone()
-    )
+    methods = {"sft": "_get_sft_dist", "generic": "_get_generic_dist", "rlhf": "_get_rlhf_dist"}
+    dist = getattr(actor, methods[strategy])(batch.clone())
     return dist.mask
 
 
@@ -156,7 +155,9 @@ ADVANTAGES = {  # name -> (shape builder, accepted)
     "bad[B,T+1]": (lambda b, t: (b, t + 1), False),
     "bad[B,2]": (lambda b, t: (b, 2), False),
 }
-STRATEGIES = {"sft": True, "generic": True, "rlhf": False}  # rlhf: no assistant mask here
+# strategy -> whether it works on these batches: "rlhf" reads ("masks", "all_assistant_mask"),
+# absent from a tokens-only batch (the actor's error names it); "rlhf+mask" stores one
+STRATEGIES = {"sft": True, "generic": True, "rlhf": False, "rlhf+mask": True}
 AGGREGATIONS = ["token_mean", "prompt_mean", "seq_sum_constant", "none"]
 TABLE = list(itertools.product(STRATEGIES, AGGREGATIONS, ADVANTAGES))
 
@@ -170,7 +171,12 @@ def test_mask_aggregation_advantage_table(actor, strategy, aggregation, advantag
     b, t = batch["tokens", "full"].shape
     shape, accepted = ADVANTAGES[advantage][0](b, t), ADVANTAGES[advantage][1]
     batch["advantage"] = torch.randn(shape)
-    loss = rl_llm.GRPOLoss(actor, masking_strategy=strategy, aggregation=aggregation)
+    if strategy == "rlhf+mask":
+        assistant = torch.zeros(b, t, dtype=torch.bool)
+        assistant[:, t // 2 :] = True
+        batch["masks", "all_assistant_mask"] = assistant
+    masking = strategy.split("+")[0]
+    loss = rl_llm.GRPOLoss(actor, masking_strategy=masking, aggregation=aggregation)
     if not STRATEGIES[strategy]:
         with pytest.raises(ValueError, match="all_assistant_mask"):
             loss(batch)
@@ -185,7 +191,7 @@ def test_mask_aggregation_advantage_table(actor, strategy, aggregation, advantag
         value = out.get(key)
         assert value.shape == expected_shape and torch.isfinite(value).all()
     if aggregation == "none":
-        mask = valid_tokens(actor, batch, strategy)
+        mask = valid_tokens(actor, batch, masking)
         assert (out.loss_objective.squeeze(-1)[~mask] == 0).all()
 
 
