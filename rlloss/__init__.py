@@ -24,6 +24,15 @@ from rlloss.estimators import (
 )
 from rlloss.exploration import RNDLoss
 from rlloss.imitation import ACTLoss, BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
+from rlloss.llm import (
+    DAPO,
+    CISPOLoss,
+    DistillationLoss,
+    DrGRPOLoss,
+    GRPOLoss,
+    GSPOLoss,
+    SFTLoss,
+)
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -156,6 +165,13 @@ __all__ = [
     "MAPPOLoss",
     "IPPOLoss",
     "RNDLoss",
+    "GRPOLoss",
+    "DAPO",
+    "CISPOLoss",
+    "DrGRPOLoss",
+    "GSPOLoss",
+    "SFTLoss",
+    "DistillationLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

@@ -546,3 +546,84 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> tuple[list[float], fl
     for r in reversed(range(size)):
         out[r] = (a[r][size] - sum(a[r][c] * out[c] for c in range(r + 1, size))) / a[r][r]
     return out, det
+# --------------------------------------------------------------------------- LLM post-training
+
+
+def group_advantage(returns: Sequence[float], scale: bool = True, eps: float = 1e-6) -> list[float]:
+    """GRPO's outcome advantage of the G completions of one prompt (Shao et al.,
+    arXiv:2402.03300, sec. 4.1.2): ``(R_i - mean R) / std R`` (unbiased std, floored at eps);
+    Dr. GRPO (Liu et al., arXiv:2503.20783): ``R_i - mean R``."""
+    mean = sum(returns) / len(returns)
+    if not scale:
+        return [r - mean for r in returns]
+    std = math.sqrt(sum((r - mean) ** 2 for r in returns) / max(len(returns) - 1, 1))
+    return [(r - mean) / max(std, eps) for r in returns]
+
+
+def cispo_value(log_ratio: float, advantage: float, eps_low: float, eps_high: float) -> float:
+    """CISPO's objective value (MiniMax-M1, arXiv:2506.13585, eq. 4) with ``log pi`` replaced by
+    its value's first-order term: ``clip(r, 1 - eps_low, 1 + eps_high) A``."""
+    return min(max(math.exp(log_ratio), 1.0 - eps_low), 1.0 + eps_high) * advantage
+
+
+def cispo_log_ratio_gradient(
+    log_ratio: float, advantage: float, eps_low: float, eps_high: float
+) -> float:
+    """d/d(log pi) of ``sg(clip(r)) A log pi``: ``clip(r) A``, for every token, clipped or not."""
+    return cispo_value(log_ratio, advantage, eps_low, eps_high)
+
+
+def token_aggregate(
+    rows: Sequence[Sequence[float]],
+    masks: Sequence[Sequence[bool]],
+    aggregation: str,
+    max_tokens: int | None = None,
+) -> float:
+    """The per-token loss of sequences reduced as DAPO (token mean, arXiv:2503.14476, eq. 12),
+    GRPO (sequence mean then batch mean, arXiv:2402.03300, eq. 3) or Dr. GRPO (sequence sum over
+    a constant, then batch mean, arXiv:2503.20783)."""
+    if aggregation == "token_mean":
+        valid = [
+            x for r, k in zip(rows, masks, strict=True) for x, m in zip(r, k, strict=True) if m
+        ]
+        return sum(valid) / max(len(valid), 1)
+    means = []
+    for row, mask in zip(rows, masks, strict=True):
+        valid = [x for x, m in zip(row, mask, strict=True) if m]
+        if aggregation == "prompt_mean":
+            means.append(sum(valid) / max(len(valid), 1))
+        else:
+            means.append(sum(valid) / (len(row) if max_tokens is None else max_tokens))
+    return sum(means) / len(means)
+
+
+def gspo_sequence_objective(
+    log_ratios: Sequence[float],
+    mask: Sequence[bool],
+    advantage: float,
+    eps_low: float,
+    eps_high: float,
+) -> float:
+    """GSPO's clipped sequence objective (Zheng et al., arXiv:2507.18071, eq. 5 and 7):
+    ``s = exp(mean_t log r_t)`` over the valid tokens, ``min(s A, clip(s, 1-eps_low,
+    1+eps_high) A)``."""
+    valid = [x for x, m in zip(log_ratios, mask, strict=True) if m]
+    ratio = math.exp(sum(valid) / max(len(valid), 1))
+    return min(ratio * advantage, min(max(ratio, 1 - eps_low), 1 + eps_high) * advantage)
+
+
+def kl_trust(log_prob: float, other: float, threshold: float) -> bool:
+    """TorchRL's KL-mask: keep the token when ``0.5 (log pi - log pi_other)^2 <= threshold``."""
+    return 0.5 * (log_prob - other) ** 2 <= threshold
+
+
+def sequence_log_likelihood(log_probs: Sequence[float], mask: Sequence[bool], normalize: bool):
+    """Sum of a sequence's valid token log-probs, over their number with ``normalize``."""
+    valid = [x for x, m in zip(log_probs, mask, strict=True) if m]
+    return sum(valid) / max(len(valid), 1) if normalize else sum(valid)
+
+
+def minor_sft_loss(log_likelihood: float, ref_log_likelihood: float, beta: float) -> float:
+    """MinorSFT (Xie et al., arXiv:2408.10642): ``-log sigmoid(beta (log p - log p_ref))``."""
+    z = beta * (log_likelihood - ref_log_likelihood)
+    return math.log1p(math.exp(-z)) if z > -30 else -z

@@ -80,6 +80,15 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "WorldModelLoss",
         "ExponentialQuadraticCost",
     ),
+    "LLM post-training losses": (
+        "GRPOLoss",
+        "DAPO",
+        "CISPOLoss",
+        "DrGRPOLoss",
+        "GSPOLoss",
+        "SFTLoss",
+        "DistillationLoss",
+    ),
     "Base class": ("LossModule",),
     "Value estimators": (
         "GAE",

@@ -34,6 +34,16 @@ from rlloss.functional.imitation import (
     noise_prediction_error,
     standard_normal_kl,
 )
+from rlloss.functional.llm import (
+    cispo_surrogate,
+    group_relative_advantage,
+    gspo_token_log_ratio,
+    kl_trust_mask,
+    masked_log_ratio,
+    minor_sft_loss,
+    sequence_log_likelihood,
+    sequence_log_ratio,
+)
 from rlloss.functional.mpo import (
     action_penalty_cost,
     categorical_cross_entropy,
@@ -99,9 +109,11 @@ from rlloss.functional.quantile import (
     truncated_mixture_atoms,
 )
 from rlloss.functional.reduce import (
+    aggregate_tokens,
     explained_variance,
     group_standardize,
     masked_moments,
+    masked_token_ess,
     normalized_effective_sample_size,
     reduce,
     reduced_dims,
@@ -152,6 +164,16 @@ __all__ = [
     "linear_beta_schedule",
     "noise_prediction_error",
     "standard_normal_kl",
+    "aggregate_tokens",
+    "cispo_surrogate",
+    "group_relative_advantage",
+    "gspo_token_log_ratio",
+    "kl_trust_mask",
+    "masked_log_ratio",
+    "masked_token_ess",
+    "minor_sft_loss",
+    "sequence_log_likelihood",
+    "sequence_log_ratio",
     "action_penalty_cost",
     "action_squared_error",
     "adaptive_kl_beta",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from rlloss._checks import check_same_shape
+
 REDUCTIONS = ("mean", "sum", "none")
 _DIAGNOSTIC_REDUCTIONS = ("max",)
 
@@ -226,3 +228,46 @@ def _masked_variance(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     valid = torch.where(mask, x, 0.0)
     mean = valid.sum() / count
     return torch.where(mask, (valid - mean) ** 2, 0.0).sum() / count
+
+
+AGGREGATIONS = ("token_mean", "prompt_mean", "none", "seq_sum_constant")
+
+
+def aggregate_tokens(
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    aggregation: str = "token_mean",
+    max_tokens: int | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss ``[*B, T]`` over its valid tokens.
+
+    - ``"token_mean"``: the mean over every valid token of the batch (DAPO's token-level loss,
+      arXiv:2503.14476, eq. 12): long sequences weigh more.
+    - ``"prompt_mean"``: each sequence's mean over its valid tokens, then the mean over the
+      sequences (GRPO's ``1/G sum_i 1/|o_i| sum_t``, arXiv:2402.03300, eq. 3); a sequence with
+      no valid token counts as 0.
+    - ``"seq_sum_constant"``: each sequence's sum divided by one constant ``max_tokens``
+      (default: ``T``), then the mean over the sequences (Dr. GRPO, arXiv:2503.20783, sec. 3.2:
+      no per-sequence length normalisation).
+    - ``"none"``: the per-token loss, 0 on masked tokens.
+    """
+    check_same_shape(value=value, mask=mask)
+    valid = torch.where(mask, value, 0.0)
+    if aggregation == "none":
+        return valid
+    if aggregation == "token_mean":
+        return valid.sum() / mask.sum().clamp_min(1)
+    if aggregation == "prompt_mean":
+        return (valid.sum(-1) / mask.sum(-1).clamp_min(1)).mean()
+    if aggregation == "seq_sum_constant":
+        return (valid.sum(-1) / (value.shape[-1] if max_tokens is None else max_tokens)).mean()
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
+
+
+def masked_token_ess(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(sum_t w_t)^2 / sum_t w_t^2`` over the valid tokens, ``w = exp(log_weight)``, no
+    gradient, without a boolean index (no host sync); TorchRL's GRPO logs it divided by the
+    number of valid tokens."""
+    check_same_shape(log_weight=log_weight, mask=mask)
+    masked = torch.where(mask, log_weight.detach(), -torch.inf)
+    return (2 * masked.flatten().logsumexp(0) - (2 * masked).flatten().logsumexp(0)).exp()

@@ -13,7 +13,7 @@ Environment:
                     it had done.
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
-at least one instance of the 37 swapped classes (whichever implementation is active), so
+at least one instance of the swapped classes (whichever implementation is active), so
 tests that only exercise other TorchRL code can be told apart.
 """
 
@@ -95,6 +95,12 @@ TARGETS = {
     "WorldModelLoss": ["torchrl.objectives.world_model_loss", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
+    # the LLM losses live in torchrl.objectives.llm (not re-exported by torchrl.objectives)
+    "GRPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
+    "DAPO": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
+    "CISPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
+    "SFTLoss": ["torchrl.objectives.llm.sft", "torchrl.objectives.llm"],
+    "DistillationLoss": ["torchrl.objectives.llm.distillation", "torchrl.objectives.llm"],
 }
 
 _TOUCHED = [0]

@@ -1,0 +1,110 @@
+"""Language-model post-training quantities: token-level ratios over padded sequences, the
+GRPO / DAPO / CISPO / GSPO objectives, group-relative advantages and the token aggregations.
+
+Shao et al., "DeepSeekMath" (GRPO), arXiv:2402.03300; Yu et al., "DAPO", arXiv:2503.14476
+(clip-higher, token-level mean); MiniMax, "MiniMax-M1" (CISPO), arXiv:2506.13585; Liu et al.,
+"Understanding R1-Zero-Like Training" (Dr. GRPO), arXiv:2503.20783; Zheng et al., "Group
+Sequence Policy Optimization" (GSPO), arXiv:2507.18071.
+
+Convention: per-token tensors are ``[*B, T]`` (the token dim last) with a boolean ``mask`` of
+the same shape, ``False`` on padding and on the tokens that do not enter the loss (the prompt).
+Padded entries are replaced *before* any arithmetic, so a NaN there reaches neither the value
+nor the gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlloss._checks import check_same_shape
+
+Scalar = float | torch.Tensor
+
+
+def masked_log_ratio(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Token-level ``log r_t = log pi(y_t | y_<t) - log pi_old(y_t | y_<t)``, 0 on masked
+    tokens; the old log-prob carries no gradient (GRPO, arXiv:2402.03300, eq. 3)."""
+    check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, mask=mask)
+    return torch.where(mask, log_prob, 0.0) - torch.where(mask, old_log_prob.detach(), 0.0)
+
+
+def cispo_surrogate(
+    log_ratio: torch.Tensor, advantage: torch.Tensor, log_low: Scalar, log_high: Scalar
+) -> torch.Tensor:
+    """CISPO's objective (to maximise), elementwise: ``sg(clip(r, 1 - eps_low, 1 + eps_high)) A
+    log pi`` (MiniMax-M1, arXiv:2506.13585, eq. 4). The clipped weight is a constant, so every
+    token keeps its gradient ``clip(r) A grad log pi``, a clipped one included (PPO's clip drops
+    it); the value is ``clip(r) A``.
+
+    Args:
+        log_ratio: ``log r``, any shape.
+        advantage: same shape as ``log_ratio``, no gradient.
+        log_low, log_high: log-space clip bounds (:func:`rlloss.functional.clip_bounds`).
+    """
+    check_same_shape(log_ratio=log_ratio, advantage=advantage)
+    weight = log_ratio.detach().clamp(log_low, log_high).exp()
+    return weight * (log_ratio - log_ratio.detach()).exp() * advantage.detach()
+
+
+def kl_trust_mask(
+    log_prob: torch.Tensor, other_log_prob: torch.Tensor, threshold: Scalar
+) -> torch.Tensor:
+    """Token-wise trust region (TorchRL's ``kl_mask_threshold``): ``True`` where
+    ``0.5 (log pi - log pi_other)^2 <= threshold``, the second-order estimate of the token's
+    KL; no gradient."""
+    check_same_shape(log_prob=log_prob, other_log_prob=other_log_prob)
+    return 0.5 * (log_prob.detach() - other_log_prob.detach()).square() <= threshold
+
+
+def group_relative_advantage(
+    returns: torch.Tensor, scale: bool = True, eps: float = 1e-6, dim: int = -1
+) -> torch.Tensor:
+    """GRPO's outcome advantage ``(R_i - mean_g R) / std_g R`` over the ``G`` completions of one
+    prompt laid along ``dim`` (arXiv:2402.03300, sec. 4.1.2; std with Bessel's correction and
+    floored at ``eps``, as TorchRL's ``MCAdvantage``). ``scale=False``: Dr. GRPO's
+    ``R_i - mean_g R``, no division by the std (arXiv:2503.20783, sec. 3.2)."""
+    centered = returns - returns.mean(dim, keepdim=True)
+    if not scale:
+        return centered
+    return centered / returns.std(dim, keepdim=True).clamp_min(eps)
+
+
+def sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's length-normalised sequence log-ratio ``log s_i = (1/|y_i|) sum_t log r_{i,t}`` over
+    the valid tokens (arXiv:2507.18071, eq. 7), shape ``[*B, 1]``; 0 for an empty sequence."""
+    check_same_shape(log_ratio=log_ratio, mask=mask)
+    total = torch.where(mask, log_ratio, 0.0).sum(-1, keepdim=True)
+    return total / mask.sum(-1, keepdim=True).clamp_min(1)
+
+
+def gspo_token_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO-token's per-token log-ratio ``log s_{i,t} = sg(log s_i) + log r_{i,t} - sg(log
+    r_{i,t})`` (arXiv:2507.18071, eq. 13): each token carries its sequence's ratio as value,
+    so a clip of it clips the whole sequence, and its own gradient; with one advantage per
+    sequence the clipped objective's gradient is GSPO's."""
+    sequence = sequence_log_ratio(log_ratio, mask).detach()
+    token = torch.where(mask, log_ratio, 0.0)
+    return torch.where(mask, sequence + token - token.detach(), 0.0)
+
+
+def sequence_log_likelihood(
+    log_prob: torch.Tensor, mask: torch.Tensor, normalize: bool = True
+) -> torch.Tensor:
+    """``log p(y) = sum_t log pi(y_t | y_<t)`` over a sequence's valid tokens, ``[*B]``; with
+    ``normalize``, divided by their number (at least 1): the per-token negative log-likelihood
+    of supervised fine-tuning, sign flipped."""
+    check_same_shape(log_prob=log_prob, mask=mask)
+    total = torch.where(mask, log_prob, 0.0).sum(-1)
+    return total / mask.sum(-1).clamp_min(1) if normalize else total
+
+
+def minor_sft_loss(
+    log_likelihood: torch.Tensor, ref_log_likelihood: torch.Tensor, beta: Scalar
+) -> torch.Tensor:
+    """MinorSFT's loss ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` per sequence (Xie et al.,
+    "Minor SFT loss for LLM fine-tune to increase performance and reduce model deviation",
+    arXiv:2408.10642, eq. 6: DPO's implicit reward of the demonstration alone)."""
+    check_same_shape(log_likelihood=log_likelihood, ref_log_likelihood=ref_log_likelihood)
+    return -torch.nn.functional.logsigmoid(beta * (log_likelihood - ref_log_likelihood.detach()))

@@ -1,0 +1,150 @@
+"""On-policy distillation of a student language model toward a teacher's token log-probs:
+:class:`DistillationLoss`, a drop-in for ``torchrl.objectives.llm.DistillationLoss``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import NestedKey, TensorDictBase
+from torchrl.objectives.llm import DistillationLossOutput
+
+from rlloss import functional as rlf
+from rlloss._checks import check_choice
+from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.llm.base import (
+    actor_log_probs,
+    chat_masks,
+    chat_template_kwargs,
+    other_log_probs,
+    padded,
+)
+
+KL_DIRECTIONS = ("reverse", "forward")
+
+
+class DistillationLoss(LossModule):
+    """The k3 estimate of the KL between the student (the actor) and a teacher, per sequence over
+    its assistant tokens (every attended token with ``assistant_only=False``), averaged over them
+    (``normalize_by_seq_length``, else summed), reduced by ``reduction`` (TorchRL's
+    ``DistillationLoss``: same keywords, keys and output class).
+
+    ``kl_direction="reverse"``: ``KL(student || teacher)``, ``k3(log p_T - log p_S)`` per token
+    (Agarwal et al., "On-Policy Distillation of Language Models", arXiv:2306.13649, with the
+    student's samples); ``"forward"``: ``k3(log p_S - log p_T)``. The teacher's log-probs are
+    read from ``("next", "teacher_log_probs", "full")`` and carry no gradient.
+
+    Args:
+        actor_network: the student, a ``torchrl.modules.llm`` wrapper with ``generate=False``
+            (or any module writing ``("log_probs", "full")``).
+        tokenizer, tokenizer_kwargs: to recover the masks from the chat template when the batch
+            has no ``("masks", ...)`` entries.
+        kl_direction, reduction, normalize_by_seq_length, assistant_only, device: as TorchRL's.
+    """
+
+    output_type = DistillationLossOutput
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """history: the chat; teacher_log_prob: the teacher's token log-probs; log_probs: where
+        the student writes its token log-probs."""
+
+        history: NestedKey = ("history", "full")
+        teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")
+        log_probs: NestedKey = ("log_probs", "full")
+
+    def __init__(
+        self,
+        actor_network,
+        tokenizer=None,
+        tokenizer_kwargs: dict | None = None,
+        kl_direction: str = "reverse",
+        reduction: str = "mean",
+        normalize_by_seq_length: bool = True,
+        assistant_only: bool = True,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.actor_network = actor_network
+        self.tokenizer = (
+            getattr(actor_network, "tokenizer", None) if tokenizer is None else tokenizer
+        )
+        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
+        check_choice("kl_direction", kl_direction, KL_DIRECTIONS)
+        self.kl_direction = kl_direction
+        self.reduction = self._check_reduction(reduction)
+        self.normalize_by_seq_length = normalize_by_seq_length
+        self.assistant_only = assistant_only
+        self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
+
+    @property
+    def in_keys(self) -> list:
+        return [self.tensor_keys.history, self.tensor_keys.teacher_log_prob]
+
+    @property
+    def out_keys(self) -> list:
+        return []
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> DistillationLossOutput:
+        """``loss_distill`` and the detached mean per-sequence KL, ``kl_to_teacher``."""
+        owner = type(self).__name__
+        assistant, attention = chat_masks(owner, self, tensordict, self.assistant_only)
+        masks = attention
+        if self.assistant_only:
+            masks = [m & a for m, a in zip(assistant, attention, strict=True)]
+        mask = padded(masks)
+        if mask.device.type == "cpu" and (~mask.any(-1)).any():  # on a device: a sync
+            raise ValueError(
+                f"{owner}: Some sequences have no tokens selected for distillation. Check the "
+                "assistant/attention masks of the input."
+            )
+        log_prob = padded(actor_log_probs(owner, self, tensordict, masks))
+        teacher = self._teacher_log_probs(tensordict, log_prob)
+        mask = mask.to(log_prob.device)
+        if not self.assistant_only and assistant is not None:
+            _check_teacher_not_zero_filled(teacher, padded(attention, teacher), assistant)
+        student = torch.where(mask, log_prob, 0.0)
+        teacher = torch.where(mask, teacher.detach(), 0.0)
+        if self.kl_direction == "reverse":
+            kl = rlf.kl_k3(teacher - student)
+        else:
+            kl = rlf.kl_k3(student - teacher)
+        per_sequence = kl.sum(-1)
+        if self.normalize_by_seq_length:
+            per_sequence = per_sequence / mask.sum(-1).clamp_min(1)
+        return self.output_type(
+            loss_distill=rlf.reduce(per_sequence, self.reduction),
+            kl_to_teacher=per_sequence.detach().mean(),
+            batch_size=[],
+        )
+
+    def _teacher_log_probs(self, tensordict: TensorDictBase, like: torch.Tensor) -> torch.Tensor:
+        key = self.tensor_keys.teacher_log_prob
+        missing = KeyError(
+            f"Teacher log-probs not found at {key} in the input tensordict (keys: "
+            f"{set(tensordict.keys(True, True))}). Use RetrieveLogProb(teacher, "
+            "log_probs_full_key=('teacher_log_probs', 'full')) to compute them, or point the "
+            "teacher_log_prob key to your data with set_keys()."
+        )
+        return other_log_probs(type(self).__name__, tensordict, key, like, missing)
+
+
+def _check_teacher_not_zero_filled(teacher: torch.Tensor, attention: torch.Tensor, assistant):
+    """Refuse teacher log-probs written with ``RetrieveLogProb(assistant_only=True)`` (exact
+    zeros off the assistant turns) for a loss with ``assistant_only=False``: more than 90% of
+    the attended non-assistant tokens at exactly 0.0. Checked on CPU only (a sync elsewhere)."""
+    assistant = padded(assistant, teacher)
+    if teacher.device.type != "cpu" or assistant.shape != teacher.shape:
+        return
+    outside = attention & ~assistant
+    total, zeros = int(outside.sum()), int(((teacher == 0.0) & outside).sum())
+    if total > 0 and zeros > 0.9 * total:
+        raise RuntimeError(
+            f"{zeros} out of {total} attended non-assistant tokens have a teacher "
+            "log-probability of exactly 0.0: teacher log-probs written by "
+            "RetrieveLogProb(assistant_only=True), which zero-fills non-assistant positions, "
+            "for a loss constructed with assistant_only=False. Construct the loss with "
+            "assistant_only=True, or recompute the teacher log-probs with "
+            "RetrieveLogProb(assistant_only=False)."
+        )

@@ -1,0 +1,309 @@
+"""GRPO and its variants for language-model post-training, as drop-ins for
+``torchrl.objectives.llm``: :class:`GRPOLoss`, :class:`DAPO` (clip-higher), :class:`CISPOLoss`
+(clipped importance weight, stop-gradient), and two TorchRL lacks: :class:`DrGRPOLoss` (no
+length normalisation) and :class:`GSPOLoss` (sequence-level ratio).
+
+Shao et al., "DeepSeekMath", arXiv:2402.03300 (GRPO); Yu et al., arXiv:2503.14476 (DAPO);
+MiniMax, arXiv:2506.13585 (CISPO); Liu et al., arXiv:2503.20783 (Dr. GRPO); Zheng et al.,
+arXiv:2507.18071 (GSPO). The formulas are :mod:`rlloss.functional.llm`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tensordict import NestedKey, TensorDictBase
+from torchrl.objectives.llm import CISPOLossOutput, DAPOLossOutput, GRPOLossOutput, LLMLossOutput
+
+from rlloss import functional as rlf
+from rlloss._checks import Coefficient, check_choice
+from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.llm.base import (
+    check_masking_strategy,
+    per_token,
+    read_padded,
+    token_advantage,
+    token_distribution,
+)
+
+AGGREGATIONS = ("token_mean", "prompt_mean", "seq_sum_constant", "none")
+
+
+class GRPOLoss(LossModule):
+    """GRPO's clipped token-level objective over a language model's sampled completions
+    (arXiv:2402.03300, eq. 3; TorchRL's ``GRPOLoss``, same keywords, keys and output class).
+
+    ``loss = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)`` per token, ``r_t`` the ratio
+    of the actor's token probability to the one stored at sampling (``("log_probs", "full")``),
+    over the tokens the actor's mask keeps (``masking_strategy``), aggregated by
+    ``aggregation``: ``"token_mean"`` (DAPO's), ``"prompt_mean"`` (GRPO's: each sequence's mean,
+    then the mean), ``"seq_sum_constant"`` (Dr. GRPO's: each sequence's sum over ``max_tokens``,
+    default the padded length), ``"none"`` (per token, ``[*B, T, 1]``, 0 off the mask).
+
+    Keyword Args:
+        clip_epsilon: ``eps`` or ``(eps_low, eps_high)`` (DAPO's clip-higher, e.g. (0.2, 0.28)).
+        kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it.
+        aggregation, max_tokens: see above.
+        entropy_bonus, entropy_coeff: the entropy term ``loss_entropy = -coeff H`` per token,
+            aggregated as the objective.
+        kl_to_ref_coeff: k3 KL to the reference policy (``("next", "ref_log_probs", "full")``).
+        kl_to_inference_coeff: k3 KL to the sampling policy.
+        masking_strategy: ``"sft"`` (response tokens), ``"rlhf"`` (assistant turns),
+            ``"generic"`` (every attended token).
+        sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
+        ref_log_prob_padding_side, ref_log_prob_padding_value: how a ragged reference
+            log-prob entry is padded.
+
+    The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
+    ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.
+    """
+
+    output_type: type[LLMLossOutput] = GRPOLossOutput
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """advantage: per token or per sequence; action: the tokens; sample_log_prob: their
+        log-probs at sampling; ref_log_probs: under the reference policy."""
+
+        advantage: NestedKey = "advantage"
+        action: NestedKey = ("tokens", "full")
+        sample_log_prob: NestedKey = ("log_probs", "full")
+        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")
+
+    clip_epsilon_low = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
+    clip_epsilon_high = Coefficient(low=0.0, low_open=True, buffer=True)
+    entropy_coeff = Coefficient(low=0.0)
+    kl_mask_threshold = Coefficient(low=0.0)
+    kl_to_ref_coeff = Coefficient(low=0.0)
+    kl_to_inference_coeff = Coefficient(low=0.0)
+    max_tokens = Coefficient(low=1, integer=True)
+    _sequence_ratio_default = False
+
+    def __init__(self, actor_network=None, *, clip_epsilon=0.2, aggregation="token_mean", **kw):
+        super().__init__()
+        self.actor_network = actor_network
+        low, high = _clip_pair(clip_epsilon)
+        device = kw.pop("device", None)
+        self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
+        check_choice("aggregation", aggregation or "token_mean", AGGREGATIONS)
+        self.aggregation = aggregation or "token_mean"
+        self.reduction = self._check_reduction(kw.pop("reduction", None))
+        self.masking_strategy = check_masking_strategy(kw.pop("masking_strategy", "sft"))
+        self.entropy_bonus = kw.pop("entropy_bonus", True)
+        self.samples_mc_entropy = kw.pop("samples_mc_entropy", 1)
+        self.sequence_ratio = kw.pop("sequence_ratio", self._sequence_ratio_default)
+        self.ref_log_prob_padding_side = kw.pop("ref_log_prob_padding_side", "left")
+        self.ref_log_prob_padding_value = kw.pop("ref_log_prob_padding_value", 0.0)
+        self._register_coefficients(
+            entropy_coeff=kw.pop("entropy_coeff", 0.01),
+            kl_mask_threshold=kw.pop("kl_mask_threshold", None),
+            kl_to_ref_coeff=kw.pop("kl_to_ref_coeff", None),
+            kl_to_inference_coeff=kw.pop("kl_to_inference_coeff", None),
+            max_tokens=kw.pop("max_tokens", None),
+        )
+        _ignore_torchrl_keywords(type(self).__name__, kw)
+
+    @property
+    def in_keys(self) -> list:
+        actor_keys = getattr(self.actor_network, "in_keys", None)
+        keys = list(actor_keys) if isinstance(actor_keys, (list, tuple)) else []
+        names = ("action", "sample_log_prob", "advantage", "ref_log_probs")  # TorchRL's order
+        keys += [getattr(self.tensor_keys, name) for name in names]
+        return list(dict.fromkeys(keys))
+
+    @property
+    def out_keys(self) -> list:
+        keys = ["loss_objective", "clip_fraction", "ESS", "kl_approx"]
+        keys += ["entropy", "loss_entropy"] if self.entropy_bonus else []
+        return keys + ["loss_kl_to_ref", "kl_to_ref", "loss_kl_to_inference", "kl_to_inference"]
+
+    @property
+    def _clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return rlf.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> LLMLossOutput:
+        """The losses (``loss_objective``, ``loss_entropy``, ``loss_kl_to_ref``,
+        ``loss_kl_to_inference``) and diagnostics of one batch of sampled sequences."""
+        owner = type(self).__name__
+        if self.tensor_keys.action not in tensordict.keys(True):
+            raise ValueError(f"Action key {self.tensor_keys.action} not in tensordict.")
+        advantage = read_padded(tensordict, self.tensor_keys.advantage)
+        if advantage is None:
+            raise ValueError(f"Advantage key {self.tensor_keys.advantage} not in tensordict.")
+        dist, log_prob, old_log_prob, mask = self._token_log_probs(tensordict)
+        advantage = token_advantage(owner, self.tensor_keys.advantage, advantage, mask)
+        log_ratio = rlf.masked_log_ratio(log_prob, old_log_prob, mask)
+        loss_mask = mask
+        if self.kl_mask_threshold is not None and self.kl_mask_threshold > 0:
+            loss_mask = mask & rlf.kl_trust_mask(log_prob, old_log_prob, self.kl_mask_threshold)
+        log_weight = rlf.gspo_token_log_ratio(log_ratio, mask) if self.sequence_ratio else log_ratio
+        gain, clipped = self._objective(log_weight, advantage)
+        out = {"loss_objective": self._aggregate(-gain, loss_mask)}
+        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask)
+        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask)
+        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / loss_mask.sum()
+        if self.entropy_bonus:
+            entropy = rlf.categorical_entropy(dist.logits.log_softmax(-1))
+            out["entropy"] = _valid_mean(entropy.detach(), mask)
+            out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, loss_mask)
+        cur = torch.where(mask, log_prob, 0.0)
+        if self.kl_to_ref_coeff is not None and self.kl_to_ref_coeff > 0:
+            out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl_term(
+                tensordict, "ref_log_probs", cur, loss_mask, self.kl_to_ref_coeff
+            )
+        if self.kl_to_inference_coeff is not None:
+            out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl_term(
+                tensordict, "sample_log_prob", cur, loss_mask, self.kl_to_inference_coeff
+            )
+        return self.output_type(**out, batch_size=[])
+
+    def _token_log_probs(self, tensordict: TensorDictBase):
+        """The actor's distribution, the current and sampling log-probs ``[*B, T]`` and the
+        token mask (the actor's, less the tokens whose sampling log-prob is not finite: TorchRL
+        pads alignment holes with NaN)."""
+        owner = type(self).__name__
+        dist = token_distribution(owner, self.actor_network, tensordict, self.masking_strategy)
+        action = read_padded(tensordict, self.tensor_keys.action, padding_value=-100)
+        log_prob = dist.log_prob(action)
+        old_log_prob = read_padded(tensordict, self.tensor_keys.sample_log_prob)
+        if old_log_prob is None:
+            raise KeyError(
+                f"Couldn't find the log-prob {self.tensor_keys.sample_log_prob} in the input "
+                f"data: {owner} needs the tokens' log-probs at sampling (set_keys("
+                "sample_log_prob=...) to read another entry)."
+            )
+        if old_log_prob.requires_grad:
+            raise RuntimeError(
+                f"{owner}: the stored {self.tensor_keys.sample_log_prob} requires grad; store "
+                "the sampling log-probs detached."
+            )
+        if old_log_prob.shape != log_prob.shape:
+            raise ValueError(
+                f"{owner}: the actor's log-probs have shape {tuple(log_prob.shape)} (masking "
+                f"strategy {self.masking_strategy!r}), the stored "
+                f"{self.tensor_keys.sample_log_prob} {tuple(old_log_prob.shape)}: compute both "
+                "with the same masking strategy and padding (left), or set masking_strategy "
+                "to the one the sampling used ('sft', 'rlhf' or 'generic')."
+            )
+        mask = dist.mask
+        if mask.shape != log_prob.shape:
+            raise ValueError(
+                f"{owner}: the actor's token mask has shape {tuple(mask.shape)}, its log-probs "
+                f"{tuple(log_prob.shape)}: a token-level mask [*B, T, V] is not supported, "
+                "give a position mask [*B, T]."
+            )
+        return dist, log_prob, old_log_prob, mask & torch.isfinite(old_log_prob)
+
+    def _objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):
+        """The per-token objective (to maximise) and which tokens the clip changed."""
+        low, high = self._clip_bounds
+        gain = rlf.clipped_surrogate(log_weight, advantage, low, high)
+        return gain, rlf.clipped(log_weight.detach(), low, high)
+
+    def _aggregate(self, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.aggregation == "none" or self.reduction == "none":
+            return rlf.aggregate_tokens(value, mask, "none").unsqueeze(-1)
+        return rlf.aggregate_tokens(value, mask, self.aggregation, self.max_tokens)
+
+    def _aggregate_loss_value(self, value, mask, tensordict=None) -> torch.Tensor:
+        """TorchRL's name: ``value`` ``[*B, T, 1]`` or ``[*B, T]`` aggregated over ``mask``."""
+        value = per_token(type(self).__name__, "loss", "value", value, mask)
+        return self._aggregate(value, mask)
+
+    def _kl_term(self, tensordict, name, cur, mask, coeff):
+        """``coeff`` times the k3 estimate of ``KL(pi || pi_other)`` (``pi_other``: the
+        entry ``name``), averaged over every position of the padded batch as TorchRL does."""
+        key = getattr(self.tensor_keys, name)
+        side, fill = self.ref_log_prob_padding_side, self.ref_log_prob_padding_value
+        other = read_padded(tensordict, key, side, fill)
+        if other is None:
+            raise KeyError(
+                f"Couldn't find the ref log-prob {key} in the input data: "
+                f"{type(self).__name__} with a KL coefficient needs it (set_keys({name}=...) "
+                "to read another entry)."
+            )
+        other = per_token(type(self).__name__, name, key, other, cur)
+        diff = torch.where(mask, other, 0.0) - torch.where(mask, cur, 0.0)
+        kl = rlf.kl_k3(diff).mean()
+        return coeff * kl, kl.detach()
+
+
+class DAPO(GRPOLoss):
+    """DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
+    eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12).
+    TorchRL's ``DAPO``, same defaults (``clip_epsilon=0.2`` unless given)."""
+
+    output_type = DAPOLossOutput
+
+
+class CISPOLoss(GRPOLoss):
+    """CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4): ``-sg(clip(r_t, 1 - eps_low, 1 + eps_high))
+    A log pi`` per token. The clipped weight is a constant, so a clipped token keeps its
+    gradient ``clip(r) A grad log pi`` (TorchRL's ``CISPOLoss`` clamps the ratio inside the
+    graph and so drops it, as PPO's clip does; the values agree)."""
+
+    output_type = CISPOLossOutput
+
+    def _objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):
+        low, high = self._clip_bounds
+        gain = rlf.cispo_surrogate(log_weight, advantage, low, high)
+        return gain, rlf.clipped(log_weight.detach(), low, high)
+
+
+class DrGRPOLoss(GRPOLoss):
+    """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
+    GRPO without its length normalisation, each sequence's summed token loss divided by one
+    constant (``max_tokens``, default the padded length), then the mean over the sequences
+    (``aggregation="seq_sum_constant"``). Its other half, no std in the group advantage, is the
+    advantage's: ``MCAdvantage(..., scale=False)`` or
+    :func:`rlloss.functional.group_relative_advantage` with ``scale=False``."""
+
+    def __init__(self, actor_network=None, *, aggregation="seq_sum_constant", **kwargs):
+        super().__init__(actor_network, aggregation=aggregation, **kwargs)
+
+
+class GSPOLoss(GRPOLoss):
+    """GSPO (Zheng et al., "Group Sequence Policy Optimization", arXiv:2507.18071): the ratio
+    of a sequence is ``s = exp(mean_t log r_t)`` over its valid tokens (eq. 7), clipped per
+    sequence; computed as GSPO-token (eq. 13), whose gradient is GSPO's when the advantage is
+    one per sequence. The paper's clip range is small: default ``clip_epsilon=(3e-4, 4e-4)``;
+    the default aggregation is the mean over sequences (``"prompt_mean"``)."""
+
+    _sequence_ratio_default = True
+
+    def __init__(
+        self, actor_network=None, *, clip_epsilon=(3e-4, 4e-4), aggregation="prompt_mean", **kw
+    ):
+        super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kw)
+
+
+def _clip_pair(clip_epsilon) -> tuple[float, float]:
+    if isinstance(clip_epsilon, (tuple, list)):
+        if len(clip_epsilon) != 2:
+            raise ValueError(
+                "clip_epsilon must be a float or a (low, high) pair of length 2, got "
+                f"{clip_epsilon}."
+            )
+        return clip_epsilon[0], clip_epsilon[1]
+    return clip_epsilon, clip_epsilon
+
+
+def _valid_mean(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return rlf.aggregate_tokens(value, mask, "token_mean")
+
+
+def _ignore_torchrl_keywords(owner: str, kwargs: dict) -> None:
+    """TorchRL's keywords that do nothing in an LLM loss (``gamma``, ``clip_value``); any other
+    is refused with the list of the valid ones."""
+    for name in ("gamma", "clip_value"):
+        kwargs.pop(name, None)
+    if kwargs:
+        raise TypeError(
+            f"{owner} got unexpected keyword arguments {sorted(kwargs)}; it takes clip_epsilon, "
+            "aggregation, max_tokens, kl_mask_threshold, entropy_bonus, samples_mc_entropy, "
+            "entropy_coeff, reduction, kl_to_ref_coeff, kl_to_inference_coeff, masking_strategy, "
+            "sequence_ratio, ref_log_prob_padding_side, ref_log_prob_padding_value, device, "
+            "gamma and clip_value (the last two unused, as in TorchRL)."
+        )

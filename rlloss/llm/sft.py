@@ -1,0 +1,159 @@
+"""Supervised fine-tuning of a language model on chat histories: :class:`SFTLoss`, a drop-in for
+``torchrl.objectives.llm.SFTLoss`` (negative log-likelihood of the assistant tokens, or MinorSFT,
+Xie et al., arXiv:2408.10642), with an optional k3 KL to a reference model."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+
+import torch
+from tensordict import NestedKey, TensorDictBase
+from torchrl.objectives.llm import SFTLossOutput
+
+from rlloss import functional as rlf
+from rlloss._checks import Coefficient, check_choice
+from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.llm.base import (
+    actor_log_probs,
+    chat_masks,
+    chat_template_kwargs,
+    other_log_probs,
+    padded,
+)
+
+LOSS_FUNCTIONS = ("sft", "minor_sft")
+
+
+class SFTLoss(LossModule):
+    """Supervised fine-tuning loss over chat histories (TorchRL's ``SFTLoss``: same keywords,
+    keys and output class).
+
+    ``loss_sft = -(1/|y|) sum_t log pi(y_t)`` per sequence over the assistant tokens (the sum
+    with ``normalize_by_seq_length=False``), reduced by ``reduction``; with
+    ``loss_function="minor_sft"``, ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` (MinorSFT),
+    the reference log-probs read from ``("next", "ref_log_probs", "full")``. With
+    ``kl_to_ref_coeff``, ``loss_kl_to_ref`` is the k3 estimate of ``KL(pi || pi_ref)`` over the
+    sequences' tokens. The assistant mask comes from ``("masks", "all_assistant_mask")`` when
+    the batch has it, else from the tokenizer's chat template.
+
+    Args:
+        actor_network: a ``torchrl.modules.llm`` wrapper (``TransformersWrapper``) with
+            ``generate=False``, ``input_mode="history"``.
+        tokenizer: defaults to the actor's.
+        tokenizer_kwargs: for ``History.apply_chat_template`` (``chat_template_name``...).
+        reduction, normalize_by_seq_length, kl_to_ref_coeff, loss_function, beta, device: as
+            TorchRL's.
+    """
+
+    output_type = SFTLossOutput
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """history: the chat; ref_log_prob: the reference model's token log-probs; log_probs:
+        where the actor writes its token log-probs."""
+
+        history: NestedKey = ("history", "full")
+        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")
+        log_probs: NestedKey = ("log_probs", "full")
+
+    beta = Coefficient()
+    kl_to_ref_coeff = Coefficient(low=0.0)
+
+    def __init__(
+        self,
+        actor_network,
+        tokenizer=None,
+        tokenizer_kwargs: dict | None = None,
+        reduction: str = "mean",
+        normalize_by_seq_length: bool = True,
+        kl_to_ref_coeff: float | None = None,
+        loss_function: str = "sft",
+        beta: float = 0.1,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.actor_network = actor_network
+        self.tokenizer = actor_network.tokenizer if tokenizer is None else tokenizer
+        if self.tokenizer is None:
+            raise ValueError("Tokenizer must be provided (or an actor_network with a tokenizer).")
+        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
+        self.reduction = self._check_reduction(reduction)
+        self.normalize_by_seq_length = normalize_by_seq_length
+        check_choice("loss_function", loss_function, LOSS_FUNCTIONS)
+        self.loss_function = loss_function
+        if loss_function == "minor_sft" and kl_to_ref_coeff:
+            warnings.warn(
+                "kl_to_ref_coeff should not be set when using minor_sft loss, as KL "
+                "regularization is implicit. Setting kl_to_ref_coeff to 0.0.",
+                stacklevel=2,
+            )
+            kl_to_ref_coeff = 0.0
+        self._register_coefficients(beta=beta, kl_to_ref_coeff=kl_to_ref_coeff)
+        self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
+
+    @property
+    def in_keys(self) -> list:
+        keys = [self.tensor_keys.history]
+        if self.kl_to_ref_coeff is not None or self.loss_function == "minor_sft":
+            keys.append(self.tensor_keys.ref_log_prob)
+        return keys
+
+    @property
+    def out_keys(self) -> list:
+        return []
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> SFTLossOutput:
+        """``loss_sft`` (and ``loss_kl_to_ref``, ``kl_to_ref`` with a KL coefficient)."""
+        log_prob, mask, valid = self._assistant_log_probs(tensordict)
+        normalize = self.normalize_by_seq_length
+        log_likelihood = rlf.sequence_log_likelihood(log_prob, mask, normalize)
+        out = {}
+        ref = None
+        if self.loss_function == "minor_sft" or self.kl_to_ref_coeff is not None:
+            ref = self._ref_log_probs(tensordict, log_prob)
+        if self.loss_function == "sft":
+            out["loss_sft"] = rlf.reduce(-log_likelihood, self.reduction)
+        else:
+            # TorchRL sums the reference log-probs over every token, normalised by the number
+            # of assistant tokens
+            ref_total = ref.sum(-1)
+            if normalize:
+                ref_total = ref_total / mask.sum(-1).clamp_min(1)
+            loss = rlf.minor_sft_loss(log_likelihood, ref_total.to(log_likelihood), self.beta)
+            out["loss_sft"] = rlf.reduce(loss, self.reduction)
+        if self.kl_to_ref_coeff is not None:
+            grad = contextlib.nullcontext() if self.loss_function == "sft" else torch.no_grad()
+            with grad:
+                cur = torch.where(mask, log_prob, 0.0)
+                kl = rlf.reduce(rlf.kl_k3(ref.to(cur) - cur), "mean", mask=valid)
+            out["loss_kl_to_ref"], out["kl_to_ref"] = self.kl_to_ref_coeff * kl, kl.detach()
+        return self.output_type(**out, batch_size=[])
+
+    def _assistant_log_probs(self, tensordict: TensorDictBase):
+        """The actor's token log-probs ``[B, T]`` (right padded), the assistant mask and the
+        mask of the sequences' real tokens."""
+        owner = type(self).__name__
+        assistant, attention = chat_masks(owner, self, tensordict)
+        masks = [m & a for m, a in zip(assistant, attention, strict=True)]
+        log_prob = padded(actor_log_probs(owner, self, tensordict, masks))
+        mask = padded(masks, log_prob)
+        if mask.device.type == "cpu" and not mask.any():  # on a device: no check (a sync)
+            raise ValueError("Some inputs have no valid assistant masks.")
+        valid = padded([torch.ones_like(m) for m in masks], log_prob)
+        return log_prob, mask, valid
+
+    def _ref_log_probs(self, tensordict: TensorDictBase, like: torch.Tensor) -> torch.Tensor:
+        key = self.tensor_keys.ref_log_prob
+        reason = (
+            "kl_to_ref_coeff was set"
+            if self.loss_function == "sft"
+            else "loss_function is minor_sft"
+        )
+        missing = ValueError(
+            f"Reference log probs not found in tensordict at key {key} but {reason}. Existing "
+            f"keys in tensordict: {set(tensordict.keys(True, True))}"
+        )
+        return other_log_probs(type(self).__name__, tensordict, key, like, missing)

@@ -1,0 +1,197 @@
+"""rlloss.functional.llm against the naive references written from the papers: token log-ratios,
+clip-higher, CISPO's stop-gradient weight, the KL trust mask, group-relative advantages (GRPO,
+Dr. GRPO), token aggregations, GSPO's sequence ratio and the token ESS."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlloss.functional import clip_bounds, clipped_surrogate, kl_k3
+from rlloss.functional.llm import (
+    cispo_surrogate,
+    group_relative_advantage,
+    gspo_token_log_ratio,
+    kl_trust_mask,
+    masked_log_ratio,
+    minor_sft_loss,
+    sequence_log_likelihood,
+    sequence_log_ratio,
+)
+from rlloss.functional.reduce import aggregate_tokens, masked_token_ess
+from tests import reference
+
+EPSILONS = [(0.2, 0.2), (0.2, 0.28), (0.1, 0.3)]
+SHAPES = [(1, 5), (4, 7), (2, 3, 6)]
+
+
+def batch(shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    log_prob = -torch.rand(shape, generator=g, dtype=dtype) * 3
+    old = log_prob + 0.4 * torch.randn(shape, generator=g, dtype=dtype)
+    mask = torch.rand(shape, generator=g) > 0.3
+    mask[..., 0] = True  # one valid token per row at least (an empty row is tested apart)
+    advantage = torch.randn(shape, generator=g, dtype=dtype)
+    return log_prob, old, mask, advantage
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_masked_log_ratio_and_nan_padding(shape):
+    log_prob, old, mask, _ = batch(shape)
+    old = torch.where(mask, old, torch.nan)  # TorchRL pads alignment holes with NaN
+    log_prob.requires_grad_(True)
+    out = masked_log_ratio(log_prob, old, mask)
+    expected = torch.where(mask, log_prob.detach() - torch.nan_to_num(old), 0.0)
+    torch.testing.assert_close(out.detach(), expected)
+    out.sum().backward()
+    torch.testing.assert_close(log_prob.grad, mask.to(log_prob.dtype))
+
+
+@pytest.mark.parametrize("eps", EPSILONS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_clip_higher_token_surrogate(shape, eps):
+    log_prob, old, mask, advantage = batch(shape, 1)
+    log_low, log_high = clip_bounds(*eps)
+    lr = masked_log_ratio(log_prob, old, mask)
+    out = clipped_surrogate(lr, advantage, log_low, log_high)
+    expected = reference.elementwise(
+        lambda x, a: reference.clipped_surrogate(x, a, *eps), lr, advantage
+    )
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("eps", EPSILONS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cispo_value_and_stop_gradient(shape, eps):
+    log_prob, old, _, advantage = batch(shape, 2)
+    log_prob = (old + 0.5 * torch.randn_like(old)).requires_grad_(True)  # many clipped tokens
+    lr = log_prob - old
+    out = cispo_surrogate(lr, advantage, *clip_bounds(*eps))
+    expected = reference.elementwise(lambda x, a: reference.cispo_value(x, a, *eps), lr, advantage)
+    torch.testing.assert_close(out.detach(), expected)
+    out.sum().backward()
+    grad = reference.elementwise(
+        lambda x, a: reference.cispo_log_ratio_gradient(x, a, *eps), lr, advantage
+    )
+    torch.testing.assert_close(log_prob.grad, grad)
+    clipped = (lr.detach() < clip_bounds(*eps)[0]) | (lr.detach() > clip_bounds(*eps)[1])
+    assert clipped.any() and (log_prob.grad[clipped] != 0).all()  # PPO's clip would zero them
+
+
+@pytest.mark.parametrize("threshold", [0.01, 0.1, 1.0])
+def test_kl_trust_mask(threshold):
+    log_prob, old, _, _ = batch((4, 9), 3)
+    out = kl_trust_mask(log_prob, old, threshold)
+    expected = reference.elementwise(
+        lambda a, b: float(reference.kl_trust(a, b, threshold)), log_prob, old
+    )
+    assert torch.equal(out, expected.bool())
+
+
+def test_k3_to_reference_policy():
+    log_prob, ref, mask, _ = batch((3, 8), 4)
+    out = kl_k3(masked_log_ratio(ref, log_prob, mask))  # log(pi_ref / pi), samples of pi
+    expected = reference.elementwise(reference.kl_k3, torch.where(mask, ref - log_prob, 0.0))
+    torch.testing.assert_close(out, expected)
+    assert (out >= 0).all() and (out[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("scale", [True, False], ids=["grpo", "dr_grpo"])
+@pytest.mark.parametrize("shape", [(1, 4), (3, 8), (2, 2, 5)])
+def test_group_relative_advantage(shape, scale):
+    returns = torch.randn(shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    out = group_relative_advantage(returns, scale=scale)
+    flat = returns.reshape(-1, shape[-1]).tolist()
+    expected = torch.tensor([reference.group_advantage(r, scale) for r in flat])
+    torch.testing.assert_close(out, expected.reshape(shape).to(out.dtype))
+
+
+def test_group_relative_advantage_constant_group_is_zero():
+    out = group_relative_advantage(torch.ones(2, 4))
+    assert torch.equal(out, torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "prompt_mean", "seq_sum_constant"])
+@pytest.mark.parametrize("shape", [(1, 5), (4, 7), (3, 6)])
+def test_aggregate_tokens(shape, aggregation):
+    _, _, mask, value = batch(shape, 6)
+    value = torch.where(mask, value, torch.nan)  # padding must not leak
+    out = aggregate_tokens(value, mask, aggregation)
+    expected = reference.token_aggregate(value.tolist(), mask.tolist(), aggregation)
+    assert math.isclose(out.item(), expected, rel_tol=1e-10, abs_tol=1e-12)
+    none = aggregate_tokens(value, mask, "none")
+    torch.testing.assert_close(none, torch.where(mask, value, 0.0))
+
+
+def test_aggregate_tokens_dr_grpo_constant_and_empty_rows():
+    value, mask = torch.ones(2, 4), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]).bool()
+    assert aggregate_tokens(value, mask, "seq_sum_constant", max_tokens=8).item() == 2 / 8 / 2
+    assert aggregate_tokens(value, mask, "prompt_mean").item() == 0.5  # empty row counts 0
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        aggregate_tokens(value, mask, "mean")
+
+
+@pytest.mark.parametrize("eps", [(3e-4, 4e-4), (0.2, 0.28)])
+@pytest.mark.parametrize("shape", [(4, 7), (6, 5)])
+def test_gspo_sequence_ratio_value_and_gradient(shape, eps):
+    log_prob, old, mask, _ = batch(shape, 7)
+    log_prob = (old + 0.05 * torch.randn_like(old)).requires_grad_(True)
+    advantage = torch.randn(shape[0], 1, dtype=old.dtype).expand(shape)  # one per sequence
+    lr = masked_log_ratio(log_prob, old, mask)
+    seq = sequence_log_ratio(lr, mask)
+    expected_seq = [
+        sum(x for x, m in zip(r, k, strict=True) if m) / sum(k)
+        for r, k in zip(lr.tolist(), mask.tolist(), strict=True)
+    ]
+    torch.testing.assert_close(seq.detach().squeeze(-1), torch.tensor(expected_seq).double())
+    token = gspo_token_log_ratio(lr, mask)
+    objective = clipped_surrogate(token, advantage, *clip_bounds(*eps))
+    out = aggregate_tokens(objective, mask, "prompt_mean")
+    expected = [
+        reference.gspo_sequence_objective(r, k, a[0], *eps)
+        for r, k, a in zip(lr.tolist(), mask.tolist(), advantage.tolist(), strict=True)
+    ]
+    assert math.isclose(out.item(), sum(expected) / len(expected), rel_tol=1e-10)
+    (grad,) = torch.autograd.grad(out, log_prob)
+    # the sequence-level objective written directly from eq. 5, differentiated by autograd
+    log_prob2 = log_prob.detach().clone().requires_grad_(True)
+    lr2 = torch.where(mask, log_prob2 - old, 0.0)
+    s = (lr2.sum(-1) / mask.sum(-1)).exp()
+    a = advantage[:, 0]
+    direct = torch.minimum(s * a, s.clamp(1 - eps[0], 1 + eps[1]) * a).mean()
+    (grad2,) = torch.autograd.grad(direct, log_prob2)
+    torch.testing.assert_close(grad, grad2)
+
+
+def test_masked_token_ess():
+    log_weight, _, mask, _ = batch((3, 9), 8)
+    out = masked_token_ess(log_weight, mask)
+    n = int(mask.sum())
+    expected = reference.normalized_ess(log_weight.flatten().tolist(), mask.flatten().tolist())
+    assert math.isclose(out.item(), expected * n, rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("shape", [(1, 5), (4, 7), (2, 3, 6)])
+def test_sequence_log_likelihood(shape, normalize):
+    log_prob, _, mask, _ = batch(shape, 9)
+    log_prob = torch.where(mask, log_prob, torch.nan)
+    out = sequence_log_likelihood(log_prob, mask, normalize)
+    expected = reference.per_row(
+        lambda lp, m: reference.sequence_log_likelihood(lp, [bool(x) for x in m], normalize),
+        log_prob,
+        mask.double(),
+    )
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("beta", [0.1, 1.0, 5.0])
+def test_minor_sft_loss(beta):
+    g = torch.Generator().manual_seed(10)
+    ll = -torch.rand(6, generator=g, dtype=torch.float64) * 20
+    ref = -torch.rand(6, generator=g, dtype=torch.float64) * 20
+    out = minor_sft_loss(ll, ref, beta)
+    expected = reference.elementwise(lambda a, b: reference.minor_sft_loss(a, b, beta), ll, ref)
+    torch.testing.assert_close(out, expected)

@@ -1,0 +1,105 @@
+"""SFTLoss (drop-in for torchrl.objectives.llm.SFTLoss) on a tiny Qwen2 and chat histories:
+parity with TorchRL's class (values and gradients) over its keywords, the per-sequence
+likelihood written out, and the errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import tensordict
+import torch
+
+pytest.importorskip("transformers")
+
+import torchrl.objectives.llm as torchrl_llm  # noqa: E402
+
+import rlloss.llm as rl_llm  # noqa: E402
+from tests.llm_nets import (  # noqa: E402
+    chat_batch,
+    history_actor,
+    tiny_model,
+    tiny_tokenizer,
+    with_ref_log_probs,
+)
+
+GRID = list(
+    itertools.product(["sft", "minor_sft"], ["mean", "sum", "none"], [True, False], [None, 0.1])
+)
+
+
+@pytest.fixture(autouse=True)
+def list_to_stack():
+    with tensordict.set_list_to_stack(True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def setup():
+    with tensordict.set_list_to_stack(True):
+        tokenizer, model = tiny_tokenizer(), tiny_model()
+        batch = with_ref_log_probs(chat_batch(tokenizer), model, tokenizer)
+        return history_actor(model, tokenizer), tokenizer, batch
+
+
+def run(loss, batch, model):
+    model.zero_grad()
+    out = loss(batch)
+    total = out.loss_sft.sum() + (0 if out.loss_kl_to_ref is None else out.loss_kl_to_ref)
+    total.backward()
+    return out, [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize(("loss_function", "reduction", "normalize", "kl"), GRID)
+def test_parity_with_torchrl(setup, loss_function, reduction, normalize, kl):
+    actor, tokenizer, batch = setup
+    keywords = dict(
+        tokenizer=tokenizer,
+        reduction=reduction,
+        normalize_by_seq_length=normalize,
+        kl_to_ref_coeff=kl if loss_function == "sft" else None,
+        loss_function=loss_function,
+        beta=0.1,
+        tokenizer_kwargs={"chat_template_name": "qwen"},
+    )
+    theirs, their_grad = run(torchrl_llm.SFTLoss(actor, **keywords), batch, actor.model)
+    ours, our_grad = run(rl_llm.SFTLoss(actor, **keywords), batch, actor.model)
+    assert type(ours) is type(theirs)
+    for key in ("loss_sft", "loss_kl_to_ref", "kl_to_ref"):
+        if theirs.get(key) is None:
+            assert ours.get(key) is None
+        else:
+            torch.testing.assert_close(ours.get(key), theirs.get(key))
+    for mine, reference in zip(our_grad, their_grad, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-7)
+
+
+def test_sft_is_the_assistant_tokens_negative_log_likelihood(setup):
+    actor, tokenizer, batch = setup
+    loss = rl_llm.SFTLoss(actor, reduction="none", tokenizer_kwargs={"chat_template_name": "qwen"})
+    out = loss(batch)
+    tokens = batch["history", "full"].apply_chat_template(
+        tokenizer=tokenizer, **loss.tokenizer_kwargs
+    )
+    masks = tokens.get("assistant_masks", as_list=True)
+    log_probs = actor(batch.select(("history", "full"))).get(("log_probs", "full"), as_list=True)
+    expected = [-(lp[m.bool()]).mean() for lp, m in zip(log_probs, masks, strict=True)]
+    torch.testing.assert_close(out.loss_sft, torch.stack(expected))
+    assert [int(m.sum()) for m in masks] == [2, 5]  # the words of each answer
+
+
+def test_errors(setup):
+    actor, tokenizer, batch = setup
+    with pytest.raises(ValueError, match="loss_function must be one of"):
+        rl_llm.SFTLoss(actor, loss_function="dpo")
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        rl_llm.SFTLoss(actor, reduction="max")
+    with pytest.warns(UserWarning, match="kl_to_ref_coeff should not be set"):
+        loss = rl_llm.SFTLoss(actor, loss_function="minor_sft", kl_to_ref_coeff=0.1)
+    assert loss.kl_to_ref_coeff == 0.0
+    loss = rl_llm.SFTLoss(
+        actor, kl_to_ref_coeff=0.1, tokenizer_kwargs={"chat_template_name": "qwen"}
+    )
+    assert loss.in_keys == [("history", "full"), ("next", "ref_log_probs", "full")]
+    with pytest.raises(ValueError, match="Reference log probs not found"):
+        loss(batch.exclude(("next", "ref_log_probs")))
