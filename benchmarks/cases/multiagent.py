@@ -58,26 +58,28 @@ MIXERS = {"QMixerLoss": "qmix", "QMixerLoss-vdn": "vdn"}
 # --------------------------------------------------------------------------- #
 # MAPPO / IPPO
 # --------------------------------------------------------------------------- #
+def agents_mlp(out_features: int, centralized: bool, activation: type[nn.Module]) -> MultiAgentMLP:
+    """One ``MultiAgentMLP`` shared by the agents (``OBS_DIM -> HIDDEN -> out_features``), of
+    each agent's own observation or (``centralized``) of every agent's."""
+    return MultiAgentMLP(
+        n_agent_inputs=OBS_DIM,
+        n_agent_outputs=out_features,
+        n_agents=AGENTS,
+        centralized=centralized,
+        share_params=True,
+        depth=len(HIDDEN),
+        num_cells=HIDDEN[0],
+        activation_class=activation,
+    )
+
+
 def ppo_networks(centralized: bool, seed: int) -> dict[str, nn.Module]:
     """The agents' actor (one ``MultiAgentMLP`` shared by the agents, Gaussian head) and the
     critic (``centralized``: every agent's observation; else its own), as TensorDict modules and
     as the raw networks inside them."""
     torch.manual_seed(seed)
-
-    def mlp(out_features: int, centralised: bool) -> MultiAgentMLP:
-        return MultiAgentMLP(
-            n_agent_inputs=OBS_DIM,
-            n_agent_outputs=out_features,
-            n_agents=AGENTS,
-            centralized=centralised,
-            share_params=True,
-            depth=len(HIDDEN),
-            num_cells=HIDDEN[0],
-            activation_class=nn.Tanh,
-        )
-
-    actor_net = nn.Sequential(mlp(2 * ACT_DIM, False), NormalParamExtractor())
-    critic_net = mlp(1, centralized)
+    actor_net = nn.Sequential(agents_mlp(2 * ACT_DIM, False, nn.Tanh), NormalParamExtractor())
+    critic_net = agents_mlp(1, centralized, nn.Tanh)
     actor = ProbabilisticActor(
         TensorDictModule(
             actor_net, [("agents", "observation")], [("agents", "loc"), ("agents", "scale")]
@@ -234,16 +236,7 @@ def qmix_networks(kind: str, seed: int) -> dict[str, nn.Module]:
     ``QValueModule`` head, categorical actions) and the mixer (``QMixer`` on the global state,
     or ``VDNMixer``), as TensorDict modules and as the raw networks inside them."""
     torch.manual_seed(seed)
-    q_net = MultiAgentMLP(
-        n_agent_inputs=OBS_DIM,
-        n_agent_outputs=ACTIONS,
-        n_agents=AGENTS,
-        centralized=False,
-        share_params=True,
-        depth=len(HIDDEN),
-        num_cells=HIDDEN[0],
-        activation_class=nn.ReLU,
-    )
+    q_net = agents_mlp(ACTIONS, False, nn.ReLU)
     head = QValueModule(
         action_value_key=("agents", "action_value"),
         out_keys=[
