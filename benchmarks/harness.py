@@ -70,6 +70,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,7 @@ class Config:
     hand_written: bool = False  # the cases and batch sizes of the hand-written comparison
     methods: tuple[str, ...] = METHODS  # the methods to gate and time (the others: not run)
     no_aot_cse: bool = False
+    merge: bool = False  # keep the rows of --out that this run does not replace
 
 
 def available_methods(
@@ -561,12 +563,20 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def write_result(rows: list[dict], config: dict, out: Path) -> bool:
+def write_result(rows: list[dict], config: dict, out: Path, merge: bool = False) -> bool:
     """Write ``rows`` with the machine block, ``config`` and the method to ``out`` (JSON); whether
-    every row is ok."""
+    every row is ok. ``merge``: keep the rows already in ``out`` that ``rows`` do not replace
+    (same case, batch size, mode, level and device), and its command before this one's."""
+    machine = machine_info()
+    if merge and out.exists():
+        previous = json.loads(out.read_text())
+        key = itemgetter("case", "batch_size", "mode", "level", "device")
+        new = {key(r) for r in rows}
+        rows = [r for r in previous["results"] if key(r) not in new] + rows
+        machine["command"] = f"{previous['machine']['command']} && {machine['command']}"
     ok = all(r["status"] == "ok" for r in rows)
     result = {
-        "machine": machine_info(),
+        "machine": machine,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in config.items()},
         "method": METHOD_TEXT,
         "ok": ok,

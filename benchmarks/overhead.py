@@ -11,6 +11,8 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/overhead.py --batch-sizes 64 4096 --repeats 50 --out my.json
     python benchmarks/overhead.py --small-only --modes eager --out small.json  # the headline rows
     python benchmarks/overhead.py --hand-written --out benchmarks/results/overhead-hand-written.json
+    python benchmarks/overhead.py --cases MAPPOLoss --modes compiled --batch-sizes 64 --merge \
+        --out benchmarks/results/overhead-multiagent.json  # added to that file's eager rows
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of --out this run does not replace (same case, batch size, mode, "
+        "level and device); its command is recorded before this run's",
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
     )
     a = p.parse_args(argv)
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(case_rows)
         harness.print_table(case, case_rows[0]["description"], case_rows)
 
-    ok = harness.write_result(rows, vars(cfg), cfg.out)
+    ok = harness.write_result(rows, vars(cfg), cfg.out, cfg.merge)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
     return 0 if ok else 1
 
