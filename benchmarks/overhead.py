@@ -52,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         nargs="+",
         default=None,
         help="e.g. '64 4096' or '64,4096' (default: each case's small and large sizes, 64 and 4096 "
-        "for PPO and DQN, 256 and 4096 for DDPG, TD3, SAC, CrossQ, IQL and CQL, 64 and 1024 for REDQ and "
-        "TQC, 256 and 1024 for MPO; the small one with --smoke)",
+        "for PPO, DQN and the multi-agent losses (timesteps of 3 agents), 256 and 4096 for "
+        "DDPG, TD3, SAC, CrossQ, IQL and CQL, 64 and 1024 for REDQ and TQC, 256 and 1024 for "
+        "MPO; the small one with --smoke)",
     )
     p.add_argument(
         "--small-only", action="store_true", help="each case's small batch size only (the headline)"
