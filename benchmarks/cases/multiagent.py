@@ -51,6 +51,7 @@ PPO_KWARGS = dict(
 PPO_CENTRALIZED = {"MAPPOLoss": True, "IPPOLoss": False}  # the critic sees every agent
 PPO_LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 ADV_EPS = torch.finfo(torch.float).resolution  # TorchRL's clamp of the advantage's std
+ADV_STATS_DIMS = (0, 2)  # the advantage's statistics: every dim of [B, n_agents, 1] but agents'
 ACTIONS, STATE_DIM, MIXING_EMBED, GAMMA = 5, AGENTS * OBS_DIM, 32, 0.99
 MIXERS = {"QMixerLoss": "qmix", "QMixerLoss-vdn": "vdn"}
 
@@ -136,7 +137,7 @@ def plain_mappo_loss(nets: dict, batch, keys: tuple, diagnostics: bool) -> Calla
     eps = PPO_KWARGS["clip_epsilon"]
     bounds = torch.tensor(-eps).log1p().item(), torch.tensor(eps).log1p().item()
     ent_coeff, critic_coeff = PPO_KWARGS["entropy_coeff"], PPO_KWARGS["critic_coeff"]
-    stats_dims = (0, 2)  # every dim but the agent dim
+    stats_dims = ADV_STATS_DIMS
 
     def loss() -> torch.Tensor:
         std = adv.std(stats_dims, keepdim=True).clamp_min(ADV_EPS)
