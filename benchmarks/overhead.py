@@ -102,6 +102,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(
+        "--clock",
+        default="wall",
+        choices=list(harness.CLOCKS),
+        help="what a timed block is measured with: wall (time.perf_counter) or cpu (the "
+        "process's CPU time, time.process_time: far less inflated on a machine shared with "
+        "other work, where the wall clock counts the time others hold the cores)",
+    )
+    p.add_argument(
         "--merge",
         action="store_true",
         help="keep the rows of --out this run does not replace (same case, batch size, mode, "
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch._functorch.config.cse = False
     harness.use_device(cfg.device)
+    harness.use_clock(cfg.clock)
     harness.single_thread()
     rows = []
     for case in cfg.cases:
