@@ -119,7 +119,8 @@ def overhead_table(results: list[Result], counts: dict | None = None) -> list[st
     ]
     sources = {
         r.path.name: machine_of(r).get("date", "?")[:10]
-        for _, r in [*eager.values(), *compiled.values()]
+        + (", CPU time" if row.get("clock") == "cpu" else "")
+        for row, r in [*eager.values(), *compiled.values()]
     }
     sources.update(
         (entry["file"], entry["date"][:10])
@@ -318,7 +319,8 @@ def headline(
         "## Overhead per update",
         "",
         f"One `{HEADLINE_LEVEL}` step (zero_grad + forward + backward) at each loss's small batch, "
-        "CPU, 1 thread; medians of paired per-round time ratios. rlloss / plain: over the same "
+        "CPU, 1 thread; medians of paired per-round time ratios (wall time; the process's CPU "
+        "time where a source below says so). rlloss / plain: over the same "
         "math written by hand in plain torch (target <= 1.10 eager, <= 1.05 compiled). "
         "TorchRL / rlloss: TorchRL's loss over rlloss's (target >= 1.5 eager). **Bold**: the "
         "target is missed; -: no such loss in TorchRL. Instructions: callgrind's count per "
