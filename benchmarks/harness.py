@@ -44,7 +44,9 @@ Method
 * Warm-up: ``--warmup`` steps per method. Then ``--repeats`` rounds; in round ``r``
   the methods run in an order rotated by ``r`` (interleaving spreads machine-load
   drift evenly over the methods), each for ``--inner`` consecutive steps timed with
-  :func:`time.perf_counter`; one sample = block time / inner. ``--inner 0`` (the
+  :func:`time.perf_counter` (with ``--clock cpu``: :func:`time.process_time`, the CPU time the
+  process spent, which a machine shared with other work inflates far less than the wall clock);
+  one sample = block time / inner. ``--inner 0`` (the
   default) picks, per case and batch size, the count that makes the slowest method's
   block last about ``--block-ms``.
 * Reported: per method the median of the samples with its interquartile range
@@ -70,6 +72,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +100,15 @@ METHOD_TEXT = (
     "loss; 1 CPU thread; interleaved rotated rounds; microseconds per step"
 )
 DEVICE = torch.device("cpu")  # where the case builders place networks and batches
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # what a block is timed with
+CLOCK_TEXT = {"wall": "", "cpu": "; CPU time of the process (time.process_time), not wall time"}
+_clock = CLOCKS["wall"]
+
+
+def use_clock(name: str) -> None:
+    """Time the blocks with clock ``name`` (``CLOCKS``) from now on."""
+    global _clock
+    _clock = CLOCKS[name]
 
 
 def use_device(name: str) -> None:
@@ -271,11 +283,11 @@ def _time_block(step: Callable[[], Any], inner: int, collect: bool = True) -> fl
     gc.disable()
     try:
         _sync()
-        t0 = time.perf_counter()
+        t0 = _clock()
         for _ in range(inner):
             step()
         _sync()
-        return (time.perf_counter() - t0) / inner
+        return (_clock() - t0) / inner
     finally:
         gc.enable()
 
@@ -357,6 +369,8 @@ class Config:
     hand_written: bool = False  # the cases and batch sizes of the hand-written comparison
     methods: tuple[str, ...] = METHODS  # the methods to gate and time (the others: not run)
     no_aot_cse: bool = False
+    clock: str = "wall"  # "cpu": the process's CPU time (CLOCKS)
+    merge: bool = False  # keep the rows of --out that this run does not replace
 
 
 def available_methods(
@@ -446,6 +460,7 @@ def run_case(case: str, setup: CaseSetup, batch_size: int, cfg: Config) -> list[
                 "device": str(DEVICE),
                 "status": status,
                 "inner": inner,
+                "clock": cfg.clock,
                 "gate_and_compile_s": gate_s,
                 "methods": copy.deepcopy(methods_status),
                 "ratios": {},
@@ -561,14 +576,22 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def write_result(rows: list[dict], config: dict, out: Path) -> bool:
+def write_result(rows: list[dict], config: dict, out: Path, merge: bool = False) -> bool:
     """Write ``rows`` with the machine block, ``config`` and the method to ``out`` (JSON); whether
-    every row is ok."""
+    every row is ok. ``merge``: keep the rows already in ``out`` that ``rows`` do not replace
+    (same case, batch size, mode, level and device), and its command before this one's."""
+    machine = machine_info()
+    if merge and out.exists():
+        previous = json.loads(out.read_text())
+        key = itemgetter("case", "batch_size", "mode", "level", "device")
+        new = {key(r) for r in rows}
+        rows = [r for r in previous["results"] if key(r) not in new] + rows
+        machine["command"] = f"{previous['machine']['command']} && {machine['command']}"
     ok = all(r["status"] == "ok" for r in rows)
     result = {
-        "machine": machine_info(),
+        "machine": machine,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in config.items()},
-        "method": METHOD_TEXT,
+        "method": METHOD_TEXT + CLOCK_TEXT[config.get("clock", "wall")],
         "ok": ok,
         "results": rows,
     }

@@ -3,6 +3,8 @@ measure for shared or noisy machines (the method: :mod:`benchmarks.profiling`).
 
     python benchmarks/instructions.py --cases ClipPPOLoss DQNLoss --batch-size 64
     python benchmarks/instructions.py --hand-written  # -> results/instructions-hand-written.json
+    python benchmarks/instructions.py --dumped --cases MAPPOLoss QMixerLoss --batch-size 64 \
+        --methods plain rlloss torchrl --work /tmp/cg --out benchmarks/results/instructions-multiagent.json
 
 Each process runs ~50x slower under callgrind (a couple of minutes per process, mostly the
 import of torch). Needs ``valgrind`` on the PATH. Writes JSON next to the overhead results.
@@ -10,7 +12,9 @@ import of torch). Needs ``valgrind`` on the PATH. Writes JSON next to the overhe
 ``--hand-written``: the cases of the hand-written comparison (``benchmarks.cases.HAND_WRITTEN``)
 with every rlloss and hand-written method, in two callgrind processes (the small-batch cases, and
 the custom-critic ones at fewer steps), each dumping its counters around each method's steps
-(``benchmarks/callgrind/run.sh``): one start-up for all, none of it counted.
+(``benchmarks/callgrind/run.sh``): one start-up for all, none of it counted. ``--dumped``: the
+same for any ``--cases`` and ``--methods`` at one batch size, merged into ``--out`` beside the
+entries it already holds (run it once per batch size).
 """
 
 from __future__ import annotations
@@ -37,6 +41,28 @@ from benchmarks.profiling import (  # noqa: E402
 HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)
 
 
+def counted(run, work: Path, steps: int) -> dict[str, dict]:
+    """The instructions per step of a finished :func:`dumped_instructions` run in ``work``, and
+    their ratios (``harness.RATIOS``), keyed ``"<case>, B=<batch>"``."""
+    if run.wait():
+        raise RuntimeError(f"callgrind run failed: see {work}/valgrind.log")
+    results = {}
+    for (case, size), counts in read_dumped_instructions(work).items():
+        ratios = {
+            f"{num}/{den}": counts[num] / counts[den]
+            for num, den in RATIOS
+            if num in counts and den in counts
+        }
+        results[f"{case}, B={size}"] = {
+            "case": case,
+            "batch_size": size,
+            "steps": steps,
+            "instructions_per_step": counts,
+            "ratios": ratios,
+        }
+    return results
+
+
 def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
     """Instructions per step of the cases of the hand-written comparison in the ``selected``
     groups (of ``HAND_STEPS``), their rlloss and hand-written methods, and their ratios
@@ -54,22 +80,21 @@ def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
     }
     results = {}
     for name, run in runs.items():
-        if run.wait():
-            raise RuntimeError(f"callgrind run {name} failed: see {work / name}/valgrind.log")
-        for (case, size), counts in read_dumped_instructions(work / name).items():
-            ratios = {
-                f"{num}/{den}": counts[num] / counts[den]
-                for num, den in RATIOS
-                if num in counts and den in counts
-            }
-            results[f"{case}, B={size}"] = {
-                "case": case,
-                "batch_size": size,
-                "steps": HAND_STEPS[name][0],
-                "instructions_per_step": counts,
-                "ratios": ratios,
-            }
+        results.update(counted(run, work / name, HAND_STEPS[name][0]))
     return results
+
+
+def merge_into(out: Path, entries: dict[str, dict]) -> None:
+    """Write ``entries`` into the keyed file ``out`` (``"<case>, B=<batch>"`` -> counts, each
+    with its date and commit), keeping the entries of ``out`` they do not replace."""
+    machine = machine_info()
+    cases = json.loads(out.read_text())["cases"] if out.exists() else {}
+    for key, entry in entries.items():
+        cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
+    result = {"machine": machine, "level": "backward", "cases": cases}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def main() -> None:
@@ -93,6 +118,15 @@ def main() -> None:
         choices=list(HAND_STEPS),
         help="--hand-written: the groups of cases to count (the others' entries in --out kept)",
     )
+    parser.add_argument(
+        "--dumped",
+        action="store_true",
+        help="--cases and --methods at --batch-size in one callgrind process, counters dumped "
+        "around --steps steps of each after --warmup (callgrind/run.sh; backward level), merged "
+        "into --out keyed '<case>, B=<batch>'",
+    )
+    parser.add_argument("--steps", type=int, default=30, help="--dumped: steps per method")
+    parser.add_argument("--warmup", type=int, default=5, help="--dumped: warm-up steps")
     parser.add_argument("--work", type=Path, default=Path("/tmp/instructions-hand-written"))
     parser.add_argument(
         "--out",
@@ -104,13 +138,12 @@ def main() -> None:
     name = "instructions-hand-written.json" if args.hand_written else "instructions.json"
     args.out = args.out or REPO_ROOT / "benchmarks" / "results" / name
     if args.hand_written:
-        machine = machine_info()
-        cases = json.loads(args.out.read_text())["cases"] if args.out.exists() else {}
-        for key, entry in hand_written_counts(args.work, args.groups).items():
-            cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
-        result = {"machine": machine, "level": "backward", "cases": cases}
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        merge_into(args.out, hand_written_counts(args.work, args.groups))
+        return
+    if args.dumped:
+        entries = [(case, args.batch_size) for case in args.cases]
+        run = dumped_instructions(entries, args.methods, args.steps, args.warmup, args.work)
+        merge_into(args.out, counted(run, args.work, args.steps))
         return
     results = {
         case: instructions_per_step(

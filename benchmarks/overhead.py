@@ -11,6 +11,8 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/overhead.py --batch-sizes 64 4096 --repeats 50 --out my.json
     python benchmarks/overhead.py --small-only --modes eager --out small.json  # the headline rows
     python benchmarks/overhead.py --hand-written --out benchmarks/results/overhead-hand-written.json
+    python benchmarks/overhead.py --cases MAPPOLoss --modes compiled --batch-sizes 64 --merge \
+        --out benchmarks/results/overhead-multiagent.json  # added to that file's eager rows
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         nargs="+",
         default=None,
         help="e.g. '64 4096' or '64,4096' (default: each case's small and large sizes, 64 and 4096 "
-        "for PPO and DQN, 256 and 4096 for DDPG, TD3, SAC, CrossQ, IQL and CQL, 64 and 1024 for REDQ and "
-        "TQC, 256 and 1024 for MPO; the small one with --smoke)",
+        "for PPO, DQN and the multi-agent losses (timesteps of 3 agents), 256 and 4096 for "
+        "DDPG, TD3, SAC, CrossQ, IQL and CQL, 64 and 1024 for REDQ and TQC, 256 and 1024 for "
+        "MPO; the small one with --smoke)",
     )
     p.add_argument(
         "--small-only", action="store_true", help="each case's small batch size only (the headline)"
@@ -99,6 +102,20 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument(
+        "--clock",
+        default="wall",
+        choices=list(harness.CLOCKS),
+        help="what a timed block is measured with: wall (time.perf_counter) or cpu (the "
+        "process's CPU time, time.process_time: far less inflated on a machine shared with "
+        "other work, where the wall clock counts the time others hold the cores)",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of --out this run does not replace (same case, batch size, mode, "
+        "level and device); its command is recorded before this run's",
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
     )
     a = p.parse_args(argv)
@@ -120,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch._functorch.config.cse = False
     harness.use_device(cfg.device)
+    harness.use_clock(cfg.clock)
     harness.single_thread()
     rows = []
     for case in cfg.cases:
@@ -131,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(case_rows)
         harness.print_table(case, case_rows[0]["description"], case_rows)
 
-    ok = harness.write_result(rows, vars(cfg), cfg.out)
+    ok = harness.write_result(rows, vars(cfg), cfg.out, cfg.merge)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
     return 0 if ok else 1
 

@@ -3,8 +3,10 @@ stops, on hand-made methods whose totals and gradients differ by known amounts."
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from benchmarks.cases import CASES, multiagent
 from benchmarks.harness import CaseSetup, Method, gate
 
 
@@ -65,3 +67,23 @@ def test_gradients_are_still_compared_on_their_own_scale():
     report = verdict(method(CANCELLING), method(CANCELLING, grad_scale=1 + 1e-3))
     assert not report["ok"]
     assert report["worst"] == "only:grad/w"
+
+
+@pytest.mark.parametrize("case", list(multiagent.CASES))
+def test_the_multi_agent_cases_agree_with_torchrl(case):
+    """rlloss, TorchRL and the hand-written plain torch agree on the multi-agent cases (small
+    batch): losses and every network parameter's gradient."""
+    setup = CASES[case](8, 0)
+    report, _ = gate(setup, list(setup.factories), 1e-5, compiled=False)
+    assert set(report) == set(setup.factories)
+    assert all(entry["ok"] for entry in report.values()), report
+
+
+def test_the_gate_stops_a_baseline_that_pools_the_agents_advantages(monkeypatch):
+    """Standardising the advantage over the agents too (not per agent, as MAPPO does) is a
+    different loss: the gate refuses it."""
+    monkeypatch.setattr(multiagent, "ADV_STATS_DIMS", (0, 1, 2))
+    setup = CASES["MAPPOLoss"](8, 0)
+    report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
+    assert not report["plain"]["ok"]
+    assert report["plain"]["max_rel_err"] > 1e-3

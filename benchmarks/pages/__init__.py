@@ -35,7 +35,7 @@ from pathlib import Path
 
 from benchmarks.harness import MODES
 from benchmarks.pages.compile import compile_section
-from benchmarks.pages.headline import HAND_INSTRUCTIONS, headline
+from benchmarks.pages.headline import HAND_INSTRUCTIONS, HEADLINE_LEVEL, headline
 from benchmarks.pages.learning import learning_section
 from benchmarks.pages.markdown import (
     KINDS,
@@ -156,6 +156,23 @@ def load_instructions(path: Path, notes: list[str]) -> dict | None:
         return None
 
 
+def load_counts(results_dir: Path, notes: list[str]) -> dict[str, dict]:
+    """The entries of every keyed instruction file (``instructions*.json`` written by
+    ``benchmarks/instructions.py --dumped`` or ``--hand-written``: ``"<case>, B=<batch>"`` ->
+    counts) of the headline level, each with its file's name; the newest entry of a key wins."""
+    found = []
+    for path in sorted(results_dir.glob("instructions*.json")):
+        data = load_instructions(path, notes) or {}
+        if "machine" not in data or data.get("level") != HEADLINE_LEVEL:
+            continue  # the older files: one batch size per file, no date
+        date = data["machine"].get("date", "?")
+        found += [
+            {"date": date, **entry, "key": key, "file": path.name}
+            for key, entry in data["cases"].items()
+        ]
+    return {e["key"]: e for e in sorted(found, key=lambda e: e.get("date", ""))}
+
+
 def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[str]]:
     """BENCHMARKS.md (at ``index``) and every page (in ``results_dir``) by path, and the notes
     worth printing (unreadable or skipped files, missing kinds)."""
@@ -170,5 +187,7 @@ def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[st
     links = [(page.title, rel(results_dir / page.file, index)) for page in PAGES]
     links.append(("missed targets, explained", rel(MISSED_TARGETS, index)))
     instructions = load_instructions(results_dir / HAND_INSTRUCTIONS, notes)
-    files[index] = headline(results, generated_line(results_dir, len(results)), links, instructions)
+    counts = load_counts(results_dir, notes)
+    generated = generated_line(results_dir, len(results))
+    files[index] = headline(results, generated, links, instructions, counts)
     return files, notes

@@ -72,8 +72,18 @@ def untimed_text(row: dict, ratio: str) -> str:
     return "-"
 
 
-def overhead_table(results: list[Result]) -> list[str]:
-    """One row per loss: eager and compiled ratios to plain torch and TorchRL's to rlloss."""
+def counted_text(counts: dict, case: str, batch_size: int, ratio: str) -> str:
+    """The instruction-count ``ratio`` of ``case`` at ``batch_size`` ('-' where it was not
+    counted)."""
+    value = counts.get(f"{case}, B={batch_size}", {}).get("ratios", {}).get(ratio)
+    return "-" if value is None else f"{value:.3f}"
+
+
+def overhead_table(results: list[Result], counts: dict | None = None) -> list[str]:
+    """One row per loss: eager and compiled ratios to plain torch and TorchRL's to rlloss, and
+    the instruction-count ratios where ``counts`` (``"<case>, B=<batch>"`` -> an entry of a
+    keyed instruction file, with its ``file`` and ``date``) has them."""
+    counts = counts or {}
     eager = smallest_batch_rows(results, "eager")
     compiled = smallest_batch_rows(results, "compiled")
     if not eager and not compiled:
@@ -92,6 +102,8 @@ def overhead_table(results: list[Result]) -> list[str]:
                 ratio_text(eager_row, "torchrl/rlloss"),
                 ratio_text(compiled_row, "rlloss/plain", batch_size),
                 ratio_text(compiled_row, "torchrl/rlloss", batch_size),
+                counted_text(counts, case, batch_size, "rlloss/plain"),
+                counted_text(counts, case, batch_size, "torchrl/rlloss"),
             ]
         )
     header = [
@@ -102,11 +114,19 @@ def overhead_table(results: list[Result]) -> list[str]:
         "eager: TorchRL / rlloss",
         "compiled: rlloss / plain",
         "compiled: TorchRL / rlloss",
+        "instructions: rlloss / plain",
+        "instructions: TorchRL / rlloss",
     ]
     sources = {
         r.path.name: machine_of(r).get("date", "?")[:10]
-        for _, r in [*eager.values(), *compiled.values()]
+        + (", CPU time" if row.get("clock") == "cpu" else "")
+        for row, r in [*eager.values(), *compiled.values()]
     }
+    sources.update(
+        (entry["file"], entry["date"][:10])
+        for case, batch_size, *cells in rows
+        if cells[-2:] != ["-", "-"] and (entry := counts[f"{case}, B={batch_size}"])
+    )
     return markdown_table(header, rows) + [
         "From " + ", ".join(f"`{name}` ({date})" for name, date in sources.items()) + ".",
         "",
@@ -283,9 +303,11 @@ def headline(
     generated: str,
     links: list[tuple[str, str]],
     instructions: dict | None = None,
+    counts: dict | None = None,
 ) -> str:
     """BENCHMARKS.md: the headline tables and the links (title, relative path) to the full
-    tables; ``instructions``: the hand-written comparison's instruction counts, if any."""
+    tables; ``instructions``: the hand-written comparison's instruction counts, if any;
+    ``counts``: every keyed instruction file's entries (:func:`overhead_table`)."""
     gpu = any(not on_cpu(d) for r in results if r.data is not None for d in devices_of(r))
     lines = [
         "# Benchmarks",
@@ -297,12 +319,15 @@ def headline(
         "## Overhead per update",
         "",
         f"One `{HEADLINE_LEVEL}` step (zero_grad + forward + backward) at each loss's small batch, "
-        "CPU, 1 thread; medians of paired per-round time ratios. rlloss / plain: over the same "
+        "CPU, 1 thread; medians of paired per-round time ratios (wall time; the process's CPU "
+        "time where a source below says so). rlloss / plain: over the same "
         "math written by hand in plain torch (target <= 1.10 eager, <= 1.05 compiled). "
         "TorchRL / rlloss: TorchRL's loss over rlloss's (target >= 1.5 eager). **Bold**: the "
-        "target is missed; -: no such loss in TorchRL.",
+        "target is missed; -: no such loss in TorchRL. Instructions: callgrind's count per "
+        "step of the same step, eager (load-independent: the robust figure on a busy machine), "
+        "where counted (`benchmarks/instructions.py --dumped`).",
         "",
-        *overhead_table(results),
+        *overhead_table(results, counts),
         "## Against a hand-written step",
         "",
         "The same `backward` step against the loss written by hand in one file, CleanRL-style "
