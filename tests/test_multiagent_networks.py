@@ -19,7 +19,7 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.data import Categorical
+from torchrl.data import Bounded, Categorical, Composite
 from torchrl.modules import (
     MultiAgentMLP,
     ProbabilisticActor,
@@ -365,3 +365,20 @@ def test_ddpg_with_a_critic_run_whole_matches_torchrl(share):
     got, expected = ours(batch.clone()), theirs(batch.clone())
     for key in ("loss_actor", "loss_value"):
         torch.testing.assert_close(got[key], expected[key])
+
+
+def test_sac_target_entropy_counts_the_action_dims_of_one_agent():
+    """``target_entropy="auto"`` with BenchMARL's group action spec (a Composite holding
+    ``("agents", "action")`` of shape ``[n_agents, D]``): ``-D``, TorchRL's value (was
+    ``-n_agents * D``); without a spec, from the batch, the same."""
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
+    theirs = torchrl.objectives.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
+    theirs.set_keys(action=("agents", "action"))
+    ours = rlloss.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
+    assert float(theirs.target_entropy) == -ACT
+    assert float(ours.target_entropy) == -ACT
+    loss, batch = sac()  # no spec: read from the batch's action at the first call
+    loss(batch)
+    assert float(loss.target_entropy) == -ACT
