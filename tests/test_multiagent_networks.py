@@ -382,3 +382,32 @@ def test_sac_target_entropy_counts_the_action_dims_of_one_agent():
     loss, batch = sac()  # no spec: read from the batch's action at the first call
     loss(batch)
     assert float(loss.target_entropy) == -ACT
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["independent", "centralised-shared"])
+def test_sac_with_a_critic_run_whole_matches_torchrl(share):
+    """BenchMARL's ISAC / MASAC losses (group action spec, nested keys set after construction):
+    with the same ensemble weights and random state, TorchRL's values."""
+    torch.manual_seed(0)
+    actor, critic = stochastic_actor(), whole_batch_critic(share)
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
+    ours = rlloss.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
+    theirs = torchrl.objectives.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
+    with torch.no_grad():  # TorchRL initialises its ensemble members in its own way
+        theirs.qvalue_network_params.data.copy_(ours.qvalue_network_params.data)
+        theirs.target_qvalue_network_params.data.copy_(ours.target_qvalue_network_params.data)
+    for loss in (ours, theirs):
+        loss.set_keys(
+            action=("agents", "action"),
+            state_action_value=("agents", "state_action_value"),
+            **AGENT_KEYS,
+        )
+    batch = transitions()
+    torch.manual_seed(1)
+    got = ours(batch.clone())
+    torch.manual_seed(1)
+    expected = theirs(batch.clone())
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+        torch.testing.assert_close(got[key], expected[key])
