@@ -48,7 +48,7 @@ def main() -> None:
     files = sorted(f for d in args.raw for f in Path(d).glob("*.json"))
     runs = [compact(json.loads(f.read_text())) for f in files]
     order = ["mappo", "ippo", "qmix", "vdn", "iql", "masac", "isac", "maddpg", "iddpg"]
-    runs.sort(key=lambda r: (r["frames"] > 10000, order.index(r["algo"]), r["lib"] != "torchrl"))
+    runs.sort(key=lambda r: (r["frames"] > 10000, order.index(r["algo"]), r["frames"], r["lib"] != "torchrl"))
     Path(args.out).write_text(json.dumps(runs, indent=0))
     print(table(runs))
 
