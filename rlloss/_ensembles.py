@@ -206,7 +206,16 @@ def members_in_turn(
     call = _functional_call if torch.compiler.is_compiling() else _swapped_call
     members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
     outputs = [call(module, {k: v[i] for k, v in members.items()}, inputs) for i in range(size)]
-    return {key: torch.stack([out[key] for out in outputs]) for key in outputs[0].keys()}
+    return {key: torch.stack([out[key] for out in outputs]) for key in _leaf_keys(outputs[0])}
+
+
+def _leaf_keys(outputs: Mapping):
+    """The keys of a member's outputs: every leaf of a TensorDict (a module the loss runs whole,
+    e.g. BenchMARL's ``Mlp``, returns the batch with its nested ``("agents", "...")`` entries),
+    else the mapping's keys."""
+    if isinstance(outputs, TensorDictBase):
+        return outputs.keys(include_nested=True, leaves_only=True)
+    return outputs.keys()
 
 
 def _functional_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):

@@ -206,10 +206,15 @@ class NetworkCall:
     ) -> Mapping[NestedKey, torch.Tensor]:
         """The outputs on ``batch`` with ``action`` (a tensor ``[*S, D]``) as the input ``key``
         (see :func:`inputs_at_action`); a module the plan cannot run gets a TensorDict ``[*S]``
-        of the inputs."""
+        of the inputs (``[*B]`` of a TensorDict ``batch`` ``[*B]`` without ``samples_dim``: an
+        action with an agent dim ``[*B, n_agents, D]`` beside a centralised critic's outputs
+        ``[*B, 1]``)."""
         inputs = inputs_at_action(batch, self.module, key, action, samples_dim)
         if self.steps is None:  # the module's own call, on a TensorDict of the inputs
-            return self(inputs_batch(inputs, action.shape[:-1]))
+            dims = len(action.shape) - 1
+            if samples_dim is None and isinstance(batch, TensorDictBase):
+                dims = min(dims, batch.batch_dims)
+            return self(inputs_batch(inputs, action.shape[:dims]))
         return self(inputs)
 
 

@@ -10,10 +10,16 @@ import warnings
 
 import pytest
 import torch
+import torchrl.objectives
 from tensordict import TensorDict
-from tensordict.nn import NormalParamExtractor, TensorDictModule
+from tensordict.nn import (
+    NormalParamExtractor,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+)
 from torch import nn
-from torchrl.data import Categorical
+from torchrl.data import Bounded, Categorical, Composite
 from torchrl.modules import (
     MultiAgentMLP,
     ProbabilisticActor,
@@ -273,3 +279,135 @@ def test_ppo_takes_multi_agent_networks_and_torchrl_aliases():
     out = loss(batch)
     (out["loss_objective"] + out["loss_critic"]).backward()
     assert all(p.grad is not None for p in actor.parameters())
+
+
+class WholeBatchCritic(TensorDictModuleBase):
+    """A critic shaped like BenchMARL's ``Mlp`` model: a ``TensorDictModuleBase`` (not a plain
+    ``TensorDictModule``: the loss runs it whole, on a TensorDict) reading the agents'
+    observations and actions and writing ``("agents", "state_action_value")``; with ``share``,
+    a centralised shared critic writes a team value ``[*B, 1]`` at the root, expanded to the
+    agents by the next module (BenchMARL's MASAC / MADDPG with ``share_param_critic``)."""
+
+    def __init__(self, share: bool) -> None:
+        super().__init__()
+        self.share = share
+        self.in_keys = [("agents", "observation"), ("agents", "action")]
+        self.out_keys = ["state_action_value" if share else ("agents", "state_action_value")]
+        self.mlp = MultiAgentMLP(
+            n_agent_inputs=OBS + ACT,
+            n_agent_outputs=1,
+            n_agents=N,
+            centralized=share,
+            share_params=share,
+            depth=1,
+            num_cells=16,
+        )
+
+    def forward(self, tensordict):
+        inputs = torch.cat([tensordict.get(key) for key in self.in_keys], -1)
+        value = self.mlp(inputs)
+        if self.share:  # the centralised shared value is one per team: drop the agent dim
+            value = value[..., 0, :]
+        tensordict.set(self.out_keys[0], value)
+        return tensordict
+
+
+def whole_batch_critic(share: bool):
+    if not share:
+        return WholeBatchCritic(share=False)
+    expand = TensorDictModule(
+        lambda value: value.unsqueeze(-2).expand(*value.shape[:-1], N, 1),
+        in_keys=["state_action_value"],
+        out_keys=[("agents", "state_action_value")],
+    )
+    return TensorDictSequential(WholeBatchCritic(share=True), expand)
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["independent", "centralised-shared"])
+def test_sac_ensemble_of_a_critic_run_whole_keeps_its_nested_values(share):
+    """BenchMARL's ISAC / MASAC critics: each member's ``("agents", "state_action_value")`` is
+    that of the network holding the member's weights (was a KeyError: only the top-level keys
+    of the members' output TensorDicts were stacked)."""
+    torch.manual_seed(0)
+    loss = rlloss.SACLoss(stochastic_actor(), whole_batch_critic(share), num_qvalue_nets=2)
+    loss.set_keys(
+        action=("agents", "action"),
+        state_action_value=("agents", "state_action_value"),
+        **AGENT_KEYS,
+    )
+    batch = transitions()
+    values = loss._q_values(batch, batch["agents", "action"])
+    assert values.shape == (2, B, N, 1)
+    for member in range(2):
+        network = copy.deepcopy(loss._qvalue.template)
+        params = loss.qvalue_network_params[member].detach()
+        _compat.point_at(network, dict(params.flatten_keys(".").items()))
+        expected = network(batch.select(*network.in_keys).clone())["agents", "state_action_value"]
+        torch.testing.assert_close(values[member], expected)
+    out = loss(batch)
+    (out["loss_actor"] + out["loss_qvalue"]).backward()
+    assert all(torch.isfinite(out[k]) for k in ("loss_actor", "loss_qvalue", "loss_alpha"))
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["independent", "centralised-shared"])
+def test_ddpg_with_a_critic_run_whole_matches_torchrl(share):
+    """BenchMARL's IDDPG / MADDPG: the critic is called on a TensorDict of the replay batch's
+    size ``[B]``, not the action's leading dims ``[B, n_agents]`` (a team value ``[B, 1]``
+    refused by a ``[B, n_agents]`` TensorDict); the losses equal TorchRL's."""
+    torch.manual_seed(0)
+    actor, critic = deterministic_actor(), whole_batch_critic(share)
+    keys = dict(state_action_value=("agents", "state_action_value"), **AGENT_KEYS)
+    ours = rlloss.DDPGLoss(actor, critic, delay_value=True)
+    theirs = torchrl.objectives.DDPGLoss(actor, critic, delay_value=True)
+    for loss in (ours, theirs):
+        loss.set_keys(**keys)
+    batch = transitions()
+    got, expected = ours(batch.clone()), theirs(batch.clone())
+    for key in ("loss_actor", "loss_value"):
+        torch.testing.assert_close(got[key], expected[key])
+
+
+def test_sac_target_entropy_counts_the_action_dims_of_one_agent():
+    """``target_entropy="auto"`` with BenchMARL's group action spec (a Composite holding
+    ``("agents", "action")`` of shape ``[n_agents, D]``): ``-D``, TorchRL's value (was
+    ``-n_agents * D``); without a spec, from the batch, the same."""
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
+    theirs = torchrl.objectives.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
+    theirs.set_keys(action=("agents", "action"))
+    ours = rlloss.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
+    assert float(theirs.target_entropy) == -ACT
+    assert float(ours.target_entropy) == -ACT
+    loss, batch = sac()  # no spec: read from the batch's action at the first call
+    loss(batch)
+    assert float(loss.target_entropy) == -ACT
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["independent", "centralised-shared"])
+def test_sac_with_a_critic_run_whole_matches_torchrl(share):
+    """BenchMARL's ISAC / MASAC losses (group action spec, nested keys set after construction):
+    with the same ensemble weights and random state, TorchRL's values."""
+    torch.manual_seed(0)
+    actor, critic = stochastic_actor(), whole_batch_critic(share)
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
+    ours = rlloss.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
+    theirs = torchrl.objectives.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
+    with torch.no_grad():  # TorchRL initialises its ensemble members in its own way
+        theirs.qvalue_network_params.data.copy_(ours.qvalue_network_params.data)
+        theirs.target_qvalue_network_params.data.copy_(ours.target_qvalue_network_params.data)
+    for loss in (ours, theirs):
+        loss.set_keys(
+            action=("agents", "action"),
+            state_action_value=("agents", "state_action_value"),
+            **AGENT_KEYS,
+        )
+    batch = transitions()
+    torch.manual_seed(1)
+    got = ours(batch.clone())
+    torch.manual_seed(1)
+    expected = theirs(batch.clone())
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+        torch.testing.assert_close(got[key], expected[key])

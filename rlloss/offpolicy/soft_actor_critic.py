@@ -290,8 +290,13 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
             return None
         container_shape = torch.Size([])
         if isinstance(action_spec, Composite):
-            container_shape = action_spec.shape
-            action_spec = action_spec.get(self.tensor_keys.action, None)
+            # the dims of the composite holding the action (e.g. a group's agent dim) are not
+            # action dims (TorchRL's rule): ``("agents", "action")`` [n_agents, D] gives -D
+            key = self.tensor_keys.action
+            parent = key[:-1] if isinstance(key, tuple) and len(key) > 1 else None
+            container = action_spec if parent is None else action_spec.get(parent, None)
+            container_shape = action_spec.shape if container is None else container.shape
+            action_spec = action_spec.get(key, None)
         if action_spec is None:  # e.g. a ProbabilisticActor built without a spec
             return None
         return -float(action_spec.shape[len(container_shape) :].numel())
@@ -329,7 +334,10 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         written while the buffer is still unset (NaN); in place, no Python state changes, so a
         compiled loss does not recompile."""
         if self._target_entropy_from_batch:
-            dim = float(action.shape[tensordict.ndim :].numel())
+            key = self.tensor_keys.action  # its container's batch dims (agents) are not action dims
+            parent = entry(tensordict, key[:-1]) if isinstance(key, tuple) and len(key) > 1 else None
+            ndim = parent.ndim if isinstance(parent, TensorDictBase) else tensordict.ndim
+            dim = float(action.shape[ndim:].numel())
             unset = self.target_entropy.isnan()
             self.target_entropy.copy_(torch.where(unset, -dim, self.target_entropy))
 

@@ -1,0 +1,57 @@
+"""Collect run.py's per-run JSON files into one small JSON and print the README's table.
+
+    python tools/benchmarl/summarise.py RAW_DIR [RAW_DIR ...] --out tools/benchmarl/results/runs.json
+
+Per run it keeps the arguments that vary, the outcome, the wall time, the per-iteration mean
+episode rewards and the first iteration's loss terms (equal between the libraries where the run
+is deterministic); the table gives the final and best mean episode reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+KEPT_ARGS = ("lib", "algo", "task", "seed", "frames", "frames_per_batch", "n_envs",
+             "minibatch_iters", "minibatch_size", "optimizer_steps", "train_batch_size", "lr")
+
+
+def compact(record: dict) -> dict:
+    rows = record["rows"]
+    run = {k: record["args"][k] for k in KEPT_ARGS}
+    run.update(outcome=record["outcome"], wall_s=record["wall_s"])
+    run["rewards"] = [r["reward"] for r in rows]
+    run["first_iter_losses"] = {k: v for k, v in (rows[0] if rows else {}).items() if "loss" in k}
+    if record["outcome"] != "ok":
+        run["error"] = record["traceback"].strip().splitlines()[-1]
+    return run
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| algorithm | task | lib | frames | iters | final reward | best reward | wall s | outcome |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        rewards = r["rewards"] or [float("nan")]
+        lines.append(
+            f"| {r['algo']} | {r['task']} | {r['lib']} | {r['frames']} | {len(r['rewards'])} "
+            f"| {rewards[-1]:.3f} | {max(rewards):.3f} | {r['wall_s']} | {r['outcome']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("raw", nargs="+")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    files = sorted(f for d in args.raw for f in Path(d).glob("*.json"))
+    runs = [compact(json.loads(f.read_text())) for f in files]
+    order = ["mappo", "ippo", "qmix", "vdn", "iql", "masac", "isac", "maddpg", "iddpg"]
+    runs.sort(key=lambda r: (r["frames"] > 10000, order.index(r["algo"]), r["frames"], r["lib"] != "torchrl"))
+    Path(args.out).write_text(json.dumps(runs, indent=0))
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
