@@ -19,7 +19,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase
 from rlloss.world_models.imagination import ImaginationLoss
@@ -53,20 +53,10 @@ class DreamerModelLoss(WorldModelLossBase):
         >>> losses, posterior = loss(sequences)
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read by DreamerModelLoss, under "next"."""
-
-        reward: NestedKey = "reward"
-        true_reward: NestedKey = "true_reward"
-        prior_mean: NestedKey = "prior_mean"
-        prior_std: NestedKey = "prior_std"
-        posterior_mean: NestedKey = "posterior_mean"
-        posterior_std: NestedKey = "posterior_std"
-        pixels: NestedKey = "pixels"
-        reco_pixels: NestedKey = "reco_pixels"
-
-    default_keys = _AcceptedKeys
+    _AcceptedKeys = accepted_keys(
+        """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
+        "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
+    )
 
     def __init__(
         self,
@@ -161,8 +151,6 @@ class DreamerActorLoss(ImaginationLoss):
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
 
-    default_keys = _AcceptedKeys
-
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]
 
@@ -196,8 +184,6 @@ class DreamerValueLoss(LossModule):
         """Keys read by DreamerValueLoss."""
 
         value: NestedKey = "state_value"  # written by the value network
-
-    default_keys = _AcceptedKeys
 
     def __init__(
         self,
