@@ -21,7 +21,7 @@ from rlloss._checks import check_choice
 from rlloss._networks import NetworkCall
 from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
-from rlloss.world_models.base import WorldModelLossBase
+from rlloss.world_models.base import WorldModelLossBase, imagined_lambda_target
 from rlloss.world_models.imagination import ImaginationLoss
 
 
@@ -209,13 +209,7 @@ class DreamerValueLoss(LossModule):
     @accepts_tensor_arguments
     def forward(self, fake_data: TensorDictBase) -> tuple[TensorDict, TensorDictBase]:
         """The value loss on imagined states ``[N, H]`` with their ``lambda_target``."""
-        target = fake_data.get("lambda_target", None)
-        if target is None:
-            raise KeyError(
-                f"{type(self).__name__}: the batch has no 'lambda_target' (keys present: "
-                f"{list(fake_data.keys(True))}); pass the imagined trajectories the actor loss "
-                "returns."
-            )
+        target = imagined_lambda_target(self, fake_data, "DreamerActorLoss")
         value = self._value_call(fake_data)[self.tensor_keys.value]
         loss = rlf.distance(value, target, self.value_loss)
         if self.discount_loss:

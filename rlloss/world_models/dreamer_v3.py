@@ -24,6 +24,7 @@ from rlloss._networks import NetworkCall
 from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.world_models.base import (
     WorldModelLossBase,
+    imagined_lambda_target,
     legacy_logits,
     reconstruction_error,
 )
@@ -348,14 +349,7 @@ class DreamerV3ValueLoss(LossModule):
     @accepts_tensor_arguments
     def forward(self, fake_data: TensorDictBase) -> tuple[TensorDict, TensorDictBase]:
         """``loss_value`` and ``value_slow_loss`` on imagined states with their ``lambda_target``."""
-        target = fake_data.get("lambda_target", None)
-        if target is None:
-            raise KeyError(
-                f"{type(self).__name__}: the batch has no 'lambda_target' (keys present: "
-                f"{list(fake_data.keys(True))}); pass the imagined trajectories the actor loss "
-                "returns (DreamerV3ActorLoss writes lambda_target)."
-            )
-        target = target.squeeze(-1)
+        target = imagined_lambda_target(self, fake_data, "DreamerV3ActorLoss").squeeze(-1)
         prediction = self._predictions(fake_data)
         loss = self._step_loss(prediction, target)
         slow = torch.zeros_like(loss)
