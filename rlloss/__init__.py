@@ -8,7 +8,7 @@ import importlib
 import sys
 import types
 
-from rlloss import data, functional
+from rlloss import data, functional, world_models
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
 from rlloss.common import LossModule
@@ -63,17 +63,7 @@ from rlloss.training import (
     kl_exceeds,
     recurrent_state_keys,
 )
-from rlloss.world_models import (
-    DreamerActorLoss,
-    DreamerModelLoss,
-    DreamerV3ActorLoss,
-    DreamerV3Loss,
-    DreamerV3ModelLoss,
-    DreamerV3ValueLoss,
-    DreamerValueLoss,
-    ExponentialQuadraticCost,
-    WorldModelLoss,
-)
+from rlloss.world_models import *  # noqa: F403 (the family's names, listed once in its __all__)
 
 # Module paths of the flat layout (before the family folders), kept importable: each old module
 # name is a module holding the public names of the modules its content moved to (``from
@@ -143,14 +133,7 @@ __all__ = [
     "DiscreteMPOLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
-    "DreamerActorLoss",
-    "DreamerModelLoss",
-    "DreamerValueLoss",
-    "DreamerV3ActorLoss",
-    "DreamerV3Loss",
-    "DreamerV3ModelLoss",
-    "DreamerV3ValueLoss",
-    "ExponentialQuadraticCost",
+    *world_models.__all__,  # the world-model family's names
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",
@@ -188,7 +171,6 @@ __all__ = [
     "TDLambdaEstimator",
     "TQCLoss",
     "VTrace",
-    "WorldModelLoss",
     "ValueNormalizer",
     "ValueEstimator",
     "Update",

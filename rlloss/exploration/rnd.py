@@ -57,7 +57,6 @@ class RNDLoss(SupervisedLoss):
 
         observation: NestedKey = ("next", "observation")  # the states the bonus scores
 
-    default_keys = _AcceptedKeys
     out_keys = ["loss_predictor"]
     update_fraction = Coefficient(low=0.0, high=1.0)
 

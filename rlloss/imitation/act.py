@@ -66,7 +66,6 @@ class ACTLoss(SupervisedLoss):
         log_var: NestedKey = "log_var"  # the CVAE encoder's log-variance
         pad_mask: NestedKey | None = None  # True on a chunk's padded steps (rlloss's)
 
-    default_keys = _AcceptedKeys
     out_keys = ["loss_act", "loss_reconstruction", "loss_kl"]
     kl_weight = Coefficient(low=0.0, buffer=True)
 

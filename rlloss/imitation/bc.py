@@ -66,7 +66,6 @@ class BCLoss(SupervisedLoss):
         action: NestedKey = "action"  # the demonstrated action, and the actor's prediction
         pad_mask: NestedKey | None = None  # True on padded elements
 
-    default_keys = _AcceptedKeys
     out_keys = ["loss_bc"]
 
     def __init__(

@@ -53,7 +53,6 @@ class DiffusionBCLoss(SupervisedLoss):
         action: NestedKey = "action"  # the clean demonstrated action
         observation: NestedKey = "observation"  # the policy's conditioning
 
-    default_keys = _AcceptedKeys
     out_keys = ["loss_diffusion_bc"]
 
     def __init__(self, actor_network: nn.Module, *, reduction: str = "mean") -> None:

@@ -65,7 +65,6 @@ class GAILLoss(SupervisedLoss):
         collector_observation: NestedKey = "collector_observation"
         discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator
 
-    default_keys = _AcceptedKeys
     gp_lambda = Coefficient(low=0.0)
 
     def __init__(

@@ -12,10 +12,13 @@ the shape expected.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 from tensordict import NestedKey, TensorDictBase
 from torch.nn.utils.rnn import pad_sequence
+
+from rlloss.common import LossModule
 
 MASKING_STRATEGIES = ("sft", "rlhf", "generic")
 _DIST_METHODS = {"sft": "_get_sft_dist", "rlhf": "_get_rlhf_dist", "generic": "_get_generic_dist"}
@@ -116,6 +119,33 @@ def chat_template_kwargs(tokenizer_kwargs: dict | None) -> dict:
     kwargs.setdefault("padding", False)
     kwargs.setdefault("add_generation_prompt", False)
     return kwargs
+
+
+class ChatHistoryLoss(LossModule):
+    """What the losses over chat histories (``SFTLoss``, ``DistillationLoss``) share: the actor,
+    its tokenizer and chat-template keywords (to rebuild the assistant masks when the batch has
+    none), the reduction, the per-sequence normalisation, the device fallback, and the keys of
+    the chat and of the actor's token log-probs."""
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """history: the chat; log_probs: where the actor writes its token log-probs."""
+
+        history: NestedKey = ("history", "full")
+        log_probs: NestedKey = ("log_probs", "full")
+
+    def __init__(
+        self, actor_network, tokenizer, tokenizer_kwargs, reduction, normalize_by_seq_length, device
+    ) -> None:
+        super().__init__()
+        self.actor_network = actor_network
+        self.tokenizer = (
+            getattr(actor_network, "tokenizer", None) if tokenizer is None else tokenizer
+        )
+        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
+        self.reduction = self._check_reduction(reduction)
+        self.normalize_by_seq_length = normalize_by_seq_length
+        self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
 
 
 def chat_masks(owner: str, loss, tensordict: TensorDictBase, need_assistant: bool = True):

@@ -11,11 +11,11 @@ from torchrl.objectives.llm import DistillationLossOutput
 
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import accepts_tensor_arguments
 from rlloss.llm.base import (
+    ChatHistoryLoss,
     actor_log_probs,
     chat_masks,
-    chat_template_kwargs,
     other_log_probs,
     padded,
 )
@@ -23,7 +23,7 @@ from rlloss.llm.base import (
 KL_DIRECTIONS = ("reverse", "forward")
 
 
-class DistillationLoss(LossModule):
+class DistillationLoss(ChatHistoryLoss):
     """The k3 estimate of the KL between the student (the actor) and a teacher, per sequence over
     its assistant tokens (every attended token with ``assistant_only=False``), averaged over them
     (``normalize_by_seq_length``, else summed), reduced by ``reduction`` (TorchRL's
@@ -45,13 +45,10 @@ class DistillationLoss(LossModule):
     output_type = DistillationLossOutput
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """history: the chat; teacher_log_prob: the teacher's token log-probs; log_probs: where
-        the student writes its token log-probs."""
+    class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
+        """teacher_log_prob: the teacher's token log-probs."""
 
-        history: NestedKey = ("history", "full")
         teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")
-        log_probs: NestedKey = ("log_probs", "full")
 
     def __init__(
         self,
@@ -64,18 +61,12 @@ class DistillationLoss(LossModule):
         assistant_only: bool = True,
         device: torch.device | None = None,
     ):
-        super().__init__()
-        self.actor_network = actor_network
-        self.tokenizer = (
-            getattr(actor_network, "tokenizer", None) if tokenizer is None else tokenizer
-        )
-        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
         check_choice("kl_direction", kl_direction, KL_DIRECTIONS)
+        super().__init__(
+            actor_network, tokenizer, tokenizer_kwargs, reduction, normalize_by_seq_length, device
+        )
         self.kl_direction = kl_direction
-        self.reduction = self._check_reduction(reduction)
-        self.normalize_by_seq_length = normalize_by_seq_length
         self.assistant_only = assistant_only
-        self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
 
     @property
     def in_keys(self) -> list:

@@ -14,11 +14,11 @@ from torchrl.objectives.llm import SFTLossOutput
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import accepts_tensor_arguments
 from rlloss.llm.base import (
+    ChatHistoryLoss,
     actor_log_probs,
     chat_masks,
-    chat_template_kwargs,
     other_log_probs,
     padded,
 )
@@ -26,7 +26,7 @@ from rlloss.llm.base import (
 LOSS_FUNCTIONS = ("sft", "minor_sft")
 
 
-class SFTLoss(LossModule):
+class SFTLoss(ChatHistoryLoss):
     """Supervised fine-tuning loss over chat histories (TorchRL's ``SFTLoss``: same keywords,
     keys and output class).
 
@@ -50,13 +50,10 @@ class SFTLoss(LossModule):
     output_type = SFTLossOutput
 
     @dataclasses.dataclass
-    class _AcceptedKeys:
-        """history: the chat; ref_log_prob: the reference model's token log-probs; log_probs:
-        where the actor writes its token log-probs."""
+    class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
+        """ref_log_prob: the reference model's token log-probs."""
 
-        history: NestedKey = ("history", "full")
         ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")
-        log_probs: NestedKey = ("log_probs", "full")
 
     beta = Coefficient()
     kl_to_ref_coeff = Coefficient(low=0.0)
@@ -73,14 +70,11 @@ class SFTLoss(LossModule):
         beta: float = 0.1,
         device: torch.device | None = None,
     ):
-        super().__init__()
-        self.actor_network = actor_network
-        self.tokenizer = actor_network.tokenizer if tokenizer is None else tokenizer
+        super().__init__(
+            actor_network, tokenizer, tokenizer_kwargs, reduction, normalize_by_seq_length, device
+        )
         if self.tokenizer is None:
             raise ValueError("Tokenizer must be provided (or an actor_network with a tokenizer).")
-        self.tokenizer_kwargs = chat_template_kwargs(tokenizer_kwargs)
-        self.reduction = self._check_reduction(reduction)
-        self.normalize_by_seq_length = normalize_by_seq_length
         check_choice("loss_function", loss_function, LOSS_FUNCTIONS)
         self.loss_function = loss_function
         if loss_function == "minor_sft" and kl_to_ref_coeff:
@@ -91,7 +85,6 @@ class SFTLoss(LossModule):
             )
             kl_to_ref_coeff = 0.0
         self._register_coefficients(beta=beta, kl_to_ref_coeff=kl_to_ref_coeff)
-        self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
 
     @property
     def in_keys(self) -> list:

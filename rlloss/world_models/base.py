@@ -102,6 +102,19 @@ def reconstruction_error(
     return error.square() if kind == "l2" else error.abs()
 
 
+def imagined_lambda_target(loss, fake_data: TensorDictBase, actor_loss: str) -> torch.Tensor:
+    """The ``lambda_target`` of the imagined trajectories a value loss regresses on; a clear
+    ``KeyError`` naming the actor loss that writes it when the batch has none."""
+    target = fake_data.get("lambda_target", None)
+    if target is None:
+        raise KeyError(
+            f"{type(loss).__name__}: the batch has no 'lambda_target' (keys present: "
+            f"{list(fake_data.keys(True))}); pass the imagined trajectories the actor loss "
+            f"returns ({actor_loss} writes lambda_target)."
+        )
+    return target
+
+
 def legacy_logits(loss, outputs, name: str, fallback: str, nested: bool = False) -> torch.Tensor:
     """The logits under ``tensor_keys.<name>``, else (TorchRL's deprecated layout) under
     ``tensor_keys.<fallback>`` with TorchRL's ``DeprecationWarning``."""

@@ -19,9 +19,9 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
-from rlloss.world_models.base import WorldModelLossBase
+from rlloss.world_models.base import WorldModelLossBase, imagined_lambda_target
 from rlloss.world_models.imagination import ImaginationLoss
 
 
@@ -53,20 +53,10 @@ class DreamerModelLoss(WorldModelLossBase):
         >>> losses, posterior = loss(sequences)
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read by DreamerModelLoss, under "next"."""
-
-        reward: NestedKey = "reward"
-        true_reward: NestedKey = "true_reward"
-        prior_mean: NestedKey = "prior_mean"
-        prior_std: NestedKey = "prior_std"
-        posterior_mean: NestedKey = "posterior_mean"
-        posterior_std: NestedKey = "posterior_std"
-        pixels: NestedKey = "pixels"
-        reco_pixels: NestedKey = "reco_pixels"
-
-    default_keys = _AcceptedKeys
+    _AcceptedKeys = accepted_keys(
+        """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
+        "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
+    )
 
     def __init__(
         self,
@@ -161,8 +151,6 @@ class DreamerActorLoss(ImaginationLoss):
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
 
-    default_keys = _AcceptedKeys
-
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]
 
@@ -197,8 +185,6 @@ class DreamerValueLoss(LossModule):
 
         value: NestedKey = "state_value"  # written by the value network
 
-    default_keys = _AcceptedKeys
-
     def __init__(
         self,
         value_model: nn.Module,
@@ -223,13 +209,7 @@ class DreamerValueLoss(LossModule):
     @accepts_tensor_arguments
     def forward(self, fake_data: TensorDictBase) -> tuple[TensorDict, TensorDictBase]:
         """The value loss on imagined states ``[N, H]`` with their ``lambda_target``."""
-        target = fake_data.get("lambda_target", None)
-        if target is None:
-            raise KeyError(
-                f"{type(self).__name__}: the batch has no 'lambda_target' (keys present: "
-                f"{list(fake_data.keys(True))}); pass the imagined trajectories the actor loss "
-                "returns."
-            )
+        target = imagined_lambda_target(self, fake_data, "DreamerActorLoss")
         value = self._value_call(fake_data)[self.tensor_keys.value]
         loss = rlf.distance(value, target, self.value_loss)
         if self.discount_loss:

@@ -21,9 +21,10 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.world_models.base import (
     WorldModelLossBase,
+    imagined_lambda_target,
     legacy_logits,
     reconstruction_error,
 )
@@ -77,23 +78,16 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         >>> sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read by DreamerV3ModelLoss, under ``"next"`` (``pixels`` / ``reco_pixels``: a
-        key or a list of keys, one per reconstruction head)."""
-
-        reward: NestedKey = "reward"  # the real reward, then the decoded prediction
-        reward_logits: NestedKey = "reward_logits"  # the two-hot reward logits
-        true_reward: NestedKey = "true_reward"  # where the real reward is moved
-        prior_logits: NestedKey = "prior_logits"
-        posterior_logits: NestedKey = "posterior_logits"
-        pixels: NestedKey | list[NestedKey] = "pixels"  # the observations
-        reco_pixels: NestedKey | list[NestedKey] = "reco_pixels"  # their reconstructions
-        continue_pred: NestedKey = "continue_pred"  # the continuation logit
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
-
-    default_keys = _AcceptedKeys
+    _AcceptedKeys = accepted_keys(
+        """Keys read by DreamerV3ModelLoss, under ``"next"``, each defaulting to its name:
+        ``reward`` (the real reward, then the decoded prediction), ``reward_logits`` (the
+        two-hot reward logits), ``true_reward`` (where the real reward is moved), the prior and
+        posterior logits, ``pixels`` / ``reco_pixels`` (the observations and their
+        reconstructions: a key or a list of keys, one per reconstruction head),
+        ``continue_pred`` (the continuation logit), ``done``, ``terminated``.""",
+        "reward reward_logits true_reward prior_logits posterior_logits "
+        "pixels reco_pixels continue_pred done terminated",
+    )
 
     def __init__(
         self,
@@ -261,7 +255,6 @@ class DreamerV3ValueLoss(LossModule):
         terminated: NestedKey = "terminated"
         bootstrap: NestedKey = "bootstrap"  # the first imagined return of each replay state
 
-    default_keys = _AcceptedKeys
     value_model: nn.Module
     value_model_params: TensorDictParams
     target_value_model_params: TensorDictParams
@@ -356,14 +349,7 @@ class DreamerV3ValueLoss(LossModule):
     @accepts_tensor_arguments
     def forward(self, fake_data: TensorDictBase) -> tuple[TensorDict, TensorDictBase]:
         """``loss_value`` and ``value_slow_loss`` on imagined states with their ``lambda_target``."""
-        target = fake_data.get("lambda_target", None)
-        if target is None:
-            raise KeyError(
-                f"{type(self).__name__}: the batch has no 'lambda_target' (keys present: "
-                f"{list(fake_data.keys(True))}); pass the imagined trajectories the actor loss "
-                "returns (DreamerV3ActorLoss writes lambda_target)."
-            )
-        target = target.squeeze(-1)
+        target = imagined_lambda_target(self, fake_data, "DreamerV3ActorLoss").squeeze(-1)
         prediction = self._predictions(fake_data)
         loss = self._step_loss(prediction, target)
         slow = torch.zeros_like(loss)

@@ -79,8 +79,6 @@ class DreamerV3ActorLoss(ImaginationLoss):
         continuation: NestedKey = "continuation"  # written by continuation_model
         discount_weight: NestedKey = "discount_weight"  # written into the imagined data
 
-    default_keys = _AcceptedKeys
-
     def __init__(
         self,
         actor_model: nn.Module,

@@ -8,15 +8,13 @@ sequences, bootstrapped by the imagined returns.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss._checks import check_in_range, next_key
-from rlloss.common import LossModule, accepts_tensor_arguments
+from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 
 
 class DreamerV3Loss(LossModule):
@@ -48,16 +46,11 @@ class DreamerV3Loss(LossModule):
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Posterior feature keys (under "next"), the reset marker and the returned context."""
-
-        state: NestedKey = "state"
-        belief: NestedKey = "belief"
-        is_init: NestedKey = "is_init"
-        replay_context: NestedKey = "replay_context"
-
-    default_keys = _AcceptedKeys
+    _AcceptedKeys = accepted_keys(
+        """Posterior feature keys (under "next"), the reset marker and the returned context;
+        each defaults to its name.""",
+        "state belief is_init replay_context",
+    )
 
     def __init__(
         self,

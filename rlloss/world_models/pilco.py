@@ -50,8 +50,6 @@ class ExponentialQuadraticCost(LossModule):
         scale: NestedKey = ("observation", "var")  # the state covariance, [*B, D, D]
         loss_cost: NestedKey = "loss_cost"  # the output entry
 
-    default_keys = _AcceptedKeys
-
     def __init__(
         self,
         target: torch.Tensor | None = None,

@@ -7,16 +7,13 @@ decoder) or the next latent state is regressed on the replayed transitions.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
-from rlloss.common import accepts_tensor_arguments
+from rlloss.common import accepted_keys, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase
 
@@ -50,22 +47,12 @@ class WorldModelLoss(WorldModelLossBase):
         >>> loss(batch)["loss_reward"].backward()
     """
 
-    @dataclasses.dataclass
-    class _AcceptedKeys:
-        """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` under "next")."""
-
-        reward: NestedKey = "reward"
-        true_reward: NestedKey = "true_reward"
-        done: NestedKey = "done"
-        true_done: NestedKey = "true_done"
-        terminated: NestedKey = "terminated"
-        true_terminated: NestedKey = "true_terminated"
-        observation: NestedKey = "observation"
-        reconstructed_observation: NestedKey = "reconstructed_observation"
-        predicted_latent: NestedKey = "predicted_latent"
-        target_latent: NestedKey = "target_latent"
-
-    default_keys = _AcceptedKeys
+    _AcceptedKeys = accepted_keys(
+        """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` and their ``true_``
+        forms under "next"); each defaults to its name.""",
+        "reward true_reward done true_done terminated true_terminated "
+        "observation reconstructed_observation predicted_latent target_latent",
+    )
 
     def __init__(
         self,
