@@ -31,7 +31,8 @@ with rlloss -0.29 -> 2.83 (3.0), -0.23 -> 2.89 (3.1), -0.55 -> 2.70 (3.1); with 
 importing TorchRL's ``MAPPOLoss`` and ``MultiAgentGAE`` instead (the one-import swap of
 ``benchmarks/torchrl_swap.py``) -0.29 -> 2.81 (3.0), -0.23 -> 2.95 (2.5), -0.55 -> 2.81 (3.0).
 The first iteration is identical in both libraries; later ones drift by float rounding.
-IPPO, seed 0: rlloss -0.36 -> 2.59 (2.4), TorchRL -0.36 -> 2.60 (2.4).
+IPPO, seeds 0, 1, 2: rlloss -0.36 -> 2.59 (2.4), -0.09 -> 2.94 (3.2), -0.49 -> 2.67 (2.6);
+TorchRL -0.36 -> 2.60 (2.4), -0.09 -> 2.98 (3.3), -0.49 -> 2.61 (2.6).
 
 Run:
     python tutorials/mappo_vmas.py --seed 0 --algorithm mappo --out runs/mappo_vmas
