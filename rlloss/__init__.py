@@ -8,7 +8,7 @@ import importlib
 import sys
 import types
 
-from rlloss import data, functional, world_models
+from rlloss import data, functional, llm, world_models
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
 from rlloss.common import LossModule
@@ -24,15 +24,7 @@ from rlloss.estimators import (
 )
 from rlloss.exploration import RNDLoss
 from rlloss.imitation import ACTLoss, BCLoss, DiffusionBCLoss, DTLoss, GAILLoss, OnlineDTLoss
-from rlloss.llm import (
-    DAPO,
-    CISPOLoss,
-    DistillationLoss,
-    DrGRPOLoss,
-    GRPOLoss,
-    GSPOLoss,
-    SFTLoss,
-)
+from rlloss.llm import *  # noqa: F403 (the family's names, listed once in its __all__)
 from rlloss.multiagent import IPPOLoss, MAPPOLoss, QMixerLoss
 from rlloss.offline import CQLLoss, DiscreteCQLLoss, DiscreteIQLLoss, IQLLoss, TD3BCLoss
 from rlloss.offpolicy import (
@@ -134,6 +126,7 @@ __all__ = [
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
     *world_models.__all__,  # the world-model family's names
+    *llm.__all__,  # the LLM family's names
     "KLAdaptiveLR",
     "KLEarlyStopping",
     "KLPENPPOLoss",
@@ -148,13 +141,6 @@ __all__ = [
     "MAPPOLoss",
     "IPPOLoss",
     "RNDLoss",
-    "GRPOLoss",
-    "DAPO",
-    "CISPOLoss",
-    "DrGRPOLoss",
-    "GSPOLoss",
-    "SFTLoss",
-    "DistillationLoss",
     "PiecewiseSchedule",
     "REDQLoss",
     "RPOLoss",

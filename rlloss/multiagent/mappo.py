@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
+from rlloss.onpolicy.advantage import check_value_norm
 from rlloss.onpolicy.ppo import ClipPPOLoss
 
 
@@ -69,14 +70,7 @@ class MAPPOLoss(ClipPPOLoss):
             normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
             **kwargs,
         )
-        if value_norm is not None and not all(
-            callable(getattr(value_norm, name, None)) for name in ("update", "normalize")
-        ):
-            raise TypeError(
-                f"{type(self).__name__}: value_norm must be a torchrl.modules.ValueNorm (a "
-                "module with update() and normalize(), e.g. PopArtValueNorm(shape=1)), got "
-                f"{type(value_norm).__name__}."
-            )
+        check_value_norm(type(self).__name__, "value_norm", value_norm, ("update", "normalize"))
         self.value_norm = value_norm  # a submodule: its statistics are in state_dict
 
     def _critic_inputs(

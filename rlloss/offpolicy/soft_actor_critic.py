@@ -335,7 +335,9 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         compiled loss does not recompile."""
         if self._target_entropy_from_batch:
             key = self.tensor_keys.action  # its container's batch dims (agents) are not action dims
-            parent = entry(tensordict, key[:-1]) if isinstance(key, tuple) and len(key) > 1 else None
+            parent = (
+                entry(tensordict, key[:-1]) if isinstance(key, tuple) and len(key) > 1 else None
+            )
             ndim = parent.ndim if isinstance(parent, TensorDictBase) else tensordict.ndim
             dim = float(action.shape[ndim:].numel())
             unset = self.target_entropy.isnan()

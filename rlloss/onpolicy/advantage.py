@@ -31,21 +31,29 @@ def check_advantage_options(
             "normalize_advantage=True and advantage_norm are mutually exclusive: pass either "
             "the mean/std standardization flag or a ValueNorm instance, not both."
         )
-    if advantage_norm is not None and not (
-        isinstance(advantage_norm, nn.Module)
-        and callable(getattr(advantage_norm, "update", None))
-        and callable(getattr(advantage_norm, "scale", None))
-    ):
-        raise TypeError(
-            f"{owner}: advantage_norm must be a torchrl.modules.ValueNorm (a module with "
-            f"update(value_target) and scale()), got {type(advantage_norm).__name__}."
-        )
+    check_value_norm(owner, "advantage_norm", advantage_norm, ("update", "scale"))
     if isinstance(exclude_dims, int) or not all(isinstance(d, int) for d in exclude_dims):
         raise TypeError(
             f"{owner}: normalize_advantage_exclude_dims must be a tuple of ints, e.g. (-2,) for "
             f"the agent dim; got {exclude_dims!r}."
         )
     return tuple(exclude_dims)
+
+
+def check_value_norm(owner: str, keyword: str, norm, methods: tuple[str, ...]) -> None:
+    """A ``TypeError`` unless ``norm`` is ``None`` or a TorchRL ``ValueNorm``-like module with
+    ``methods`` (``advantage_norm`` needs ``update`` and ``scale``, MAPPO's ``value_norm``
+    ``update`` and ``normalize``)."""
+    if norm is None:
+        return
+    if not isinstance(norm, nn.Module) or not all(
+        callable(getattr(norm, name, None)) for name in methods
+    ):
+        wanted = " and ".join(f"{name}()" for name in methods)
+        raise TypeError(
+            f"{owner}: {keyword} must be a torchrl.modules.ValueNorm (a module with {wanted}, "
+            f"e.g. PopArtValueNorm(shape=1)), got {type(norm).__name__}."
+        )
 
 
 def standardized_advantage(
