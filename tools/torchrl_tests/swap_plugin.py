@@ -101,6 +101,10 @@ TARGETS = {
     "CISPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "SFTLoss": ["torchrl.objectives.llm.sft", "torchrl.objectives.llm"],
     "DistillationLoss": ["torchrl.objectives.llm.distillation", "torchrl.objectives.llm"],
+    # a replay-buffer transform; RayMCAdvantage builds its actor's MCAdvantage from the
+    # grpo module's global, so the swap reaches it too
+    "MCAdvantage": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
+    "MCAdvantageSelector": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
 }
 
 _TOUCHED = [0]
