@@ -88,6 +88,8 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "GSPOLoss",
         "SFTLoss",
         "DistillationLoss",
+        "MCAdvantage",
+        "MCAdvantageSelector",
     ),
     "Base class": ("LossModule",),
     "Value estimators": (

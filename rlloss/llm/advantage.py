@@ -303,7 +303,7 @@ class MCAdvantage(Transform):
         if tensordict.ndim == 1:
             done = tensordict[self.done_key].reshape(tensordict.shape[0], -1).any(-1)
             ends = (done.nonzero().squeeze(-1) + 1).tolist()
-            pieces = tensordict.split([b - a for a, b in zip([0, *ends], ends, strict=True)])
+            pieces = tensordict.split([b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)])
         else:
             pieces = (
                 tensordict.flatten(0, -2).unbind(0) if tensordict.ndim > 2 else tensordict.unbind(0)
