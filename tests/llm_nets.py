@@ -167,3 +167,30 @@ def with_ref_log_probs(batch, model, tokenizer, key="ref_log_probs", assistant_o
     with torch.no_grad():
         transform(batch)
     return batch
+
+
+class TokenActor(torch.nn.Module):
+    """A stand-in language model with TorchRL's ``LLMWrapperBase`` distribution contract and
+    no ``transformers``: each position's logits are a learned embedding of its token (a bigram
+    model), the masks those of TorchRL's wrappers (``_get_sft_dist``: the response tokens, past
+    the prompt and the padding; ``_get_generic_dist``: every attended token). It reads nothing
+    on the host, so the contract's host-read and compile checks see the loss alone."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.logits = torch.nn.Embedding(VOCAB, VOCAB)
+
+    def _dist(self, tensordict, mask):
+        from torchrl.modules.distributions import LLMMaskedCategorical
+
+        return LLMMaskedCategorical(logits=self.logits(tensordict["tokens", "full"]), mask=mask)
+
+    def _get_generic_dist(self, tensordict):
+        return self._dist(tensordict, tensordict["masks", "all_attention_mask"])
+
+    def _get_sft_dist(self, tensordict):
+        attention = tensordict["masks", "all_attention_mask"]
+        prompt = tensordict["tokens", "prompt"].shape[-1]
+        response = torch.arange(attention.shape[-1], device=attention.device) >= prompt
+        return self._dist(tensordict, attention & response)

@@ -34,6 +34,8 @@ def syncs_raise():
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_a_loss_forward_and_backward_never_sync_on_cuda(name):
     row = LOSSES[name]
+    if row.host_reads:
+        pytest.skip(row.host_reads)
     loss = row.build().to(CUDA)
     loss(row.batch().to(CUDA))  # first call: lazy state, cuBLAS handles, allocator
     batch = row.batch().to(CUDA)

@@ -61,7 +61,9 @@ CONFIGS = [
     dict(grpo_size=3, trajectory_return="max"),
     dict(grpo_size=3, trajectory_return="mean"),
     dict(grpo_size=2, trajectory_return="sum", keep_return_bounds=(0.1, 0.9)),
-    dict(grpo_size=2, trajectory_return="max", keep_return_bounds=(0.1, 0.9), candidate_group_size=4),
+    dict(
+        grpo_size=2, trajectory_return="max", keep_return_bounds=(0.1, 0.9), candidate_group_size=4
+    ),
     dict(
         grpo_size=3,
         trajectory_return="sum",

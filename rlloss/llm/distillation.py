@@ -74,7 +74,8 @@ class DistillationLoss(ChatHistoryLoss):
 
     @property
     def out_keys(self) -> list:
-        return []
+        """The entries of the output (TorchRL's ``DistillationLoss`` declares none)."""
+        return ["loss_distill", "kl_to_teacher"]
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> DistillationLossOutput:

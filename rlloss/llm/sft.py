@@ -95,7 +95,9 @@ class SFTLoss(ChatHistoryLoss):
 
     @property
     def out_keys(self) -> list:
-        return []
+        """The entries of the output (TorchRL's ``SFTLoss`` declares none)."""
+        kl = ["loss_kl_to_ref", "kl_to_ref"] if self.kl_to_ref_coeff is not None else []
+        return ["loss_sft", *kl]
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> SFTLossOutput:
