@@ -71,16 +71,16 @@ def loss_module_method(
 
     def loss() -> torch.Tensor:
         out = loss_module(batch.copy() if fresh_batch else batch)
-        total = out[k0]
+        total = out.get(k0)  # get: a TensorDict's and an LLM loss's tensorclass output alike
         for k in rest:
-            total = total + out[k]
+            total = total + out.get(k)
         return total
 
     def loss_scale() -> torch.Tensor:
         # a forward of its own, for the gate only: the timed loss keeps no output around
         with torch.no_grad():
             out = loss_module(batch.copy() if fresh_batch else batch)
-        return sum(out[k].abs().sum() for k in loss_keys)
+        return sum(out.get(k).abs().sum() for k in loss_keys)
 
     has_targets = any(
         "target_" in name and "target_entropy" not in name  # SAC's entropy target: no network
