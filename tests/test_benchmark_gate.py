@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.cases import CASES, multiagent
+from benchmarks.cases import CASES, llm, multiagent
 from benchmarks.harness import CaseSetup, Method, gate
 
 
@@ -87,3 +87,26 @@ def test_the_gate_stops_a_baseline_that_pools_the_agents_advantages(monkeypatch)
     report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
     assert not report["plain"]["ok"]
     assert report["plain"]["max_rel_err"] > 1e-3
+
+
+@pytest.mark.parametrize("case", list(llm.CASES))
+def test_the_llm_cases_agree_with_torchrl(case):
+    """rlloss, TorchRL and the hand-written GRPO step agree on the LLM cases (small batch, the
+    on-policy batch and the off-policy one whose clip is active): losses and gradients."""
+    setup = CASES[case](4, 0)
+    report, _ = gate(setup, list(setup.factories), 1e-5, compiled=False)
+    assert set(report) == set(setup.factories)
+    assert all(entry["ok"] for entry in report.values()), report
+
+
+def test_the_gate_stops_a_grpo_step_that_averages_the_kl_over_the_response_only(monkeypatch):
+    """Both libraries average the k3 KL over every padded position; a hand-written step that
+    averages it over the response tokens is another loss: the gate refuses it."""
+
+    def over_the_response(mask, value):
+        return torch.where(mask, value, 0.0).sum() / mask.sum()
+
+    monkeypatch.setattr(llm, "kl_mean", over_the_response)
+    setup = CASES["GRPOLoss"](4, 0)
+    report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
+    assert not report["plain"]["ok"]

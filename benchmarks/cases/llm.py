@@ -98,6 +98,12 @@ def token_batch(model: TinyTokenModel, batch_size: int, seed: int) -> dict[str, 
     return {"on-policy": data.to(harness.DEVICE), "off-policy": offpolicy.to(harness.DEVICE)}
 
 
+def kl_mean(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The per-token KL's average: over every position of the padded batch, the response's
+    tokens and the zeros elsewhere (what both libraries compute)."""
+    return value.mean()
+
+
 def plain_grpo_loss(model: TinyTokenModel, batch, diagnostics: bool) -> Callable:
     """GRPO's step written by hand on tensors (arXiv:2402.03300, eq. 3, with DAPO's token
     mean): the token log-ratio to the sampling policy over the response tokens, the clipped
@@ -118,7 +124,7 @@ def plain_grpo_loss(model: TinyTokenModel, batch, diagnostics: bool) -> Callable
         surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
         loss_objective = -torch.where(mask, surrogate, 0.0).sum() / count
         diff = torch.where(mask, ref - log_prob, 0.0)
-        loss_kl = coeff * (diff.exp() - 1 - diff).mean()
+        loss_kl = coeff * kl_mean(mask, diff.exp() - 1 - diff)
         if diagnostics:  # computed as the libraries report them, then dropped
             with torch.no_grad():
                 lr = log_ratio.detach()
