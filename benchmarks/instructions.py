@@ -86,9 +86,13 @@ def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
 
 def merge_into(out: Path, entries: dict[str, dict]) -> None:
     """Write ``entries`` into the keyed file ``out`` (``"<case>, B=<batch>"`` -> counts, each
-    with its date and commit), keeping the entries of ``out`` they do not replace."""
+    with its date and commit), keeping the entries of ``out`` they do not replace and the
+    commands that made them."""
     machine = machine_info()
-    cases = json.loads(out.read_text())["cases"] if out.exists() else {}
+    previous = json.loads(out.read_text()) if out.exists() else {"cases": {}}
+    cases = previous["cases"]
+    if "machine" in previous:  # the commands behind the entries kept, then this one
+        machine["command"] = f"{previous['machine']['command']} && {machine['command']}"
     for key, entry in entries.items():
         cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
     result = {"machine": machine, "level": "backward", "cases": cases}
