@@ -11,6 +11,16 @@ from tensordict import MetaData, TensorDict
 VOCAB = 32
 
 
+@pytest.fixture(autouse=True)
+def lists_stacked():
+    """Lists stored in a TensorDict are stacked (TorchRL's LLM tests' setting); autouse in the
+    test modules that import it."""
+    import tensordict
+
+    with tensordict.set_list_to_stack(True):
+        yield
+
+
 def tiny_tokenizer():
     tokenizers = pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")

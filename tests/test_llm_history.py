@@ -17,15 +17,15 @@ pytest.importorskip("transformers")
 import torchrl.objectives.llm as torchrl_llm  # noqa: E402
 
 import rlloss.llm as rl_llm  # noqa: E402
-from tests.llm_nets import chat_batch, history_actor, tiny_model, tiny_tokenizer  # noqa: E402
+from tests.llm_nets import (  # noqa: E402
+    chat_batch,
+    history_actor,
+    lists_stacked,  # noqa: F401 (an autouse fixture)
+    tiny_model,
+    tiny_tokenizer,
+)
 
 LOSS_KEYS = ("loss_objective", "loss_entropy", "loss_kl_to_ref")
-
-
-@pytest.fixture(autouse=True)
-def list_to_stack():
-    with tensordict.set_list_to_stack(True):
-        yield
 
 
 @pytest.fixture(scope="module")
