@@ -30,7 +30,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torchrl.modules import DistributionalDQNnet, TanhNormal
 
-from rlloss import _compat
+from rlloss import _compat, _distributions
 from rlloss import functional as rlf
 from rlloss._call_errors import CALL_ERRORS, explained
 
@@ -369,7 +369,7 @@ def reparameterised_sample(distribution, batch_size: torch.Size):
             action = distribution.rsample()
             return action, sum_heads(distribution.log_prob(action), batch_size)
     action = distribution.rsample()
-    return action, distribution.log_prob(action)
+    return action, _distributions.log_prob(distribution, action)
 
 
 def as_list(key) -> list:
@@ -406,10 +406,11 @@ def action_log_prob(distribution, batch: TensorDictBase, key, owner: str) -> tor
 
 
 def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: str):
-    """``distribution.log_prob(action)``; when it raises, an error naming the action entry, its
+    """``distribution.log_prob(action)`` (by formula for TorchRL's standard distributions:
+    :mod:`rlloss._distributions`); when it raises, an error naming the action entry, its
     shape and dtype, and what the distribution expects."""
     try:
-        return distribution.log_prob(action)
+        return _distributions.log_prob(distribution, action)
     except CALL_ERRORS as error:
         expected = tuple(distribution.batch_shape + distribution.event_shape)
         kind = type(distribution).__name__
