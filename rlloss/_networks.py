@@ -253,9 +253,12 @@ class DistributionCall:
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
-        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
-        self._tanh_normal_builder = (
-            _compat.tanh_normal_builder(self.head, self.parameter_keys) if self.splittable else None
+        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls), its
+        # IndependentNormal without its constructors' Python
+        self._builder = (
+            _compat.distribution_builder(self.head, self.parameter_keys)
+            if self.splittable
+            else None
         )
         self.bounds = _distribution_bounds(self.head)
         self.squashes = self.direct and _is_plain_tanh_normal(self.head)
@@ -295,11 +298,12 @@ class DistributionCall:
         return self.from_parameters(params)
 
     def from_parameters(self, params: Mapping) -> D.Distribution:
-        """``head.get_dist(params)``; a TanhNormal head's without a host sync (eager calls:
-        compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._tanh_normal_builder is None or torch.compiler.is_compiling():
+        """``head.get_dist(params)``; a TanhNormal head's without a host sync, an
+        IndependentNormal head's without its constructors' Python (eager calls: compiled code
+        traces TorchRL's constructor, whose checks dynamo skips)."""
+        if self._builder is None or torch.compiler.is_compiling():
             return self.head.get_dist(params)
-        return self._tanh_normal_builder(params)
+        return self._builder(params)
 
     def sample_with_log_prob(
         self, batch, low=None, high=None, repeats: int = 1
