@@ -31,7 +31,7 @@ def _standard(distribution: D.Distribution) -> tuple[D.Distribution, int] | None
     """``(base, event_dims)`` of a distribution evaluated by formula: ``base`` a ``Normal`` (its
     log-density summed over the ``event_dims`` rightmost dims) or one of ``_CATEGORICALS``;
     ``None`` for any other, or when the distribution validates its arguments."""
-    if distribution._validate_args:
+    if getattr(distribution, "_validate_args", True):  # validating, or not torch's class
         return None
     kind, dims = type(distribution), 0
     if kind.log_prob is D.Independent.log_prob and kind.entropy is D.Independent.entropy:

@@ -141,3 +141,18 @@ def test_validating_distribution_raises_its_own_error():
     distribution = D.Categorical(logits=torch.zeros(4, 3), validate_args=True)
     with pytest.raises(ValueError, match="support"):
         _distributions.log_prob(distribution, torch.tensor([0, 1, 2, 7]))
+
+
+def test_duck_typed_distribution_keeps_its_own_call():
+    """An object with ``log_prob`` / ``entropy`` but none of torch's attributes (a user's
+    distribution-like class) is called as it is."""
+
+    class Scores:
+        def log_prob(self, value):
+            return value.sum(-1)
+
+        def entropy(self):
+            return torch.ones(2)
+
+    value = torch.arange(6.0).reshape(2, 3)
+    torch.testing.assert_close(_distributions.log_prob(Scores(), value), torch.tensor([3.0, 12.0]))
