@@ -16,11 +16,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictParams
 from tensordict.utils import NestedKey, _unravel_key_to_tuple
+from torch import distributions as D
 from torch import nn
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, TensorStorage
 from torchrl.data.replay_buffers.samplers.base import _REPLACEMENT_DISPATCH
 from torchrl.data.replay_buffers.storages.utils import _collate_id
-from torchrl.modules import TanhNormal
+from torchrl.modules import IndependentNormal, TanhNormal
 from torchrl.objectives import LossModule as TorchRLLossModule
 from torchrl.objectives.common import _updater_check_forward_prehook
 
@@ -330,16 +331,64 @@ def stored_items(storage, index: torch.Tensor) -> TensorDictBase:
     return storage._storage[index]
 
 
-def tanh_normal_builder(head: nn.Module, parameter_keys: dict) -> TanhNormalBuilder | None:
-    """A :class:`TanhNormalBuilder` for a distribution head whose class is TorchRL's
-    ``TanhNormal`` with exactly ``loc`` and ``scale`` read from the batch (``parameter_keys``:
-    distribution keyword -> batch key); ``None`` for any other head."""
-    if getattr(head, "distribution_class", None) is not TanhNormal:
-        return None
-    if set(parameter_keys) != {"loc", "scale"}:
+def distribution_builder(head: nn.Module, parameter_keys: dict):
+    """A :class:`TanhNormalBuilder` or :class:`IndependentNormalBuilder` for a distribution head
+    whose class is TorchRL's ``TanhNormal`` or ``IndependentNormal`` with exactly ``loc`` and
+    ``scale`` read from the batch (``parameter_keys``: distribution keyword -> batch key);
+    ``None`` for any other head."""
+    builders = {TanhNormal: TanhNormalBuilder, IndependentNormal: IndependentNormalBuilder}
+    builder = builders.get(getattr(head, "distribution_class", None))
+    if builder is None or set(parameter_keys) != {"loc", "scale"}:
         return None
     keys = (parameter_keys["loc"], parameter_keys["scale"])
-    return TanhNormalBuilder(dict(head.distribution_kwargs), keys)
+    return builder(dict(head.distribution_kwargs), keys)
+
+
+class IndependentNormalBuilder:
+    """``build(params)``: the ``IndependentNormal`` that ``head.get_dist(params)`` would give,
+    without its constructors' Python (``get_dist``'s keyword plumbing, ``broadcast_all``, two
+    ``Distribution.__init__`` and their shape checks: ~45 Python calls, as much as the policy's
+    log-prob and entropy at batch 64).
+
+    The first call builds the distribution with TorchRL's constructor and keeps its attributes
+    but the shapes and the base distribution; each later call with ``loc`` and ``scale``
+    tensors of one shape makes a new ``IndependentNormal`` with those attributes, a
+    ``torch.distributions.Normal`` over ``(loc, scale)`` and the shapes the constructors would
+    set (private: ``_batch_shape``, ``_event_shape``). Same class, same methods, same numbers.
+    Any other call (broadcast shapes, a ``tanh_loc`` location, keywords for the ``Normal``,
+    argument validation switched on, fewer dims than the event) goes through the constructor.
+    """
+
+    def __init__(self, kwargs: dict, keys: tuple) -> None:
+        self.kwargs, self.keys, self.state = kwargs, keys, None
+
+    def __call__(self, params) -> IndependentNormal:
+        loc, scale = params[self.keys[0]], params[self.keys[1]]
+        state = self.state
+        if (
+            state is None
+            or D.Distribution._validate_args
+            or type(scale) is not torch.Tensor
+            or loc.shape != scale.shape
+            or loc.ndim < state["reinterpreted_batch_ndims"]
+        ):
+            return self._constructed(loc, scale)
+        normal = object.__new__(D.Normal)
+        normal.loc, normal.scale = loc, scale
+        normal._batch_shape, normal._event_shape = loc.shape, torch.Size()
+        dist = object.__new__(IndependentNormal)
+        dist.__dict__.update(state)
+        split = loc.ndim - state["reinterpreted_batch_ndims"]
+        dist.base_dist = normal
+        dist._batch_shape, dist._event_shape = loc.shape[:split], loc.shape[split:]
+        return dist
+
+    def _constructed(self, loc, scale) -> IndependentNormal:
+        dist = IndependentNormal(loc, scale, **self.kwargs)
+        if self.state is None and not dist.tanh_loc and not dist._kwargs:
+            shapes = ("base_dist", "_batch_shape", "_event_shape", "_validate_args")
+            self.state = {k: v for k, v in vars(dist).items() if k not in shapes}
+        return dist
 
 
 class TanhNormalBuilder:

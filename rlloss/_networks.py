@@ -30,7 +30,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torchrl.modules import DistributionalDQNnet, TanhNormal
 
-from rlloss import _compat
+from rlloss import _compat, _distributions
 from rlloss import functional as rlf
 from rlloss._call_errors import CALL_ERRORS, explained
 
@@ -253,9 +253,12 @@ class DistributionCall:
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
-        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls)
-        self._tanh_normal_builder = (
-            _compat.tanh_normal_builder(self.head, self.parameter_keys) if self.splittable else None
+        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls), its
+        # IndependentNormal without its constructors' Python
+        self._builder = (
+            _compat.distribution_builder(self.head, self.parameter_keys)
+            if self.splittable
+            else None
         )
         self.bounds = _distribution_bounds(self.head)
         self.squashes = self.direct and _is_plain_tanh_normal(self.head)
@@ -295,11 +298,12 @@ class DistributionCall:
         return self.from_parameters(params)
 
     def from_parameters(self, params: Mapping) -> D.Distribution:
-        """``head.get_dist(params)``; a TanhNormal head's without a host sync (eager calls:
-        compiled code traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._tanh_normal_builder is None or torch.compiler.is_compiling():
+        """``head.get_dist(params)``; a TanhNormal head's without a host sync, an
+        IndependentNormal head's without its constructors' Python (eager calls: compiled code
+        traces TorchRL's constructor, whose checks dynamo skips)."""
+        if self._builder is None or torch.compiler.is_compiling():
             return self.head.get_dist(params)
-        return self._tanh_normal_builder(params)
+        return self._builder(params)
 
     def sample_with_log_prob(
         self, batch, low=None, high=None, repeats: int = 1
@@ -369,7 +373,7 @@ def reparameterised_sample(distribution, batch_size: torch.Size):
             action = distribution.rsample()
             return action, sum_heads(distribution.log_prob(action), batch_size)
     action = distribution.rsample()
-    return action, distribution.log_prob(action)
+    return action, _distributions.log_prob(distribution, action)
 
 
 def as_list(key) -> list:
@@ -406,10 +410,11 @@ def action_log_prob(distribution, batch: TensorDictBase, key, owner: str) -> tor
 
 
 def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: str):
-    """``distribution.log_prob(action)``; when it raises, an error naming the action entry, its
+    """``distribution.log_prob(action)`` (by formula for TorchRL's standard distributions:
+    :mod:`rlloss._distributions`); when it raises, an error naming the action entry, its
     shape and dtype, and what the distribution expects."""
     try:
-        return distribution.log_prob(action)
+        return _distributions.log_prob(distribution, action)
     except CALL_ERRORS as error:
         expected = tuple(distribution.batch_shape + distribution.event_shape)
         kind = type(distribution).__name__

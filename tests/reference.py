@@ -273,6 +273,23 @@ def categorical_entropy(log_probs: Sequence[float]) -> float:
     return total
 
 
+def normal_log_density(value: float, loc: float, scale: float) -> float:
+    """``log N(x; mu, sigma^2)``: the log of the normaliser ``1 / (sigma sqrt(2 pi))`` plus the
+    exponent ``-(x - mu)^2 / (2 sigma^2)``."""
+    return math.log(1 / (scale * math.sqrt(2 * math.pi))) - (value - loc) ** 2 / (2 * scale**2)
+
+
+def normal_entropy(scale: float) -> float:
+    """Differential entropy of ``N(mu, sigma^2)``: ``1/2 log(2 pi e sigma^2)``."""
+    return 0.5 * math.log(2 * math.pi * math.e * scale**2)
+
+
+def categorical_log_prob(logits: Sequence[float], action: int) -> float:
+    """``log softmax(logits)[a]``, as ``log(exp(l_a) / sum_b exp(l_b))``."""
+    top = max(logits)
+    return math.log(math.exp(logits[action] - top) / sum(math.exp(x - top) for x in logits))
+
+
 def gaussian_sample(loc: float, scale: float, noise: float) -> float:
     """The reparameterised draw ``loc + scale * eps`` for a standard normal ``eps``."""
     return loc + scale * noise

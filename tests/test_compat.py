@@ -349,6 +349,29 @@ def test_a_drawn_batch_is_what_sample_returns(prioritized):
         torch.testing.assert_close(drawn["x"][:, 0], drawn["index"].float())
 
 
+def assert_same_distribution(built, expected, loc: torch.Tensor) -> None:
+    """``built`` has ``expected``'s shapes, log-probabilities and samples under one seed, and
+    its log-probability's gradient reaches ``loc`` (a leaf)."""
+    assert (built.batch_shape, built.event_shape) == (expected.batch_shape, expected.event_shape)
+    action = expected.sample()
+    torch.testing.assert_close(built.log_prob(action), expected.log_prob(action))
+    torch.manual_seed(1)
+    drawn = expected.rsample()
+    torch.manual_seed(1)
+    torch.testing.assert_close(built.rsample(), drawn)
+    built.log_prob(action).sum().backward()
+    assert loc.grad is not None and loc.grad.abs().sum() > 0
+
+
+def count_constructions(monkeypatch, cls) -> list:
+    """A list that grows by one at each ``cls(...)`` from now on."""
+    constructed, init = [], cls.__init__
+    monkeypatch.setattr(
+        cls, "__init__", lambda self, *a, **k: constructed.append(1) or init(self, *a, **k)
+    )
+    return constructed
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -372,12 +395,8 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
         distribution_class=TanhNormal,
         distribution_kwargs=kwargs,
     )
-    build = _compat.tanh_normal_builder(head, {"loc": "loc", "scale": "scale"})
-    constructed = []
-    init = TanhNormal.__init__
-    monkeypatch.setattr(
-        TanhNormal, "__init__", lambda self, *a, **k: constructed.append(1) or init(self, *a, **k)
-    )
+    build = _compat.distribution_builder(head, {"loc": "loc", "scale": "scale"})
+    constructed = count_constructions(monkeypatch, TanhNormal)
     loc = torch.randn(5, 4, 3, requires_grad=True)
     scale = torch.rand(5, 4, 3) + 0.1
     first = build({"loc": loc, "scale": scale})
@@ -385,19 +404,77 @@ def test_tanh_normal_builder_gives_torchrls_distribution_constructing_once(kwarg
     assert len(constructed) == 1
     expected = TanhNormal(loc, scale, **kwargs)
     assert type(first) is TanhNormal
-    assert (first.batch_shape, first.event_shape) == (expected.batch_shape, expected.event_shape)
-    action = expected.sample()
-    torch.testing.assert_close(first.log_prob(action), expected.log_prob(action))
+    assert_same_distribution(first, expected, loc)
     torch.testing.assert_close(first.deterministic_sample, expected.deterministic_sample)
-    torch.manual_seed(1)
-    drawn = expected.rsample()
-    torch.manual_seed(1)
-    torch.testing.assert_close(first.rsample(), drawn)
     assert not torch.equal(second.root_dist.loc, first.root_dist.loc)
-    first.log_prob(action).sum().backward()
-    assert loc.grad is not None and loc.grad.abs().sum() > 0
-    assert _compat.tanh_normal_builder(make_critic(), {"loc": "loc", "scale": "scale"}) is None
-    assert _compat.tanh_normal_builder(head, {"loc": "loc"}) is None
+    assert _compat.distribution_builder(make_critic(), {"loc": "loc", "scale": "scale"}) is None
+    assert _compat.distribution_builder(head, {"loc": "loc"}) is None
+
+
+def normal_head(**kwargs):
+    from tensordict.nn import ProbabilisticTensorDictModule
+    from torchrl.modules import IndependentNormal
+
+    return ProbabilisticTensorDictModule(
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        distribution_class=IndependentNormal,
+        distribution_kwargs=kwargs,
+    )
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"event_dim": 2}], ids=["event-dim-1", "event-dim-2"])
+def test_independent_normal_builder_gives_torchrls_distribution_constructing_once(
+    kwargs, monkeypatch
+):
+    """The builder's IndependentNormal is TorchRL's: its class, shapes, log-probabilities,
+    entropy, samples under the same seed, mode, gradients; the constructor runs at the first
+    build only; two builds share nothing."""
+    from torchrl.modules import IndependentNormal
+
+    build = _compat.distribution_builder(normal_head(**kwargs), {"loc": "loc", "scale": "scale"})
+    assert isinstance(build, _compat.IndependentNormalBuilder)
+    constructed = count_constructions(monkeypatch, IndependentNormal)
+    loc = torch.randn(5, 4, 3, requires_grad=True)
+    scale = torch.rand(5, 4, 3) + 0.1
+    build({"loc": loc.detach(), "scale": scale})
+    first = build({"loc": loc, "scale": scale})
+    second = build({"loc": 2 * loc, "scale": scale})
+    assert len(constructed) == 1
+    expected = IndependentNormal(loc, scale, **kwargs)  # counted after the asserts above
+    assert type(first) is IndependentNormal and type(first.base_dist) is torch.distributions.Normal
+    assert first.reinterpreted_batch_ndims == expected.reinterpreted_batch_ndims
+    torch.testing.assert_close(first.entropy(), expected.entropy())
+    torch.testing.assert_close(first.mode, expected.mode)
+    assert not torch.equal(second.base_dist.loc, first.base_dist.loc)
+    assert_same_distribution(first, expected, loc)
+
+
+@pytest.mark.parametrize("case", ["broadcast-scale", "tanh_loc", "validate_args", "too-few-dims"])
+def test_independent_normal_builder_constructs_what_it_cannot_copy(case, monkeypatch):
+    """A broadcast scale, a squashed location, argument validation, or fewer dims than the
+    event go through TorchRL's constructor (its broadcasting, its checks and errors)."""
+    from torch import distributions as D
+    from torchrl.modules import IndependentNormal
+
+    kwargs = {"tanh_loc": True} if case == "tanh_loc" else {}
+    build = _compat.distribution_builder(normal_head(**kwargs), {"loc": "loc", "scale": "scale"})
+    loc, scale = torch.randn(4, 3), torch.rand(4, 3) + 0.1
+    build({"loc": loc, "scale": scale})  # the first build: TorchRL's constructor
+    constructed = count_constructions(monkeypatch, IndependentNormal)
+    if case == "broadcast-scale":
+        scale = scale[:1]
+    if case == "validate_args":
+        monkeypatch.setattr(D.Distribution, "_validate_args", True)
+    if case == "too-few-dims":
+        with pytest.raises(ValueError):
+            build({"loc": loc[0, 0], "scale": scale[0, 0]})
+        return
+    dist = build({"loc": loc, "scale": scale})
+    assert constructed == [1]  # TorchRL's constructor for this build
+    expected = IndependentNormal(loc, scale, **kwargs)
+    torch.testing.assert_close(dist.log_prob(loc), expected.log_prob(loc))
+    assert dist.batch_shape == expected.batch_shape == (4,)
 
 
 def test_dispatch_without_replacement_registers_a_subclass_as_torchrls_classes_are():

@@ -14,6 +14,9 @@ from rlloss.functional.critic import (
     td_error,
 )
 from rlloss.functional.distributions import (
+    categorical_log_prob,
+    normal_entropy,
+    normal_log_prob,
     squash,
     squash_log_abs_det_jacobian,
     tanh_normal_log_prob,
@@ -239,6 +242,9 @@ __all__ = [
     "td3_bc_actor_loss",
     "squash",
     "squash_log_abs_det_jacobian",
+    "normal_log_prob",
+    "normal_entropy",
+    "categorical_log_prob",
     "masked_moments",
     "reduced_dims",
     "group_standardize",

@@ -1,4 +1,11 @@
-"""Squashed Gaussian policies (SAC's tanh-Normal): sampling and log-probabilities, sync-free.
+"""Policy distributions by formula: the Gaussian's log-probability and entropy, the
+categorical's log-probability, and squashed Gaussian policies (SAC's tanh-Normal): sampling
+and log-probabilities, sync-free.
+
+The Gaussian and categorical formulas are what ``torch.distributions.Normal`` / ``Categorical``
+compute, written on their parameters (the categorical's entropy is
+:func:`rlloss.functional.categorical_entropy`): the losses evaluate TorchRL's standard
+distributions through them (one path for the maths, see :mod:`rlloss._distributions`).
 
 An action is ``a = c + h tanh(u)`` with ``u ~ N(loc, scale^2)``, ``c = (high + low) / 2`` and
 ``h = (high - low) / 2``. Its log-density, by the change of variables, is the Gaussian's minus
@@ -28,6 +35,32 @@ def standard_normal_like(x: torch.Tensor) -> torch.Tensor:
     but not ``aten.randn_like`` (torch 2.13), so under ``torch.compile`` two ``randn_like`` draws
     of one tensor (SAC-family losses sample twice from the same actor output) became one draw."""
     return torch.randn(x.shape, dtype=x.dtype, device=x.device)
+
+
+def normal_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``log N(value; loc, scale^2) = -(value - loc)^2 / (2 scale^2) - log scale - log sqrt(2 pi)``,
+    elementwise (the shapes broadcast; no sum over an event dim).
+
+    Args:
+        value: the points, e.g. ``[*B, D]`` actions.
+        loc, scale: the Gaussian's mean and standard deviation (``scale > 0``), broadcastable
+            to ``value``.
+    """
+    standardized = (value - loc) / scale
+    return -0.5 * standardized.square() - torch.log(scale) - _LOG_SQRT_2PI
+
+
+def normal_entropy(scale: torch.Tensor) -> torch.Tensor:
+    """``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise."""
+    return torch.log(scale) + (0.5 + _LOG_SQRT_2PI)
+
+
+def categorical_log_prob(log_probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``log pi(a)``: the normalised log-probabilities ``[*B, K]`` read at the integer actions
+    ``a`` (``[*B]``, any integer or float dtype holding indices; broadcast against
+    ``log_probs[..., 0]`` as ``torch.distributions.Categorical.log_prob`` does), ``[*B]``."""
+    index, log_probs = torch.broadcast_tensors(index.long().unsqueeze(-1), log_probs)
+    return log_probs.gather(-1, index[..., :1]).squeeze(-1)
 
 
 def squash(preimage: torch.Tensor, low: Scalar = -1.0, high: Scalar = 1.0) -> torch.Tensor:
@@ -67,8 +100,7 @@ def tanh_normal_log_prob(
     Returns:
         ``[*B]`` log-probabilities (the last dim is the event dim).
     """
-    standardized = (preimage - loc) / scale
-    gaussian = -0.5 * standardized.square() - torch.log(scale) - _LOG_SQRT_2PI
+    gaussian = normal_log_prob(preimage, loc, scale)
     return (gaussian - squash_log_abs_det_jacobian(preimage, low, high)).sum(-1)
 
 

@@ -18,13 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from rlloss._checks import check_same_shape
+from rlloss.functional.distributions import normal_log_prob
 from rlloss.functional.policy import gaussian_kl
 
 Scalar = float | torch.Tensor
 
 DUAL_EPSILON = 1e-8  # added to softplus(param): a dual never reaches 0
 MIN_LOG_DUAL = -18.0  # Acme's floor on the dual parameters
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def dual_variable(parameter: torch.Tensor) -> torch.Tensor:
@@ -112,8 +112,7 @@ def gaussian_samples(loc: torch.Tensor, scale: torch.Tensor, num_samples: int) -
 
 def gaussian_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``sum_d log N(value_d; loc_d, scale_d^2)`` over the last dim (a diagonal Gaussian)."""
-    standardized = (value - loc) / scale
-    return (-0.5 * standardized.square() - torch.log(scale) - _LOG_SQRT_2PI).sum(-1)
+    return normal_log_prob(value, loc, scale).sum(-1)
 
 
 def decoupled_gaussian_kl(

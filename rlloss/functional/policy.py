@@ -193,8 +193,8 @@ def gaussian_kl(
     """``KL(N(loc_p, scale_p^2) || N(loc_q, scale_q^2))`` per dimension:
     ``log(scale_q / scale_p) + (scale_p^2 + (loc_p - loc_q)^2) / (2 scale_q^2) - 1/2``.
     """
-    variance_ratio = (scale_p / scale_q) ** 2
-    return 0.5 * (variance_ratio + ((loc_p - loc_q) / scale_q) ** 2 - 1 - variance_ratio.log())
+    variance_ratio = (scale_p / scale_q).square()
+    return 0.5 * (variance_ratio + ((loc_p - loc_q) / scale_q).square() - 1 - variance_ratio.log())
 
 
 def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:

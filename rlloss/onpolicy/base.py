@@ -399,7 +399,10 @@ class OnPolicyLoss(LossModule):
         """The batch, with the actor trunk's outputs added when the critic reads some that the
         batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
         batch); detached under ``separate_losses``."""
-        if all(entry(batch, key) is not None for key in self.critic_network.in_keys):
+        for key in self._critic_call.module.in_keys:  # a loop: no generator frame per call
+            if entry(batch, key) is None:
+                break
+        else:
             return batch
         batch = batch.copy()
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.separate_losses):

@@ -11,7 +11,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torchrl.modules.distributions.utils import composite_entropy
 
-from rlloss import _compat
+from rlloss import _compat, _distributions
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss._networks import sum_heads
@@ -42,7 +42,7 @@ def entropy_loss(
         return _composite_entropy_loss(
             distribution, coeff, coeff_map, samples, reduction, mask, diagnostics
         )
-    entropy = rlf.distribution_entropy(distribution, samples)  # [*B]
+    entropy = _distributions.entropy(distribution, samples)  # [*B]
     reduced = rlf.reduce(entropy, reduction, mask)
     if not diagnostics:
         return -(coeff * reduced), {}

@@ -366,7 +366,7 @@ class KLPENPPOLoss(PPOLoss):
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
-            self.update_beta(mean_kl)
+            self._adapt_beta(mean_kl)  # a 0-d tensor of beta's dtype and device already
         objective = rlf.kl_penalized_surrogate(surrogate, kl, beta)
         return objective, {**info, "kl": mean_kl, "beta": beta}
 
@@ -393,6 +393,11 @@ class KLPENPPOLoss(PPOLoss):
         """Adapt beta to a mean KL (a float or a one-element tensor), averaged over the ranks of
         the process group if there is one, without a host sync."""
         kl = torch.as_tensor(kl, dtype=self.beta.dtype, device=self.beta.device).reshape(())
+        return self._adapt_beta(kl)
+
+    @torch.no_grad()
+    def _adapt_beta(self, kl: torch.Tensor) -> torch.Tensor:
+        """:meth:`update_beta` of a 0-d tensor of beta's dtype and device."""
         kl = all_mean(kl, self.process_group)
         beta = rlf.adaptive_kl_beta(
             self.beta, kl, self.dtarg, self.increment, self.decrement, self.beta_min, self.beta_max
