@@ -1,10 +1,12 @@
-"""Behaviour cloning from a fixed Pendulum-v1 dataset: the baseline of the offline tutorials.
+"""Behaviour cloning from a fixed Pendulum-v1 dataset with rlloss's ``BCLoss``: the baseline of
+the offline tutorials, and imitation of an expert.
 
 A deterministic policy mu(s) (the same network as ``td3bc_offline.py``'s actor) regresses onto
-the dataset's actions, min E[(mu(s) - a)^2], with no reward and no critic. It recovers the
-behaviour policy's mean action; the offline RL methods (``iql_offline.py``, ``cql_offline.py``,
-``td3bc_offline.py``) are useful where they beat it on the same data. Plain torch: there is no
-loss module to take from a library.
+the dataset's actions, min E[(mu(s) - a)^2] (``BCLoss(actor, loss_function="l2")``, a drop-in
+for ``torchrl.objectives.BCLoss``), with no reward and no critic. It recovers the behaviour
+policy's mean action: on the "medium" dataset the offline RL methods (``iql_offline.py``,
+``cql_offline.py``, ``td3bc_offline.py``) are useful where they beat it; on the "expert" one
+(``offline_dataset.py --agent-frames 5000``) it imitates the expert.
 
 Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -797.6, -812.0, -851.8 (dataset mean -839.2); wall 124-143 s on the CPU (torch 2.11); figures in benchmarks/results/offline.json.
 
@@ -20,6 +22,8 @@ It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` grad
 import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
 import torch
 
+from rlloss import BCLoss
+
 # Parses --seed, --total-frames (gradient steps), --device, --out, --dataset, --eval-every and
 # --eval-episodes; seeds torch; Pendulum-v1's action spec and dims (only to evaluate: the agent
 # learns from the dataset alone).
@@ -29,12 +33,13 @@ BATCH_SIZE, HIDDEN = 256, [256, 256]  # the papers' defaults
 
 # mu(s) (td3bc_offline.py's actor), regressed onto the dataset's actions: min E[(mu(s) - a)^2].
 actor = helpers.tanh_deterministic_actor(run.obs_dim, run.action_spec, HIDDEN)
-optimizer = torch.optim.Adam(actor.parameters(), lr=3e-4)
+loss_module = BCLoss(actor, loss_function="l2")  # reads the batch's "action", the target
+optimizer = torch.optim.Adam(loss_module.parameters(), lr=3e-4)
 
 # Minibatches of the dataset (observations standardised); every --eval-every steps the policy's
 # deterministic action plays 5 evaluation episodes.
 for _step, batch in run.training_steps(actor, BATCH_SIZE):
-    loss = (actor(batch.select("observation"))["action"] - batch["action"]).square().mean()
+    loss = loss_module(batch)["loss_bc"]
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
