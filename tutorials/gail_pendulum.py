@@ -42,8 +42,9 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
 
-from rlloss import GAE, ClipPPOLoss, GAILLoss, KLAdaptiveLR, RewardNormalizer
+from rlloss import GAE, ClipPPOLoss, GAILLoss
 from rlloss.functional import gail_reward, kl_k3
+from rlloss.training import KLAdaptiveLR, RewardNormalizer  # PPO's helpers (kept by the swap)
 
 ENV_ID = "Pendulum-v1"
 parser = helpers.tutorial_parser(__doc__, "runs/gail_pendulum", total_frames=200_000)
