@@ -8,8 +8,8 @@ from the tokens up to s_t; at test time it is prompted with the return it should
    episodes (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t'
    scaled by 1/1000 (the paper's reward scale) and observations standardised;
 2. the actor is TorchRL's: ``DTActor`` (a GPT-2 over the three embedded tokens) in a
-   ``ProbabilisticActor`` with a ``TanhDelta`` head onto the action bounds, as in TorchRL's
-   own Decision Transformer example;
+   ``ProbabilisticActor`` with a ``TanhDelta`` head onto the action bounds, as in the example
+   of TorchRL's ``DecisionTransformerInferenceWrapper``;
 3. ``DTLoss`` (a drop-in for ``torchrl.objectives.DTLoss``): the squared error of the
    predicted actions against the dataset's over windows of ``CONTEXT`` steps (sec. 3);
 4. evaluation: ``DecisionTransformerInferenceWrapper`` picks the last action of the window;
