@@ -51,7 +51,7 @@ ENV_ID = "Pendulum-v1"
 parser = helpers.offline_parser(__doc__, "runs/dt_offline")
 parser.add_argument("--target-return", type=float, default=None,
                     help="the return the actor is prompted with (default: the dataset's mean)")
-parser.set_defaults(total_frames=2_000, eval_every=500)  # an expert dataset is learnt quickly
+parser.set_defaults(total_frames=1_000, eval_every=500)  # an expert dataset is learnt quickly
 args = parser.parse_args()
 device, start_time = helpers.start(args)
 action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
