@@ -29,8 +29,8 @@ states, 30 episodes): 1.04, 0.17, 0.24 (rlloss) and 1.02, 0.07, 0.08 (TorchRL). 
 expert on 1 of 3 seeds in this budget, with either library: on seeds 1 and 2 the policy has not
 learnt the swing-up by 200,000 steps (running mean of the training returns about -1,000 to
 -1,150 and flat), and seed 1 with 400,000 steps (rlloss) still ends at -1072.6 (0.12). The
-libraries' runs differ from the first update on: the gradient penalty's random mixing weights
-are drawn differently. Wall 438-529 s (rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core
+libraries' runs play the same first rollout and drift apart after the first update by rounding
+(episode returns 1e-3 apart in the second rollout), which training amplifies. Wall 438-529 s (rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core
 CPU with other runs beside them (torch 2.13); figures in benchmarks/results/offline.json.
 
 Run:
