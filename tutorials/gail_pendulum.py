@@ -27,11 +27,16 @@ rlloss -111.3, -1022.8, -952.7 on seeds 0, 1, 2; TorchRL's ``GAILLoss``, ``ClipP
 (R_expert - R_random) with R_random = -1204 (uniform random actions on the evaluation start
 states, 30 episodes): 1.04, 0.17, 0.24 (rlloss) and 1.02, 0.07, 0.08 (TorchRL). So it reaches the
 expert on 1 of 3 seeds in this budget, with either library: on seeds 1 and 2 the policy has not
-learnt the swing-up by 200,000 steps (running mean of the training returns about -1,000 to
--1,150 and flat), and seed 1 with 400,000 steps (rlloss) still ends at -1072.6 (0.12). The
+learnt the swing-up by 200,000 steps (running mean of the training returns between -950 and
+-1,150 at the end), and seed 1 with 400,000 steps (rlloss) still ends at -1072.6 (0.12). The
+policy learner is not the cause: the same PPO on the environment's reward
+(``rpo_pendulum.py --rpo-alpha 0``, 200,000 steps) reaches -190.2 and -188.8 (mean of the last
+10 training episodes) on seeds 1 and 2; the discriminator's reward is what fails to lead it
+there (not yet tuned: its steps per rollout, learning rate, penalty and reward form). The
 libraries' runs play the same first rollout and drift apart after the first update by rounding
-(episode returns 1e-3 apart in the second rollout), which training amplifies. Wall 438-529 s (rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core
-CPU with other runs beside them (torch 2.13); figures in benchmarks/results/offline.json.
+(episode returns 1e-3 apart in the second rollout), which training amplifies. Wall 438-529 s
+(rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core CPU with other runs beside them
+(torch 2.13); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
