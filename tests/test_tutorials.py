@@ -27,7 +27,9 @@ COMPILE_TUTORIAL = TUTORIALS_DIR / "compile_and_cudagraphs.py"
 TUTORIALS = sorted(p for p in TUTORIALS_DIR.glob("[!_]*.py") if p != COMPILE_TUTORIAL)
 # The offline tutorials learn from the dataset offline_dataset.py writes (made once, small).
 OFFLINE_DATASET = TUTORIALS_DIR / "offline_dataset.py"
-OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline"}
+OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline", "dt_offline"}
+# Online imitation from the same dataset (the expert pairs only; evaluated once at the end).
+IMITATION = {"gail_pendulum"}
 # The SAC-family tutorials also log periodic greedy evaluations.
 SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum", "crossq_pendulum"}
 # Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
@@ -75,10 +77,11 @@ def run_tutorial(
 
 @pytest.fixture(scope="session")
 def offline_dataset(tmp_path_factory) -> Path:
-    """A small dataset (SAC trained for 1,100 steps, 1,000 transitions), the smoke test of
-    offline_dataset.py itself."""
+    """A small dataset (SAC trained for 1,100 steps, 2,000 transitions: one whole 200-step
+    episode of each of the 10 environments, which dt_offline.py cuts the dataset into), the
+    smoke test of offline_dataset.py itself."""
     out = tmp_path_factory.mktemp("offline")
-    run_tutorial(OFFLINE_DATASET, out, "--agent-frames", "1100", frames=1000)
+    run_tutorial(OFFLINE_DATASET, out, "--agent-frames", "1100", frames=2000)
     return out / "dataset"
 
 
@@ -90,6 +93,7 @@ SMOKE_FRAMES = {
     **dict.fromkeys(SAC_FAMILY | {"td3_pendulum", "mpo_pendulum", "compose_losses"}, 1280),
     **dict.fromkeys(OFFLINE, 256),
     "cql_offline": 128,
+    "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
 }
 # Tutorials that need an optional extra, and the module it installs.
@@ -116,8 +120,10 @@ def test_tutorial_smoke(script, tmp_path, request):
     frames = SMOKE_FRAMES.get(script.stem, 2048)
     eval_every = frames // 2
     extra = []
-    if script.stem in OFFLINE:
+    if script.stem in OFFLINE | IMITATION:
         extra = ["--dataset", str(request.getfixturevalue("offline_dataset"))]
+    if script.stem in IMITATION:
+        extra += ["--eval-episodes", "2"]
     if script.stem in OFFLINE | SAC_FAMILY:
         extra += ["--eval-every", str(eval_every), "--eval-episodes", "2"]
     run_tutorial(script, tmp_path, *extra, frames=frames)

@@ -1,0 +1,171 @@
+"""Generative adversarial imitation (GAIL) on Pendulum-v1 with rlloss: a discriminator and PPO.
+
+GAIL (Ho & Ermon, arXiv:1606.03476, Algorithm 1) learns a policy from an expert's state-action
+pairs alone, never reading the environment's reward:
+
+1. collect a rollout with the current policy pi;
+2. ``GAILLoss`` (a drop-in for ``torchrl.objectives.GAILLoss``): a few steps of the
+   discriminator D(s, a), the probability that a pair is the expert's, on the binary
+   cross-entropy -log D(s_E, a_E) - log(1 - D(s, a)) between expert pairs (from the expert
+   dataset of ``offline_dataset.py --agent-frames 5000``) and the rollout's pairs, with WGAN-GP's
+   gradient penalty (weight 10) to keep D smooth;
+3. the rollout's rewards become ``rlloss.functional.gail_reward(D(s, a))`` = -log(1 - D(s, a))
+   (the documented reward of the family, the form ``GAILLoss.reward`` gives), scaled by the
+   running std of their discounted return (``RewardNormalizer``);
+4. ``ClipPPOLoss`` with ``GAE`` on those rewards: clipped PPO epochs, the learning rate adapted
+   to the KL by ``KLAdaptiveLR`` (``rpo_pendulum.py``'s PPO with ``--rpo-alpha 0``).
+
+The environment's own reward is only read to report the episode returns (``OUT/returns.csv``)
+and the final deterministic policy's evaluation. The discriminator scores observations
+standardised by the expert dataset's statistics and actions clipped to the bounds, as the
+expert's are.
+
+Results (200,000 environment steps, the default; the expert dataset of seed 0, mean return
+-149.7; final_return over 10 episodes of the deterministic policy on unseen start states):
+rlloss -111.3, -1022.8, -952.7 on seeds 0, 1, 2; TorchRL's ``GAILLoss``, ``ClipPPOLoss`` and
+``GAE`` swapped in: -126.8, -1129.5, -1114.8. As a fraction of the expert, (R - R_random) /
+(R_expert - R_random) with R_random = -1204 (uniform random actions on the evaluation start
+states, 30 episodes): 1.04, 0.17, 0.24 (rlloss) and 1.02, 0.07, 0.08 (TorchRL). So it reaches the
+expert on 1 of 3 seeds in this budget, with either library: on seeds 1 and 2 the policy has not
+learnt the swing-up by 200,000 steps (running mean of the training returns between -950 and
+-1,150 at the end), and seed 1 with 400,000 steps (rlloss) still ends at -1072.6 (0.12). The
+policy learner is not the cause: the same PPO on the environment's reward
+(``rpo_pendulum.py --rpo-alpha 0``, 200,000 steps) reaches -190.2 and -188.8 (mean of the last
+10 training episodes) on seeds 1 and 2; the discriminator's reward is what fails to lead it
+there (not yet tuned: its steps per rollout, learning rate, penalty and reward form). The
+libraries' runs play the same first rollout and drift apart after the first update by rounding
+(episode returns 1e-3 apart in the second rollout), which training amplifies. Wall 438-529 s
+(rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core CPU with other runs beside them
+(torch 2.13); figures in benchmarks/results/offline.json.
+
+Run:
+    python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
+    python tutorials/gail_pendulum.py --seed 0 --dataset runs/pendulum_expert/dataset
+
+It writes ``OUT/returns.csv`` (one row per training episode, the environment's return) and
+``OUT/curve.png``, and prints ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
+final deterministic policy's mean over ``--eval-episodes`` fresh episodes).
+"""
+
+from pathlib import Path
+
+import _helpers as helpers  # tutorials/_helpers.py
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
+
+from rlloss import GAE, ClipPPOLoss, GAILLoss
+from rlloss.functional import gail_reward, kl_k3
+from rlloss.training import KLAdaptiveLR, RewardNormalizer  # PPO's helpers (kept by the swap)
+
+ENV_ID = "Pendulum-v1"
+parser = helpers.tutorial_parser(__doc__, "runs/gail_pendulum", total_frames=200_000)
+parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_expert/dataset"),
+                    help="the expert's transitions, written by offline_dataset.py")
+helpers.evaluation_flags(parser)
+args = parser.parse_args()
+device, start_time = helpers.start(args)
+
+# PPO: rpo_pendulum.py's (skrl / rl-baselines3-zoo Pendulum). GAIL: D updated by
+# DISC_STEPS minibatches of DISC_BATCH policy and as many expert pairs after every rollout.
+NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 4, 512, 10, 128
+GAMMA, LMBDA, LR, KL_THRESHOLD, CLIP_EPSILON, MAX_GRAD_NORM = 0.9, 0.95, 1e-3, 0.008, 0.2, 0.5
+DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = 8, 256, 3e-4, 10.0
+
+# The expert's pairs, observations standardised by their own mean and std.
+expert = helpers.OfflineDataset(args.dataset, device, DISC_BATCH)
+action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
+
+# pi(a|s) = Normal(mu(s), sigma), sigma state-independent (rpo_pendulum.py's); V(s).
+actor = ProbabilisticActor(
+    TensorDictModule(
+        nn.Sequential(MLP(in_features=obs_dim, out_features=action_dim, num_cells=[64, 64],
+                          activation_class=nn.Tanh),
+                      AddStateIndependentNormalScale(action_dim)),
+        in_keys=["observation"], out_keys=["loc", "scale"]),
+    in_keys=["loc", "scale"], distribution_class=IndependentNormal, return_log_prob=True,
+).to(device)
+critic = helpers.state_value_critic(obs_dim, device)
+advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
+ppo = ClipPPOLoss(actor, critic, clip_epsilon=CLIP_EPSILON, entropy_coeff=0.0, critic_coeff=0.5,
+                  loss_critic_type="l2", normalize_advantage=True).to(device)
+optimizer = torch.optim.Adam(ppo.parameters(), lr=LR)
+scheduler = KLAdaptiveLR(optimizer, kl_threshold=KL_THRESHOLD)
+reward_normalizer = RewardNormalizer(num_envs=NUM_ENVS, gamma=GAMMA).to(device)
+
+# D(s, a) in (0, 1): a 64-64 tanh MLP on the concatenated pair and a sigmoid, under the expert's
+# keys ("observation", "action"); GAILLoss reads the policy's at "collector_*".
+discriminator = TensorDictModule(
+    helpers.ConcatInputs(MLP(in_features=obs_dim + action_dim, out_features=1,
+                             num_cells=[64, 64], activation_class=nn.Tanh), nn.Sigmoid()),
+    in_keys=["observation", "action"], out_keys=["d_logits"],
+).to(device)
+gail = GAILLoss(discriminator, use_grad_penalty=True, gp_lambda=GP_LAMBDA)
+disc_optimizer = torch.optim.Adam(gail.parameters(), lr=DISC_LR)
+
+
+def policy_pairs(rollout: TensorDict) -> TensorDict:
+    """The rollout's pairs as the discriminator sees the expert's."""
+    low, high = action_spec.space.low, action_spec.space.high
+    return TensorDict(observation=expert.standardise(rollout["observation"]),
+                      action=rollout["action"].clamp(low, high), batch_size=rollout.shape)
+
+
+def update_discriminator(pairs: TensorDict) -> None:
+    """DISC_STEPS Adam steps of GAILLoss on random policy pairs against expert pairs."""
+    for _ in range(DISC_STEPS):
+        policy = pairs[torch.randint(pairs.numel(), (DISC_BATCH,), device=device)]
+        batch = expert.sample().select("observation", "action")
+        batch["collector_observation"] = policy["observation"]
+        batch["collector_action"] = policy["action"]
+        disc_optimizer.zero_grad()
+        gail(batch)["loss"].backward()
+        disc_optimizer.step()
+
+
+@torch.no_grad()
+def policy_kl(batch: TensorDict) -> torch.Tensor:
+    """k3 estimate of KL(pi_old || pi) over the rollout (KLAdaptiveLR's signal)."""
+    log_prob = actor.get_dist(batch.copy()).log_prob(batch["action"])
+    return kl_k3(log_prob - batch["action_log_prob"]).mean()
+
+
+def sample_action(td: TensorDict) -> torch.Tensor:
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]  # also writes "loc", "scale", "action_log_prob"
+
+
+collector, num_iterations, pbar = helpers.start_collection(
+    helpers.make_vec(ENV_ID, NUM_ENVS), device, args.seed, NUM_STEPS, args.total_frames)
+for _ in range(num_iterations):
+    rollout = torch.stack([collector.step(sample_action, keep=("loc", "scale", "action_log_prob"))
+                           for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS]
+    pairs = policy_pairs(rollout)
+    update_discriminator(pairs.reshape(-1))
+    with torch.no_grad():  # GAIL's reward replaces the environment's, then PPO's scaling
+        reward = gail_reward(discriminator(pairs)["d_logits"])
+        rollout["next", "reward"] = reward_normalizer(reward, rollout["next", "done"])
+        advantage_module(rollout)
+    flat = rollout.reshape(-1)
+    helpers.gradient_epochs(ppo, optimizer, flat, num_epochs=NUM_EPOCHS,
+                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
+                            after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
+    helpers.show_progress(pbar, collector.episodes, collector.frames,
+                          d_policy=f"{reward.mean().item():.2f}")
+pbar.close()
+collector.envs.close()
+
+
+def deterministic_policy(observation: np.ndarray) -> np.ndarray:
+    td = TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32, device=device))
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        return actor(td)["action"].clamp(-2.0, 2.0).cpu().numpy()
+
+
+# ---- Save the learning curve (the environment's returns), evaluate the final policy ----
+helpers.finish(args, start_time, collector.episodes, "GAIL (PPO learner) on Pendulum-v1",
+               env_id=ENV_ID, policy=deterministic_policy)
