@@ -170,3 +170,15 @@ def test_the_rule_on_its_own(agent_dim):
     assert broadcast_to_agents(torch.ones(B, 1, 1), values, agent_dim).shape == values
     with pytest.raises(ValueError, match=r"got reward of shape \(8, 3\)\. Add the trailing"):
         broadcast_to_agents(torch.ones(B, N), values, agent_dim)
+
+
+def test_n_step_discounts_reach_every_agent():
+    """``steps_to_next_obs`` (one per transition, ``[B]``) with per-agent values: ``gamma^2``
+    for two-step transitions, the loss of ``gamma ** 2`` without the entry."""
+    given = signals("reward", (B, 1))
+    loss, batch = with_signals("DDPGLoss", given)
+    batch["steps_to_next_obs"] = torch.full((B,), 2)
+    reference, plain = with_signals("DDPGLoss", given)
+    reference.gamma = loss.gamma**2
+    got = seeded_outputs(loss, batch)["loss_value"]
+    torch.testing.assert_close(got, seeded_outputs(reference, plain)["loss_value"])
