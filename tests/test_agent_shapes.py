@@ -52,7 +52,9 @@ def discrete_sac():
         nets.mlp(OBS, ACTIONS), [("agents", "observation")], [("agents", "action_value")]
     )
     loss = rlloss.DiscreteSACLoss(actor, qvalue, num_actions=ACTIONS, action_space="one-hot")
-    loss.set_keys(action=("agents", "action"), action_value=("agents", "action_value"))
+    loss.set_keys(
+        action=("agents", "action"), action_value=("agents", "action_value"), **nets.AGENT_KEYS
+    )
     batch = nets.transitions(discrete=True)
     batch["agents", "action"] = torch.nn.functional.one_hot(batch["agents", "action"], ACTIONS)
     return loss, batch
