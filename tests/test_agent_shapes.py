@@ -13,12 +13,16 @@ function, ``rlloss._agent_dims.broadcast_to_agents``, shared with ``MultiAgentGA
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
+import torchrl.objectives
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torchrl.modules import OneHotCategorical, ProbabilisticActor
+from torchrl.objectives.utils import ValueEstimators
 
 import rlloss
 from rlloss._agent_dims import broadcast_to_agents
@@ -184,3 +188,43 @@ def test_n_step_discounts_reach_every_agent():
     reference.gamma = loss.gamma**2
     got = seeded_outputs(loss, batch)["loss_value"]
     torch.testing.assert_close(got, seeded_outputs(reference, plain)["loss_value"])
+
+
+def rollout_with_agents(team: bool, batch=(4, 5)):
+    """A ``[B, T]`` multi-agent rollout for DDPG; reward and flags per team ``[B, T, 1]`` or
+    the same values per agent ``[B, T, n, 1]``."""
+    gen = torch.Generator().manual_seed(0)
+    shape = (*batch, N)
+
+    def agents(**extra):
+        observation = torch.randn(*shape, OBS, generator=gen)
+        return TensorDict({"observation": observation, **extra}, shape)
+
+    signals = {
+        "reward": torch.randn(*batch, 1, generator=gen),
+        "done": torch.rand(*batch, 1, generator=gen) < 0.2,
+    }
+    signals["terminated"] = signals["done"] & (torch.rand(*batch, 1, generator=gen) < 0.5)
+    if not team:
+        signals = {k: v.unsqueeze(2).expand(*shape, 1).clone() for k, v in signals.items()}
+    action = torch.rand(*shape, nets.ACT, generator=gen) * 2 - 1
+    next_ = TensorDict({"agents": agents(), **signals}, batch)
+    return TensorDict({"agents": agents(action=action), "next": next_}, batch)
+
+
+@pytest.mark.parametrize("team", (False, True), ids=("per-agent", "team"))
+def test_td_lambda_targets_run_over_time_not_over_the_agents(team):
+    """A TD(lambda) target on ``[B, T]`` per-agent values ``[B, T, n, 1]``: the recursion runs
+    over T (TorchRL's values), not over the agent dim; team signals give the same."""
+    torch.manual_seed(0)
+    actor, qvalue = nets.deterministic_actor(), nets.qvalue()
+    losses = []
+    for lib in (rlloss, torchrl.objectives):
+        loss = lib.DDPGLoss(copy.deepcopy(actor), copy.deepcopy(qvalue))
+        keys = {"reward": "reward", "done": "done", "terminated": "terminated"}
+        loss.set_keys(state_action_value=("agents", "state_action_value"), **keys)
+        loss.make_value_estimator(ValueEstimators.TDLambda, lmbda=0.9, gamma=0.99)
+        losses.append(loss)
+    ours = losses[0](rollout_with_agents(team))["loss_value"]
+    theirs = losses[1](rollout_with_agents(team=False))["loss_value"]  # TorchRL: per agent only
+    torch.testing.assert_close(ours, theirs)
