@@ -18,6 +18,7 @@ from torchrl.modules import IndependentNormal
 import rlloss
 from tests import (
     test_act,
+    test_agent_shapes,
     test_bc,
     test_crossq,
     test_diffusion_bc,
@@ -28,6 +29,7 @@ from tests import (
     test_iql,
     test_mappo,
     test_mpo,
+    test_multiagent_networks,
     test_qmixer,
     test_rnd,
     test_sac,
@@ -73,6 +75,10 @@ def ppo_row(name: str, **kwargs) -> Row:
 
 
 MULTI_AGENT_ACTOR = test_mappo.actor()
+MULTI_AGENT_NO_COMPILE = (
+    "TorchRL's MultiAgentMLP swaps its TensorDictParams into an empty network in each forward: "
+    "dynamo guards on that network's weights and recompiles"
+)
 
 
 def mappo_row(name: str, **kwargs) -> Row:
@@ -89,8 +95,7 @@ def mappo_row(name: str, **kwargs) -> Row:
         # set_keys(name=None) restores the class default ("action_log_prob"), not the actor's
         # nested ("agents", "action_log_prob"), in TorchRL too
         renamable=("advantage", "value_target"),
-        no_compile="TorchRL's MultiAgentMLP swaps its TensorDictParams into an empty network in "
-        "each forward: dynamo guards on that network's weights and recompiles",
+        no_compile=MULTI_AGENT_NO_COMPILE,
         routes={
             "loss_objective": ("actor_network",),
             "loss_entropy": ("actor_network",),
@@ -132,6 +137,28 @@ def ddpg_row(**kwargs) -> Row:
         renamable=(("next", "reward"), ("next", "terminated")),
         writes=("td_error",),
         coefficient=None,
+    )
+
+
+SAC_ROUTES = {"loss_actor": ("actor_network",), "loss_qvalue": ("qvalue_network_params",)}
+DDPG_ROUTES = {"loss_actor": ("actor_network",), "loss_value": ("value_network",)}
+
+
+def multi_agent_row(name: str, routes: dict, coefficient: str | None = None) -> Row:
+    """An off-policy loss of a multi-agent pipeline (BenchMARL's MASAC, MADDPG, IQL, QMIX...) on
+    TorchRL's ``MultiAgentMLP`` networks, per-agent rewards and flags
+    (``tests/test_multiagent_networks.py``; the discrete SAC of ``tests/test_agent_shapes.py``).
+    Nothing is renamed: ``set_keys(name=None)`` restores the class default (``"reward"``), not
+    the group's nested key, in TorchRL too."""
+    make = {**test_multiagent_networks.LOSSES, **test_agent_shapes.LOSSES}[name]
+    return Row(
+        build=lambda: make()[0],
+        batch=lambda: make()[1],
+        routes=routes,
+        renamable=(),
+        writes=("td_error",),
+        coefficient=coefficient,
+        no_compile=MULTI_AGENT_NO_COMPILE,
     )
 
 
@@ -400,6 +427,17 @@ LOSSES = {
     "PPOLoss": ppo_row("PPOLoss", clip_value=0.2),
     "ClipPPOLoss-delay-actor": ppo_row("ClipPPOLoss", delay_actor=True, max_importance_ratio=10.0),
     "MAPPOLoss": mappo_row("MAPPOLoss", clip_value=0.2),
+    **{
+        f"{name}-multiagent": multi_agent_row(name, routes, coefficient)
+        for name, routes, coefficient in (
+            ("SACLoss", SAC_ROUTES, "target_entropy"),
+            ("DiscreteSACLoss", SAC_ROUTES, "target_entropy"),
+            ("TD3Loss", SAC_ROUTES, "policy_noise"),
+            ("DDPGLoss", DDPG_ROUTES, None),
+            ("DQNLoss", {"loss": ("value_network",)}, None),
+            ("QMixerLoss", {"loss": ("local_value_network", "mixer_network")}, None),
+        )
+    },
     "IPPOLoss": mappo_row("IPPOLoss"),
     "ClipPPOLoss": ppo_row("ClipPPOLoss", dual_clip=3.0, normalize_advantage=True),
     "KLPENPPOLoss": ppo_row("KLPENPPOLoss", beta_max=10.0),

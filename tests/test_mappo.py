@@ -117,14 +117,30 @@ def test_matches_torchrl(name, case):
         td["next", "reward"] *= 10.0 * (step + 1)
         out_ours, grads_ours = run(ours, td, (policy, value))
         out_theirs, grads_theirs = run(theirs, td, (policy, value))
-        for key in out_theirs.keys():
-            if key in ("explained_variance", "ESS"):  # TorchRL's: over dim 0 only (see docs)
-                continue
+        assert set(out_ours.keys()) >= set(out_theirs.keys())
+        for key in out_theirs.keys():  # ESS [n_agents], explained_variance [n_agents, 1]
             torch.testing.assert_close(out_ours[key], out_theirs[key].detach(), msg=key)
         for mine, expected in zip(grads_ours, grads_theirs, strict=True):
             torch.testing.assert_close(mine, expected)
     if norm_kind:
         torch.testing.assert_close(ours.value_norm.state_dict(), theirs.value_norm.state_dict())
+
+
+@pytest.mark.parametrize("batch_size", [(6,), (4, 6)], ids=["B", "BxT"])
+def test_clip_ppo_with_agent_dims_reports_torchrls_per_agent_diagnostics(batch_size):
+    """Plain ClipPPOLoss on per-agent data (advantages ``[*B, n_agents, 1]`` given): ESS is one
+    per agent (and time step), explained_variance one per agent, as TorchRL's, same values."""
+    torch.manual_seed(0)
+    policy, value = actor(), critic()
+    td = batch(policy, batch_size=batch_size)
+    td["advantage"] = torch.randn(*batch_size, AGENTS, 1)
+    td["value_target"] = torch.randn(*batch_size, AGENTS, 1)
+    ours, theirs = pair("ClipPPOLoss", policy, value)
+    out_ours, out_theirs = ours(td.clone()), theirs(td.clone())
+    assert out_ours["ESS"].shape == (*batch_size[1:], AGENTS)
+    assert out_ours["explained_variance"].shape == (*batch_size[1:], AGENTS, 1)
+    for key in ("ESS", "explained_variance", "loss_objective", "loss_critic", "clip_fraction"):
+        torch.testing.assert_close(out_ours[key], out_theirs[key].detach(), msg=key)
 
 
 def test_defaults_are_torchrls():

@@ -41,8 +41,10 @@ def assert_parity(ours, theirs, batch, seed_each=False):
     out_theirs = theirs(batch.clone())
     compared = 0
     for key in out_ours.keys():
-        # TorchRL's explained_variance takes variances over dim 0 only (one value per time step
-        # of a [B, T] batch); rlloss's is over the whole batch. They agree on [B] batches.
+        # the diagnostics keep TorchRL's shapes (explained_variance and ESS: over dim 0 only,
+        # one value per time step of a [B, T] batch); KLPEN's kl is a mean (see docs)
+        if key in ("explained_variance", "ESS"):
+            assert out_ours[key].shape == out_theirs[key].shape, key
         if key in out_theirs.keys() and out_ours[key].numel() == out_theirs[key].numel():
             torch.testing.assert_close(
                 out_ours[key].detach().reshape(out_theirs[key].shape),
@@ -143,10 +145,15 @@ def test_mask_reduces_over_valid_steps_only():
         "loss_critic",
         "loss_entropy",
         "clip_fraction",
-        "ESS",
         "kl_approx",
     ):
         torch.testing.assert_close(masked[key], reference[key], msg=key)
+    # ESS is one per time step (over dim 0, as TorchRL's), from that step's valid rows
+    assert masked["ESS"].shape == (8,)
+    for step in (0, 3, 6):
+        rows = batch[:, step][mask[:, step, 0]]
+        del rows["collector"]
+        torch.testing.assert_close(masked["ESS"][step], loss(rows)["ESS"], msg=f"ESS {step}")
     # NaN in padding cannot leak through the selection
     batch["advantage"][~mask] = torch.nan
     assert torch.isfinite(loss(batch)["loss_objective"])

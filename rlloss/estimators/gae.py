@@ -6,6 +6,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlloss import functional as rlf
+from rlloss._agent_dims import broadcast_to_agents
 from rlloss._checks import check_in_range
 from rlloss.estimators.base import ValueEstimator
 
@@ -86,23 +87,10 @@ class MultiAgentGAE(GAE):
         """``tensor`` (a reward, done or terminated flag) as one entry per agent of the values
         ``target``: a per-agent one (``target``'s shape, or singleton dims of it) as it is, a
         team one (``target``'s shape without ``agent_dim``) copied along ``agent_dim``; any
-        other shape is refused with the shapes and the fix (TorchRL's method of this name)."""
-        dim = agent_dim % target.ndim
-        team_shape = target.shape[:dim] + target.shape[dim + 1 :]
-        if tensor.ndim == target.ndim - 1 and tensor.shape == team_shape:
-            return tensor.unsqueeze(dim).expand(target.shape)
-        fits = all(t in (1, n) for t, n in zip(tensor.shape, target.shape, strict=False))
-        if tensor.ndim == target.ndim and fits:
-            return tensor.expand(target.shape)
-        hint = ""
-        if tensor.shape == target.shape[:-1] or tensor.shape == team_shape[:-1]:
-            hint = f" Add the trailing singleton dim: {name}.unsqueeze(-1)."
-        raise ValueError(
-            "MultiAgentGAE expected the reward/done/terminated tensor to have either the shape "
-            f"of the value tensor, {tuple(target.shape)} (per agent), or that shape without "
-            f"the agent dim {agent_dim}, {tuple(team_shape)} (team-shared); got {name} of shape "
-            f"{tuple(tensor.shape)}.{hint}"
-        )
+        other shape is refused with the shapes and the fix (TorchRL's method of this name; the
+        rule is :func:`rlloss._agent_dims.broadcast_to_agents`, shared with the off-policy
+        losses)."""
+        return broadcast_to_agents(tensor, target.shape, agent_dim, name=name)
 
     def _standardized(self, advantage: torch.Tensor, groups: torch.Tensor | None):
         """Each agent's advantages standardised on their own: over every dim but ``agent_dim``,

@@ -190,44 +190,68 @@ def standardized_with(
 
 
 def normalized_effective_sample_size(
-    log_weight: torch.Tensor, mask: torch.Tensor | None = None
+    log_weight: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None
 ) -> torch.Tensor:
     """``ESS / N = (sum w)^2 / (N sum w^2)`` of importance weights ``w = exp(log_weight)``; 1 when
     all weights are equal. The weights are rescaled by their maximum first, so log-weights of
-    any size stay finite.
+    any size stay finite. ``dim=None``: one number over every valid element; ``dim=d``: one per
+    element of the other dims, over ``d`` (TorchRL's PPO ESS takes ``d = 0``, the batch's first
+    dim: one per time step, agent or feature of a multi-dim batch); a slice with no valid
+    element gives 1.
     """
+    if dim is None:
+        return normalized_effective_sample_size(log_weight.reshape(-1), _flat(mask, log_weight), 0)
     if mask is not None:
-        mask = _expand_mask(mask, log_weight)
-        log_weight = torch.where(mask, log_weight, -torch.inf)
-        count = mask.sum()
+        mask = _expand_mask(mask, log_weight).movedim(dim, 0)
+    log_weight = log_weight.movedim(dim, 0)
+    if mask is None:
+        weight = (log_weight - log_weight.amax(0)).exp()
+        count = log_weight.shape[0]
     else:
-        count = log_weight.numel()
-    weight = (log_weight - log_weight.max()).exp()
-    return weight.sum().square() / (weight.square().sum() * count)
+        count = mask.sum(0)
+        top = torch.where(mask, log_weight, -torch.inf).amax(0)
+        shifted = log_weight - torch.where(count > 0, top, 0.0)
+        weight = torch.where(mask, shifted.exp(), 0.0)
+    ess = weight.sum(0).square() / (weight.square().sum(0) * count)
+    return ess if mask is None else torch.where(count > 0, ess, 1.0)
 
 
 def explained_variance(
-    prediction: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
+    prediction: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dim: int | None = None,
 ) -> torch.Tensor:
     """``1 - Var[target - prediction] / Var[target]`` (population variances over the valid
-    elements: those where ``mask`` is ``True``, all without one), without gradient."""
+    elements: those where ``mask`` is ``True``, all without one), without gradient. ``dim=None``:
+    one number over every valid element; ``dim=d``: one per element of the other dims, the
+    variances over ``d`` (TorchRL's PPO takes ``d = 0``: ``[n_agents, 1]`` for per-agent values
+    ``[B, n_agents, 1]``)."""
     prediction, target = prediction.detach(), target.detach()
     eps = torch.finfo(target.dtype).eps
+    if dim is None:
+        flat_mask = _flat(mask, target)
+        return explained_variance(prediction.reshape(-1), target.reshape(-1), flat_mask, 0)
+    if mask is not None:
+        mask = _expand_mask(mask, target).movedim(dim, 0)
+    prediction, target = prediction.movedim(dim, 0), target.movedim(dim, 0)
+    return 1.0 - _variance(target - prediction, mask) / (_variance(target, mask) + eps)
+
+
+def _flat(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` expanded to ``like`` and flattened (``None`` stays ``None``)."""
+    return None if mask is None else _expand_mask(mask, like).reshape(-1)
+
+
+def _variance(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The population variance over dim 0 of the elements of ``x`` where ``mask`` (``x``'s
+    shape) holds; all of them without one."""
     if mask is None:
-        residual = torch.var(target - prediction, correction=0)
-        return 1.0 - residual / (torch.var(target, correction=0) + eps)
-    return 1.0 - _masked_variance(target - prediction, mask) / (
-        _masked_variance(target, mask) + eps
-    )
-
-
-def _masked_variance(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The population variance of the elements of ``x`` where ``mask`` holds."""
-    mask = _expand_mask(mask, x)
-    count = mask.sum().clamp_min(1)
+        return torch.var(x, dim=0, correction=0)
+    count = mask.sum(0).clamp_min(1)
     valid = torch.where(mask, x, 0.0)
-    mean = valid.sum() / count
-    return torch.where(mask, (valid - mean) ** 2, 0.0).sum() / count
+    mean = valid.sum(0) / count
+    return torch.where(mask, (valid - mean) ** 2, 0.0).sum(0) / count
 
 
 AGGREGATIONS = ("token_mean", "prompt_mean", "none", "seq_sum_constant")

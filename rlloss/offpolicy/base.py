@@ -26,6 +26,7 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
+from rlloss._agent_dims import broadcast_to_agents
 from rlloss._checks import (
     Coefficient,
     check_choice,
@@ -169,10 +170,11 @@ class TDTargetLoss(LossModule):
     # ----------------------------------------------------------------------------- targets
     def _td_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
         """``r + gamma^n (1 - terminated) V(s')``, ``[*B, 1]`` (``[*B, K]`` for the ``K`` atoms of a
-        distributional critic; ``n``: ``steps_to_next_obs`` when the batch has it, else 1); with
-        a TD(1) / TD(lambda) estimator, the lambda-return over the batch's last dimension (see
-        :meth:`make_value_estimator`)."""
-        reward, terminated, discount = self._bootstrap_terms(tensordict)
+        distributional critic, ``[*B, n_agents, 1]`` for per-agent values, whose reward and flags
+        may be the team's: see :meth:`_per_agent`; ``n``: ``steps_to_next_obs`` when the batch has
+        it, else 1); with a TD(1) / TD(lambda) estimator, the lambda-return over the batch's last
+        dimension (see :meth:`make_value_estimator`)."""
+        reward, terminated, discount = self._bootstrap_terms(tensordict, next_value)
         if self._lmbda is None:
             if (
                 next_value.shape[-1] != 1
@@ -182,29 +184,53 @@ class TDTargetLoss(LossModule):
                 # ``[*B, K]`` atoms of a distributional critic share the reward and the flags
                 reward, terminated = reward.expand_as(next_value), terminated.expand_as(next_value)
             return rlf.td0_return(reward, next_value, terminated, discount)
-        done = self._get(tensordict, "done", nested=True)
+        done = self._per_agent(tensordict, "done", next_value)
         next_value = next_value.view_as(reward)
-        return rlf.td_lambda_return(reward, next_value, done, terminated, discount, self._lmbda)
+        time_dim = tensordict.batch_dims - 1 - reward.ndim  # the batch's last dim
+        return rlf.td_lambda_return(
+            reward, next_value, done, terminated, discount, self._lmbda, time_dim
+        )
 
-    def _bootstrap_terms(self, tensordict: TensorDictBase) -> tuple:
+    def _bootstrap_terms(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> tuple:
         """The reward ``[*B, 1]``, the termination flag ``[*B, 1]`` (``done`` in its place when
-        the batch has none, as TorchRL, with a warning) and the discount ``gamma^n`` (a scalar,
-        or ``[*B, 1]`` with ``steps_to_next_obs``) of the batch's transitions."""
-        reward = self._get(tensordict, "reward", nested=True)
-        terminated = self._read(tensordict, "terminated", nested=True)
-        if terminated is None:  # TorchRL's fallback, with a warning
-            terminated = self._read(tensordict, "done", nested=True)
-            if terminated is None:  # neither flag: the error names the one that matters
+        the batch has none, as TorchRL, with a warning), both one per agent for per-agent values
+        (:meth:`_per_agent`), and the discount ``gamma^n`` (a scalar, or ``[*B, 1]`` with
+        ``steps_to_next_obs``) of the batch's transitions."""
+        reward = self._per_agent(tensordict, "reward", next_value)
+        flag = "terminated"
+        if self._read(tensordict, "terminated", nested=True) is None:  # TorchRL's fallback
+            if self._read(tensordict, "done", nested=True) is None:  # the error names this one
                 self._get(tensordict, "terminated", nested=True)
             warn_terminated_from_done(
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
+            flag = "done"
+        terminated = self._per_agent(tensordict, flag, next_value)
         steps = self._read(tensordict, "steps_to_next_obs")
         if steps is not None:
             key = self.tensor_keys.steps_to_next_obs
             check_entry_shape(type(self).__name__, key, steps, tensordict.batch_size)
-            steps = steps.view_as(reward)
+            steps = steps.reshape(
+                tensordict.batch_size + (1,) * (reward.ndim - tensordict.batch_dims)
+            )
         return reward, terminated, rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
+
+    def _per_agent(
+        self, tensordict: TensorDictBase, name: str, next_value: torch.Tensor
+    ) -> torch.Tensor:
+        """The entry ``("next", tensor_keys.<name>)`` (the reward, ``done`` or ``terminated``);
+        for per-agent values ``[*B, n_agents, K]`` (one dim more than ``[*B, 1]``) one entry per
+        agent, ``[*B, n_agents, 1]``: a team entry ``[*B, 1]`` is copied to the agents, a
+        per-agent one kept, any other shape refused with the entry, its shape, the shapes it may
+        have and the fix (:func:`rlloss._agent_dims.broadcast_to_agents`, MultiAgentGAE's rule).
+        """
+        tensor = self._get(tensordict, name, nested=True)
+        if next_value.ndim != tensordict.batch_dims + 2:
+            return tensor
+        key = next_key(getattr(self.tensor_keys, name))
+        owner = type(self).__name__
+        values_shape = next_value.shape[:-1] + (1,)
+        return broadcast_to_agents(tensor, values_shape, name=name, key=key, owner=owner)
 
     # ----------------------------------------------------------------------------- critic
     def _reduce_replayed(self, loss: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:

@@ -434,7 +434,7 @@ class OnPolicyLoss(LossModule):
         target, value, old_value = self._critic_inputs(target, self._critic_value(batch), old_value)
         info = {}
         if self.log_explained_variance and self.diagnostics:
-            info["explained_variance"] = rlf.explained_variance(value, target, mask)
+            info["explained_variance"] = rlf.explained_variance(value, target, mask, dim=0)
         if old_value is None and self.vf_clip_param is None and mask is None:
             loss = rlf.reduced_distance(value, target, self.loss_critic_type, self.reduction)
             return self.critic_coeff * loss, info

@@ -38,7 +38,9 @@ class PPOLoss(OnPolicyLoss):
         samples_mc_entropy: samples of the Monte-Carlo entropy estimate, used when the
             distribution has no closed-form entropy (e.g. TanhNormal).
         entropy_coeff: entropy weight (a buffer: ``loss.entropy_coeff = x`` is in place).
-        log_explained_variance: report ``explained_variance`` of the critic.
+        log_explained_variance: report ``explained_variance`` of the critic (variances over the
+            batch's first dim, as TorchRL's: ``[1]`` for ``[B, 1]`` values, ``[T, 1]`` for ``[B, T,
+            1]``, ``[n_agents, 1]`` for per-agent values ``[B, n_agents, 1]``).
         diagnostics: compute and report the detached diagnostics (``kl_approx``, ``kl_k3``,
             ``clip_fraction``, ``ESS``, ``max_ratio``, ``mean_ratio``, ``entropy``,
             ``explained_variance``, ``value_clip_fraction``). ``False`` leaves the losses
@@ -183,7 +185,9 @@ class ClipPPOLoss(PPOLoss):
     clipped in log space as TorchRL does; with ``dual_clip=c`` the objective of samples with
     ``A < 0`` is bounded by ``c A`` (Ye et al., arXiv:1912.09729). Diagnostics:
     ``clip_fraction``, ``kl_approx`` (``mean(log pi_old - log pi)``, TorchRL's), ``ESS``
-    (normalised effective sample size of the ratios), ``max_ratio``, ``mean_ratio``, and
+    (normalised effective sample size of the behaviour ratios over the batch's first dim, as
+    TorchRL's: one per time step, agent or action feature of a multi-dim batch, a scalar for a
+    ``[B]`` one), ``max_ratio``, ``mean_ratio``, and
     ``entropy``, ``explained_variance``, ``value_clip_fraction`` as in :class:`PPOLoss`.
 
     Args:
@@ -264,7 +268,7 @@ class ClipPPOLoss(PPOLoss):
             ratio = behaviour.exp()
             info = {
                 "clip_fraction": rlf.reduce(rlf.clipped(log_ratio, low, high), "mean", mask),
-                "ESS": rlf.normalized_effective_sample_size(behaviour, mask),
+                "ESS": rlf.normalized_effective_sample_size(behaviour.squeeze(-1), mask, dim=0),
                 "max_ratio": rlf.reduce(ratio, "max", mask),
                 "mean_ratio": rlf.reduce(ratio, "mean", mask),
             }

@@ -205,6 +205,65 @@ def test_explained_variance_matches_reference(dtype):
     assert explained_variance(target, target).item() == pytest.approx(1.0)
 
 
+# --------------------------------------------------------------------------- over the first dim
+# TorchRL's PPO reports ESS and explained_variance over the batch's first dim only: one value
+# per element of the other dims (time steps, agents, action features).
+
+
+def columns(x: torch.Tensor, mask: torch.Tensor) -> list[tuple[tuple, list, list]]:
+    """Per index of the dims after the first: the index, the column's values and its mask."""
+    out = []
+    for index in torch.cartesian_prod(*[torch.arange(n) for n in (1, *x.shape[1:])]).tolist():
+        index = tuple(index[1:]) if isinstance(index, list) else ()
+        out.append((index, flat(x[(slice(None), *index)]), flat(mask[(slice(None), *index)])))
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(6,), (9, 3), (7, 2, 4)], ids=shape_id)
+def test_normalized_ess_over_the_first_dim_matches_reference_per_column(shape, dtype):
+    log_weight, mask, _ = loss_mask_weights(shape, dtype)
+    mask[0] = True  # every column has a valid element
+    plain = normalized_effective_sample_size(log_weight, dim=0)
+    masked = normalized_effective_sample_size(log_weight, mask, dim=0)
+    assert plain.shape == masked.shape == shape[1:]
+    for index, values, keep in columns(log_weight, mask):
+        everything = [True] * len(values)
+        assert_matches(plain[index], reference.normalized_ess(values, everything), dtype)
+        assert_matches(masked[index], reference.normalized_ess(values, keep), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(40,), (40, 1), (30, 3, 1), (20, 2, 3)], ids=shape_id)
+def test_explained_variance_over_the_first_dim_matches_reference_per_column(shape, dtype):
+    generator = torch.Generator().manual_seed(1)
+    target = torch.randn(shape, generator=generator, dtype=dtype)
+    prediction = target + 0.7 * torch.randn(shape, generator=generator, dtype=dtype)
+    out = explained_variance(prediction, target, dim=0)
+    assert out.shape == shape[1:]
+    for index, values, _ in columns(target, torch.ones(shape, dtype=torch.bool)):
+        predicted = flat(prediction[(slice(None), *index)])
+        expected = reference.explained_variance(predicted, values)
+        torch.testing.assert_close(
+            out[index].double(), scalar(expected, torch.float64), rtol=1e-4, atol=1e-5
+        )
+
+
+def test_explained_variance_over_the_first_dim_with_a_batch_mask():
+    """A ``[B, T]`` padding mask: each step's variances over its valid rows only."""
+    target, prediction = torch.randn(10, 4, 1), torch.randn(10, 4, 1)
+    mask = torch.rand(10, 4) < 0.6
+    mask[:3] = True
+    out = explained_variance(prediction, target, mask, dim=0)
+    assert out.shape == (4, 1)
+    for step in range(4):
+        rows = mask[:, step]
+        expected = reference.explained_variance(
+            flat(prediction[rows, step]), flat(target[rows, step])
+        )
+        assert out[step, 0].item() == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
 def test_padding_cannot_leak_nan_weights_into_the_gradient():
     loss, mask, weights = loss_mask_weights((4, 6), torch.float64)
     weights = torch.where(mask, weights, float("nan"))
