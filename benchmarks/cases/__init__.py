@@ -15,11 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks.cases import crossq, ddpg_td3, dqn, ensembles, mpo, multiagent, offline, ppo, sac
+from benchmarks.cases import (
+    crossq,
+    ddpg_td3,
+    dqn,
+    ensembles,
+    imitation,
+    mpo,
+    multiagent,
+    offline,
+    ppo,
+    sac,
+)
 from benchmarks.harness import CaseSetup
 
 # in the order the reports list them
-FAMILIES = (ppo, dqn, ddpg_td3, sac, crossq, ensembles, offline, mpo, multiagent)
+FAMILIES = (ppo, dqn, ddpg_td3, sac, crossq, ensembles, offline, mpo, multiagent, imitation)
 CASES: dict[str, Callable[[int, int], CaseSetup]] = {
     name: build for family in FAMILIES for name, build in family.CASES.items()
 }
