@@ -54,6 +54,7 @@ import _helpers as helpers  # tutorials/_helpers.py
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.envs.transforms.rnd import RunningMeanStd
@@ -170,6 +171,8 @@ def save_figure() -> None:
         ax2.plot(*np.array(bonuses).T)
         ax2.set(xlabel="environment steps", ylabel="mean intrinsic reward (raw)", yscale="log",
                 title="RND bonus per rollout")
+    for axis in fig.axes:
+        axis.xaxis.set_major_formatter(EngFormatter())  # 100k, not 100000
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 
