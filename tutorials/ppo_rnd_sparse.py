@@ -133,7 +133,7 @@ episodes = collector.episodes  # (frames, episode_return) for every finished epi
 policy = helpers.sample_from(actor)
 bonuses = []  # (frames, mean raw intrinsic reward of the rollout)
 
-for iteration in range(num_iterations):
+for _ in range(num_iterations):
     rollout = torch.stack([collector.step(policy, keep=("action_log_prob",))
                            for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS]
     done = rollout["next", "done"]
