@@ -1,9 +1,10 @@
-"""PPO + RND on MountainCar-v0 with rlloss: an exploration bonus where plain PPO finds nothing.
+"""PPO + RND on a sparse MountainCar-v0: an exploration bonus where plain PPO finds nothing.
 
-MountainCar-v0's reward is -1 at every step until the car reaches the flag on the right hill,
-which it can do only by rocking back and forth to build up momentum; an episode ends there or at
-200 steps. A random policy practically never reaches the flag, so every episode returns -200 and
-the advantages carry no signal: plain PPO stays at -200 within this budget. Random Network
+The car must reach the flag on the right hill, which it can do only by rocking back and forth
+to build up momentum; an episode ends there or at 200 steps. This tutorial's sparse variant
+(``SparseReward``) pays +1 for reaching the flag and 0 at every other step, so an episode's return
+says whether it reached the flag. A random policy practically never does: every reward of plain
+PPO's rollouts is 0, every advantage is 0, and the policy gets no gradient. Random Network
 Distillation (Burda et al., "Exploration by Random Network Distillation", arXiv:1810.12894) adds
 an intrinsic reward: the error of a trained predictor ``f_hat`` regressing the features of a
 frozen random network ``f`` on the next state, large where the agent has seldom been. With it the
@@ -22,20 +23,20 @@ The loop (``--rnd``, the default; ``--no-rnd`` drops the bonus and gives plain P
    ``intrinsic_reward``, runs the same script); it is divided by the running std of its
    discounted returns (``rlloss.training.RewardNormalizer``, the paper's sec. 2.4), as the
    extrinsic reward is by its own normaliser, and the two are added (coefficients
-   ``EXT_COEFF``, ``INT_COEFF``);
-3. ``GAE`` and ``ClipPPOLoss`` (4 epochs of 8 minibatches) on the combined reward; then the
-   predictor is trained by ``RNDLoss`` (``update_fraction=0.25``, the paper's) on the same
-   rollout, with its own Adam.
+   ``EXT_COEFF``, ``INT_COEFF``, the paper's 2 and 1);
+3. ``GAE`` and ``ClipPPOLoss`` (4 epochs of 8 minibatches, no entropy bonus) on the combined
+   reward; then the predictor is trained by ``RNDLoss`` (``update_fraction=0.25``, the paper's)
+   on the same rollout, with its own Adam.
 
 Simplifications against the paper: one critic on the summed reward, with the intrinsic stream
 episodic like the extrinsic one (the paper keeps two value heads and a non-episodic intrinsic
 return); the actor and critic read the observation scaled to [-1, 1] by the observation space's
-bounds. The returns reported are the environment's (extrinsic only).
+bounds. The returns reported are the environment's sparse ones (extrinsic only).
 
-Results (seeds 0, 1, 2, 300k env steps; final return = mean of the last 10 training episodes;
-the TorchRL rows are this script with ``from rlloss import`` swapped to TorchRL's ``GAE``,
-``ClipPPOLoss`` and ``RNDLoss`` by ``benchmarks/torchrl_swap.py``; one CPU thread of a shared
-2-core machine):
+Results (seeds 0, 1, 2, 300k env steps; final return = mean of the last 10 training episodes,
+i.e. the share of them that reached the flag; the TorchRL rows are this script with
+``from rlloss import`` swapped to TorchRL's ``GAE``, ``ClipPPOLoss`` and ``RNDLoss`` by
+``benchmarks/torchrl_swap.py``; one CPU thread of a shared 2-core machine):
 
     RESULTS
 
@@ -51,6 +52,7 @@ and with ``--rnd`` the mean intrinsic bonus per rollout); the last printed line 
 import argparse
 
 import _helpers as helpers  # tutorials/_helpers.py
+import gymnasium as gym
 import numpy as np
 import torch
 from matplotlib.figure import Figure
@@ -80,8 +82,18 @@ MAX_GRAD_NORM = 0.5
 EXT_COEFF, INT_COEFF = 2.0, 1.0  # the paper's weights of the two (normalised) rewards
 RND_FEATURES = 64
 
+
+
+class SparseReward(gym.Wrapper):
+    """MountainCar's reward made sparse: 1 on reaching the flag (termination), else 0."""
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = self.env.step(action)
+        return obs, float(terminated), terminated, truncated, info
+
+
 device, start_time = helpers.start(args)  # seeds network init and action sampling
-envs, obs_dim, num_actions = helpers.discrete_vec("MountainCar-v0", NUM_ENVS)
+envs, obs_dim, num_actions = helpers.discrete_vec("MountainCar-v0", NUM_ENVS, (SparseReward,))
 space = envs.single_observation_space
 
 
@@ -164,8 +176,8 @@ def save_figure() -> None:
     fig = Figure(figsize=(10 if args.rnd else 6, 4))
     ax = fig.add_subplot(1, 2 if args.rnd else 1, 1)
     helpers.plot_returns(ax, episodes)
-    ax.set(xlabel="environment steps", ylabel="episode return",
-           title=f"PPO{' + RND' if args.rnd else ''} on MountainCar-v0")
+    ax.set(xlabel="environment steps", ylabel="episode return (1: reached the flag)",
+           title=f"PPO{' + RND' if args.rnd else ''} on sparse MountainCar-v0")
     if args.rnd and bonuses:
         ax2 = fig.add_subplot(1, 2, 2)
         ax2.plot(*np.array(bonuses).T)
