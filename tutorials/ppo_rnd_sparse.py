@@ -4,7 +4,7 @@ The car must reach the flag on the right hill, which it can do only by rocking b
 to build up momentum; an episode ends there or at 200 steps. This tutorial's sparse variant
 (``SparseReward``) pays +1 for reaching the flag and 0 at every other step, so an episode's return
 says whether it reached the flag. A random policy practically never does: every reward of plain
-PPO's rollouts is 0, every advantage is 0, and the policy gets no gradient. Random Network
+PPO's rollouts is 0 and its advantages carry nothing but the critic's own errors. Random Network
 Distillation (Burda et al., "Exploration by Random Network Distillation", arXiv:1810.12894) adds
 an intrinsic reward: the error of a trained predictor ``f_hat`` regressing the features of a
 frozen random network ``f`` on the next state, large where the agent has seldom been. With it the
