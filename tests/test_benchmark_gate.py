@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.cases import CASES, llm, multiagent
+from benchmarks.cases import CASES, imitation, llm, multiagent
 from benchmarks.harness import CaseSetup, Method, gate
 
 
@@ -110,3 +110,31 @@ def test_the_gate_stops_a_grpo_step_that_averages_the_kl_over_the_response_only(
     setup = CASES["GRPOLoss"](4, 0)
     report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
     assert not report["plain"]["ok"]
+@pytest.mark.parametrize("case", list(imitation.CASES))
+def test_the_imitation_cases_agree_with_torchrl(case):
+    """rlloss, TorchRL and the hand-written plain torch agree on the imitation and exploration
+    cases (small batch): losses and every trained parameter's gradient (log_alpha included)."""
+    setup = CASES[case](8, 0)
+    report, _ = gate(setup, list(setup.factories), 1e-5, compiled=False)
+    assert set(report) == {"plain", "rlloss", "torchrl"}
+    assert all(entry["ok"] for entry in report.values()), report
+
+
+def test_the_gate_stops_an_rnd_baseline_that_averages_over_the_whole_batch(monkeypatch):
+    """RND's predictor loss averages over the selected quarter only: a baseline dividing by
+    the batch size instead is refused."""
+
+    def whole_batch(nets, batch):
+        obs = batch["next", "observation"]
+
+        def loss():
+            error = (nets["predictor"](obs) - nets["target"](obs)).square().mean(-1)
+            return torch.where(torch.rand(error.shape) < 0.25, error, 0.0).mean()
+
+        return loss
+
+    monkeypatch.setitem(imitation.PLAIN, "RNDLoss", whole_batch)
+    setup = CASES["RNDLoss"](8, 0)
+    report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
+    assert not report["plain"]["ok"]
+    assert report["plain"]["max_rel_err"] > 1e-2

@@ -220,3 +220,18 @@ def test_recurrent_ppo_tutorial_feed_forward_and_rpo(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "--rpo-alpha: RPOLoss perturbs the 'loc'" in result.stderr
     assert "RPO's noise is defined for continuous actions" in result.stderr
+
+
+@SLOW
+def test_ppo_rnd_tutorial_without_rnd_and_with_torchrls_classes(tmp_path):
+    """``ppo_rnd_sparse.py --no-rnd`` (plain PPO, the baseline) trains end to end, and the
+    script swapped to TorchRL's ``GAE``, ``ClipPPOLoss`` and ``RNDLoss`` runs with RND (the
+    reward normaliser stays rlloss's: TorchRL has none)."""
+    script = TUTORIALS_DIR / "ppo_rnd_sparse.py"
+    run_tutorial(script, tmp_path / "ppo", "--no-rnd")
+    swap = swap_to_torchrl(script.read_text())
+    assert swap["ok"], swap
+    assert swap["kept"] == ["from rlloss.training import RewardNormalizer"], swap
+    swapped = tmp_path / "torchrl_ppo_rnd_sparse.py"
+    swapped.write_text(swap["source"])
+    run_tutorial(swapped, tmp_path / "torchrl")

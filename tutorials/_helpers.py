@@ -109,19 +109,22 @@ def start(args: argparse.Namespace, one_thread: bool = True) -> tuple[torch.devi
 # ---------------------------------------------------------------- environments and collection
 
 
-def make_vec(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+def make_vec(env_id: str, num_envs: int, wrappers: tuple = ()) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` with SAME_STEP autoreset: when an episode ends, step()
     returns the first observation of the next one and puts the true last observation in
     ``infos["final_obs"]``. (The gymnasium 1.x default, NEXT_STEP, would instead spend the
-    following step() on the reset and ignore its action.)"""
+    following step() on the reset and ignore its action.) ``wrappers``: gymnasium wrapper
+    classes applied to each copy (e.g. a reward of its own)."""
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+                        wrappers=list(wrappers))
 
 
-def discrete_vec(env_id: str, num_envs: int) -> tuple[gym.vector.VectorEnv, int, int]:
-    """``make_vec(env_id, num_envs)`` for an environment of discrete actions (CartPole), with its
-    observation dim and its number of actions."""
-    envs = make_vec(env_id, num_envs)
+def discrete_vec(env_id: str, num_envs: int,
+                 wrappers: tuple = ()) -> tuple[gym.vector.VectorEnv, int, int]:
+    """``make_vec(env_id, num_envs, wrappers)`` for an environment of discrete actions
+    (CartPole), with its observation dim and its number of actions."""
+    envs = make_vec(env_id, num_envs, wrappers)
     return envs, envs.single_observation_space.shape[0], envs.single_action_space.n
 
 

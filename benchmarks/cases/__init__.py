@@ -20,6 +20,7 @@ from benchmarks.cases import (
     ddpg_td3,
     dqn,
     ensembles,
+    imitation,
     llm,
     mpo,
     multiagent,
@@ -30,7 +31,7 @@ from benchmarks.cases import (
 from benchmarks.harness import CaseSetup
 
 # in the order the reports list them
-FAMILIES = (ppo, dqn, ddpg_td3, sac, crossq, ensembles, offline, mpo, multiagent, llm)
+FAMILIES = (ppo, dqn, ddpg_td3, sac, crossq, ensembles, offline, mpo, multiagent, imitation, llm)
 CASES: dict[str, Callable[[int, int], CaseSetup]] = {
     name: build for family in FAMILIES for name, build in family.CASES.items()
 }

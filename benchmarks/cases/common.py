@@ -60,13 +60,19 @@ def soft_update_of(sources: list[nn.Module], targets: list[nn.Module]) -> Callab
 
 
 def loss_module_method(
-    loss_module: nn.Module, batch, named_params, loss_keys, fresh_batch: bool = False
+    loss_module: nn.Module,
+    batch,
+    named_params,
+    loss_keys,
+    fresh_batch: bool = False,
+    soft_update: bool = True,
 ) -> Method:
     """Wrap a TorchRL-API loss module: ``total = sum(out[k] for k in loss_keys)``; its target
     networks, if any, are updated with its library's ``SoftUpdate``. ``fresh_batch``: each call
     reads a shallow copy of ``batch``, as a freshly sampled batch (for a loss that writes
     tensors with a graph back into its input in place, which the next call's backward would
-    go through)."""
+    go through). ``soft_update=False``: no target update even where the loss holds a
+    ``target_*`` network (RND's frozen random target is no copy to track)."""
     k0, *rest = loss_keys
 
     def loss() -> torch.Tensor:
@@ -82,10 +88,13 @@ def loss_module_method(
             out = loss_module(batch.copy() if fresh_batch else batch)
         return sum(out.get(k).abs().sum() for k in loss_keys)
 
-    has_targets = any(
-        "target_" in name and "target_entropy" not in name  # SAC's entropy target: no network
-        for name, _ in loss_module.named_buffers()
-    ) or any(name.startswith("target_") for name, _ in loss_module.named_children())
+    has_targets = soft_update and (
+        any(
+            "target_" in name and "target_entropy" not in name  # SAC's: no network
+            for name, _ in loss_module.named_buffers()
+        )
+        or any(name.startswith("target_") for name, _ in loss_module.named_children())
+    )
     # each library's own updater: rlloss.SoftUpdate for rlloss losses, TorchRL's for TorchRL's
     ours = type(loss_module).__module__.startswith("rlloss")
     updater_class = rlloss_attr("SoftUpdate") if ours else torchrl.objectives.SoftUpdate
