@@ -65,10 +65,18 @@ from rlloss import GRPOLoss, SFTLoss
 from rlloss.functional import group_relative_advantage
 from rlloss.llm import DrGRPOLoss, GSPOLoss
 
-parser = helpers.tutorial_parser(__doc__, "runs/grpo_tiny_transformer", 6_144,
-                                 "sampled completions of the GRPO phase (128 an update)")
-parser.add_argument("--variant", choices=["grpo", "drgrpo", "gspo"], default="grpo",
-                    help="GRPOLoss, DrGRPOLoss or GSPOLoss")
+parser = helpers.tutorial_parser(
+    __doc__,
+    "runs/grpo_tiny_transformer",
+    6_144,
+    "sampled completions of the GRPO phase (128 an update)",
+)
+parser.add_argument(
+    "--variant",
+    choices=["grpo", "drgrpo", "gspo"],
+    default="grpo",
+    help="GRPOLoss, DrGRPOLoss or GSPOLoss",
+)
 parser.add_argument("--sft-steps", type=int, default=20, help="SFT steps of 64 chats")
 args = parser.parse_args()
 device, start_time = helpers.start(args)  # seeds torch: the initial weights and all sampling
@@ -90,8 +98,12 @@ def draw_strings(generator: torch.Generator, n: int) -> list[str]:
 def reward(strings: list[str], responses: list[str]) -> torch.Tensor:
     """The fraction of the answer's characters that are right, read from the first ``LENGTH``
     characters of each completion (an exact answer scores 1)."""
-    return torch.tensor([sum(a == b for a, b in zip(s[::-1], text[:LENGTH], strict=False)) / LENGTH
-                         for s, text in zip(strings, responses, strict=True)])
+    return torch.tensor(
+        [
+            sum(a == b for a, b in zip(s[::-1], text[:LENGTH], strict=False)) / LENGTH
+            for s, text in zip(strings, responses, strict=True)
+        ]
+    )
 
 
 # ---------------------------------------------------------------- a character-level tokenizer
@@ -109,7 +121,8 @@ def char_tokenizer() -> transformers.PreTrainedTokenizerFast:
     tokenizer.add_special_tokens(SPECIAL)
     tokenizer.add_tokens(ROLES)
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", padding_side="left")
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", padding_side="left"
+    )
 
 
 tokenizer = char_tokenizer()
@@ -120,32 +133,53 @@ def decode(tokens: torch.Tensor) -> list[str]:
     return ["".join(ID_TO_TOKEN[t] for t in row) for row in tokens.tolist()]
 
 
-model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-    vocab_size=len(tokenizer), hidden_size=64, intermediate_size=256, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    bos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)).to(device)
+model = transformers.Qwen2ForCausalLM(
+    transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+).to(device)
 
 
 def chats(strings: list[str], with_answer: bool) -> History:
     """One chat per string: the user turn, and with ``with_answer`` the assistant's reverse."""
-    return History.from_chats([
-        [{"role": "user", "content": s}]
-        + ([{"role": "assistant", "content": s[::-1]}] if with_answer else [])
-        for s in strings])
+    return History.from_chats(
+        [
+            [{"role": "user", "content": s}]
+            + ([{"role": "assistant", "content": s[::-1]}] if with_answer else [])
+            for s in strings
+        ]
+    )
 
 
 # ---------------------------------------------------------------- phase 1: SFT
-sft_actor = TransformersWrapper(model, tokenizer=tokenizer, generate=False, input_mode="history",
-                                pad_output=False, return_log_probs=True, **CHAT)
+sft_actor = TransformersWrapper(
+    model,
+    tokenizer=tokenizer,
+    generate=False,
+    input_mode="history",
+    pad_output=False,
+    return_log_probs=True,
+    **CHAT,
+)
 # a copy: TorchRL's SFTLoss adds its defaults to the dict it is given
 sft_loss = SFTLoss(sft_actor, tokenizer=tokenizer, tokenizer_kwargs=dict(CHAT))
 optimizer = torch.optim.Adam(model.parameters(), lr=SFT_LR)
 data = torch.Generator().manual_seed(args.seed)  # the strings of both phases
 for _ in tqdm(range(args.sft_steps), desc="SFT"):
     history = chats(draw_strings(data, SFT_BATCH), with_answer=True)
-    loss = sft_loss(TensorDict(history=ChatHistory(full=history), batch_size=[SFT_BATCH],
-                               device=device)).loss_sft
+    loss = sft_loss(
+        TensorDict(history=ChatHistory(full=history), batch_size=[SFT_BATCH], device=device)
+    ).loss_sft
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -155,25 +189,37 @@ for _ in tqdm(range(args.sft_steps), desc="SFT"):
 def sampler(do_sample: bool) -> TransformersWrapper:
     """The model generating ``LENGTH`` tokens after a prompt: sampled at temperature 1, or
     greedily; pad and end-of-sequence suppressed (fixed-length answers)."""
-    kwargs = {"max_new_tokens": LENGTH, "do_sample": do_sample,
-              "suppress_tokens": [tokenizer.pad_token_id, tokenizer.eos_token_id]}
+    kwargs = {
+        "max_new_tokens": LENGTH,
+        "do_sample": do_sample,
+        "suppress_tokens": [tokenizer.pad_token_id, tokenizer.eos_token_id],
+    }
     if do_sample:
         kwargs["temperature"] = 1.0
-    return TransformersWrapper(model, tokenizer=tokenizer, generate=True, input_mode="tokens",
-                               pad_output=True, generate_kwargs=kwargs)
+    return TransformersWrapper(
+        model,
+        tokenizer=tokenizer,
+        generate=True,
+        input_mode="tokens",
+        pad_output=True,
+        generate_kwargs=kwargs,
+    )
 
 
 def complete(actor: TransformersWrapper, strings: list[str]) -> TensorDict:
     """``actor``'s completions of the chats asking for ``strings``: ``("tokens", "prompt" /
     "response" / "full")`` and ``("masks", "all_attention_mask")``, padded on the left."""
     text = chats(strings, with_answer=False).apply_chat_template(
-        tokenizer=tokenizer, add_generation_prompt=True, **CHAT)
+        tokenizer=tokenizer, add_generation_prompt=True, **CHAT
+    )
     prompt = tokenizer(text, return_tensors="pt", padding=True)["input_ids"].to(device)
     n = len(strings)
-    td = TensorDict(tokens=Tokens(prompt=prompt, batch_size=[n]),
-                    masks=Masks(all_attention_mask=prompt != tokenizer.pad_token_id,
-                                batch_size=[n]),
-                    batch_size=[n], device=device)
+    td = TensorDict(
+        tokens=Tokens(prompt=prompt, batch_size=[n]),
+        masks=Masks(all_attention_mask=prompt != tokenizer.pad_token_id, batch_size=[n]),
+        batch_size=[n],
+        device=device,
+    )
     with torch.no_grad():
         return actor(td)
 
@@ -184,8 +230,12 @@ EVAL_STRINGS = draw_strings(torch.Generator().manual_seed(10_000 + args.seed), 2
 def evaluate() -> tuple[float, float]:
     """The mean reward on ``EVAL_STRINGS`` of one sampled completion each and of the greedy
     one."""
-    return tuple(reward(EVAL_STRINGS, decode(complete(sampler(sample), EVAL_STRINGS)[
-        "tokens", "response"])).mean().item() for sample in (True, False))
+    return tuple(
+        reward(EVAL_STRINGS, decode(complete(sampler(sample), EVAL_STRINGS)["tokens", "response"]))
+        .mean()
+        .item()
+        for sample in (True, False)
+    )
 
 
 sft_reward, sft_greedy = evaluate()
@@ -194,8 +244,14 @@ print(f"sft_greedy_reward={sft_greedy:.3f}")
 
 # ---------------------------------------------------------------- phase 2: GRPO
 group_sampler = sampler(do_sample=True)
-train_actor = TransformersWrapper(model, tokenizer=tokenizer, generate=False, input_mode="tokens",
-                                  pad_output=True, return_log_probs=True)
+train_actor = TransformersWrapper(
+    model,
+    tokenizer=tokenizer,
+    generate=False,
+    input_mode="tokens",
+    pad_output=True,
+    return_log_probs=True,
+)
 LOSSES = {"grpo": GRPOLoss, "drgrpo": DrGRPOLoss, "gspo": GSPOLoss}
 loss_module = LOSSES[args.variant](train_actor, entropy_bonus=False, masking_strategy="sft")
 optimizer = torch.optim.Adam(model.parameters(), lr=GRPO_LR)
@@ -210,11 +266,21 @@ def group_batch(strings: list[str]) -> tuple[TensorDict, torch.Tensor]:
     rewards = reward(strings, decode(out["tokens", "response"])).to(device)
     n = len(strings)
     batch = TensorDict(
-        tokens=Tokens(full=out["tokens", "full"], prompt=out["tokens", "prompt"],
-                      padded=MetaData(True), batch_size=[n]),
-        masks=Masks(all_attention_mask=out["masks", "all_attention_mask"],
-                    all_assistant_mask=None, padded=MetaData(True), batch_size=[n]),
-        batch_size=[n], device=device)
+        tokens=Tokens(
+            full=out["tokens", "full"],
+            prompt=out["tokens", "prompt"],
+            padded=MetaData(True),
+            batch_size=[n],
+        ),
+        masks=Masks(
+            all_attention_mask=out["masks", "all_attention_mask"],
+            all_assistant_mask=None,
+            padded=MetaData(True),
+            batch_size=[n],
+        ),
+        batch_size=[n],
+        device=device,
+    )
     with torch.no_grad():  # the wrapper writes its own tokens: give it a copy
         log_probs = train_actor(batch.copy())["log_probs", "full"]
     batch["log_probs"] = LogProbs(full=log_probs, padded=MetaData(True), batch_size=[n])
@@ -235,9 +301,13 @@ for update in tqdm(range(max(1, args.total_frames // (PROMPTS * GROUP))), desc=a
 
 grpo_reward, grpo_greedy = evaluate()
 helpers.save_learning_curve(
-    args.out, curve, f"{type(loss_module).__name__} after {args.sft_steps} SFT steps",
-    xlabel="sampled completions (GRPO phase)", ylabel="mean reward of an update's completions",
-    window=5)
+    args.out,
+    curve,
+    f"{type(loss_module).__name__} after {args.sft_steps} SFT steps",
+    xlabel="sampled completions (GRPO phase)",
+    ylabel="mean reward of an update's completions",
+    window=5,
+)
 print(f"wall_time={helpers.time.perf_counter() - start_time:.1f}s")
 print(f"grpo_greedy_reward={grpo_greedy:.3f}")
 print(f"grpo_reward={grpo_reward:.3f}")
