@@ -260,7 +260,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=GRPO_LR)
 def group_batch(strings: list[str]) -> tuple[TensorDict, torch.Tensor]:
     """GROUP sampled completions of each of ``strings`` (a group after another), their rewards,
     and the batch GRPO learns from: tokens, attention masks, the tokens' log-probs at sampling
-    and the group-relative advantage, one per completion."""
+    and the group-relative advantage of each completion, given to each of its tokens."""
     strings = [s for s in strings for _ in range(GROUP)]
     out = complete(group_sampler, strings)
     rewards = reward(strings, decode(out["tokens", "response"])).to(device)
@@ -285,7 +285,10 @@ def group_batch(strings: list[str]) -> tuple[TensorDict, torch.Tensor]:
         log_probs = train_actor(batch.copy())["log_probs", "full"]
     batch["log_probs"] = LogProbs(full=log_probs, padded=MetaData(True), batch_size=[n])
     scale = args.variant != "drgrpo"  # Dr. GRPO: no division by the group's std
-    batch["advantage"] = group_relative_advantage(rewards.view(-1, GROUP), scale=scale).view(n, 1)
+    advantage = group_relative_advantage(rewards.view(-1, GROUP), scale=scale)
+    # one per token, [n, T, 1], the layout TorchRL's GRPOLoss reads (rlloss's also takes [n, 1])
+    tokens = batch["tokens", "full"].shape[-1]
+    batch["advantage"] = advantage.view(n, 1, 1).expand(n, tokens, 1)
     return batch, rewards
 
 
@@ -309,6 +312,7 @@ helpers.save_learning_curve(
     window=5,
 )
 print(f"wall_time={helpers.time.perf_counter() - start_time:.1f}s")
+print(f"cpu_time={helpers.time.process_time():.1f}s")  # this process's CPU time, load-independent
 print(f"grpo_greedy_reward={grpo_greedy:.3f}")
 print(f"grpo_reward={grpo_reward:.3f}")
 print(f"final_return={grpo_reward:.3f}")
