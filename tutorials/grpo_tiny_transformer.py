@@ -32,7 +32,7 @@ mask. ``--total-frames`` counts the **sampled completions** of the GRPO phase (d
 another seed (they may also be drawn in training: there are only 8^4 = 4,096 strings), once
 with one sampled completion per string (temperature 1, what GRPO optimises) and once greedily.
 
-Budget: 20 SFT steps and 6,144 sampled completions (48 GRPO updates): 33 to 34 s of CPU time on
+Budget: 20 SFT steps and 6,144 sampled completions (48 GRPO updates): 33 to 35 s of CPU time on
 one thread (``cpu_time=``); 4 to 10 minutes of wall time on the 2-core machine these results
 come from, shared with other jobs (``wall_time=``).
 
@@ -45,12 +45,12 @@ reward                            seed 0              seed 1              seed 2
 after SFT (every run of a seed)   0.199 / 0.471       0.263 / 0.554       0.205 / 0.472
 after GRPO, rlloss ``GRPOLoss``   0.892 / 0.998       0.901 / 0.991       0.634 / 0.738
 after GRPO, rlloss ``DrGRPOLoss`` 0.885 / 0.984       0.844 / 0.954       0.640 / 0.730
-after GRPO, rlloss ``GSPOLoss``   0.686 / 0.840       0.736 / 0.877       GSPO2
+after GRPO, rlloss ``GSPOLoss``   0.686 / 0.840       0.736 / 0.877       0.580 / 0.725
 after GRPO, TorchRL ``GRPOLoss``  0.892 / 0.998       0.901 / 0.991       0.634 / 0.738
 ================================  ==================  ==================  ==================
 
-GRPO raises the sampled reward from 0.20-0.26 to 0.63-0.90 and the greedy one from 0.47-0.55 to
-0.73-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128 completions)
+Every variant raises the sampled reward, from 0.20-0.26 to 0.58-0.90, and the greedy one, from
+0.47-0.55 to 0.72-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128 completions)
 is still rising when the budget ends on every run: its mean over the last 5 updates is above its
 mean over the 10 before (seed 2 with GRPO: 0.548 then 0.635). With TorchRL's ``GRPOLoss`` and
 ``SFTLoss`` swapped in, every seed's ``returns.csv`` (48 updates) is identical to rlloss's (the
@@ -58,7 +58,8 @@ rlloss GRPOLoss runs were made by the previous version of this script, which sto
 advantage as ``[n, 1]``, one per completion, which rlloss's loss takes; the TorchRL runs by this
 one, ``[n, T, 1]``: the same training).
 GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss. CPU time
-(``cpu_time=``, printed by the runs made after that line was added: CPU_RUNS) 33.1 to 34.1 s.
+(``cpu_time=``, printed by the 7 runs made after that line was added: Dr. GRPO seeds 1 and 2,
+GSPO seeds 1 and 2, TorchRL's three) 33.1 to 34.7 s.
 
 Swapping TorchRL in: the ``from rlloss import GRPOLoss, SFTLoss`` line below is the one
 ``benchmarks/torchrl_swap.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
