@@ -2,9 +2,9 @@
 
 This tutorial post-trains a language model the way the LLM recipes do, at a size one CPU thread
 runs in minutes: a 2-layer Qwen2 built from a ``transformers`` config (random initialisation,
-about 0.1M parameters) over a character-level vocabulary built here (no tokenizer or weights are
-downloaded), wrapped in TorchRL's ``TransformersWrapper`` and fed TorchRL's LLM data classes
-(``History`` chats, ``Tokens``, ``Masks``). The task has a verifiable answer: reverse a string of
+124,416 parameters) over a character-level vocabulary of 15 tokens built here (no tokenizer or
+weights are downloaded), wrapped in TorchRL's ``TransformersWrapper`` and fed TorchRL's LLM data
+classes (``History`` chats, ``Tokens``, ``Masks``). The task has a verifiable answer: reverse a string of
 4 letters from "abcdefgh" ("abfc" -> "cfba"); the rule-based reward is the fraction of the
 answer's 4 characters that are right (an exact answer scores 1).
 
