@@ -4,9 +4,9 @@ This tutorial post-trains a language model the way the LLM recipes do, at a size
 runs in minutes: a 2-layer Qwen2 built from a ``transformers`` config (random initialisation,
 124,416 parameters) over a character-level vocabulary of 15 tokens built here (no tokenizer or
 weights are downloaded), wrapped in TorchRL's ``TransformersWrapper`` and fed TorchRL's LLM data
-classes (``History`` chats, ``Tokens``, ``Masks``). The task has a verifiable answer: reverse a string of
-4 letters from "abcdefgh" ("abfc" -> "cfba"); the rule-based reward is the fraction of the
-answer's 4 characters that are right (an exact answer scores 1).
+classes (``History`` chats, ``Tokens``, ``Masks``). The task has a verifiable answer: reverse a
+string of 4 letters from "abcdefgh" ("abfc" -> "cfba"); the rule-based reward is the fraction
+of the answer's 4 characters that are right (an exact answer scores 1).
 
 1. **SFT** (``SFTLoss``): ``--sft-steps`` (default 20) steps of Adam (lr 3e-3) on 64 chats
    each, a user turn holding the string and an assistant turn holding its reverse, in TorchRL's
@@ -50,13 +50,14 @@ after GRPO, TorchRL ``GRPOLoss``  0.892 / 0.998       0.901 / 0.991       0.634 
 ================================  ==================  ==================  ==================
 
 Every variant raises the sampled reward, from 0.20-0.26 to 0.58-0.90, and the greedy one, from
-0.47-0.55 to 0.72-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128 completions)
-is still rising when the budget ends on every run: its mean over the last 5 updates is above its
-mean over the 10 before (seed 2 with GRPO: 0.548 then 0.635). With TorchRL's ``GRPOLoss`` and
-``SFTLoss`` swapped in, every seed's ``returns.csv`` (48 updates) is identical to rlloss's (the
-rlloss GRPOLoss runs were made by the previous version of this script, which stored the
-advantage as ``[n, 1]``, one per completion, which rlloss's loss takes; the TorchRL runs by this
-one, ``[n, T, 1]``: the same training).
+0.47-0.55 to 0.72-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128
+completions) is still rising when the budget ends on every run: its mean over the last 5
+updates is above its mean over the 10 before (seed 2 with GRPO: 0.548 then 0.635). With
+TorchRL's ``GRPOLoss`` and ``SFTLoss`` swapped in, every seed's ``returns.csv`` (48 updates) is
+identical to rlloss's. The rlloss runs of GRPO (seeds 0-2), Dr. GRPO and GSPO (seed 0) were made
+by the previous version of this script, which stored the advantage as ``[n, 1]``, one per
+completion (rlloss's losses take it; TorchRL's need ``[n, T, 1]``, one per token, as now): the
+identical curves of the TorchRL runs, made with ``[n, T, 1]``, show it is the same training.
 GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss. CPU time
 (``cpu_time=``, printed by the 7 runs made after that line was added: Dr. GRPO seeds 1 and 2,
 GSPO seeds 1 and 2, TorchRL's three) 33.1 to 34.7 s.
