@@ -57,10 +57,11 @@ TorchRL's ``GRPOLoss`` and ``SFTLoss`` swapped in, every seed's ``returns.csv`` 
 identical to rlloss's. The rlloss runs of GRPO (seeds 0-2), Dr. GRPO and GSPO (seed 0) were made
 by the previous version of this script, which stored the advantage as ``[n, 1]``, one per
 completion (rlloss's losses take it; TorchRL's need ``[n, T, 1]``, one per token, as now): the
-identical curves of the TorchRL runs, made with ``[n, T, 1]``, show it is the same training.
+identical curves of the TorchRL runs, made with ``[n, T, 1]``, show it is the same training,
+and seed 0 with GRPOLoss rerun by this version gives the same ``returns.csv`` again.
 GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss. CPU time
-(``cpu_time=``, printed by the 7 runs made after that line was added: Dr. GRPO seeds 1 and 2,
-GSPO seeds 1 and 2, TorchRL's three) 33.1 to 34.7 s.
+(``cpu_time=``, printed by the 8 runs made after that line was added: Dr. GRPO seeds 1 and 2,
+GSPO seeds 1 and 2, TorchRL's three, the rerun) 33.1 to 34.7 s.
 
 Swapping TorchRL in: the ``from rlloss import GRPOLoss, SFTLoss`` line below is the one
 ``benchmarks/torchrl_swap.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
