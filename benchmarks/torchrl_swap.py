@@ -1,6 +1,7 @@
 """The TorchRL swap: a tutorial's ``from rlloss import X, Y`` statements rewritten to import
 ``X, Y`` from TorchRL (``torchrl.objectives``, or ``torchrl.objectives.value`` for the value
-estimators, where TorchRL keeps ``GAE``), nothing else changed. That one-import swap is
+estimators, where TorchRL keeps ``GAE``, or ``torchrl.objectives.llm`` for the language-model
+losses, ``GRPOLoss``, ``SFTLoss``...), nothing else changed. That one-import swap is
 rlloss's drop-in claim."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 from typing import Any
 
 # Where TorchRL keeps a name rlloss exports at its top level, in the order searched.
-TORCHRL_MODULES = ("torchrl.objectives", "torchrl.objectives.value")
+TORCHRL_MODULES = ("torchrl.objectives", "torchrl.objectives.value", "torchrl.objectives.llm")
 
 
 def rlloss_imports(source: str) -> list[ast.ImportFrom]:

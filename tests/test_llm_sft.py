@@ -103,3 +103,16 @@ def test_errors(setup):
     assert loss.in_keys == [("history", "full"), ("next", "ref_log_probs", "full")]
     with pytest.raises(ValueError, match="Reference log probs not found"):
         loss(batch.exclude(("next", "ref_log_probs")))
+
+
+def test_tokenizer_kwargs_dict_is_left_as_given(setup):
+    """The loss adds its chat-template defaults to a copy of ``tokenizer_kwargs``: a dict the
+    caller shares with ``History.apply_chat_template`` keeps only its own keys (TorchRL's
+    ``SFTLoss`` writes them into the caller's dict)."""
+    actor = setup[0]
+    kwargs = {"chat_template_name": "qwen"}
+    loss = rl_llm.SFTLoss(actor, tokenizer_kwargs=kwargs)
+    assert kwargs == {"chat_template_name": "qwen"}
+    assert loss.tokenizer_kwargs["return_assistant_tokens_mask"] is True
+    torchrl_llm.SFTLoss(actor, tokenizer_kwargs=kwargs)
+    assert "return_assistant_tokens_mask" in kwargs  # TorchRL's: the caller's dict changed

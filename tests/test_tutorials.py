@@ -95,9 +95,10 @@ SMOKE_FRAMES = {
     "cql_offline": 128,
     "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
+    "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
 }
-# Tutorials that need an optional extra, and the module it installs.
-NEEDS_EXTRA = {"mappo_vmas": "vmas"}  # rlloss[marl]
+# Tutorials that need an optional extra: the module it installs and the extra.
+NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
 
 
 # The smokes of the default run; the others are slow.
@@ -116,7 +117,8 @@ def test_tutorial_smoke(script, tmp_path, request):
         request.getfixturevalue("offline_dataset")
         return
     if script.stem in NEEDS_EXTRA:
-        pytest.importorskip(NEEDS_EXTRA[script.stem], reason="pip install '.[marl]'")
+        module, extra = NEEDS_EXTRA[script.stem]
+        pytest.importorskip(module, reason=f"pip install '.[{extra}]'")
     frames = SMOKE_FRAMES.get(script.stem, 2048)
     eval_every = frames // 2
     extra = []
@@ -147,6 +149,46 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     rlloss_returns = (tmp_path / "rlloss" / "returns.csv").read_text()
     assert rlloss_returns.count("\n") > 10  # episodes finished
     assert (tmp_path / "torchrl" / "returns.csv").read_text() == rlloss_returns
+
+
+@SLOW
+@pytest.mark.parametrize("variant", ["drgrpo", "gspo"])
+def test_grpo_tutorial_variants(variant, tmp_path):
+    """``grpo_tiny_transformer.py --variant drgrpo|gspo`` (DrGRPOLoss, GSPOLoss) trains end to
+    end and prints the reward after SFT and after GRPO, each a mean reward in [0, 1]."""
+    pytest.importorskip("transformers", reason="pip install '.[llm]'")
+    stdout = run_tutorial(
+        TUTORIALS_DIR / "grpo_tiny_transformer.py",
+        tmp_path,
+        "--variant",
+        variant,
+        "--sft-steps",
+        "2",
+        frames=128,
+    )
+    values = dict(line.split("=", 1) for line in stdout.splitlines() if "_reward=" in line)
+    assert set(values) == {"sft_reward", "sft_greedy_reward", "grpo_reward", "grpo_greedy_reward"}
+    assert all(0.0 <= float(v) <= 1.0 for v in values.values()), values
+
+
+@SLOW
+def test_grpo_tutorial_swaps_to_torchrl(tmp_path):
+    """The swap rewrites the GRPO tutorial's ``from rlloss import GRPOLoss, SFTLoss`` to
+    ``torchrl.objectives.llm`` (TorchRL has no Dr. GRPO or GSPO: those imports stay rlloss's),
+    and the swapped script trains end to end with TorchRL's losses."""
+    pytest.importorskip("transformers", reason="pip install '.[llm]'")
+    swap = swap_to_torchrl((TUTORIALS_DIR / "grpo_tiny_transformer.py").read_text())
+    assert swap["ok"], swap
+    assert swap["imports"] == [
+        [
+            "from rlloss import GRPOLoss, SFTLoss",
+            "from torchrl.objectives.llm import GRPOLoss, SFTLoss",
+        ]
+    ]
+    assert "from rlloss.llm import DrGRPOLoss, GSPOLoss" in swap["kept"]
+    swapped = tmp_path / "torchrl_grpo_tiny_transformer.py"
+    swapped.write_text(swap["source"])
+    run_tutorial(swapped, tmp_path / "torchrl", "--sft-steps", "2", frames=128)
 
 
 @SLOW
