@@ -6,6 +6,8 @@ maths of ``DreamerV3Loss`` with its defaults written out (no rlloss, no TensorDi
   prior network, posterior logits from the posterior network, a straight-through categorical
   draw), the symlog squared reconstruction error, the two-hot reward cross-entropy and the
   balanced KL with free bits (alpha 0.8, 1 nat per categorical);
+- the decoded rewards and values from the networks' own two-hot heads (TorchRL's
+  ``SymExpTwoHot``), where the update needs a decoded value;
 - actor: ``H`` imagined steps from every posterior state (the prior and reward head held out),
   a TanhNormal draw, the lambda-returns (no continuation model), the ``gamma^t`` step weights,
   the 5th-95th percentile return scale with its moving average, and the entropy bonus from
@@ -41,10 +43,6 @@ def bins(count: int) -> torch.Tensor:
     """The symexp support over [-20, 20], antisymmetric (as TorchRL's and rlloss's)."""
     negative = symexp(torch.linspace(-20.0, 0.0, count // 2 + 1))
     return torch.cat((negative, -negative[:-1].flip(0)))
-
-
-def decode(logits, support):
-    return torch.softmax(logits, -1) @ support
 
 
 def two_hot_ce(logits, target, support):
@@ -115,7 +113,8 @@ class PlainDreamerV3(torch.nn.Module):
         self.encoder, self.decoder, self.reward_net = encoder.module, decoder.module, reward.module
         self.prior, self.posterior = rollout.rssm_prior.module, rollout.rssm_posterior.module
         self.actor_net, self.extractor = actor.module[0].module, actor.module[1].module
-        self.value_net = value.module[0].module
+        self.value_net, self.value_decode = value.module[0].module, value.module[1].module
+        self.reward_decode = world_model.module[4].module  # TorchRL's SymExpTwoHot heads
         self.slow_value = copy.deepcopy(self.value_net).requires_grad_(False)
         self.horizon = horizon
         self.register_buffer("support", bins(num_bins))
@@ -153,11 +152,11 @@ class PlainDreamerV3(torch.nn.Module):
                 action, _ = tanh_normal_draw(loc, scale)
                 prior, belief = self.prior._belief_and_logits(state, belief, action)
                 state = straight_through(prior)
-                rewards.append(decode(self.reward_net(state, belief), self.support))
+                rewards.append(self.reward_decode(self.reward_net(state, belief)).squeeze(-1))
             states.append(state), beliefs.append(belief)
         states, beliefs = torch.stack(states, 1), torch.stack(beliefs, 1)
         with held_out(self.value_net):
-            next_value = decode(self.value_net(states[:, 1:], beliefs[:, 1:]), self.support)
+            next_value = self.value_decode(self.value_net(states[:, 1:], beliefs[:, 1:])).squeeze(-1)
         return states[:, :-1], beliefs[:, :-1], torch.stack(rewards, 1), next_value
 
     def actor_loss(self, state, belief, returns, weights):
@@ -175,7 +174,7 @@ class PlainDreamerV3(torch.nn.Module):
     def critic_loss(self, state, belief, target, weights):
         logits = self.value_net(state, belief)
         with torch.no_grad():
-            slow = decode(self.slow_value(state, belief), self.support)
+            slow = self.value_decode(self.slow_value(state, belief)).squeeze(-1)
         loss = two_hot_ce(logits, target, self.support) + SLOW_BETA * two_hot_ce(logits, slow, self.support)
         return logits, (weights * loss).mean()
 
