@@ -48,7 +48,9 @@ def bins(count: int) -> torch.Tensor:
 def two_hot_ce(logits, target, support):
     """``-sum_k twohot(target)_k log softmax(logits)_k``, target ``[*B]``."""
     target = target.detach().clamp(support[0], support[-1])
-    low = (torch.searchsorted(support, target.contiguous(), right=True) - 1).clamp(0, len(support) - 2)
+    low = (torch.searchsorted(support, target.contiguous(), right=True) - 1).clamp(
+        0, len(support) - 2
+    )
     weight = ((target - support[low]) / (support[low + 1] - support[low])).unsqueeze(-1)
     log_probs = torch.log_softmax(logits, -1)
     at_low = log_probs.gather(-1, low.unsqueeze(-1))
@@ -76,7 +78,7 @@ def balanced_kl(posterior, prior):
 def tanh_normal_draw(loc, scale):
     """A reparameterised TanhNormal action and its log-probability (summed over the action)."""
     pre = loc + scale * torch.randn_like(loc)
-    log_prob = -((pre - loc) / scale) ** 2 / 2 - scale.log() - math.log(math.sqrt(2 * math.pi))
+    log_prob = -(((pre - loc) / scale) ** 2) / 2 - scale.log() - math.log(math.sqrt(2 * math.pi))
     log_det = 2 * (math.log(2) - pre - F.softplus(-2 * pre))
     return torch.tanh(pre), (log_prob - log_det).sum(-1)
 
@@ -127,19 +129,24 @@ class PlainDreamerV3(torch.nn.Module):
         batch, steps = action.shape[:2]
         state = observation.new_zeros(batch, self.prior.num_categoricals * self.prior.num_classes)
         belief = observation.new_zeros(batch, self.prior.rnn_hidden_dim)
-        priors, posteriors, states, beliefs = [], [], [], []
+        outputs = [], [], [], []  # prior and posterior logits, states, beliefs
         for t in range(steps):
             reset = is_init[:, t]
             state, belief = torch.where(reset, 0, state), torch.where(reset, 0, belief)
-            prior, belief = self.prior._belief_and_logits(state, belief, torch.where(reset, 0, action[:, t]))
+            prior, belief = self.prior._belief_and_logits(
+                state, belief, torch.where(reset, 0, action[:, t])
+            )
             posterior = self.posterior._logits(belief, embedding[:, t])
             state = straight_through(posterior)
-            priors.append(prior), posteriors.append(posterior), states.append(state), beliefs.append(belief)
-        return [torch.stack(x, 1) for x in (priors, posteriors, states, beliefs)]
+            for store, value in zip(outputs, (prior, posterior, state, belief), strict=True):
+                store.append(value)
+        return [torch.stack(x, 1) for x in outputs]
 
     def model_losses(self, observation, true_reward, prior, posterior, state, belief):
         reco = (symlog(observation) - symlog(self.decoder(state, belief))).square().sum(-1).mean()
-        reward = two_hot_ce(self.reward_net(state, belief), true_reward.squeeze(-1), self.support).mean()
+        reward = two_hot_ce(
+            self.reward_net(state, belief), true_reward.squeeze(-1), self.support
+        ).mean()
         return reco, reward, balanced_kl(posterior, prior).mean()
 
     def imagine(self, state, belief):
@@ -156,7 +163,9 @@ class PlainDreamerV3(torch.nn.Module):
             states.append(state), beliefs.append(belief)
         states, beliefs = torch.stack(states, 1), torch.stack(beliefs, 1)
         with held_out(self.value_net):
-            next_value = self.value_decode(self.value_net(states[:, 1:], beliefs[:, 1:])).squeeze(-1)
+            next_value = self.value_decode(self.value_net(states[:, 1:], beliefs[:, 1:])).squeeze(
+                -1
+            )
         return states[:, :-1], beliefs[:, :-1], torch.stack(rewards, 1), next_value
 
     def actor_loss(self, state, belief, returns, weights):
@@ -164,7 +173,9 @@ class PlainDreamerV3(torch.nn.Module):
             ordered = returns.reshape(-1).sort().values
             position = (ordered.numel() - 1) * torch.tensor([0.05, 0.95])
             low, frac = position.floor().long(), position - position.floor()
-            quantiles = torch.lerp(ordered[low], ordered[(low + 1).clamp_max(ordered.numel() - 1)], frac)
+            quantiles = torch.lerp(
+                ordered[low], ordered[(low + 1).clamp_max(ordered.numel() - 1)], frac
+            )
             self.low.lerp_(quantiles[0], RATE), self.high.lerp_(quantiles[1], RATE)
         scale_ = (self.high - self.low).clamp_min(1.0)
         loc, scale = self.extractor(self.actor_net(state.detach(), belief.detach()))
@@ -175,7 +186,9 @@ class PlainDreamerV3(torch.nn.Module):
         logits = self.value_net(state, belief)
         with torch.no_grad():
             slow = self.value_decode(self.slow_value(state, belief)).squeeze(-1)
-        loss = two_hot_ce(logits, target, self.support) + SLOW_BETA * two_hot_ce(logits, slow, self.support)
+        loss = two_hot_ce(logits, target, self.support) + SLOW_BETA * two_hot_ce(
+            logits, slow, self.support
+        )
         return logits, (weights * loss).mean()
 
     def replay_targets(self, reward, bootstrap, done):
@@ -191,7 +204,9 @@ class PlainDreamerV3(torch.nn.Module):
 
     def forward(self, observation, action, is_init, reward, done):
         prior, posterior, state, belief = self.world_model(observation, action, is_init)
-        reco, reward_loss, kl = self.model_losses(observation, reward, prior, posterior, state, belief)
+        reco, reward_loss, kl = self.model_losses(
+            observation, reward, prior, posterior, state, belief
+        )
         batch, steps = action.shape[:2]
         start_state, start_belief = state.detach().flatten(0, 1), belief.detach().flatten(0, 1)
         states, beliefs, rewards, next_value = self.imagine(start_state, start_belief)

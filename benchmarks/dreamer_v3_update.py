@@ -213,8 +213,10 @@ def report(results: dict, args) -> None:
         if num in medians and den in medians:
             paired = [a / b for a, b in zip(results[num], results[den], strict=True)]
             q = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
-            print(f"  {num} / {den}: {medians[num] / medians[den]:.2f}x "
-                  f"(paired median {statistics.median(paired):.2f}x, IQR {q[0]:.2f}-{q[2]:.2f})")
+            print(
+                f"  {num} / {den}: {medians[num] / medians[den]:.2f}x "
+                f"(paired median {statistics.median(paired):.2f}x, IQR {q[0]:.2f}-{q[2]:.2f})"
+            )
 
 
 def main() -> None:
