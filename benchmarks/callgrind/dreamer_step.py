@@ -12,12 +12,12 @@ under the case ``DreamerV3Loss`` at the batch ``B x T``.
 
 import os
 import sys
-import time
 
 root, control = sys.argv[1], sys.argv[2]
 sys.path.insert(0, root)
 
 import torch  # noqa: E402
+from marks import mark  # noqa: E402  (beside this script)
 
 from benchmarks.dreamer_v3_update import make_updates, networks, sequences  # noqa: E402
 
@@ -27,24 +27,15 @@ METHODS = os.environ.get("METHODS", "rlloss torchrl plain").split()
 BATCH, TIME, HORIZON = (int(x) for x in os.environ.get("DREAMER", "16 64 15").split())
 
 
-def mark(label: str) -> None:
-    """Ask run.sh to dump the counters under ``label`` and wait until it has."""
-    with open(f"{control}/req.tmp", "w") as f:
-        f.write(label)
-    os.rename(f"{control}/req.tmp", f"{control}/req")
-    while os.path.exists(f"{control}/req"):
-        time.sleep(0.05)
-
-
 torch.manual_seed(0)
 updates = make_updates(METHODS, networks(), HORIZON, sequences(BATCH, TIME), compiled=False)
 for method, update in updates.items():
     for step in range(WARMUP):
         torch.manual_seed(step)
         update()
-    mark(f"start|DreamerV3Loss|{BATCH}x{TIME}|{method}")
+    mark(control, f"start|DreamerV3Loss|{BATCH}x{TIME}|{method}")
     for step in range(STEPS):
         torch.manual_seed(WARMUP + step)
         update()
-    mark(f"end|DreamerV3Loss|{BATCH}x{TIME}|{method}")
-mark("finished")
+    mark(control, f"end|DreamerV3Loss|{BATCH}x{TIME}|{method}")
+mark(control, "finished")

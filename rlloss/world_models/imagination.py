@@ -142,6 +142,10 @@ class ImaginationLoss(LossModule):
     imagined states, as in Dreamer's analytic value gradients), and the values of the imagined
     next states from ``value_model`` (held out too).
 
+    With TorchRL's ``DreamerEnv`` and an actor the planner reproduces, the rollout runs on
+    tensors (:class:`TensorImagination`: the same entries, numbers and gradients as
+    ``env.rollout``, without a TensorDict per step); otherwise through ``env.rollout``.
+
     The lambda-returns use the value estimator's ``gamma`` and ``lmbda`` (``make_value_estimator``
     with ``TD0``: ``lmbda = 0``; ``TD1``: 1; ``TDLambda``, the default: its ``lmbda``).
     """
