@@ -636,7 +636,7 @@ def test_composed_loss_refuses_a_detached_model_output():
 
 def test_model_and_value_losses_read_no_tensor_on_the_host():
     """No forward or backward of the model and value losses needs a tensor's value on the host
-    (the actor loss's rollout runs TorchRL's DreamerEnv, outside this check)."""
+    (the actor loss's: test_actor_loss_imagining_on_tensors_reads_no_tensor_on_the_host)."""
     from tests.test_contract import HostReads
 
     model_loss, _ = model_pair(kl_mode="separate", unimix=0.01)
