@@ -101,8 +101,11 @@ class TensorImagination:
     def __call__(self, start: TensorDictBase, horizon: int) -> tuple[TensorDict, TensorDict]:
         """The imagined trajectories ``[*B, H]`` and the following states (``step_mdp``'s)."""
         root = dict(start.items(include_nested=True, leaves_only=True))
+        device = next(iter(root.values())).device  # the flags beside the start states
         for key, spec in self.done_specs.items():
-            root[key] = spec.zero(start.batch_size)
+            root[key] = torch.zeros(
+                (*start.batch_size, *spec.shape), dtype=spec.dtype, device=device
+            )
         roots, nexts = [], []
         for _ in range(horizon):
             root = {**root, **self._act(root)}
