@@ -92,17 +92,11 @@ def lambda_returns(reward, next_value):
     return torch.stack(returns[::-1], 1)
 
 
-class held_out:  # noqa: N801 (a context manager, as TorchRL's hold_out_net)
-    def __init__(self, *modules):
-        self.parameters = [p for m in modules for p in m.parameters() if p.requires_grad]
-
-    def __enter__(self):
-        for p in self.parameters:
-            p.requires_grad_(False)
-
-    def __exit__(self, *exc):
-        for p in self.parameters:
-            p.requires_grad_(True)
+def held_out(module, *args):
+    """``module(*args)`` with its parameters detached (no gradient reaches them; the inputs keep
+    theirs), as TorchRL's ``hold_out_net``; traceable by ``torch.compile``."""
+    detached = {name: p.detach() for name, p in module.named_parameters()}
+    return torch.func.functional_call(module, detached, args)
 
 
 class PlainDreamerV3(torch.nn.Module):
@@ -152,20 +146,16 @@ class PlainDreamerV3(torch.nn.Module):
     def imagine(self, state, belief):
         """States, beliefs ``[N, H, *]``, rewards and next values ``[N, H]``."""
         states, beliefs, rewards = [], [], []
-        with held_out(self.prior, self.reward_net):
-            for _ in range(self.horizon):
-                states.append(state), beliefs.append(belief)
-                loc, scale = self.extractor(self.actor_net(state, belief))
-                action, _ = tanh_normal_draw(loc, scale)
-                prior, belief = self.prior._belief_and_logits(state, belief, action)
-                state = straight_through(prior)
-                rewards.append(self.reward_decode(self.reward_net(state, belief)).squeeze(-1))
+        for _ in range(self.horizon):
             states.append(state), beliefs.append(belief)
+            loc, scale = self.extractor(self.actor_net(state, belief))
+            action, _ = tanh_normal_draw(loc, scale)
+            _, state, belief = held_out(self.prior, state, belief, action)  # with its draw
+            rewards.append(self.reward_decode(held_out(self.reward_net, state, belief)).squeeze(-1))
+        states.append(state), beliefs.append(belief)
         states, beliefs = torch.stack(states, 1), torch.stack(beliefs, 1)
-        with held_out(self.value_net):
-            next_value = self.value_decode(self.value_net(states[:, 1:], beliefs[:, 1:])).squeeze(
-                -1
-            )
+        logits = held_out(self.value_net, states[:, 1:], beliefs[:, 1:])
+        next_value = self.value_decode(logits).squeeze(-1)
         return states[:, :-1], beliefs[:, :-1], torch.stack(rewards, 1), next_value
 
     def actor_loss(self, state, belief, returns, weights):
