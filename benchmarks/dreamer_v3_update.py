@@ -1,12 +1,19 @@
-"""One DreamerV3 update, rlloss against TorchRL: ``DreamerV3Loss`` (world model on real
-sequences, actor and critic on trajectories imagined from every posterior state, replay critic)
-forward and backward, eager, on the same small RSSM, the same batch and the same seed.
+"""One DreamerV3 update, rlloss against TorchRL and a hand-written plain-torch update:
+``DreamerV3Loss`` (world model on real sequences, actor and critic on trajectories imagined from
+every posterior state, replay critic) forward and backward, on the same small RSSM, the same
+batch and the same seed; eager, or each update's losses compiled (``--compiled``).
 
     PYTHONPATH=. python benchmarks/dreamer_v3_update.py [--batch 16] [--time 64] [--horizon 15]
+        [--repeats 10] [--compiled] [--methods rlloss torchrl plain]
 
-Prints the median and interquartile range of the update time for each library and their ratio.
-Both libraries imagine through TorchRL's ``DreamerEnv.rollout`` (the actor loss's rollout is
-TorchRL's code either way); the difference is the losses' own work.
+Prints, per method, the median and interquartile range of the CPU time (process time) of one
+update, the methods alternating call by call (a busy machine's load weighs on all alike), and
+the ratios. The world model's RSSM uses TorchRL's standard keys (``("next", "encoded_latents")``),
+so TorchRL's ``RSSMRolloutV3`` runs its tensor recurrence for both libraries. rlloss imagines on
+tensors (``TensorImagination``); TorchRL through ``DreamerEnv.rollout``. The hand-written update
+(:mod:`benchmarks.dreamer_v3_plain`) calls the same networks as plain modules. Compiled:
+``torch.compile(fullgraph=True)`` of rlloss's ``DreamerV3Loss`` and of the plain update's
+losses; TorchRL's loss with ``torch.compile`` (its rollout breaks the graph: no fullgraph).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from torchrl.modules import (
 )
 
 import rlloss
+from benchmarks.dreamer_v3_plain import PlainDreamerV3
 
 CATS, CLASSES, BELIEF, HIDDEN, OBS, ACTION, BINS = 8, 8, 64, 64, 16, 4, 255
 STATE = CATS * CLASSES
@@ -64,7 +72,9 @@ def networks() -> tuple:
     next_latent = [("next", "state"), ("next", "belief")]
     reward_net, decoder = mlp(BINS), mlp(OBS)
     world_model = TensorDictSequential(
-        TensorDictModule(nn.Linear(OBS, HIDDEN), [("next", "observation")], [("next", "encoded")]),
+        TensorDictModule(
+            nn.Linear(OBS, HIDDEN), [("next", "observation")], [("next", "encoded_latents")]
+        ),
         RSSMRolloutV3(
             TensorDictModule(
                 prior_net,
@@ -73,7 +83,7 @@ def networks() -> tuple:
             ),
             TensorDictModule(
                 posterior_net,
-                [("next", "belief"), ("next", "encoded")],
+                [("next", "belief"), ("next", "encoded_latents")],
                 [("next", "posterior_logits"), ("next", "state")],
             ),
             reset_key="is_init",
@@ -140,27 +150,73 @@ def sequences(batch: int, time_steps: int) -> TensorDict:
     )
 
 
-def update(loss, sample, parameters) -> None:
-    out = loss(sample)
-    total = sum(value for key, value in out.items() if key.startswith("loss_"))
+def plain_inputs(sample: TensorDict) -> tuple:
+    """The hand-written update's tensors: observation, action, is_init, reward, done."""
+    return (
+        sample["next", "observation"], sample["action"], sample["is_init"],
+        sample["next", "reward"], sample["next", "done"],
+    )  # fmt: skip
+
+
+def make_updates(names, nets, horizon: int, sample, compiled: bool) -> dict:
+    """One closure per method running a full update (forward and the gradients)."""
+    updates = {}
+    for name in names:
+        if name == "plain":
+            module = PlainDreamerV3(nets, horizon, BINS)
+            call = torch.compile(module, fullgraph=True) if compiled else module
+            inputs = plain_inputs(sample)
+            losses = lambda call=call, inputs=inputs: {"loss": call(*inputs)}  # noqa: E731
+        else:
+            module = composed(LIBRARIES[name], nets, horizon)
+            call = torch.compile(module, fullgraph=name == "rlloss") if compiled else module
+            losses = lambda call=call: call(sample)  # noqa: E731
+        parameters = [p for p in module.parameters() if p.requires_grad]
+        updates[name] = lambda losses=losses, parameters=parameters: gradients(losses, parameters)
+    return updates
+
+
+def gradients(losses, parameters) -> None:
+    out = losses()
+    total = sum(value for key, value in out.items() if key.startswith("loss"))
     torch.autograd.grad(total, parameters, allow_unused=True)
 
 
-def interleaved_seconds(losses: dict, sample, repeats: int) -> dict[str, list[float]]:
-    """Each library's update time, the libraries alternating call by call (a busy machine's
-    load then weighs on both alike); the first call of each builds lazy state, untimed."""
-    parameters = {
-        name: [p for p in loss.parameters() if p.requires_grad] for name, loss in losses.items()
-    }
-    times = {name: [] for name in losses}
-    for step in range(repeats + 1):
-        for name, loss in losses.items():
+def interleaved_seconds(updates: dict, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Each method's CPU time per update (``time.process_time``), the methods alternating call
+    by call; the first ``warmup`` calls of each (lazy state, compilation) untimed."""
+    times = {name: [] for name in updates}
+    for step in range(repeats + warmup):
+        for name, update in updates.items():
             torch.manual_seed(step)
-            start = time.perf_counter()
-            update(loss, sample, parameters[name])
-            if step:
-                times[name].append(time.perf_counter() - start)
+            start = time.process_time()
+            update()
+            if step >= warmup:
+                times[name].append(time.process_time() - start)
     return times
+
+
+LIBRARIES = {"rlloss": rlloss, "torchrl": torchrl_objectives}
+
+
+def report(results: dict, args) -> None:
+    mode = "compiled" if args.compiled else "eager"
+    print(f"DreamerV3 update ({mode}), batch {args.batch} x {args.time}, horizon {args.horizon}, "
+          f"{torch.get_num_threads()} threads, {args.repeats} timed calls, CPU time")  # fmt: skip
+    medians = {}
+    for name, times in results.items():
+        quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
+        medians[name] = statistics.median(times)
+        print(f"  {name:8s} median {medians[name] * 1e3:9.1f} ms  "
+              f"IQR {quartiles[0] * 1e3:.1f}-{quartiles[2] * 1e3:.1f} ms")  # fmt: skip
+    for num, den in (("torchrl", "rlloss"), ("rlloss", "plain"), ("torchrl", "plain")):
+        if num in medians and den in medians:
+            paired = [a / b for a, b in zip(results[num], results[den], strict=True)]
+            q = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+            print(
+                f"  {num} / {den}: {medians[num] / medians[den]:.2f}x "
+                f"(paired median {statistics.median(paired):.2f}x, IQR {q[0]:.2f}-{q[2]:.2f})"
+            )
 
 
 def main() -> None:
@@ -168,21 +224,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--time", type=int, default=64)
     parser.add_argument("--horizon", type=int, default=15)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--compiled", action="store_true")
+    parser.add_argument("--methods", nargs="+", default=["rlloss", "torchrl", "plain"])
     args = parser.parse_args()
     torch.manual_seed(0)
     nets, sample = networks(), sequences(args.batch, args.time)
-    libraries = {"rlloss": rlloss, "torchrl": torchrl_objectives}
-    losses = {name: composed(library, nets, args.horizon) for name, library in libraries.items()}
-    results = interleaved_seconds(losses, sample, args.repeats)
-    print(f"DreamerV3 update, batch {args.batch} x {args.time}, horizon {args.horizon}, "
-          f"{torch.get_num_threads()} threads, {args.repeats} timed calls")  # fmt: skip
-    for name, times in results.items():
-        quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
-        print(f"  {name:8s} median {statistics.median(times) * 1e3:9.1f} ms  "
-              f"IQR {quartiles[0] * 1e3:.1f}-{quartiles[2] * 1e3:.1f} ms")  # fmt: skip
-    ratio = statistics.median(results["torchrl"]) / statistics.median(results["rlloss"])
-    print(f"  TorchRL / rlloss: {ratio:.2f}x")
+    updates = make_updates(args.methods, nets, args.horizon, sample, args.compiled)
+    report(interleaved_seconds(updates, args.repeats), args)
 
 
 if __name__ == "__main__":

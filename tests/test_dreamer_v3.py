@@ -417,6 +417,70 @@ def test_actor_loss_matches_torchrl(settings):
     torch.testing.assert_close(ours.retnorm.low, theirs.retnorm.low)
 
 
+def imagination_run(loss, fast: bool, seed=3):
+    """The actor loss's outputs, imagined data and actor gradients with the tensor rollout on
+    or off (TorchRL's ``env.rollout``), from the same percentiles and seed."""
+    loss._rollout.enabled = fast
+    loss.retnorm.low.zero_(), loss.retnorm.high.zero_()
+    torch.manual_seed(seed)
+    losses, imagined = loss(starts())
+    objective = losses["loss_actor"]
+    return losses, imagined, torch.autograd.grad(objective, list(loss.actor_model.parameters()))
+
+
+@pytest.mark.parametrize("log_prob", [False, True])
+@pytest.mark.parametrize("continuation", [False, True])
+def test_tensor_imagination_is_the_env_rollout(log_prob, continuation):
+    """rlloss's rollout on tensors gives TorchRL's ``DreamerEnv.rollout`` exactly: every entry
+    of the imagined data (keys, shapes, dtypes, values, the batch size and device), the losses
+    and the actor's gradients."""
+    kwargs = {"imagination_horizon": HORIZON, "entropy_bonus": 0.01}
+    if continuation:
+        kwargs["continuation_model"] = TensorDictModule(
+            HalfContinuation(), ["state", "belief"], ["continuation"]
+        )
+    loss = rlloss.DreamerV3ActorLoss(
+        tanh_normal_actor(log_prob), value_network(), imagination_env(), **kwargs
+    )
+    assert loss._rollout.enabled
+    fast, slow = imagination_run(loss, True), imagination_run(loss, False)
+    (losses, imagined, grads), (expected, expected_imagined, expected_grads) = fast, slow
+    assert imagined.batch_size == expected_imagined.batch_size == (5, HORIZON)
+    assert imagined.device == expected_imagined.device
+    keys = set(expected_imagined.keys(True, True))
+    assert set(imagined.keys(True, True)) == keys
+    assert ("action_log_prob" in keys) == log_prob
+    for key in keys:
+        value, reference = imagined[key], expected_imagined[key]
+        assert value.dtype == reference.dtype, key
+        torch.testing.assert_close(value, reference, rtol=0, atol=0, msg=str(key))
+    for key in expected.keys():
+        torch.testing.assert_close(losses[key], expected[key], rtol=0, atol=0)
+    torch.testing.assert_close(grads, expected_grads, rtol=0, atol=0)
+
+
+def test_tensor_imagination_leaves_other_environments_and_actors_to_the_rollout():
+    """An environment other than a plain ``DreamerEnv``, or an actor whose call the plan would
+    not reproduce (a forward hook), imagines through ``env.rollout``."""
+    from torchrl.envs.model_based import DreamerEnv
+
+    class SubclassedEnv(DreamerEnv):
+        pass
+
+    env = imagination_env()
+    env.__class__ = SubclassedEnv
+    loss = rlloss.DreamerV3ActorLoss(tanh_normal_actor(), value_network(), env)
+    assert not loss._rollout.enabled
+    hooked = tanh_normal_actor()
+    hooked.module[-1].register_forward_hook(lambda module, args, out: out)
+    loss_hooked = rlloss.DreamerV3ActorLoss(hooked, value_network(), imagination_env())
+    assert not loss_hooked._rollout.enabled
+    for each in (loss, loss_hooked):
+        losses, imagined = each(starts())
+        assert imagined.batch_size == (5, 15)
+        assert torch.isfinite(losses["loss_actor"])
+
+
 def test_actor_loss_keywords_and_state():
     ours, _ = actor_pair(entropy_bonus=0.0)
     with pytest.raises(TypeError, match="make_value_estimator"):
@@ -572,7 +636,7 @@ def test_composed_loss_refuses_a_detached_model_output():
 
 def test_model_and_value_losses_read_no_tensor_on_the_host():
     """No forward or backward of the model and value losses needs a tensor's value on the host
-    (the actor loss's rollout runs TorchRL's DreamerEnv, outside this check)."""
+    (the actor loss's: test_actor_loss_imagining_on_tensors_reads_no_tensor_on_the_host)."""
     from tests.test_contract import HostReads
 
     model_loss, _ = model_pair(kl_mode="separate", unimix=0.01)
@@ -585,3 +649,52 @@ def test_model_and_value_losses_read_no_tensor_on_the_host():
             losses, _ = loss(batch)
             sum(v.sum() for k, v in losses.items() if k.startswith("loss_")).backward()
         assert not reads.seen, type(loss).__name__
+
+
+def test_actor_loss_imagining_on_tensors_reads_no_tensor_on_the_host():
+    """With TorchRL's ``DreamerEnv`` and a planned actor the rollout runs on tensors: no forward
+    or backward of the actor loss needs a tensor's value on the host."""
+    from tests.test_contract import HostReads
+
+    continuation = TensorDictModule(HalfContinuation(), ["state", "belief"], ["continuation"])
+    loss = rlloss.DreamerV3ActorLoss(
+        tanh_normal_actor(), value_network(), imagination_env(), continuation_model=continuation
+    )
+    assert loss._rollout.enabled
+    loss(starts())  # the first call builds the value estimator
+    with HostReads() as reads:
+        losses, _ = loss(starts())
+        losses["loss_actor"].backward()
+    assert not reads.seen
+
+
+@pytest.mark.slow
+def test_composed_loss_compiles_fullgraph_without_recompiles():
+    """``torch.compile(fullgraph=True)`` of ``DreamerV3Loss`` (model, actor with its imagination
+    rollout, value and replay value losses) and of the actor loss alone: one graph each, the
+    eager numbers, and no recompilation on fresh batches."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    networks = learner()
+    eager = composed(rlloss, networks)
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, fullgraph=True, backend="eager")
+    eager_actor = copy.deepcopy(eager.actor_loss)
+    compiled_actor = torch.compile(copy.deepcopy(eager_actor), fullgraph=True, backend="eager")
+    for seed in range(3):
+        with torch._dynamo.config.patch(error_on_recompile=seed > 0):
+            sample = real_sequences(seed)
+            torch.manual_seed(seed)
+            expected = eager(sample)
+            torch.manual_seed(seed)
+            out = compiled(sample)
+            for key in expected.keys():
+                if key != "replay_context":
+                    torch.testing.assert_close(out[key], expected[key], msg=key)
+            torch.manual_seed(seed)
+            expected, _ = eager_actor(starts(seed=seed))
+            torch.manual_seed(seed)
+            out, _ = compiled_actor(starts(seed=seed))
+            torch.testing.assert_close(out["loss_actor"], expected["loss_actor"])
+    torch._dynamo.reset()

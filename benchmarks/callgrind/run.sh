@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per eager step under callgrind, dumped around N steps of each case (step.py).
 #   ROOT=<checkout to measure> [CASES="..."] [N=40] [BATCH=0: the case's small batch] run.sh OUT
+# STEP: another step script with the same protocol (e.g. callgrind/dreamer_step.py).
 # Writes OUT/counts.tsv: case, batch, method, instructions per step. Needs valgrind.
 # Instrumentation is on only between a start and an end mark (--instr-atstart=no): the import of
 # torch and each case's set-up run at valgrind's base cost, ~10x faster than instrumented.
@@ -8,7 +9,7 @@ set -u
 out="$(mkdir -p "$1" && cd "$1" && pwd)"; rm -f "$out"/cg.out* "$out"/req "$out"/labels.txt
 here="$(cd "$(dirname "$0")" && pwd)"
 root="${ROOT:-$(cd "$here/../.." && pwd)}"
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.out" python "$here/step.py" "$root" "$out" \
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.out" python "${STEP:-$here/step.py}" "$root" "$out" \
   > "$out/valgrind.log" 2>&1 &
 pid=$!
 while kill -0 "$pid" 2>/dev/null; do

@@ -12,12 +12,12 @@ for differences of a few percent).
 
 import os
 import sys
-import time
 
 root, control = sys.argv[1], sys.argv[2]
 sys.path.insert(0, root)
 
 import torch  # noqa: E402
+from marks import mark  # noqa: E402  (beside this script)
 
 from benchmarks.cases import BATCH_SIZES, CASES  # noqa: E402
 from benchmarks.harness import level_steps  # noqa: E402
@@ -30,15 +30,6 @@ SELECTED = os.environ.get("CASES", "").split() or list(CASES)
 BATCH = int(os.environ.get("BATCH", 0))
 
 
-def mark(label: str) -> None:
-    """Ask run.sh to dump the counters under ``label`` and wait until it has."""
-    with open(f"{control}/req.tmp", "w") as f:
-        f.write(label)
-    os.rename(f"{control}/req.tmp", f"{control}/req")
-    while os.path.exists(f"{control}/req"):
-        time.sleep(0.05)
-
-
 for entry in SELECTED:
     case, _, size = entry.partition(":")
     batch_size = int(size or BATCH or BATCH_SIZES[case][0])
@@ -48,8 +39,8 @@ for entry in SELECTED:
         step = level_steps(setup.factories[method](batch), compiled=False)[LEVEL]
         for _ in range(WARMUP):
             step()
-        mark(f"start|{case}|{batch_size}|{method}")
+        mark(control, f"start|{case}|{batch_size}|{method}")
         for _ in range(STEPS):
             step()
-        mark(f"end|{case}|{batch_size}|{method}")
-mark("finished")
+        mark(control, f"end|{case}|{batch_size}|{method}")
+mark(control, "finished")

@@ -68,6 +68,18 @@ def _check_bins(bins: torch.Tensor) -> None:
         )
 
 
+def _two_hot_parts(x: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The index ``k`` of the bin below each ``x`` (clamped to the support) and the weight
+    ``(x - bins[k]) / (bins[k + 1] - bins[k])`` of the bin above, both ``[*x.shape]``."""
+    _check_bins(bins)
+    bins = bins.to(device=x.device, dtype=x.dtype)
+    x = x.clamp(bins[0], bins[-1])
+    lower = torch.searchsorted(bins, x.detach().contiguous(), right=True) - 1
+    lower = lower.clamp(0, bins.shape[0] - 2)
+    low, high = bins[lower], bins[lower + 1]
+    return lower, (x - low) / (high - low)
+
+
 def two_hot_encode(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     """The two-hot encoding of ``x`` over ``bins`` (DreamerV3 eq. 10), ``[*x.shape, K]``.
 
@@ -75,13 +87,9 @@ def two_hot_encode(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     encoding puts ``(bins[k + 1] - x) / (bins[k + 1] - bins[k])`` on ``k`` and the rest on
     ``k + 1`` (linear interpolation in raw value space), so ``sum_k enc_k bins[k] = x``.
     """
-    _check_bins(bins)
-    bins = bins.to(device=x.device, dtype=x.dtype)
+    lower, upper_weight = _two_hot_parts(x, bins)
+    upper_weight = upper_weight.unsqueeze(-1)
     count = bins.shape[0]
-    x = x.clamp(bins[0], bins[-1])
-    lower = (torch.searchsorted(bins, x.detach().contiguous(), right=True) - 1).clamp(0, count - 2)
-    low, high = bins[lower], bins[lower + 1]
-    upper_weight = ((x - low) / (high - low)).unsqueeze(-1)
     # one-hot rows by comparison (F.one_hot checks the indices' range on the host)
     positions = torch.arange(count, device=x.device)
     lower = lower.unsqueeze(-1)
@@ -119,8 +127,11 @@ def two_hot_cross_entropy(
             f"{(*logits.shape[:-1], 1)} for logits of shape {tuple(logits.shape)}, got "
             f"{tuple(target.shape)}."
         )
-    encoded = two_hot_encode(target.detach(), bins)
-    return -(encoded * torch.log_softmax(logits, dim=-1)).sum(-1)
+    lower, upper_weight = _two_hot_parts(target.detach(), bins)
+    log_probs = torch.log_softmax(logits, dim=-1)  # the two bins' log-probs, gathered
+    at_low = log_probs.gather(-1, lower.unsqueeze(-1)).squeeze(-1)
+    at_high = log_probs.gather(-1, (lower + 1).unsqueeze(-1)).squeeze(-1)
+    return -((1 - upper_weight) * at_low + upper_weight * at_high)
 
 
 def unimix_log_probs(logits: torch.Tensor, unimix: Scalar) -> torch.Tensor:

@@ -281,6 +281,7 @@ class DreamerV3ValueLoss(LossModule):
             value_model, "value_model", create_target_params=bool(slow_critic_regularization)
         )
         self._value_call = NetworkCall(value_model)
+        self._logits_calls: dict = {}  # the network up to its logits, by logits key
         self.value_loss, self.gamma, self.discount_loss = value_loss, gamma, discount_loss
         self.__dict__["_actor_loss"] = actor_loss  # not a submodule: its parameters are its own
         self.register_buffer("value_bins", rlf.symexp_bins(num_value_bins))
@@ -299,16 +300,25 @@ class DreamerV3ValueLoss(LossModule):
 
     def _predictions(self, batch: TensorDictBase) -> torch.Tensor:
         """The value logits ``[*B, K]`` (``"two_hot"``) or values ``[*B]``."""
-        outputs = self._value_call(batch)
         if self.value_loss == "symlog_mse":
-            return self._output(outputs, "value").squeeze(-1)
-        logits = legacy_logits(self, outputs, "value_logits", "value")
+            return self._output(self._value_call(batch), "value").squeeze(-1)
+        logits = legacy_logits(self, self._logits_call()(batch), "value_logits", "value")
         if logits.shape[-1] != self.value_bins.shape[0]:
             raise ValueError(
                 f"value_loss='two_hot' expects the value head to output logits over "
                 f"{self.value_bins.shape[0]} bins, got trailing dim {logits.shape[-1]}."
             )
         return logits
+
+    def _logits_call(self) -> NetworkCall:
+        """The value network run up to the module writing ``tensor_keys.value_logits`` (a
+        two-hot head's decode, which the loss does not read, skipped); the whole network when
+        no planned module writes that key."""
+        key = self.tensor_keys.value_logits
+        call = self._logits_calls.get(key)
+        if call is None:
+            call = self._logits_calls[key] = NetworkCall(self._value_call.module, until=key)
+        return call
 
     def _output(self, outputs, name: str) -> torch.Tensor:
         key = getattr(self.tensor_keys, name)
