@@ -66,6 +66,14 @@ ENV_ID = "Pendulum-v1"
 parser = helpers.tutorial_parser(__doc__, "runs/gail_pendulum", total_frames=200_000)
 parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_expert/dataset"),
                     help="the expert's transitions, written by offline_dataset.py")
+parser.add_argument("--reward-form", default="logit", choices=("positive", "negative", "logit"),
+                    help="gail_reward's form of D(s, a)")
+parser.add_argument("--disc-input", default="expert", choices=("expert", "raw"),
+                    help="the discriminator's observations: standardised by the expert's "
+                         "statistics, or as the environment gives them")
+parser.add_argument("--gp-lambda", type=float, default=10.0,
+                    help="weight of the gradient penalty (0: none)")
+parser.add_argument("--disc-steps", type=int, default=8, help="discriminator steps a rollout")
 helpers.evaluation_flags(parser)
 args = parser.parse_args()
 device, start_time = helpers.start(args)
@@ -74,7 +82,7 @@ device, start_time = helpers.start(args)
 # DISC_STEPS minibatches of DISC_BATCH policy and as many expert pairs after every rollout.
 NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 4, 512, 10, 128
 GAMMA, LMBDA, LR, KL_THRESHOLD, CLIP_EPSILON, MAX_GRAD_NORM = 0.9, 0.95, 1e-3, 0.008, 0.2, 0.5
-DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = 8, 256, 3e-4, 10.0
+DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = args.disc_steps, 256, 3e-4, args.gp_lambda
 
 # The expert's pairs, observations standardised by their own mean and std.
 expert = helpers.OfflineDataset(args.dataset, device, DISC_BATCH)
@@ -104,22 +112,33 @@ discriminator = TensorDictModule(
                              num_cells=[64, 64], activation_class=nn.Tanh), nn.Sigmoid()),
     in_keys=["observation", "action"], out_keys=["d_logits"],
 ).to(device)
-gail = GAILLoss(discriminator, use_grad_penalty=True, gp_lambda=GP_LAMBDA)
+gail = GAILLoss(discriminator, use_grad_penalty=GP_LAMBDA > 0, gp_lambda=GP_LAMBDA)
 disc_optimizer = torch.optim.Adam(gail.parameters(), lr=DISC_LR)
 
 
 def policy_pairs(rollout: TensorDict) -> TensorDict:
     """The rollout's pairs as the discriminator sees the expert's."""
     low, high = action_spec.space.low, action_spec.space.high
-    return TensorDict(observation=expert.standardise(rollout["observation"]),
+    observation = rollout["observation"]
+    if args.disc_input == "expert":
+        observation = expert.standardise(observation)
+    return TensorDict(observation=observation,
                       action=rollout["action"].clamp(low, high), batch_size=rollout.shape)
+
+
+def expert_pairs() -> TensorDict:
+    """A batch of expert pairs, observations as the discriminator reads them."""
+    batch = expert.sample().select("observation", "action")
+    if args.disc_input == "raw":
+        batch["observation"] = batch["observation"] * expert.std + expert.mean
+    return batch
 
 
 def update_discriminator(pairs: TensorDict) -> None:
     """DISC_STEPS Adam steps of GAILLoss on random policy pairs against expert pairs."""
     for _ in range(DISC_STEPS):
         policy = pairs[torch.randint(pairs.numel(), (DISC_BATCH,), device=device)]
-        batch = expert.sample().select("observation", "action")
+        batch = expert_pairs()
         batch["collector_observation"] = policy["observation"]
         batch["collector_action"] = policy["action"]
         disc_optimizer.zero_grad()
@@ -147,15 +166,18 @@ for _ in range(num_iterations):
     pairs = policy_pairs(rollout)
     update_discriminator(pairs.reshape(-1))
     with torch.no_grad():  # GAIL's reward replaces the environment's, then PPO's scaling
-        reward = gail_reward(discriminator(pairs)["d_logits"])
+        reward = gail_reward(discriminator(pairs)["d_logits"], form=args.reward_form)
         rollout["next", "reward"] = reward_normalizer(reward, rollout["next", "done"])
         advantage_module(rollout)
     flat = rollout.reshape(-1)
     helpers.gradient_epochs(ppo, optimizer, flat, num_epochs=NUM_EPOCHS,
                             minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
                             after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
+    with torch.no_grad():  # D's mean on the rollout's pairs and on expert pairs
+        d_policy = discriminator(pairs)["d_logits"].mean().item()
+        d_expert = discriminator(expert_pairs())["d_logits"].mean().item()
     helpers.show_progress(pbar, collector.episodes, collector.frames,
-                          d_policy=f"{reward.mean().item():.2f}")
+                          d_policy=f"{d_policy:.2f}", d_expert=f"{d_expert:.2f}")
 pbar.close()
 collector.envs.close()
 
