@@ -39,14 +39,20 @@ without it); the default keeps the logit form, which the 200,000-step runs below
 
 Results (200,000 environment steps, the default; the expert dataset of seed 0, mean return
 -149.7; final_return over 10 episodes of the deterministic policy on unseen start states): rlloss
--202.2, -112.4, -238.1 on seeds 0, 1, 2 (``train_return``: -174.8, -190.1, -210.9). As a fraction
-of the expert, (R - R_random) / (R_expert - R_random) with R_random = -1204 (uniform random
-actions on the evaluation start states, 30 episodes): 0.95, 1.04, 0.92, so it reaches at least
-0.9 of the expert on 3 of 3 seeds (the first version, with the penalty: 1.04, 0.17, 0.24).
-TorchRL's classes swapped in: not yet measured at this commit. Wall 700-717 s (rlloss) a run, on
-a loaded 2-core CPU with up to 7 runs beside them (torch 2.13); figures in
-benchmarks/results/offline.json ("imitation": the seed-1 diagnosis and the first version's
-figures too).
+-202.2, -112.4, -238.1 on seeds 0, 1, 2 (``train_return``: -174.8, -190.1, -210.9); TorchRL's
+``GAILLoss``, ``ClipPPOLoss`` and ``GAE`` swapped in: -549.8, -112.5, -236.4 (``train_return``:
+-302.5, -185.0, -206.9). As a fraction of the expert, (R - R_random) / (R_expert - R_random) with
+R_random = -1204 (uniform random actions on the evaluation start states, 30 episodes): 0.95,
+1.04, 0.92 (rlloss) and 0.62, 1.04, 0.92 (TorchRL), so at least 0.9 of the expert on 5 of the 6
+runs (the first version, with the penalty: 1.04, 0.17, 0.24 and 1.02, 0.07, 0.08). TorchRL's seed
+0 had reached the expert's level during training (running mean -175 at 188,000 steps) and fell
+back in its last updates (-302.5 at the end): GAIL's adversarial reward keeps moving, and the
+script keeps the last policy, not the best. The libraries' runs play the same first rollout and
+drift apart after the first update (episode returns of the first rollout identical, of the third
+already different), which training amplifies. Wall 700-717 s (rlloss), 937-946 s (TorchRL) a run,
+on a loaded 2-core CPU with up to 7 runs beside them (torch 2.13); figures in
+benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
+figures).
 
 Run:
     python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
