@@ -7,11 +7,11 @@ pairs alone, never reading the environment's reward:
 2. ``GAILLoss`` (a drop-in for ``torchrl.objectives.GAILLoss``): a few steps of the
    discriminator D(s, a), the probability that a pair is the expert's, on the binary
    cross-entropy -log D(s_E, a_E) - log(1 - D(s, a)) between expert pairs (from the expert
-   dataset of ``offline_dataset.py --agent-frames 5000``) and the rollout's pairs, with WGAN-GP's
-   gradient penalty (weight 10) to keep D smooth;
-3. the rollout's rewards become ``rlloss.functional.gail_reward(D(s, a))`` = -log(1 - D(s, a))
-   (the documented reward of the family, the form ``GAILLoss.reward`` gives), scaled by the
-   running std of their discounted return (``RewardNormalizer``);
+   dataset of ``offline_dataset.py --agent-frames 5000``) and the rollout's pairs; no gradient
+   penalty by default (Ho & Ermon's discriminator has none; ``--gp-lambda`` adds WGAN-GP's);
+3. the rollout's rewards become ``rlloss.functional.gail_reward(D(s, a), form="logit")`` =
+   log D - log(1 - D) (``--reward-form``; the form of Kostrikov's widely used PyTorch GAIL and of
+   AIRL), scaled by the running std of their discounted return (``RewardNormalizer``);
 4. ``ClipPPOLoss`` with ``GAE`` on those rewards: clipped PPO epochs, the learning rate adapted
    to the KL by ``KLAdaptiveLR`` (``rpo_pendulum.py``'s PPO with ``--rpo-alpha 0``).
 
@@ -20,23 +20,39 @@ and the final deterministic policy's evaluation. The discriminator scores observ
 standardised by the expert dataset's statistics and actions clipped to the bounds, as the
 expert's are.
 
+Why the gradient penalty was dropped (diagnosis on seed 1, 100,000 steps, rlloss; final_return of
+the deterministic policy, 10 episodes): the first version (WGAN-GP's penalty, weight 10, reward
+-log(1 - D)) reached the expert on seed 0 only, and on seed 1 ended at -1215.2 here. WGAN-GP's
+penalty (||grad D|| - 1)^2 is taken at points between expert and policy pairs, and it is meant
+for an unbounded critic; here (as in TorchRL's ``GAILLoss``) D is a probability. A random-action
+policy's pairs lie a median 4.7 standardised units from the expert's, so a D in [0, 1] cannot
+keep a unit slope along those segments and also separate them: at weight 10 the penalty keeps D
+undecided: with 40 or 80 D steps a rollout (instead of 8) it still gave 0.81-0.88 on expert pairs
+and 0.35-0.38 on the policy's, a reward too flat to lead PPO to the swing-up (training returns
+-1459 to -1485, below a random policy's -1204). Seed 1, 100,000 steps: penalty 10, -log(1 - D):
+-1215.2; penalty 10, logit: -1445.9 (-1531.1 with unstandardised observations for D); penalty 10
+with 40 or 80 D steps (logit or -log(1 - D)): training returns -1459 to -1485 at 35,000-37,000
+steps (stopped there); penalty 1, logit: -984.6; penalty 1, -log(1 - D): -564.7; no penalty,
+logit: -111.7 (D 0.51 / 0.52 at the end: the policy's pairs pass for the expert's); no penalty,
+-log(1 - D): -108.3. So the penalty is the cause and the reward form is not (both forms learn
+without it); the default keeps the logit form, which the 200,000-step runs below used.
+
 Results (200,000 environment steps, the default; the expert dataset of seed 0, mean return
--149.7; final_return over 10 episodes of the deterministic policy on unseen start states):
-rlloss -111.3, -1022.8, -952.7 on seeds 0, 1, 2; TorchRL's ``GAILLoss``, ``ClipPPOLoss`` and
-``GAE`` swapped in: -126.8, -1129.5, -1114.8. As a fraction of the expert, (R - R_random) /
-(R_expert - R_random) with R_random = -1204 (uniform random actions on the evaluation start
-states, 30 episodes): 1.04, 0.17, 0.24 (rlloss) and 1.02, 0.07, 0.08 (TorchRL). So it reaches the
-expert on 1 of 3 seeds in this budget, with either library: on seeds 1 and 2 the policy has not
-learnt the swing-up by 200,000 steps (running mean of the training returns between -950 and
--1,150 at the end), and seed 1 with 400,000 steps (rlloss) still ends at -1072.6 (0.12). The
-policy learner is not the cause: the same PPO on the environment's reward
-(``rpo_pendulum.py --rpo-alpha 0``, 200,000 steps) reaches -190.2 and -188.8 (mean of the last
-10 training episodes) on seeds 1 and 2; the discriminator's reward is what fails to lead it
-there (not yet tuned: its steps per rollout, learning rate, penalty and reward form). The
-libraries' runs play the same first rollout and drift apart after the first update by rounding
-(episode returns 1e-3 apart in the second rollout), which training amplifies. Wall 438-529 s
-(rlloss), 650-720 s (TorchRL) a run, on a loaded 2-core CPU with other runs beside them
-(torch 2.13); figures in benchmarks/results/offline.json.
+-149.7; final_return over 10 episodes of the deterministic policy on unseen start states): rlloss
+-202.2, -112.4, -238.1 on seeds 0, 1, 2 (``train_return``: -174.8, -190.1, -210.9); TorchRL's
+``GAILLoss``, ``ClipPPOLoss`` and ``GAE`` swapped in: -549.8, -112.5, -236.4 (``train_return``:
+-302.5, -185.0, -206.9). As a fraction of the expert, (R - R_random) / (R_expert - R_random) with
+R_random = -1204 (uniform random actions on the evaluation start states, 30 episodes): 0.95,
+1.04, 0.92 (rlloss) and 0.62, 1.04, 0.92 (TorchRL), so at least 0.9 of the expert on 5 of the 6
+runs (the first version, with the penalty: 1.04, 0.17, 0.24 and 1.02, 0.07, 0.08). TorchRL's seed
+0 had reached the expert's level during training (running mean -175 at 188,000 steps) and fell
+back in its last updates (-302.5 at the end): GAIL's adversarial reward keeps moving, and the
+script keeps the last policy, not the best. The libraries' runs play the same first rollout and
+drift apart after the first update (episode returns of the first rollout identical, of the third
+already different), which training amplifies. Wall 700-717 s (rlloss), 937-946 s (TorchRL) a run,
+on a loaded 2-core CPU with up to 7 runs beside them (torch 2.13); figures in
+benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
+figures).
 
 Run:
     python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
@@ -66,6 +82,14 @@ ENV_ID = "Pendulum-v1"
 parser = helpers.tutorial_parser(__doc__, "runs/gail_pendulum", total_frames=200_000)
 parser.add_argument("--dataset", type=Path, default=Path("runs/pendulum_expert/dataset"),
                     help="the expert's transitions, written by offline_dataset.py")
+parser.add_argument("--reward-form", default="logit", choices=("positive", "negative", "logit"),
+                    help="gail_reward's form of D(s, a)")
+parser.add_argument("--disc-input", default="expert", choices=("expert", "raw"),
+                    help="the discriminator's observations: standardised by the expert's "
+                         "statistics, or as the environment gives them")
+parser.add_argument("--gp-lambda", type=float, default=0.0,
+                    help="weight of the gradient penalty (0: none)")
+parser.add_argument("--disc-steps", type=int, default=8, help="discriminator steps a rollout")
 helpers.evaluation_flags(parser)
 args = parser.parse_args()
 device, start_time = helpers.start(args)
@@ -74,7 +98,7 @@ device, start_time = helpers.start(args)
 # DISC_STEPS minibatches of DISC_BATCH policy and as many expert pairs after every rollout.
 NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 4, 512, 10, 128
 GAMMA, LMBDA, LR, KL_THRESHOLD, CLIP_EPSILON, MAX_GRAD_NORM = 0.9, 0.95, 1e-3, 0.008, 0.2, 0.5
-DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = 8, 256, 3e-4, 10.0
+DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = args.disc_steps, 256, 3e-4, args.gp_lambda
 
 # The expert's pairs, observations standardised by their own mean and std.
 expert = helpers.OfflineDataset(args.dataset, device, DISC_BATCH)
@@ -104,22 +128,33 @@ discriminator = TensorDictModule(
                              num_cells=[64, 64], activation_class=nn.Tanh), nn.Sigmoid()),
     in_keys=["observation", "action"], out_keys=["d_logits"],
 ).to(device)
-gail = GAILLoss(discriminator, use_grad_penalty=True, gp_lambda=GP_LAMBDA)
+gail = GAILLoss(discriminator, use_grad_penalty=GP_LAMBDA > 0, gp_lambda=GP_LAMBDA)
 disc_optimizer = torch.optim.Adam(gail.parameters(), lr=DISC_LR)
 
 
 def policy_pairs(rollout: TensorDict) -> TensorDict:
     """The rollout's pairs as the discriminator sees the expert's."""
     low, high = action_spec.space.low, action_spec.space.high
-    return TensorDict(observation=expert.standardise(rollout["observation"]),
+    observation = rollout["observation"]
+    if args.disc_input == "expert":
+        observation = expert.standardise(observation)
+    return TensorDict(observation=observation,
                       action=rollout["action"].clamp(low, high), batch_size=rollout.shape)
+
+
+def expert_pairs() -> TensorDict:
+    """A batch of expert pairs, observations as the discriminator reads them."""
+    batch = expert.sample().select("observation", "action")
+    if args.disc_input == "raw":
+        batch["observation"] = batch["observation"] * expert.std + expert.mean
+    return batch
 
 
 def update_discriminator(pairs: TensorDict) -> None:
     """DISC_STEPS Adam steps of GAILLoss on random policy pairs against expert pairs."""
     for _ in range(DISC_STEPS):
         policy = pairs[torch.randint(pairs.numel(), (DISC_BATCH,), device=device)]
-        batch = expert.sample().select("observation", "action")
+        batch = expert_pairs()
         batch["collector_observation"] = policy["observation"]
         batch["collector_action"] = policy["action"]
         disc_optimizer.zero_grad()
@@ -147,15 +182,18 @@ for _ in range(num_iterations):
     pairs = policy_pairs(rollout)
     update_discriminator(pairs.reshape(-1))
     with torch.no_grad():  # GAIL's reward replaces the environment's, then PPO's scaling
-        reward = gail_reward(discriminator(pairs)["d_logits"])
+        reward = gail_reward(discriminator(pairs)["d_logits"], form=args.reward_form)
         rollout["next", "reward"] = reward_normalizer(reward, rollout["next", "done"])
         advantage_module(rollout)
     flat = rollout.reshape(-1)
     helpers.gradient_epochs(ppo, optimizer, flat, num_epochs=NUM_EPOCHS,
                             minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
                             after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
+    with torch.no_grad():  # D's mean on the rollout's pairs and on expert pairs
+        d_policy = discriminator(pairs)["d_logits"].mean().item()
+        d_expert = discriminator(expert_pairs())["d_logits"].mean().item()
     helpers.show_progress(pbar, collector.episodes, collector.frames,
-                          d_policy=f"{reward.mean().item():.2f}")
+                          d_policy=f"{d_policy:.2f}", d_expert=f"{d_expert:.2f}")
 pbar.close()
 collector.envs.close()
 
