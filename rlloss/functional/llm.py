@@ -108,3 +108,62 @@ def minor_sft_loss(
     arXiv:2408.10642, eq. 6: DPO's implicit reward of the demonstration alone)."""
     check_same_shape(log_likelihood=log_likelihood, ref_log_likelihood=ref_log_likelihood)
     return -torch.nn.functional.logsigmoid(beta * (log_likelihood - ref_log_likelihood.detach()))
+
+
+CHUNK_ELEMENTS = 1 << 16  # logits entries a token chunk of token_log_prob_entropy spans
+
+
+class _TokenLogProbEntropy(torch.autograd.Function):
+    """``log softmax(logits)[token]`` and the entropy, token chunk by token chunk: no
+    ``[tokens, vocab]`` tensor but the logits' gradient, one ``[chunk, vocab]`` at a time."""
+
+    @staticmethod
+    def forward(ctx, logits, tokens, with_entropy, chunk):
+        lse, picked = logits.new_empty(logits.shape[0]), logits.new_empty(logits.shape[0])
+        entropy = logits.new_zeros(logits.shape[0] if with_entropy else 0)
+        for start in range(0, logits.shape[0], chunk):
+            rows, part = slice(start, start + chunk), logits[start : start + chunk]
+            lse[rows] = part.logsumexp(-1)
+            picked[rows] = part.gather(-1, tokens[rows, None]).squeeze(-1) - lse[rows]
+            if with_entropy:
+                log_p = part - lse[rows, None]
+                entropy[rows] = -(log_p.exp() * log_p).sum(-1)
+        ctx.save_for_backward(logits, tokens, lse, entropy)
+        ctx.chunk = chunk
+        return picked, entropy
+
+    @staticmethod
+    def backward(ctx, grad_picked, grad_entropy):
+        logits, tokens, lse, entropy = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], ctx.chunk):
+            rows = slice(start, start + ctx.chunk)
+            log_p = logits[rows] - lse[rows, None]
+            p = log_p.exp()
+            part = p * -grad_picked[rows, None]  # d log p_y / d z = onehot(y) - p
+            if entropy.numel():  # d H / d z = -p (log p + H)
+                part -= grad_entropy[rows, None] * p * (log_p + entropy[rows, None])
+            grad[rows] = part.scatter_add_(-1, tokens[rows, None], grad_picked[rows, None])
+        return grad, None, None, None
+
+
+def token_log_prob_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A language model's token log-probs ``log pi(y_t) = z_{y_t} - logsumexp(z)`` (0 where
+    ``mask`` is off) and, with ``entropy``, its entropy ``H_t = -sum_v pi_v log pi_v`` per
+    position, computed over chunks of ``CHUNK_ELEMENTS`` logits: the only ``[*B, T, V]``
+    tensor created is the logits' gradient (the memory contract of issue 36).
+
+    Args:
+        logits: ``[*B, T, V]`` the actor's logits.
+        tokens: ``[*B, T]`` integer tokens (any value where ``mask`` is off).
+        mask: ``[*B, T]`` boolean, the positions to score.
+        entropy: whether to compute the entropy (else ``None``).
+    """
+    vocab = logits.shape[-1]
+    flat_tokens = torch.where(mask, tokens, 0).reshape(-1)
+    chunk = max(1, CHUNK_ELEMENTS // vocab)
+    picked, ent = _TokenLogProbEntropy.apply(logits.reshape(-1, vocab), flat_tokens, entropy, chunk)
+    log_prob = torch.where(mask, picked.reshape(mask.shape), 0.0)
+    return log_prob, ent.reshape(mask.shape) if entropy else None

@@ -132,7 +132,7 @@ class GRPOLoss(LossModule):
         advantage = read_padded(tensordict, self.tensor_keys.advantage)
         if advantage is None:
             raise ValueError(f"Advantage key {self.tensor_keys.advantage} not in tensordict.")
-        dist, log_prob, old_log_prob, mask = self._token_log_probs(tensordict)
+        log_prob, entropy, old_log_prob, mask = self._token_log_probs(tensordict)
         advantage = token_advantage(owner, self.tensor_keys.advantage, advantage, mask)
         log_ratio = rlf.masked_log_ratio(log_prob, old_log_prob, mask)
         loss_mask = mask
@@ -145,7 +145,6 @@ class GRPOLoss(LossModule):
         out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask)
         out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / loss_mask.sum()
         if self.entropy_bonus:
-            entropy = rlf.categorical_entropy(dist.logits.log_softmax(-1))
             out["entropy"] = _valid_mean(entropy.detach(), mask)
             out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, loss_mask)
         cur = torch.where(mask, log_prob, 0.0)
@@ -160,13 +159,22 @@ class GRPOLoss(LossModule):
         return self.output_type(**out, batch_size=[])
 
     def _token_log_probs(self, tensordict: TensorDictBase):
-        """The actor's distribution, the current and sampling log-probs ``[*B, T]`` and the
-        token mask (the actor's, less the tokens whose sampling log-prob is not finite: TorchRL
-        pads alignment holes with NaN)."""
+        """The current token log-probs and entropies (``None`` without the entropy bonus) and
+        the sampling log-probs ``[*B, T]``, with the token mask (the actor's, less the tokens
+        whose sampling log-prob is not finite: TorchRL pads alignment holes with NaN). The
+        log-probs and entropies come from the logits chunk by chunk
+        (:func:`rlloss.functional.token_log_prob_entropy`): no ``[*B, T, V]`` tensor."""
         owner = type(self).__name__
         dist = token_distribution(owner, self.actor_network, tensordict, self.masking_strategy)
+        mask, logits = dist.mask, dist.logits
+        if mask.shape != logits.shape[:-1]:
+            raise ValueError(
+                f"{owner}: the actor's token mask has shape {tuple(mask.shape)}, its logits "
+                f"{tuple(logits.shape)}: a token-level mask [*B, T, V] is not supported, "
+                "give a position mask [*B, T]."
+            )
         action = read_padded(tensordict, self.tensor_keys.action, padding_value=-100)
-        log_prob = dist.log_prob(action)
+        log_prob, entropy = rlf.token_log_prob_entropy(logits, action, mask, self.entropy_bonus)
         old_log_prob = read_padded(tensordict, self.tensor_keys.sample_log_prob)
         if old_log_prob is None:
             raise KeyError(
@@ -187,14 +195,7 @@ class GRPOLoss(LossModule):
                 "with the same masking strategy and padding (left), or set masking_strategy "
                 "to the one the sampling used ('sft', 'rlhf' or 'generic')."
             )
-        mask = dist.mask
-        if mask.shape != log_prob.shape:
-            raise ValueError(
-                f"{owner}: the actor's token mask has shape {tuple(mask.shape)}, its log-probs "
-                f"{tuple(log_prob.shape)}: a token-level mask [*B, T, V] is not supported, "
-                "give a position mask [*B, T]."
-            )
-        return dist, log_prob, old_log_prob, mask & torch.isfinite(old_log_prob)
+        return log_prob, entropy, old_log_prob, mask & torch.isfinite(old_log_prob)
 
     def _objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):
         """The per-token objective (to maximise) and which tokens the clip changed."""
