@@ -115,36 +115,53 @@ CHUNK_ELEMENTS = 1 << 16  # logits entries a token chunk of token_log_prob_entro
 
 class _TokenLogProbEntropy(torch.autograd.Function):
     """``log softmax(logits)[token]`` and the entropy, token chunk by token chunk: no
-    ``[tokens, vocab]`` tensor but the logits' gradient, one ``[chunk, vocab]`` at a time."""
+    ``[tokens, vocab]`` tensor but the logits' gradient, one ``[chunk, vocab]`` at a time (the
+    log-softmax recomputed in the backward, not saved)."""
 
     @staticmethod
     def forward(ctx, logits, tokens, with_entropy, chunk):
-        lse, picked = logits.new_empty(logits.shape[0]), logits.new_empty(logits.shape[0])
-        entropy = logits.new_zeros(logits.shape[0] if with_entropy else 0)
-        for start in range(0, logits.shape[0], chunk):
-            rows, part = slice(start, start + chunk), logits[start : start + chunk]
-            lse[rows] = part.logsumexp(-1)
-            picked[rows] = part.gather(-1, tokens[rows, None]).squeeze(-1) - lse[rows]
-            if with_entropy:
-                log_p = part - lse[rows, None]
-                entropy[rows] = -(log_p.exp() * log_p).sum(-1)
-        ctx.save_for_backward(logits, tokens, lse, entropy)
+        parts = [
+            _chunk_forward(logits[i : i + chunk], tokens[i : i + chunk], with_entropy)
+            for i in range(0, logits.shape[0], chunk)
+        ]
+        picked, entropy = (torch.cat(p) if len(p) > 1 else p[0] for p in zip(*parts, strict=True))
+        ctx.save_for_backward(logits, tokens, entropy)
         ctx.chunk = chunk
         return picked, entropy
 
     @staticmethod
     def backward(ctx, grad_picked, grad_entropy):
-        logits, tokens, lse, entropy = ctx.saved_tensors
+        logits, tokens, entropy = ctx.saved_tensors
+        if logits.shape[0] <= ctx.chunk:
+            return _chunk_backward(logits, tokens, entropy, grad_picked, grad_entropy), *[None] * 3
         grad = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], ctx.chunk):
-            rows = slice(start, start + ctx.chunk)
-            log_p = logits[rows] - lse[rows, None]
-            p = log_p.exp()
-            part = p * -grad_picked[rows, None]  # d log p_y / d z = onehot(y) - p
-            if entropy.numel():  # d H / d z = -p (log p + H)
-                part -= grad_entropy[rows, None] * p * (log_p + entropy[rows, None])
-            grad[rows] = part.scatter_add_(-1, tokens[rows, None], grad_picked[rows, None])
+        for i in range(0, logits.shape[0], ctx.chunk):
+            rows = slice(i, i + ctx.chunk)
+            entropy_rows = entropy[rows] if entropy.numel() else entropy
+            grad[rows] = _chunk_backward(
+                logits[rows], tokens[rows], entropy_rows, grad_picked[rows], grad_entropy[rows]
+            )
         return grad, None, None, None
+
+
+def _chunk_forward(logits, tokens, with_entropy):
+    log_p = logits.log_softmax(-1)
+    picked = log_p.gather(-1, tokens[:, None]).squeeze(-1)
+    if not with_entropy:
+        return picked, logits.new_zeros(0)
+    return picked, -(log_p.exp() * log_p).sum(-1)
+
+
+def _chunk_backward(logits, tokens, entropy, grad_picked, grad_entropy):
+    """``g_y (onehot(y) - p) - g_H p (log p + H)`` per row: d log p_y / dz and dH / dz."""
+    log_p = logits.log_softmax(-1)
+    p = log_p.exp()
+    if entropy.numel():
+        coeff = log_p.add_(entropy[:, None]).mul_(grad_entropy[:, None]).add_(grad_picked[:, None])
+        grad = p.mul_(coeff).neg_()
+    else:
+        grad = p.mul_(-grad_picked[:, None])
+    return grad.scatter_add_(-1, tokens[:, None], grad_picked[:, None])
 
 
 def token_log_prob_entropy(
