@@ -148,9 +148,9 @@ def test_a_full_softmax_in_the_loss_is_caught(monkeypatch):
     from ``dist.logits.softmax``): the test above can fail."""
     loss, actor, batch = grpo_case("GRPOLoss", entropy_bonus=False)
 
-    def full_softmax_log_probs(self, tensordict):
+    def full_softmax_log_probs(self, tensordict, action):
         dist = self.actor_network._get_sft_dist(tensordict)
-        _, entropy, old, mask = original(self, tensordict)
+        _, entropy, old, mask = original(self, tensordict, action)
         log_prob = dist.logits.log_softmax(-1).gather(-1, tensordict["tokens", "full"][..., None])
         return log_prob.squeeze(-1), entropy, old, mask
 
