@@ -143,20 +143,21 @@ class GRPOLoss(LossModule):
         log_weight = rlf.gspo_token_log_ratio(log_ratio, mask) if self.sequence_ratio else log_ratio
         gain, clipped = self._objective(log_weight, advantage)
         out = {"loss_objective": self._aggregate(-gain, loss_mask)}
-        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask)
-        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask)
-        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / loss_mask.sum()
+        count = mask.sum().clamp_min(1)  # the diagnostics' token count, summed once
+        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask, count)
+        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask, count)
+        ess_count = count if loss_mask is mask else loss_mask.sum()  # both NaN with no token
+        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / ess_count
         if self.entropy_bonus:
-            out["entropy"] = _valid_mean(entropy.detach(), mask)
+            out["entropy"] = _valid_mean(entropy.detach(), mask, count)
             out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, loss_mask)
-        cur = torch.where(mask, log_prob, 0.0)
         if self.kl_to_ref_coeff is not None and self.kl_to_ref_coeff > 0:
             out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl_term(
-                tensordict, "ref_log_probs", cur, loss_mask, self.kl_to_ref_coeff
+                tensordict, "ref_log_probs", log_prob, loss_mask, self.kl_to_ref_coeff
             )
         if self.kl_to_inference_coeff is not None:
             out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl_term(
-                tensordict, "sample_log_prob", cur, loss_mask, self.kl_to_inference_coeff
+                tensordict, "sample_log_prob", log_prob, loss_mask, self.kl_to_inference_coeff
             )
         # the tensorclass from a TensorDict built unchecked: a tenth of its constructor's cost
         return self.output_type._from_tensordict(TensorDict._new_unsafe(out, batch_size=_SCALAR))
@@ -293,8 +294,10 @@ def _clip_pair(clip_epsilon) -> tuple[float, float]:
     return clip_epsilon, clip_epsilon
 
 
-def _valid_mean(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return rlf.aggregate_tokens(value, mask, "token_mean")
+def _valid_mean(value: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """The mean of ``value`` over ``mask``'s ``count`` tokens (``aggregate_tokens``' token
+    mean, its count given)."""
+    return torch.where(mask, value, 0.0).sum() / count
 
 
 def _ignore_torchrl_keywords(owner: str, kwargs: dict) -> None:
