@@ -120,11 +120,14 @@ class _TokenLogProbEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, tokens, with_entropy, chunk):
-        parts = [
-            _chunk_forward(logits[i : i + chunk], tokens[i : i + chunk], with_entropy)
-            for i in range(0, logits.shape[0], chunk)
-        ]
-        picked, entropy = (torch.cat(p) if len(p) > 1 else p[0] for p in zip(*parts, strict=True))
+        if logits.shape[0] <= chunk:
+            picked, entropy = _chunk_forward(logits, tokens, with_entropy)
+        else:
+            parts = [
+                _chunk_forward(logits[i : i + chunk], tokens[i : i + chunk], with_entropy)
+                for i in range(0, logits.shape[0], chunk)
+            ]
+            picked, entropy = (torch.cat(p) for p in zip(*parts, strict=True))
         ctx.save_for_backward(logits, tokens, entropy)
         ctx.chunk = chunk
         return picked, entropy
