@@ -35,11 +35,12 @@ def tiny_tokenizer():
     )
 
 
-def tiny_model(seed: int = 0):
+def tiny_model(seed: int = 0, vocab: int = VOCAB):
+    """The 2-layer Qwen2; ``vocab`` above the tokenizer's ``VOCAB`` widens the logits only."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     config = transformers.Qwen2Config(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=2,
@@ -53,11 +54,11 @@ def tiny_model(seed: int = 0):
     return transformers.Qwen2ForCausalLM(config).eval()
 
 
-def tiny_actor(seed: int = 0):
+def tiny_actor(seed: int = 0, vocab: int = VOCAB):
     from torchrl.modules.llm import TransformersWrapper
 
     return TransformersWrapper(
-        tiny_model(seed),
+        tiny_model(seed, vocab),
         tokenizer=tiny_tokenizer(),
         generate=False,
         pad_output=True,

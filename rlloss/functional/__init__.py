@@ -46,6 +46,7 @@ from rlloss.functional.llm import (
     minor_sft_loss,
     sequence_log_likelihood,
     sequence_log_ratio,
+    token_log_prob_entropy,
 )
 from rlloss.functional.mpo import (
     action_penalty_cost,
@@ -173,6 +174,7 @@ __all__ = [
     "gspo_token_log_ratio",
     "kl_trust_mask",
     "masked_log_ratio",
+    "token_log_prob_entropy",
     "masked_token_ess",
     "minor_sft_loss",
     "sequence_log_likelihood",

@@ -108,3 +108,82 @@ def minor_sft_loss(
     arXiv:2408.10642, eq. 6: DPO's implicit reward of the demonstration alone)."""
     check_same_shape(log_likelihood=log_likelihood, ref_log_likelihood=ref_log_likelihood)
     return -torch.nn.functional.logsigmoid(beta * (log_likelihood - ref_log_likelihood.detach()))
+
+
+CHUNK_ELEMENTS = 1 << 16  # logits entries a token chunk of token_log_prob_entropy spans
+
+
+class _TokenLogProbEntropy(torch.autograd.Function):
+    """``log softmax(logits)[token]`` and the entropy, token chunk by token chunk: no
+    ``[tokens, vocab]`` tensor but the logits' gradient, one ``[chunk, vocab]`` at a time (the
+    log-softmax recomputed in the backward, not saved)."""
+
+    @staticmethod
+    def forward(ctx, logits, tokens, with_entropy, chunk):
+        if logits.shape[0] <= chunk:
+            picked, entropy = _chunk_forward(logits, tokens, with_entropy)
+        else:
+            parts = [
+                _chunk_forward(logits[i : i + chunk], tokens[i : i + chunk], with_entropy)
+                for i in range(0, logits.shape[0], chunk)
+            ]
+            picked, entropy = (torch.cat(p) for p in zip(*parts, strict=True))
+        ctx.save_for_backward(logits, tokens, entropy)
+        ctx.chunk = chunk
+        return picked, entropy
+
+    @staticmethod
+    def backward(ctx, grad_picked, grad_entropy):
+        logits, tokens, entropy = ctx.saved_tensors
+        if logits.shape[0] <= ctx.chunk:
+            return _chunk_backward(logits, tokens, entropy, grad_picked, grad_entropy), *[None] * 3
+        grad = torch.empty_like(logits)
+        for i in range(0, logits.shape[0], ctx.chunk):
+            rows = slice(i, i + ctx.chunk)
+            entropy_rows = entropy[rows] if entropy.numel() else entropy
+            grad[rows] = _chunk_backward(
+                logits[rows], tokens[rows], entropy_rows, grad_picked[rows], grad_entropy[rows]
+            )
+        return grad, None, None, None
+
+
+def _chunk_forward(logits, tokens, with_entropy):
+    log_p = logits.log_softmax(-1)
+    picked = log_p.gather(-1, tokens[:, None]).squeeze(-1)
+    if not with_entropy:
+        return picked, logits.new_zeros(0)
+    return picked, -(log_p.exp() * log_p).sum(-1)
+
+
+def _chunk_backward(logits, tokens, entropy, grad_picked, grad_entropy):
+    """``g_y (onehot(y) - p) - g_H p (log p + H)`` per row: d log p_y / dz and dH / dz."""
+    log_p = logits.log_softmax(-1)
+    p = log_p.exp()
+    if entropy.numel():
+        coeff = log_p.add_(entropy[:, None]).mul_(grad_entropy[:, None]).add_(grad_picked[:, None])
+        grad = p.mul_(coeff).neg_()
+    else:
+        grad = p.mul_(-grad_picked[:, None])
+    return grad.scatter_add_(-1, tokens[:, None], grad_picked[:, None])
+
+
+def token_log_prob_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A language model's token log-probs ``log pi(y_t) = z_{y_t} - logsumexp(z)`` (0 where
+    ``mask`` is off) and, with ``entropy``, its entropy ``H_t = -sum_v pi_v log pi_v`` per
+    position, computed over chunks of ``CHUNK_ELEMENTS`` logits: the only ``[*B, T, V]``
+    tensor created is the logits' gradient (the memory contract of issue 36).
+
+    Args:
+        logits: ``[*B, T, V]`` the actor's logits.
+        tokens: ``[*B, T]`` integer tokens (any value where ``mask`` is off).
+        mask: ``[*B, T]`` boolean, the positions to score.
+        entropy: whether to compute the entropy (else ``None``).
+    """
+    vocab = logits.shape[-1]
+    flat_tokens = torch.where(mask, tokens, 0).reshape(-1)
+    chunk = max(1, CHUNK_ELEMENTS // vocab)
+    picked, ent = _TokenLogProbEntropy.apply(logits.reshape(-1, vocab), flat_tokens, entropy, chunk)
+    log_prob = torch.where(mask, picked.reshape(mask.shape), 0.0)
+    return log_prob, ent.reshape(mask.shape) if entropy else None

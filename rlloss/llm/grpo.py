@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import NestedKey, TensorDict, TensorDictBase
 from torchrl.objectives.llm import CISPOLossOutput, DAPOLossOutput, GRPOLossOutput, LLMLossOutput
 
 from rlloss import functional as rlf
@@ -28,6 +28,7 @@ from rlloss.llm.base import (
 )
 
 AGGREGATIONS = ("token_mean", "prompt_mean", "seq_sum_constant", "none")
+_SCALAR = torch.Size([])
 
 
 class GRPOLoss(LossModule):
@@ -127,12 +128,13 @@ class GRPOLoss(LossModule):
         """The losses (``loss_objective``, ``loss_entropy``, ``loss_kl_to_ref``,
         ``loss_kl_to_inference``) and diagnostics of one batch of sampled sequences."""
         owner = type(self).__name__
-        if self.tensor_keys.action not in tensordict.keys(True):
+        action = read_padded(tensordict, self.tensor_keys.action, padding_value=-100)
+        if action is None:
             raise ValueError(f"Action key {self.tensor_keys.action} not in tensordict.")
         advantage = read_padded(tensordict, self.tensor_keys.advantage)
         if advantage is None:
             raise ValueError(f"Advantage key {self.tensor_keys.advantage} not in tensordict.")
-        dist, log_prob, old_log_prob, mask = self._token_log_probs(tensordict)
+        log_prob, entropy, old_log_prob, mask = self._token_log_probs(tensordict, action)
         advantage = token_advantage(owner, self.tensor_keys.advantage, advantage, mask)
         log_ratio = rlf.masked_log_ratio(log_prob, old_log_prob, mask)
         loss_mask = mask
@@ -141,32 +143,41 @@ class GRPOLoss(LossModule):
         log_weight = rlf.gspo_token_log_ratio(log_ratio, mask) if self.sequence_ratio else log_ratio
         gain, clipped = self._objective(log_weight, advantage)
         out = {"loss_objective": self._aggregate(-gain, loss_mask)}
-        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask)
-        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask)
-        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / loss_mask.sum()
+        count = mask.sum().clamp_min(1)  # the diagnostics' token count, summed once
+        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask, count)
+        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask, count)
+        ess_count = count if loss_mask is mask else loss_mask.sum()  # both NaN with no token
+        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / ess_count
         if self.entropy_bonus:
-            entropy = rlf.categorical_entropy(dist.logits.log_softmax(-1))
-            out["entropy"] = _valid_mean(entropy.detach(), mask)
+            out["entropy"] = _valid_mean(entropy.detach(), mask, count)
             out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, loss_mask)
-        cur = torch.where(mask, log_prob, 0.0)
         if self.kl_to_ref_coeff is not None and self.kl_to_ref_coeff > 0:
             out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl_term(
-                tensordict, "ref_log_probs", cur, loss_mask, self.kl_to_ref_coeff
+                tensordict, "ref_log_probs", log_prob, loss_mask, self.kl_to_ref_coeff
             )
         if self.kl_to_inference_coeff is not None:
             out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl_term(
-                tensordict, "sample_log_prob", cur, loss_mask, self.kl_to_inference_coeff
+                tensordict, "sample_log_prob", log_prob, loss_mask, self.kl_to_inference_coeff
             )
-        return self.output_type(**out, batch_size=[])
+        # the tensorclass from a TensorDict built unchecked: a tenth of its constructor's cost
+        return self.output_type._from_tensordict(TensorDict._new_unsafe(out, batch_size=_SCALAR))
 
-    def _token_log_probs(self, tensordict: TensorDictBase):
-        """The actor's distribution, the current and sampling log-probs ``[*B, T]`` and the
-        token mask (the actor's, less the tokens whose sampling log-prob is not finite: TorchRL
-        pads alignment holes with NaN)."""
+    def _token_log_probs(self, tensordict: TensorDictBase, action: torch.Tensor):
+        """The current token log-probs and entropies (``None`` without the entropy bonus) and
+        the sampling log-probs ``[*B, T]``, with the token mask (the actor's, less the tokens
+        whose sampling log-prob is not finite: TorchRL pads alignment holes with NaN). The
+        log-probs and entropies come from the logits chunk by chunk
+        (:func:`rlloss.functional.token_log_prob_entropy`): no ``[*B, T, V]`` tensor."""
         owner = type(self).__name__
         dist = token_distribution(owner, self.actor_network, tensordict, self.masking_strategy)
-        action = read_padded(tensordict, self.tensor_keys.action, padding_value=-100)
-        log_prob = dist.log_prob(action)
+        mask, logits = dist.mask, dist.logits
+        if mask.shape != logits.shape[:-1]:
+            raise ValueError(
+                f"{owner}: the actor's token mask has shape {tuple(mask.shape)}, its logits "
+                f"{tuple(logits.shape)}: a token-level mask [*B, T, V] is not supported, "
+                "give a position mask [*B, T]."
+            )
+        log_prob, entropy = rlf.token_log_prob_entropy(logits, action, mask, self.entropy_bonus)
         old_log_prob = read_padded(tensordict, self.tensor_keys.sample_log_prob)
         if old_log_prob is None:
             raise KeyError(
@@ -187,14 +198,7 @@ class GRPOLoss(LossModule):
                 "with the same masking strategy and padding (left), or set masking_strategy "
                 "to the one the sampling used ('sft', 'rlhf' or 'generic')."
             )
-        mask = dist.mask
-        if mask.shape != log_prob.shape:
-            raise ValueError(
-                f"{owner}: the actor's token mask has shape {tuple(mask.shape)}, its log-probs "
-                f"{tuple(log_prob.shape)}: a token-level mask [*B, T, V] is not supported, "
-                "give a position mask [*B, T]."
-            )
-        return dist, log_prob, old_log_prob, mask & torch.isfinite(old_log_prob)
+        return log_prob, entropy, old_log_prob, mask & torch.isfinite(old_log_prob)
 
     def _objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):
         """The per-token objective (to maximise) and which tokens the clip changed."""
@@ -290,8 +294,10 @@ def _clip_pair(clip_epsilon) -> tuple[float, float]:
     return clip_epsilon, clip_epsilon
 
 
-def _valid_mean(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return rlf.aggregate_tokens(value, mask, "token_mean")
+def _valid_mean(value: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """The mean of ``value`` over ``mask``'s ``count`` tokens (``aggregate_tokens``' token
+    mean, its count given)."""
+    return torch.where(mask, value, 0.0).sum() / count
 
 
 def _ignore_torchrl_keywords(owner: str, kwargs: dict) -> None:

@@ -1,6 +1,7 @@
 """rlloss.functional.llm against the naive references written from the papers: token log-ratios,
 clip-higher, CISPO's stop-gradient weight, the KL trust mask, group-relative advantages (GRPO,
-Dr. GRPO), token aggregations, GSPO's sequence ratio and the token ESS."""
+Dr. GRPO), token aggregations, GSPO's sequence ratio, the token ESS, and
+the chunked token log-prob and entropy."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rlloss.functional.llm import (
     minor_sft_loss,
     sequence_log_likelihood,
     sequence_log_ratio,
+    token_log_prob_entropy,
 )
 from rlloss.functional.reduce import aggregate_tokens, masked_token_ess
 from tests import reference
@@ -195,3 +197,35 @@ def test_minor_sft_loss(beta):
     out = minor_sft_loss(ll, ref, beta)
     expected = reference.elementwise(lambda a, b: reference.minor_sft_loss(a, b, beta), ll, ref)
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("chunk_elements", [8, 64, 1 << 16])
+def test_token_log_prob_entropy_matches_the_softmax(shape, chunk_elements, monkeypatch):
+    """Values and gradients against the naive ones from the full softmax: ``log pi(y) =
+    log(exp(z_y) / sum_v exp(z_v))`` and ``H = -sum_v pi_v log pi_v``, over 1, a few or
+    one-row chunks; masked positions give 0 and no gradient."""
+    from rlloss.functional import llm
+
+    monkeypatch.setattr(llm, "CHUNK_ELEMENTS", chunk_elements)
+    g = torch.Generator().manual_seed(sum(shape))
+    logits = torch.randn(*shape, 11, generator=g, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 11, shape, generator=g)
+    mask = torch.rand(shape, generator=g) > 0.3
+    tokens = torch.where(mask, tokens, -100)  # TorchRL's padding token id
+    weights = torch.randn(2, *shape, generator=g, dtype=torch.float64)
+    log_prob, entropy = token_log_prob_entropy(logits, tokens, mask)
+    (weights[0] * log_prob + weights[1] * entropy).sum().backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    probs = logits.exp() / logits.exp().sum(-1, keepdim=True)
+    picked = probs.gather(-1, tokens.clamp(min=0)[..., None]).squeeze(-1).log()
+    naive_log_prob = torch.where(mask, picked, torch.zeros(()))
+    naive_entropy = -(probs * probs.log()).sum(-1)
+    (weights[0] * naive_log_prob + weights[1] * naive_entropy).sum().backward()
+    torch.testing.assert_close(log_prob, naive_log_prob)
+    torch.testing.assert_close(entropy, naive_entropy)
+    torch.testing.assert_close(ours, logits.grad)
+    only_log_prob, none = token_log_prob_entropy(logits, tokens, mask, entropy=False)
+    assert none is None
+    torch.testing.assert_close(only_log_prob, naive_log_prob)
