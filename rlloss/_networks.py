@@ -487,3 +487,10 @@ def _distribution_head(actor) -> ProbabilisticTensorDictModule | None:
     if not heads or type(heads[-1]).get_dist is not ProbabilisticTensorDictModule.get_dist:
         return None
     return heads[-1]
+
+
+def parameter_device(module: torch.nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter (the CPU for a module without any)."""
+    for tensor in module.parameters():
+        return tensor.device
+    return torch.device("cpu")

@@ -36,6 +36,7 @@ from rlloss._networks import (
     as_list,
     entry,
     log_prob_of,
+    parameter_device,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
@@ -148,7 +149,7 @@ class OnPolicyLoss(LossModule):
         self._has_critic = critic_network is not None and bool(critic_coeff)
         self._functional = functional
         self._register_coefficients(
-            _device_of(actor_network) if device is None else torch.device(device),
+            parameter_device(actor_network) if device is None else torch.device(device),
             entropy_coeff=entropy_coeff,
             samples_mc_entropy=samples_mc_entropy,
             critic_coeff=critic_coeff if self._has_critic else None,
@@ -494,9 +495,3 @@ class OnPolicyLoss(LossModule):
             out[self._critic_loss_key] = as_scalar_output(loss, self.reduction)
             out.update(info)
         return _compat.output_tensordict(out)
-
-
-def _device_of(module: nn.Module) -> torch.device:
-    for tensor in module.parameters():
-        return tensor.device
-    return torch.device("cpu")
