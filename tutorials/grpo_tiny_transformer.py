@@ -43,25 +43,24 @@ completion each / greedy):
 reward                            seed 0              seed 1              seed 2
 ================================  ==================  ==================  ==================
 after SFT (every run of a seed)   0.199 / 0.471       0.263 / 0.554       0.205 / 0.472
-after GRPO, rlloss ``GRPOLoss``   0.892 / 0.998       0.901 / 0.991       0.634 / 0.738
-after GRPO, rlloss ``DrGRPOLoss`` 0.885 / 0.984       0.844 / 0.954       0.640 / 0.730
-after GRPO, rlloss ``GSPOLoss``   0.686 / 0.840       0.736 / 0.877       0.580 / 0.725
+after GRPO, rlloss ``GRPOLoss``   0.890 / 0.998       0.909 / 0.990       0.641 / 0.736
+after GRPO, rlloss ``DrGRPOLoss`` 0.894 / 0.990       0.818 / 0.938       0.624 / 0.747
+after GRPO, rlloss ``GSPOLoss``   0.679 / 0.833       0.738 / 0.879       0.581 / 0.725
 after GRPO, TorchRL ``GRPOLoss``  0.892 / 0.998       0.901 / 0.991       0.634 / 0.738
 ================================  ==================  ==================  ==================
 
-Every variant raises the sampled reward, from 0.20-0.26 to 0.58-0.90, and the greedy one, from
-0.47-0.55 to 0.72-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128
-completions) is still rising when the budget ends on every run: its mean over the last 5
-updates is above its mean over the 10 before (seed 2 with GRPO: 0.548 then 0.635). With
-TorchRL's ``GRPOLoss`` and ``SFTLoss`` swapped in, every seed's ``returns.csv`` (48 updates) is
-identical to rlloss's. The rlloss runs of GRPO (seeds 0-2), Dr. GRPO and GSPO (seed 0) were made
-by the previous version of this script, which stored the advantage as ``[n, 1]``, one per
-completion (rlloss's losses take it; TorchRL's need ``[n, T, 1]``, one per token, as now): the
-identical curves of the TorchRL runs, made with ``[n, T, 1]``, show it is the same training,
-and seed 0 with GRPOLoss rerun by this version gives the same ``returns.csv`` again.
-GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss. CPU time
-(``cpu_time=``, printed by the 8 runs made after that line was added: Dr. GRPO seeds 1 and 2,
-GSPO seeds 1 and 2, TorchRL's three, the rerun) 33.1 to 34.7 s.
+Every variant raises the sampled reward, from 0.20-0.26 to 0.58-0.91, and the greedy one, from
+0.47-0.55 to 0.73-1.00. The training reward (``OUT/returns.csv``, the mean over an update's 128
+completions) is still rising when the budget ends on every run (its mean over the last 5 updates
+above its mean over the 10 before; seed 2 with GRPO: 0.629 then 0.543). With TorchRL's ``GRPOLoss`` and
+``SFTLoss`` swapped in, each seed's ``returns.csv`` is identical to rlloss's for the first 44
+(seed 0), 37 (seed 1) and 24 (seed 2) of the 48 updates, then drifts by float rounding:
+rlloss's GRPO family takes the token log-probs and entropy from the logits in chunks
+(``rlloss.functional.token_log_prob_entropy``, so that no ``[batch, tokens, vocab]`` log-softmax
+is kept for the backward), TorchRL's from its distribution's ``log_prob``; an earlier version of
+the losses (the distribution's ``log_prob``, as TorchRL) gave identical curves over all 48 on
+every seed. GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss.
+CPU time (``cpu_time=``) 30 to 35 s a run.
 
 Swapping TorchRL in: the ``from rlloss import GRPOLoss, SFTLoss`` line below is the one
 ``benchmarks/torchrl_swap.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
