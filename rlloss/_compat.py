@@ -38,6 +38,16 @@ def output_tensordict(entries: dict[str, torch.Tensor]) -> TensorDict:
     return TensorDict._new_unsafe(entries, batch_size=torch.Size([]))
 
 
+def output_tensorclass(cls, entries: dict[str, torch.Tensor]):
+    """An instance of the tensorclass ``cls`` holding ``entries``, built from
+    :func:`output_tensordict`.
+
+    Why private: the tensorclass constructor checks every field (about 26 us a call against 4 us
+    this way); ``cls._from_tensordict`` wraps a TensorDict as it is.
+    """
+    return cls._from_tensordict(output_tensordict(entries))
+
+
 def unravel_key(key: NestedKey) -> tuple[str, ...]:
     """``("a", ("b", "c"))`` -> ``("a", "b", "c")``; ``"a"`` -> ``("a",)``.
 

@@ -33,6 +33,15 @@ def test_output_tensordict_holds_the_entries_as_given():
     assert set(out.keys()) == {"loss", "entropy"}
 
 
+def test_output_tensorclass_wraps_the_entries_in_the_given_tensorclass():
+    from torchrl.objectives.llm.grpo import GRPOLossOutput
+
+    loss = torch.tensor(0.5)
+    out = _compat.output_tensorclass(GRPOLossOutput, {"loss_objective": loss})
+    assert type(out) is GRPOLossOutput and out.batch_size == torch.Size([])
+    assert out.loss_objective is loss and out.clip_fraction is None
+
+
 @pytest.mark.parametrize(
     "key, path",
     [("a", ("a",)), (("a", "b"), ("a", "b")), (("a", ("b", "c")), ("a", "b", "c"))],
