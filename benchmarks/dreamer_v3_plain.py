@@ -161,7 +161,7 @@ class PlainDreamerV3(torch.nn.Module):
     def actor_loss(self, state, belief, returns, weights):
         with torch.no_grad():
             ordered = returns.reshape(-1).sort().values
-            position = (ordered.numel() - 1) * torch.tensor([0.05, 0.95])
+            position = (ordered.numel() - 1) * torch.tensor([0.05, 0.95], device=ordered.device)
             low, frac = position.floor().long(), position - position.floor()
             quantiles = torch.lerp(
                 ordered[low], ordered[(low + 1).clamp_max(ordered.numel() - 1)], frac
@@ -201,7 +201,9 @@ class PlainDreamerV3(torch.nn.Module):
         start_state, start_belief = state.detach().flatten(0, 1), belief.detach().flatten(0, 1)
         states, beliefs, rewards, next_value = self.imagine(start_state, start_belief)
         returns = lambda_returns(rewards, next_value)
-        weights = GAMMA ** torch.arange(self.horizon, dtype=returns.dtype).expand_as(returns)
+        weights = GAMMA ** torch.arange(
+            self.horizon, dtype=returns.dtype, device=returns.device
+        ).expand_as(returns)
         actor = self.actor_loss(states, beliefs, returns, weights)
         _, value = self.critic_loss(states.detach(), beliefs.detach(), returns.detach(), weights)
         bootstrap = returns[:, 0].detach().reshape(batch, steps)

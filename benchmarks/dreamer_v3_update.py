@@ -4,11 +4,15 @@ every posterior state, replay critic) forward and backward, on the same small RS
 batch and the same seed; eager, or each update's losses compiled (``--compiled``).
 
     PYTHONPATH=. python benchmarks/dreamer_v3_update.py [--batch 16] [--time 64] [--horizon 15]
-        [--repeats 10] [--compiled] [--methods rlloss torchrl plain]
+        [--repeats 10] [--compiled] [--methods rlloss torchrl plain] [--device cuda [--graph]]
+        [--out FILE.json]
 
 Prints, per method, the median and interquartile range of the CPU time (process time) of one
 update, the methods alternating call by call (a busy machine's load weighs on all alike), and
-the ratios. The world model's RSSM uses TorchRL's standard keys (``("next", "encoded_latents")``),
+the ratios. On a GPU (``--device cuda``) the time is the wall clock between two device
+synchronisations, and ``--graph`` also records each method's update as one CUDA graph (after
+warm-up calls on a side stream) and times its replays: a method whose update reads a value on
+the host cannot be recorded, and the error is reported in its place. The world model's RSSM uses TorchRL's standard keys (``("next", "encoded_latents")``),
 so TorchRL's ``RSSMRolloutV3`` runs its tensor recurrence for both libraries. rlloss imagines on
 tensors (``TensorImagination``); TorchRL through ``DreamerEnv.rollout``. The hand-written update
 (:mod:`benchmarks.dreamer_v3_plain`) calls the same networks as plain modules. Compiled:
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
+import pathlib
 import statistics
 import time
 import warnings
@@ -158,6 +164,11 @@ def plain_inputs(sample: TensorDict) -> tuple:
     )  # fmt: skip
 
 
+def to_device(nets: tuple, sample: TensorDict, device: str) -> tuple:
+    """The networks (the imagination env with its specs) and the batch on ``device``."""
+    return tuple(net.to(device) for net in nets), sample.to(device)
+
+
 def make_updates(names, nets, horizon: int, sample, compiled: bool) -> dict:
     """One closure per method running a full update (forward and the gradients)."""
     updates = {}
@@ -182,41 +193,87 @@ def gradients(losses, parameters) -> None:
     torch.autograd.grad(total, parameters, allow_unused=True)
 
 
-def interleaved_seconds(updates: dict, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Each method's CPU time per update (``time.process_time``), the methods alternating call
-    by call; the first ``warmup`` calls of each (lazy state, compilation) untimed."""
-    times = {name: [] for name in updates}
+def cuda_graph(update):
+    """``update`` recorded as one CUDA graph, warmed up on a side stream first; its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            update()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        update()
+    return graph.replay
+
+
+def recorded(updates: dict) -> tuple[dict, dict]:
+    """Each update as a CUDA graph's replay, and the methods that could not be recorded (their
+    error's first line)."""
+    replays, failures = {}, {}
+    for name, update in updates.items():
+        try:
+            replays[f"{name}+graph"] = cuda_graph(update)
+        except Exception as error:  # noqa: BLE001 - a method that cannot be recorded is a result
+            failures[f"{name}+graph"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            torch.cuda.synchronize()
+    return replays, failures
+
+
+def clock(device: str):
+    """CPU time on the CPU; on a GPU the wall clock after the device's queue drains."""
+    if device == "cpu":
+        return time.process_time
+
+    def synchronized() -> float:
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return synchronized
+
+
+def interleaved_seconds(
+    updates: dict, repeats: int, warmup: int = 2, device: str = "cpu"
+) -> dict[str, list[float]]:
+    """Each method's time per update (:func:`clock`), the methods alternating call by call; the
+    first ``warmup`` calls of each (lazy state, compilation) untimed."""
+    now, times = clock(device), {name: [] for name in updates}
     for step in range(repeats + warmup):
         for name, update in updates.items():
             torch.manual_seed(step)
-            start = time.process_time()
+            start = now()
             update()
             if step >= warmup:
-                times[name].append(time.process_time() - start)
+                times[name].append(now() - start)
     return times
 
 
 LIBRARIES = {"rlloss": rlloss, "torchrl": torchrl_objectives}
 
 
-def report(results: dict, args) -> None:
+def report(results: dict, args) -> dict:
     mode = "compiled" if args.compiled else "eager"
+    where = "CPU time" if args.device == "cpu" else f"wall time on {torch.cuda.get_device_name()}"
     print(f"DreamerV3 update ({mode}), batch {args.batch} x {args.time}, horizon {args.horizon}, "
-          f"{torch.get_num_threads()} threads, {args.repeats} timed calls, CPU time")  # fmt: skip
-    medians = {}
+          f"{torch.get_num_threads()} threads, {args.repeats} timed calls, {where}")  # fmt: skip
+    medians, ratios = {}, {}
     for name, times in results.items():
         quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
         medians[name] = statistics.median(times)
         print(f"  {name:8s} median {medians[name] * 1e3:9.1f} ms  "
               f"IQR {quartiles[0] * 1e3:.1f}-{quartiles[2] * 1e3:.1f} ms")  # fmt: skip
-    for num, den in (("torchrl", "rlloss"), ("rlloss", "plain"), ("torchrl", "plain")):
-        if num in medians and den in medians:
-            paired = [a / b for a, b in zip(results[num], results[den], strict=True)]
-            q = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
-            print(
-                f"  {num} / {den}: {medians[num] / medians[den]:.2f}x "
-                f"(paired median {statistics.median(paired):.2f}x, IQR {q[0]:.2f}-{q[2]:.2f})"
-            )
+    for suffix in ("", "+graph"):
+        pairs = (("torchrl", "rlloss"), ("rlloss", "plain"), ("torchrl", "plain"))
+        for num, den in ((a + suffix, b + suffix) for a, b in pairs):
+            if num in medians and den in medians:
+                paired = [a / b for a, b in zip(results[num], results[den], strict=True)]
+                q = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+                ratios[f"{num} / {den}"] = [statistics.median(paired), q[0], q[2]]
+                print(
+                    f"  {num} / {den}: {medians[num] / medians[den]:.2f}x "
+                    f"(paired median {statistics.median(paired):.2f}x, IQR {q[0]:.2f}-{q[2]:.2f})"
+                )
+    return {"median_ms": {name: m * 1e3 for name, m in medians.items()}, "ratios": ratios}
 
 
 def main() -> None:
@@ -227,11 +284,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--compiled", action="store_true")
     parser.add_argument("--methods", nargs="+", default=["rlloss", "torchrl", "plain"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--graph", action="store_true", help="also as CUDA graphs (GPU only)")
+    parser.add_argument("--out", help="append the medians and ratios to this JSON file")
     args = parser.parse_args()
     torch.manual_seed(0)
-    nets, sample = networks(), sequences(args.batch, args.time)
+    nets, sample = to_device(networks(), sequences(args.batch, args.time), args.device)
     updates = make_updates(args.methods, nets, args.horizon, sample, args.compiled)
-    report(interleaved_seconds(updates, args.repeats), args)
+    failures = {}
+    if args.graph:
+        interleaved_seconds(updates, 0, device=args.device)  # compiled before recording
+        replays, failures = recorded(updates)
+        updates.update(replays)
+    summary = report(interleaved_seconds(updates, args.repeats, device=args.device), args)
+    for name, error in failures.items():
+        print(f"  {name}: not recorded ({error})")
+    if args.out:
+        record(args.out, {**vars(args), **summary, "not_recorded": failures})
+
+
+def record(path: str, entry: dict) -> None:
+    """Append ``entry`` to the JSON list at ``path`` (created if missing)."""
+    file = pathlib.Path(path)
+    entries = json.loads(file.read_text()) if file.exists() else []
+    file.write_text(json.dumps([*entries, entry], indent=1) + "\n")
 
 
 if __name__ == "__main__":
