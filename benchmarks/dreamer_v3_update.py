@@ -174,12 +174,12 @@ def make_updates(names, nets, horizon: int, sample, compiled: bool) -> dict:
     updates = {}
     for name in names:
         if name == "plain":
-            module = PlainDreamerV3(nets, horizon, BINS)
+            module = PlainDreamerV3(nets, horizon, BINS).to(sample.device)
             call = torch.compile(module, fullgraph=True) if compiled else module
             inputs = plain_inputs(sample)
             losses = lambda call=call, inputs=inputs: {"loss": call(*inputs)}  # noqa: E731
         else:
-            module = composed(LIBRARIES[name], nets, horizon)
+            module = composed(LIBRARIES[name], nets, horizon).to(sample.device)
             call = torch.compile(module, fullgraph=name == "rlloss") if compiled else module
             losses = lambda call=call: call(sample)  # noqa: E731
         parameters = [p for p in module.parameters() if p.requires_grad]

@@ -123,10 +123,13 @@ class Coefficient:
         self.range["integer"] = integer
         self.checked = low is not None or high is not None or integer
         self.buffer = buffer
-        self.name = ""
+        self.name = self.slot = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        # A plain value lives in the instance dict under another name than the attribute's:
+        # torch.compile (dynamo 2.11) reads ``module.__dict__[name]`` as ``getattr(module,
+        # name)``, which would call this descriptor again, without end.
+        self.name, self.slot = name, f"_coefficient_{name}"
 
     def check(self, value, name: str | None = None) -> None:
         """:func:`check_in_range` of ``value`` (``None`` passes), under ``name`` (default: the
@@ -139,7 +142,7 @@ class Coefficient:
         a 0-dim buffer on ``device`` (``None``: a plain ``None`` attribute)."""
         self.check(value)
         if self.buffer and value is not None:
-            module.__dict__.pop(self.name, None)
+            module.__dict__.pop(self.slot, None)
             module.register_buffer(self.name, torch.tensor(float(value), device=device))
         else:
             self.__set__(module, value)
@@ -148,9 +151,9 @@ class Coefficient:
         if module is None:
             return self
         state = module.__dict__
-        name = self.name
-        if name in state:
-            return state[name]
+        name, slot = self.name, self.slot
+        if slot in state:
+            return state[slot]
         buffers = state.get("_buffers", {})  # absent before nn.Module.__init__
         if name in buffers:
             return buffers[name]
@@ -170,12 +173,12 @@ class Coefficient:
         elif name in module._buffers or name in module._parameters:
             torch.nn.Module.__setattr__(module, name, value)  # nn.Module's rules
         elif isinstance(value, torch.nn.Parameter):
-            module.__dict__.pop(name, None)
+            module.__dict__.pop(self.slot, None)
             module.register_parameter(name, value)
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            module.__dict__[name] = int(value) if self.range["integer"] else float(value)
+            module.__dict__[self.slot] = int(value) if self.range["integer"] else float(value)
         else:
-            module.__dict__[name] = value
+            module.__dict__[self.slot] = value
 
     def __repr__(self) -> str:
         shown = {key: value for key, value in self.range.items() if value not in (None, False)}

@@ -347,6 +347,23 @@ def test_coefficient_none_parameter_and_class_access():
         _ = _Scheduled.__new__(_Scheduled).steps  # before nn.Module.__init__ too
 
 
+def test_coefficient_plain_values_are_not_stored_under_their_own_name():
+    """torch 2.11's dynamo reads ``module.__dict__[name]`` as ``getattr(module, name)``: a plain
+    value stored under the attribute's own name sent the descriptor into itself without end
+    under ``torch.compile`` (seen on an H200 with torch 2.11); it is stored under another key."""
+    module = _Scheduled()
+    module.bound = 0.5
+    assert "steps" not in vars(module) and "bound" not in vars(module)
+    assert module.steps == 2 and module.bound == 0.5
+
+    def read(x):
+        return x * module.bound * module.steps * module.rate
+
+    compiled = torch.compile(read, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(torch.ones(2)), read(torch.ones(2)))
+    torch._dynamo.reset()
+
+
 def test_losses_list_their_buffer_coefficients_for_torchrl():
     assert {"entropy_coeff", "critic_coeff", "clip_value", "clip_epsilon", "dual_clip"} <= (
         rlloss.ClipPPOLoss._all_schedulable_buffers
