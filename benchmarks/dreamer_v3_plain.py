@@ -116,6 +116,7 @@ class PlainDreamerV3(torch.nn.Module):
         self.register_buffer("support", bins(num_bins))
         self.register_buffer("low", torch.zeros(()))
         self.register_buffer("high", torch.zeros(()))
+        self.register_buffer("levels", torch.tensor([0.05, 0.95]))  # no host copy in a CUDA graph
 
     def world_model(self, observation, action, is_init):
         """Prior and posterior logits ``[B, T, C, K]``, posterior states and beliefs ``[B, T, *]``."""
@@ -161,7 +162,7 @@ class PlainDreamerV3(torch.nn.Module):
     def actor_loss(self, state, belief, returns, weights):
         with torch.no_grad():
             ordered = returns.reshape(-1).sort().values
-            position = (ordered.numel() - 1) * torch.tensor([0.05, 0.95], device=ordered.device)
+            position = (ordered.numel() - 1) * self.levels
             low, frac = position.floor().long(), position - position.floor()
             quantiles = torch.lerp(
                 ordered[low], ordered[(low + 1).clamp_max(ordered.numel() - 1)], frac

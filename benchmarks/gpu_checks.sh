@@ -36,7 +36,7 @@ step 120 tests python3 -m pytest -q -p no:cacheprovider -rfE tests/test_cuda.py 
 tail -3 "$log" | head -2
 step 120 "dreamer_v3_update eager" python3 benchmarks/dreamer_v3_update.py --device cuda --graph \
     --repeats 20 --out "$out/dreamer_v3_update.json"
-step 240 "dreamer_v3_update compiled" python3 benchmarks/dreamer_v3_update.py --device cuda \
+step 300 "dreamer_v3_update compiled" python3 benchmarks/dreamer_v3_update.py --device cuda \
     --graph --compiled --repeats 20 --out "$out/dreamer_v3_update.json"
 step 230 "gpu_update SAC TD3" python3 benchmarks/gpu_update.py --cases SAC TD3 --inner 100 \
     --methods eager compiled compiled+graph "compiled+graph, sample()" --profile \
