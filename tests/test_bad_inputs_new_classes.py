@@ -18,7 +18,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -26,9 +26,21 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch import nn
 
 import rlloss
-from tests import nets, test_act, test_bc, test_diffusion_bc, test_dreamer, test_dreamer_v3
-from tests import test_dt, test_gail, test_mappo, test_pilco, test_qmixer, test_rnd
-from tests import test_world_model
+from tests import (
+    nets,
+    test_act,
+    test_bc,
+    test_diffusion_bc,
+    test_dreamer,
+    test_dreamer_v3,
+    test_dt,
+    test_gail,
+    test_mappo,
+    test_pilco,
+    test_qmixer,
+    test_rnd,
+    test_world_model,
+)
 
 MASK = ("collector", "mask")
 

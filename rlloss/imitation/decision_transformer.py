@@ -98,6 +98,7 @@ class DTLoss(_SequenceModelLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss": ...}`` on a batch of (sequences of) states, returns-to-go and actions."""
+        tensordict = self._without_padding(tensordict)
         target = self._get(tensordict, "action_target").detach()
         prediction = self._actor_call(tensordict).get(self.tensor_keys.action_pred, None)
         if prediction is None or prediction is self._read(tensordict, "action_pred"):
@@ -240,6 +241,7 @@ class OnlineDTLoss(_SequenceModelLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The three losses and the diagnostics on a batch of (sequences of) states,
         returns-to-go and actions."""
+        tensordict = self._without_padding(tensordict)
         target = self._get(tensordict, "action_target")
         if target.requires_grad:
             raise RuntimeError(
@@ -259,18 +261,18 @@ class OnlineDTLoss(_SequenceModelLoss):
             ),
         }
         if self.reduction == "none":
-            return self._unreduced(out, tensordict.batch_size, alpha, entropy)
+            return self._unreduced(out, tensordict, alpha, entropy)
         out = {key: self._reduce_valid(value, tensordict) for key, value in out.items()}
-        out["entropy"] = entropy.detach().mean()
+        out["entropy"] = self._valid_mean(entropy.detach(), tensordict)  # TorchRL's: padding too
         out["alpha"] = alpha
         return _compat.output_tensordict(out)
 
-    def _unreduced(self, out: dict, batch_size, alpha, entropy) -> TensorDictBase:
+    def _unreduced(self, out: dict, batch: TensorDictBase, alpha, entropy) -> TensorDictBase:
         """The per-element losses in a TensorDict of the batch's size (TorchRL's output)."""
-        result = TensorDict(out, batch_size=batch_size)
+        result = TensorDict(out, batch_size=batch.batch_size)
         if self.scalar_output_mode == "non_tensor":
             result.set_non_tensor("alpha", alpha)
-            result.set_non_tensor("entropy", entropy.detach().mean())
+            result.set_non_tensor("entropy", self._valid_mean(entropy.detach(), batch))
         return result
 
 

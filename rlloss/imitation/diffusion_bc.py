@@ -74,6 +74,7 @@ class DiffusionBCLoss(SupervisedLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_diffusion_bc": ...}`` on a batch of observations and clean actions."""
+        tensordict = self._without_padding(tensordict)
         action = self._get(tensordict, "action")
         observation = self._get(tensordict, "observation")
         ddpm = self.actor_network.module
