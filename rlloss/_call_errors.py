@@ -10,7 +10,13 @@ from torch import nn
 
 from rlloss._checks import MissingKeyError
 
-CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+CALL_ERRORS = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    IndexError,
+    AttributeError,
+)  # None input: AttributeError
 
 
 def explained(error: Exception, network, in_keys: list, inputs: list, batch) -> Exception:

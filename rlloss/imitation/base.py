@@ -96,6 +96,24 @@ class SupervisedLoss(LossModule):
         return rlf.reduce(loss, self.reduction, mask)
 
 
+def check_target(owner: str, key, target: torch.Tensor, prediction: torch.Tensor) -> None:
+    """The demonstrated entry ``key`` fits the network's ``prediction``: the same shape and, for
+    a floating target, the same dtype (a shape and dtype comparison: no host sync)."""
+    if target.shape != prediction.shape:
+        raise ValueError(
+            f"{owner}: the demonstrated {key!r} has shape {tuple(target.shape)}, but the actor "
+            f"predicts shape {tuple(prediction.shape)}: store demonstrations of the actor's "
+            f"action size ({prediction.shape[-1] if prediction.ndim else 1}), or point the "
+            "loss at the entry holding them (loss.set_keys(...))."
+        )
+    if target.is_floating_point() and target.dtype != prediction.dtype:
+        raise TypeError(
+            f"{owner}: the demonstrated {key!r} has dtype {target.dtype}, but the actor "
+            f"predicts {prediction.dtype}: cast the batch (batch.to({prediction.dtype})) or "
+            f"the loss and its networks (loss.to({target.dtype}))."
+        )
+
+
 def zero_padded(values: torch.Tensor, pad: torch.Tensor, finite_only: bool = False):
     """``values`` (``[*B, T, D]``) with the elements ``pad`` marks (``[*B, T]``, ``True`` on
     padding, broadcast over the trailing dims) set to 0, or with ``finite_only`` only those of

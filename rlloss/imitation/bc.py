@@ -16,7 +16,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
-from rlloss.imitation.base import SupervisedLoss, zero_padded
+from rlloss.imitation.base import SupervisedLoss, check_target, zero_padded
 
 LOSS_FUNCTIONS = ("l1", "l2", "mse", "smooth_l1", "cross_entropy")
 DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
@@ -119,6 +119,8 @@ class BCLoss(SupervisedLoss):
         elif kind is None:
             kind = "l2"
         prediction = self._prediction(batch, expert)
+        if expert.is_floating_point():
+            check_target("BCLoss", self.tensor_keys.action, expert, prediction)
         if callable(kind):
             return kind(prediction, expert)
         return rlf.action_error(prediction, expert, kind)

@@ -20,7 +20,7 @@ from rlloss._checks import Coefficient, check_choice, check_in_range
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
-from rlloss.imitation.base import SupervisedLoss
+from rlloss.imitation.base import SupervisedLoss, check_target
 
 SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
 
@@ -109,6 +109,7 @@ class DTLoss(_SequenceModelLoss):
                 "the batch's action with itself. Make the actor's out_keys include it, or "
                 "loss.set_keys(action_pred=<the actor's output key>)."
             )
+        check_target("DTLoss", self.tensor_keys.action_target, target, prediction)
         loss = rlf.distance(prediction, target, self.loss_function)
         return _compat.output_tensordict({"loss": self._reduce_valid(loss, tensordict)})
 
@@ -185,6 +186,11 @@ class OnlineDTLoss(_SequenceModelLoss):
         """``alpha_init``, ``log_alpha`` (a parameter, or a buffer when fixed) and the bounds'
         logs (buffers, ``None`` when unbounded), as TorchRL's."""
         self.register_buffer("alpha_init", torch.tensor(float(alpha_init), device=device))
+        for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if bound is not None:  # 0 (or None): that side unbounded, as TorchRL's
+                check_in_range(name, bound, 0.0)
+        if min_alpha and max_alpha:
+            check_in_range("max_alpha", max_alpha, min_alpha)
         if bool(min_alpha) ^ bool(max_alpha):  # TorchRL's rule for one bound given
             if max_alpha == 0:
                 raise ValueError("max_alpha must be either None or greater than 0.")
