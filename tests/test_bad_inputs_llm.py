@@ -298,3 +298,26 @@ def test_mc_advantage_leaves_the_written_trajectory_as_it_was():
     for td, old in zip((first, second), before, strict=True):
         assert set(td.keys(True, True)) == set(old.keys(True, True))
         assert (td == old).all()
+
+
+@pytest.mark.parametrize(
+    "build, pattern",
+    [
+        (lambda: rlloss.MCAdvantageSelector("best"), "strategy"),
+        (
+            lambda: rlloss.MCAdvantageSelector().select(
+                TensorDict({"return": torch.zeros(3, 2)}, [3]), group_size=2
+            ),
+            "one scalar per candidate",
+        ),
+        (
+            lambda: rlloss.MCAdvantageSelector().select(
+                TensorDict({"return": torch.zeros(3)}, [3]), group_size=4
+            ),
+            "group_size|candidates",
+        ),
+    ],
+    ids=["strategy", "returns-2d", "group-larger-than-pool"],
+)
+def test_mc_advantage_selector_bad_input(build, pattern):
+    expect_error((ValueError, TypeError), pattern, build)
