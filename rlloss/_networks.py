@@ -32,7 +32,7 @@ from torchrl.modules import DistributionalDQNnet, TanhNormal
 
 from rlloss import _compat, _distributions
 from rlloss import functional as rlf
-from rlloss._call_errors import CALL_ERRORS, explained
+from rlloss._call_errors import CALL_ERRORS, check_action_dtype, explained
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
@@ -413,8 +413,8 @@ def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: 
     """``distribution.log_prob(action)`` (by formula for TorchRL's standard distributions:
     :mod:`rlloss._distributions`); when it raises, an error naming the action entry, its
     shape and dtype, and what the distribution expects."""
-    if action.is_floating_point() and action.dtype != torch.float32:
-        _check_action_dtype(distribution, action, key, owner)
+    if action.dtype == torch.float64:  # a float64 batch for float32 networks promotes silently
+        check_action_dtype(distribution, action, key, owner)
     try:
         return _distributions.log_prob(distribution, action)
     except CALL_ERRORS as error:
@@ -431,23 +431,6 @@ def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: 
             f"{support}. Store the actions the policy samples (their size, dtype and range). "
             f"The distribution raised: {error}"
         ) from error
-
-
-def _check_action_dtype(distribution: D.Distribution, action: torch.Tensor, key, owner: str):
-    """A ``TypeError`` when a floating ``action`` has another dtype than the distribution's
-    parameters (``log_prob`` would promote silently: a float64 loss from float32 networks)."""
-    dtype, base = None, distribution
-    while dtype is None and base is not None:  # through Independent / transformed wrappers
-        tensors = [v for v in vars(base).values() if isinstance(v, torch.Tensor)]
-        dtype = next((t.dtype for t in tensors if t.is_floating_point()), None)
-        base = getattr(base, "base_dist", None)
-    dtype = dtype or action.dtype
-    if dtype != action.dtype:
-        raise TypeError(
-            f"{owner}: the batch's action {key!r} has dtype {action.dtype}, but the policy's "
-            f"distribution ({type(distribution).__name__}) is {dtype}: cast the batch "
-            f"(batch.to({dtype})) or the loss and its networks (loss.to({action.dtype}))."
-        )
 
 
 def sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:

@@ -97,8 +97,9 @@ class SupervisedLoss(LossModule):
 
 
 def check_target(owner: str, key, target: torch.Tensor, prediction: torch.Tensor) -> None:
-    """The demonstrated entry ``key`` fits the network's ``prediction``: the same shape and, for
-    a floating target, the same dtype (a shape and dtype comparison: no host sync)."""
+    """The demonstrated entry ``key`` fits the network's ``prediction``: the same shape, and no
+    float64 target for a float32 network (the loss would be computed in float64 silently). A
+    shape and dtype comparison: no host sync."""
     if target.shape != prediction.shape:
         raise ValueError(
             f"{owner}: the demonstrated {key!r} has shape {tuple(target.shape)}, but the actor "
@@ -106,7 +107,7 @@ def check_target(owner: str, key, target: torch.Tensor, prediction: torch.Tensor
             f"action size ({prediction.shape[-1] if prediction.ndim else 1}), or point the "
             "loss at the entry holding them (loss.set_keys(...))."
         )
-    if target.is_floating_point() and target.dtype != prediction.dtype:
+    if target.dtype == torch.float64 and prediction.dtype != torch.float64:  # silent promotion
         raise TypeError(
             f"{owner}: the demonstrated {key!r} has dtype {target.dtype}, but the actor "
             f"predicts {prediction.dtype}: cast the batch (batch.to({prediction.dtype})) or "
