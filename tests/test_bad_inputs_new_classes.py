@@ -553,6 +553,21 @@ def test_action_of_another_size_or_dtype_is_explained(subject, problem):
     check_bad_action(subject, problem)
 
 
+@pytest.mark.parametrize(
+    "space, pattern",
+    [("categorical", r"\[0, 4\)"), ("one_hot", r"shape \(8, 3, 6\).*one-hot action \(8, 3, 4\)")],
+)
+def test_qmixer_action_out_of_range_or_of_another_size_is_explained(space, pattern):
+    module = rlloss.QMixerLoss(test_qmixer.local_q(space), test_qmixer.mixer("qmix"))
+    batch = test_qmixer.team_batch(space)
+    action = batch["agents", "action"]
+    if space == "categorical":
+        batch["agents", "action"] = torch.full_like(action, test_qmixer.ACTIONS + 3)
+    else:
+        batch["agents", "action"] = torch.zeros(*action.shape[:-1], 6, dtype=action.dtype)
+    expect_error(ValueError, pattern, lambda: module(batch))
+
+
 @pytest.mark.parametrize("subject, key, value", cases(lambda: padding_cases(SUBJECTS)))
 def test_non_finite_padding_reaches_no_output_and_no_gradient(subject, key, value):
     check_padding(subject, key, value)

@@ -37,7 +37,11 @@ ALIASES = {  # a row's short prefix -> the class
     "SFT": "SFTLoss",
     "Distillation": "DistillationLoss",
 }
-BY_TEST = {"mc_advantage_selector": "MCAdvantageSelector", "mc_advantage": "MCAdvantage"}
+BY_TEST = {
+    "mc_advantage_selector": "MCAdvantageSelector",
+    "mc_advantage": "MCAdvantage",
+    "qmixer": "QMixerLoss",
+}
 
 
 def class_of(test: str, ident: str) -> str:
