@@ -10,7 +10,13 @@ from torch import nn
 
 from rlloss._checks import MissingKeyError
 
-CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+CALL_ERRORS = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    IndexError,
+    AttributeError,
+)  # None input: AttributeError
 
 
 def explained(error: Exception, network, in_keys: list, inputs: list, batch) -> Exception:
@@ -86,3 +92,20 @@ def _first_linear(network) -> nn.Linear | None:
         if isinstance(module, nn.Linear) and not isinstance(module, nn.LazyLinear):
             return module
     return None
+
+
+def check_action_dtype(distribution, action: torch.Tensor, key, owner: str):
+    """A ``TypeError`` when a floating ``action`` has another dtype than the distribution's
+    parameters (``log_prob`` would promote silently: a float64 loss from float32 networks)."""
+    dtype, base = None, distribution
+    while dtype is None and base is not None:  # through Independent / transformed wrappers
+        tensors = [v for v in vars(base).values() if isinstance(v, torch.Tensor)]
+        dtype = next((t.dtype for t in tensors if t.is_floating_point()), None)
+        base = getattr(base, "base_dist", None)
+    dtype = dtype or action.dtype
+    if dtype != action.dtype:
+        raise TypeError(
+            f"{owner}: the batch's action {key!r} has dtype {action.dtype}, but the policy's "
+            f"distribution ({type(distribution).__name__}) is {dtype}: cast the batch "
+            f"(batch.to({dtype})) or the loss and its networks (loss.to({action.dtype}))."
+        )

@@ -32,7 +32,7 @@ from torchrl.modules import DistributionalDQNnet, TanhNormal
 
 from rlloss import _compat, _distributions
 from rlloss import functional as rlf
-from rlloss._call_errors import CALL_ERRORS, explained
+from rlloss._call_errors import CALL_ERRORS, check_action_dtype, explained
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
 
@@ -413,6 +413,8 @@ def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: 
     """``distribution.log_prob(action)`` (by formula for TorchRL's standard distributions:
     :mod:`rlloss._distributions`); when it raises, an error naming the action entry, its
     shape and dtype, and what the distribution expects."""
+    if action.dtype == torch.float64:  # a float64 batch for float32 networks promotes silently
+        check_action_dtype(distribution, action, key, owner)
     try:
         return _distributions.log_prob(distribution, action)
     except CALL_ERRORS as error:

@@ -878,14 +878,23 @@ ASSIGNMENT = [
 ]
 
 
-@pytest.mark.parametrize("subject, name, value", _cases(lambda: ASSIGNMENT))
-def test_bad_coefficient_assignment_is_refused_and_changes_nothing(subject, name, value):
-    module, batch = BY_NAME[subject].build()
+def assert_assignment_refused(module, name: str, value) -> None:
+    """``module.<name> = value`` raises a ``ValueError`` naming the attribute, and leaves the
+    attribute as it was (a number, a tensor or ``None``)."""
     before = getattr(module, name)
     before = before.clone() if isinstance(before, torch.Tensor) else before
     expect_error(ValueError, rf"{name} must be", lambda: setattr(module, name, value))
     after = getattr(module, name)
-    assert torch.equal(torch.as_tensor(after), torch.as_tensor(before))
+    if before is None:
+        assert after is None
+    else:
+        assert torch.equal(torch.as_tensor(after), torch.as_tensor(before))
+
+
+@pytest.mark.parametrize("subject, name, value", _cases(lambda: ASSIGNMENT))
+def test_bad_coefficient_assignment_is_refused_and_changes_nothing(subject, name, value):
+    module, batch = BY_NAME[subject].build()
+    assert_assignment_refused(module, name, value)
 
 
 @pytest.mark.parametrize(

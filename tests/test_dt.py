@@ -101,11 +101,25 @@ def test_online_dt_matches_torchrl(kwargs):
             torch.testing.assert_close(ours_state[name], theirs_state[name])
 
 
+def _seeded(loss, batch, seed=1):
+    torch.manual_seed(seed)
+    return loss(batch.clone())
+
+
 def test_online_dt_padding_and_non_tensor_scalars():
     ours, theirs = odt_pair()
     batch = trajectories()
-    batch["collector", "mask"] = torch.rand(4, 6) < 0.7
-    assert_same_seeded(ours, theirs, batch)
+    mask = torch.rand(4, 6) < 0.7
+    batch["collector", "mask"] = mask
+    out, expected = _seeded(ours, batch), _seeded(theirs, batch)
+    for key in ("loss_log_likelihood", "loss_entropy", "loss_alpha", "alpha"):
+        torch.testing.assert_close(out[key], expected[key], msg=key)
+    # the entropy diagnostic is over the valid steps only (TorchRL's averages padding in):
+    # what padding holds does not change it
+    other = batch.clone()
+    other["context"][~mask] = 100.0
+    torch.testing.assert_close(_seeded(ours, other)["entropy"], out["entropy"])
+    assert not torch.allclose(_seeded(theirs, other)["entropy"], expected["entropy"])
     loss = rlloss.OnlineDTLoss(
         stochastic_actor(), reduction="none", scalar_output_mode="non_tensor"
     )

@@ -102,6 +102,7 @@ class RNDLoss(SupervisedLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_predictor": ...}`` on a batch of (next) observations."""
+        tensordict = self._without_padding(tensordict)
         error = self._error(self._observation(tensordict))
         if self.update_fraction >= 1.0:
             return _compat.output_tensordict(

@@ -17,7 +17,7 @@ from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import NetworkCall, inputs_batch
 from rlloss.common import accepts_tensor_arguments
-from rlloss.imitation.base import SupervisedLoss
+from rlloss.imitation.base import SupervisedLoss, zero_padded
 
 # the entries the ACT policy reads, whatever the batch's keys (TorchRL's ACTModel contract)
 POLICY_INPUTS = ("observation", "action_chunk")
@@ -87,7 +87,11 @@ class ACTLoss(SupervisedLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_act", "loss_reconstruction", "loss_kl"}`` on a batch of observations and
         demonstrated chunks."""
+        tensordict = self._without_padding(tensordict)
         chunk = self._get(tensordict, "action_chunk")
+        valid = self._valid_steps(tensordict, chunk)
+        if valid is not None:  # NaN/inf in padding reaches neither the policy nor a gradient
+            chunk = zero_padded(chunk, ~valid, finite_only=True)
         inputs = dict(
             zip(POLICY_INPUTS, (self._get(tensordict, "observation"), chunk), strict=True)
         )
@@ -96,7 +100,6 @@ class ACTLoss(SupervisedLoss):
             outputs[getattr(self.tensor_keys, name)] for name in ("action_pred", "mu", "log_var")
         )
         _check_chunks(prediction, chunk, self.tensor_keys)
-        valid = self._valid_steps(tensordict, chunk)
         reconstruction = self._reduce_valid(rlf.chunk_l1(prediction, chunk, valid), tensordict)
         kl = self._reduce_valid(rlf.standard_normal_kl(mu, log_var), tensordict)
         out = {

@@ -13,7 +13,7 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_network
-from rlloss.common import LossModule
+from rlloss.common import LossModule, fill_padding
 
 
 class SupervisedLoss(LossModule):
@@ -54,6 +54,22 @@ class SupervisedLoss(LossModule):
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         """No value estimator: nothing to forward."""
 
+    def _without_padding(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``tensordict``, or when its ``loss_mask_key`` masks mark padding a copy whose padded
+        elements hold a valid element's content (:func:`rlloss.common.fill_padding`): the
+        reduction leaves padding out of the value, this out of the gradient (a NaN input of a
+        padded element would reach the weights' gradient through the network's products)."""
+        mask = self._loss_mask(tensordict)
+        if mask is None:
+            return tensordict
+        return fill_padding(tensordict, mask.squeeze(-1), self._mask_paths())
+
+    def _valid_mean(self, values: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """A diagnostic's mean over the batch's valid elements (its ``loss_mask_key`` masks)."""
+        mask = self._loss_mask(batch)
+        mask = None if mask is None else _expand(mask, values, "loss_mask_key mask")
+        return rlf.reduce(values, "mean", mask)
+
     def _reduce_valid(
         self,
         loss: torch.Tensor,
@@ -78,6 +94,39 @@ class SupervisedLoss(LossModule):
             if self.reduction == "none":
                 return torch.where(mask, loss, 0.0)[mask]
         return rlf.reduce(loss, self.reduction, mask)
+
+
+def check_target(owner: str, key, target: torch.Tensor, prediction: torch.Tensor) -> None:
+    """The demonstrated entry ``key`` fits the network's ``prediction``: the same shape, and no
+    float64 target for a float32 network (the loss would be computed in float64 silently). A
+    shape and dtype comparison: no host sync."""
+    if target.shape != prediction.shape:
+        raise ValueError(
+            f"{owner}: the demonstrated {key!r} has shape {tuple(target.shape)}, but the actor "
+            f"predicts shape {tuple(prediction.shape)}: store demonstrations of the actor's "
+            f"action size ({prediction.shape[-1] if prediction.ndim else 1}), or point the "
+            "loss at the entry holding them (loss.set_keys(...))."
+        )
+    if target.dtype == torch.float64 and prediction.dtype != torch.float64:  # silent promotion
+        raise TypeError(
+            f"{owner}: the demonstrated {key!r} has dtype {target.dtype}, but the actor "
+            f"predicts {prediction.dtype}: cast the batch (batch.to({prediction.dtype})) or "
+            f"the loss and its networks (loss.to({target.dtype}))."
+        )
+
+
+def zero_padded(values: torch.Tensor, pad: torch.Tensor, finite_only: bool = False):
+    """``values`` (``[*B, T, D]``) with the elements ``pad`` marks (``[*B, T]``, ``True`` on
+    padding, broadcast over the trailing dims) set to 0, or with ``finite_only`` only those of
+    them that are NaN or inf (a chunk a policy also reads keeps its finite padding, as in
+    TorchRL). No host sync."""
+    if pad.shape != values.shape[: pad.ndim]:
+        return values  # the loss's shape check explains the mismatch
+    while pad.ndim < values.ndim:
+        pad = pad.unsqueeze(-1)
+    if finite_only:
+        pad = pad & ~torch.isfinite(values)
+    return torch.where(pad, torch.zeros((), dtype=values.dtype, device=values.device), values)
 
 
 def _expand(mask: torch.Tensor, loss: torch.Tensor, name: str) -> torch.Tensor:

@@ -16,7 +16,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
-from rlloss.imitation.base import SupervisedLoss
+from rlloss.imitation.base import SupervisedLoss, check_target, zero_padded
 
 LOSS_FUNCTIONS = ("l1", "l2", "mse", "smooth_l1", "cross_entropy")
 DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
@@ -99,7 +99,11 @@ class BCLoss(SupervisedLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_bc": ...}`` on a batch of observations and demonstrated actions."""
+        tensordict = self._without_padding(tensordict)
         expert = self._get(tensordict, "action")
+        pad = self._pad(tensordict)
+        if pad is not None and pad.ndim <= expert.ndim:
+            expert = zero_padded(expert, pad)  # no NaN of a padded element in the gradient
         loss = self._elementwise_loss(tensordict, expert)
         valid = self._valid(tensordict, loss)
         return _compat.output_tensordict({"loss_bc": self._reduce_valid(loss, tensordict, valid)})
@@ -115,6 +119,8 @@ class BCLoss(SupervisedLoss):
         elif kind is None:
             kind = "l2"
         prediction = self._prediction(batch, expert)
+        if expert.is_floating_point():
+            check_target("BCLoss", self.tensor_keys.action, expert, prediction)
         if callable(kind):
             return kind(prediction, expert)
         return rlf.action_error(prediction, expert, kind)
@@ -144,10 +150,14 @@ class BCLoss(SupervisedLoss):
             "out_keys match the loss's action key (loss.set_keys(action=...))."
         )
 
+    def _pad(self, batch: TensorDictBase) -> torch.Tensor | None:
+        """The ``pad_mask`` entry when the key is set and the batch holds it."""
+        key = self.tensor_keys.pad_mask
+        return None if key is None else batch.get(key, None)
+
     def _valid(self, batch: TensorDictBase, loss: torch.Tensor) -> torch.Tensor | None:
         """``~pad_mask`` when the key is set and the batch holds it."""
-        key = self.tensor_keys.pad_mask
-        pad = None if key is None else batch.get(key, None)
+        key, pad = self.tensor_keys.pad_mask, self._pad(batch)
         if pad is None:
             return None
         if pad.ndim > loss.ndim:

@@ -20,7 +20,7 @@ from rlloss._checks import Coefficient, check_choice, check_in_range
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
-from rlloss.imitation.base import SupervisedLoss
+from rlloss.imitation.base import SupervisedLoss, check_target
 
 SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
 
@@ -98,6 +98,7 @@ class DTLoss(_SequenceModelLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss": ...}`` on a batch of (sequences of) states, returns-to-go and actions."""
+        tensordict = self._without_padding(tensordict)
         target = self._get(tensordict, "action_target").detach()
         prediction = self._actor_call(tensordict).get(self.tensor_keys.action_pred, None)
         if prediction is None or prediction is self._read(tensordict, "action_pred"):
@@ -108,6 +109,7 @@ class DTLoss(_SequenceModelLoss):
                 "the batch's action with itself. Make the actor's out_keys include it, or "
                 "loss.set_keys(action_pred=<the actor's output key>)."
             )
+        check_target("DTLoss", self.tensor_keys.action_target, target, prediction)
         loss = rlf.distance(prediction, target, self.loss_function)
         return _compat.output_tensordict({"loss": self._reduce_valid(loss, tensordict)})
 
@@ -184,6 +186,11 @@ class OnlineDTLoss(_SequenceModelLoss):
         """``alpha_init``, ``log_alpha`` (a parameter, or a buffer when fixed) and the bounds'
         logs (buffers, ``None`` when unbounded), as TorchRL's."""
         self.register_buffer("alpha_init", torch.tensor(float(alpha_init), device=device))
+        for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if bound is not None:  # 0 (or None): that side unbounded, as TorchRL's
+                check_in_range(name, bound, 0.0)
+        if min_alpha and max_alpha:
+            check_in_range("max_alpha", max_alpha, min_alpha)
         if bool(min_alpha) ^ bool(max_alpha):  # TorchRL's rule for one bound given
             if max_alpha == 0:
                 raise ValueError("max_alpha must be either None or greater than 0.")
@@ -240,6 +247,7 @@ class OnlineDTLoss(_SequenceModelLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The three losses and the diagnostics on a batch of (sequences of) states,
         returns-to-go and actions."""
+        tensordict = self._without_padding(tensordict)
         target = self._get(tensordict, "action_target")
         if target.requires_grad:
             raise RuntimeError(
@@ -259,18 +267,18 @@ class OnlineDTLoss(_SequenceModelLoss):
             ),
         }
         if self.reduction == "none":
-            return self._unreduced(out, tensordict.batch_size, alpha, entropy)
+            return self._unreduced(out, tensordict, alpha, entropy)
         out = {key: self._reduce_valid(value, tensordict) for key, value in out.items()}
-        out["entropy"] = entropy.detach().mean()
+        out["entropy"] = self._valid_mean(entropy.detach(), tensordict)  # TorchRL's: padding too
         out["alpha"] = alpha
         return _compat.output_tensordict(out)
 
-    def _unreduced(self, out: dict, batch_size, alpha, entropy) -> TensorDictBase:
+    def _unreduced(self, out: dict, batch: TensorDictBase, alpha, entropy) -> TensorDictBase:
         """The per-element losses in a TensorDict of the batch's size (TorchRL's output)."""
-        result = TensorDict(out, batch_size=batch_size)
+        result = TensorDict(out, batch_size=batch.batch_size)
         if self.scalar_output_mode == "non_tensor":
             result.set_non_tensor("alpha", alpha)
-            result.set_non_tensor("entropy", entropy.detach().mean())
+            result.set_non_tensor("entropy", self._valid_mean(entropy.detach(), batch))
         return result
 
 

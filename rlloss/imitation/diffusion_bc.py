@@ -13,6 +13,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
+from rlloss._networks import CALL_ERRORS
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss
 
@@ -74,6 +75,7 @@ class DiffusionBCLoss(SupervisedLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_diffusion_bc": ...}`` on a batch of observations and clean actions."""
+        tensordict = self._without_padding(tensordict)
         action = self._get(tensordict, "action")
         observation = self._get(tensordict, "observation")
         ddpm = self.actor_network.module
@@ -83,6 +85,30 @@ class DiffusionBCLoss(SupervisedLoss):
         noise = torch.randn_like(action)
         noisy = rlf.diffuse(action.to(dtype), alpha_bar, noise.to(dtype)).to(action.dtype)
         inputs = torch.cat([noisy, observation, step.to(noisy.dtype).unsqueeze(-1)], dim=-1)
-        error = rlf.noise_prediction_error(ddpm.score_network(inputs), noise)
+        try:
+            predicted = ddpm.score_network(inputs)
+        except CALL_ERRORS as error:
+            raise _score_network_error(ddpm, action, observation, error) from error
+        error = rlf.noise_prediction_error(predicted, noise)
         loss = self._reduce_valid(error, tensordict)
         return _compat.output_tensordict({"loss_diffusion_bc": loss})
+
+
+def _score_network_error(ddpm, action: torch.Tensor, observation: torch.Tensor, error) -> Exception:
+    """What a failed call of the score network on ``[noisy action, observation, step]`` raises:
+    the entries' dtypes against the network's, or their sizes against its input size."""
+    parameter = next((p for p in ddpm.score_network.parameters() if p.is_floating_point()), None)
+    shapes = f"'action' {tuple(action.shape)}, 'observation' {tuple(observation.shape)}"
+    for name, value in (("action", action), ("observation", observation)):
+        if parameter is not None and value.is_floating_point() and value.dtype != parameter.dtype:
+            return TypeError(
+                f"DiffusionBCLoss: the batch's {name!r} has dtype {value.dtype}, but the score "
+                f"network's parameters are {parameter.dtype}: cast the batch "
+                f"(batch.to({parameter.dtype})) or the loss (loss.to({value.dtype}))."
+            )
+    return ValueError(
+        f"DiffusionBCLoss: the score network failed on [noisy action, observation, step] of "
+        f"{action.shape[-1]} + {observation.shape[-1]} + 1 features ({shapes}): store "
+        "actions and observations of the DiffusionActor's action_dim and obs_dim. The network "
+        f"raised: {error}"
+    )

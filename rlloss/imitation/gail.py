@@ -124,6 +124,7 @@ class GAILLoss(SupervisedLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss": ..., "gp_loss": ...}`` on a batch of expert and policy pairs."""
+        tensordict = self._without_padding(tensordict)
         pairs = self._pairs(tensordict)
         observation = torch.cat([pairs["expert_observation"], pairs["collector_observation"]])
         action = torch.cat([pairs["expert_action"], pairs["collector_action"]])

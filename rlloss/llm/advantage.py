@@ -62,6 +62,8 @@ class _Stat:
 def check_group_sizes(grpo_size, trajectory_return, candidate_group_size, min_size, bounds):
     """MCAdvantage's keywords checked together: ``(candidate_group_size, min_size, bounds)``
     with their defaults filled in."""
+    if isinstance(grpo_size, bool) or not isinstance(grpo_size, int) or grpo_size < 1:
+        raise ValueError(f"grpo_size must be an integer >= 1, got {grpo_size!r}.")
     if trajectory_return not in (None, *TRAJECTORY_RETURNS):
         raise ValueError(
             "trajectory_return must be one of 'sum', 'max', 'mean' or None, "
@@ -297,6 +299,15 @@ class MCAdvantage(Transform):
         return tensordict
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase | None:
+        present = tensordict.keys(include_nested=True)  # no read (a ragged stack stays lazy)
+        for name in ("prompt_key", "rewards_key", "done_key"):
+            key = getattr(self, name)
+            if key not in present:
+                raise KeyError(
+                    f"MCAdvantage: the trajectory written has no entry {key!r} ({name}). "
+                    f"Entries present: {sorted(map(str, tensordict.keys(True, True)))}. Store "
+                    f"it, or build MCAdvantage({name}=<the entry holding it>)."
+                )
         if tensordict.ndim == 1 and int(tensordict[self.done_key].sum()) <= 1:
             with self._state_lock:
                 return self._add_trajectory(tensordict)

@@ -123,14 +123,26 @@ class GRPOLoss(LossModule):
     def _clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         return rlf.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
 
+    def _tokens(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The sampled token ids (padded with -100); TorchRL's ``ValueError`` when absent, a
+        ``TypeError`` naming the entry for ids of a floating dtype."""
+        key = self.tensor_keys.action
+        action = read_padded(tensordict, key, padding_value=-100)
+        if action is None:
+            raise ValueError(f"Action key {key} not in tensordict.")
+        if action.is_floating_point():
+            raise TypeError(
+                f"{type(self).__name__}: the tokens {key!r} have dtype {action.dtype}; token ids "
+                "must be integers: store them as sampled (torch.long)."
+            )
+        return action
+
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> LLMLossOutput:
         """The losses (``loss_objective``, ``loss_entropy``, ``loss_kl_to_ref``,
         ``loss_kl_to_inference``) and diagnostics of one batch of sampled sequences."""
         owner = type(self).__name__
-        action = read_padded(tensordict, self.tensor_keys.action, padding_value=-100)
-        if action is None:
-            raise ValueError(f"Action key {self.tensor_keys.action} not in tensordict.")
+        action = self._tokens(tensordict)
         advantage = read_padded(tensordict, self.tensor_keys.advantage)
         if advantage is None:
             raise ValueError(f"Advantage key {self.tensor_keys.advantage} not in tensordict.")

@@ -14,6 +14,7 @@ from torch import nn
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range, next_key
+from rlloss._networks import CALL_ERRORS, explained_module_error
 from rlloss.common import LossModule
 
 
@@ -38,6 +39,12 @@ class WorldModelLossBase(LossModule):
         self.world_model = world_model
         self.global_average = global_average
         self.__dict__.update(weights)
+        self.__dict__["_weight_names"] = tuple(weights)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in self.__dict__.get("_weight_names", ()):
+            check_in_range(name, value, 0.0)  # a weight assigned later (a schedule) too
+        super().__setattr__(name, value)
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         pass
@@ -60,7 +67,10 @@ class WorldModelLossBase(LossModule):
                 self._get(tensordict, name, nested=True)  # the missing-key error
             batch.set(next_key(getattr(self.tensor_keys, f"true_{name}")), value)
             del batch[next_key(getattr(self.tensor_keys, name))]
-        output = self.world_model(batch)
+        try:
+            output = self.world_model(batch)
+        except (*CALL_ERRORS, KeyError) as error:
+            raise world_model_error(type(self).__name__, self.world_model, batch, error) from error
         return batch if output is None else output
 
     def _per_step(self, error: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
@@ -138,3 +148,28 @@ def legacy_logits(loss, outputs, name: str, fallback: str, nested: bool = False)
         stacklevel=4,
     )
     return logits
+
+
+def world_model_error(owner: str, model: nn.Module, batch: TensorDictBase, error) -> Exception:
+    """What a failed call of the world model raises: a missing input named (a ``KeyError``), a
+    floating entry of another dtype than the model's parameters (a ``TypeError``), otherwise a
+    ``ValueError`` listing the entries the model reads with their shapes and dtypes."""
+    if isinstance(error, KeyError):
+        return explained_module_error(error, model, batch)
+    in_keys = list(getattr(model, "in_keys", []))
+    entries = {key: batch.get(key, None) for key in in_keys}
+    entries = {key: value for key, value in entries.items() if isinstance(value, torch.Tensor)}
+    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
+    for key, value in entries.items():
+        if parameter is not None and value.is_floating_point() and value.dtype != parameter.dtype:
+            return TypeError(
+                f"{owner}: the batch's {key!r} has dtype {value.dtype}, but the world model's "
+                f"parameters are {parameter.dtype}: cast the batch (batch.to({parameter.dtype})) "
+                f"or the loss (loss.to({value.dtype}))."
+            )
+    shapes = {key: tuple(value.shape) for key, value in entries.items()}
+    return ValueError(
+        f"{owner}: the world model {type(model).__name__} failed on the batch's entries "
+        f"{shapes}: check each entry's size against the model's layers (e.g. the action size). "
+        f"The model raised: {error}"
+    )

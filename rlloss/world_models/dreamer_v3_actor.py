@@ -17,6 +17,7 @@ from torch import nn
 from torchrl.objectives.utils import hold_out_net
 
 from rlloss import functional as rlf
+from rlloss._checks import Coefficient
 from rlloss._networks import DistributionCall, NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.world_models.imagination import ImaginationLoss, ReturnPercentiles, trailing_like
@@ -79,6 +80,8 @@ class DreamerV3ActorLoss(ImaginationLoss):
         continuation: NestedKey = "continuation"  # written by continuation_model
         discount_weight: NestedKey = "discount_weight"  # written into the imagined data
 
+    entropy_bonus = Coefficient(low=0.0)
+
     def __init__(
         self,
         actor_model: nn.Module,
@@ -102,7 +105,8 @@ class DreamerV3ActorLoss(ImaginationLoss):
             actor_model, value_model, model_based_env, gamma=gamma, lmbda=lmbda, **horizon
         )
         self.__dict__["continuation_model"] = continuation_model
-        self.entropy_bonus, self.use_reinforce = entropy_bonus, use_reinforce
+        self._register_coefficients(entropy_bonus=entropy_bonus)  # checked: >= 0
+        self.use_reinforce = use_reinforce
         self.return_normalization = return_normalization
         self.retnorm = ReturnPercentiles(
             return_normalization_quantiles,
