@@ -1,8 +1,8 @@
 """The one place where rlloss touches private names of tensordict, torchrl and torch.
 
-Each private name sits behind a small function saying why it is used; ``tests/test_compat.py``
-checks every function against the installed releases, so an upstream change fails there, loudly
-and in one place, instead of deep inside a loss. This module imports nothing from rlloss.
+Each private name sits behind a small function saying why; ``tests/test_compat.py`` checks each
+against the installed releases, so an upstream change fails there, loudly and in one place.
+This module imports nothing from rlloss.
 """
 
 from __future__ import annotations
@@ -473,9 +473,7 @@ def point_at(module: nn.Module, tensors: Mapping[str, torch.Tensor]):
 @contextlib.contextmanager
 def swapped_tensors(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> Iterator[None]:
     """Within the block, ``module``'s parameters and buffers named in ``tensors`` (dotted names,
-    as ``named_parameters``) are the given tensors; restored after.
-
-    ``torch.func.functional_call`` does the same through ``setattr`` with checks, at three times
+    as ``named_parameters``) are the given tensors; restored after. ``torch.func.functional_call`` does the same through ``setattr`` with checks, at three times
     the cost of this in eager mode (~0.2 ms a call on a small critic): here the entries of the
     owning modules' private ``_parameters`` / ``_buffers`` tables are replaced directly
     (``tests/test_compat.py`` fails if ``nn.Module`` stops keeping them there). A module holding
