@@ -182,11 +182,8 @@ class IQLLoss(TDTargetLoss):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and ``entropy``; writes ``td_error`` into ``tensordict``."""
-        batch = self._valid_batch(tensordict)
-        loss_actor, info = self.loss_actor(batch)
-        loss_qvalue, info_qvalue = self.loss_qvalue(batch)
+        batch, (loss_actor, info), (loss_qvalue, _) = self._actor_then_ensemble_losses(tensordict)
         loss_value, _ = self.loss_value(batch)
-        self._write_priority(tensordict, info_qvalue["td_error"].amax(0))
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value}
         out.update(self._addon_entries(info))
         entropy = -self._valid_mean(info["log_prob"], tensordict)

@@ -317,6 +317,15 @@ class TDTargetLoss(LossModule):
         ``replay_buffer.update_tensordict_priority(batch)``."""
         self._write(tensordict, "priority", td_error)
 
+    def _actor_then_ensemble_losses(self, tensordict: TensorDictBase) -> tuple:
+        """``(batch, (loss_actor, info), (loss_qvalue, info))``: :meth:`_valid_batch`, then a loss's
+        ``loss_actor`` and ``loss_qvalue`` on it, in that order (that of their random draws); the
+        critic ensemble's ``td_error`` (its largest over the members) is written as the priority."""
+        batch = self._valid_batch(tensordict)
+        actor, critic = self.loss_actor(batch), self.loss_qvalue(batch)
+        self._write_priority(tensordict, critic[1]["td_error"].amax(0))
+        return batch, actor, critic
+
     # ----------------------------------------------------------------------------- networks
     def _expose_parameters(self, *names: str) -> None:
         """Expose the parameters of the submodules ``names`` as ``<name>_params`` (a TensorDict

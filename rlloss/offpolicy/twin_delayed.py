@@ -155,9 +155,9 @@ class TwinDelayedLoss(DeterministicActorCritic):
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Both losses; writes ``td_error`` into ``tensordict``."""
-        batch = self._valid_batch(tensordict)
-        loss_actor, info_actor = self.loss_actor(batch)
-        loss_qvalue, info = self.loss_qvalue(batch)
-        self._write_priority(tensordict, info.pop("td_error").amax(0))
+        _, (loss_actor, info_actor), (loss_qvalue, info) = self._actor_then_ensemble_losses(
+            tensordict
+        )
+        del info["td_error"]  # written as the priority, not an output
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
         return _compat.output_tensordict(out)

@@ -43,6 +43,27 @@ class _PolicyGradientLoss(OnPolicyLoss):
 
     _actor_loss_key = "loss_objective"
 
+    def __init__(
+        self,
+        actor_network: nn.Module | None,
+        critic_network: nn.Module | None,
+        given: dict,
+        *,
+        accepted: frozenset | set = frozenset(),
+        translated: frozenset | set = frozenset(),
+        **settings,
+    ) -> None:
+        """TorchRL's ``A2CLoss`` / ``ReinforceLoss`` call: the networks and the keywords
+        ``given`` through :func:`torchrl_arguments` (the class's own ``accepted`` and
+        ``translated`` ones besides those of both), then :class:`OnPolicyLoss` with the
+        class's ``settings`` and no explained variance (TorchRL's two classes log none)."""
+        actor_network, critic_network, given = torchrl_arguments(
+            self, actor_network, critic_network, given, accepted=accepted, translated=translated
+        )
+        super().__init__(
+            actor_network, critic_network, log_explained_variance=False, **settings, **given
+        )
+
     def _objective_out_keys(self) -> list[str]:
         return [self._actor_loss_key]
 
@@ -115,23 +136,16 @@ class A2CLoss(_PolicyGradientLoss):
         critic_coeff: float | None = 1.0,
         **kwargs,
     ) -> None:
-        actor_network, critic_network, kwargs = torchrl_arguments(
-            self,
+        entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
+        super().__init__(
             actor_network,
             critic_network,
             kwargs,
             accepted={"samples_mc_entropy", "advantage_norm"},
             translated={"entropy_coef", "critic_coef"},
-        )
-        entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
-        super().__init__(
-            actor_network,
-            critic_network,
             entropy_bonus=bool(entropy_bonus and entropy_coeff),
             entropy_coeff=entropy_coeff,
             critic_coeff=critic_coeff,
-            log_explained_variance=False,
-            **kwargs,
         )
 
     @property
@@ -188,26 +202,18 @@ class ReinforceLoss(_PolicyGradientLoss):
         delay_value: bool = False,
         **kwargs,
     ) -> None:
-        actor_network, critic_network, kwargs = torchrl_arguments(
-            self, actor_network, critic_network, kwargs
+        super().__init__(
+            actor_network, critic_network, kwargs, entropy_bonus=False, critic_coeff=1.0
         )
-        if delay_value and not kwargs.get("functional", True):  # TorchRL's refusal
+        if delay_value and not self.functional:  # TorchRL's refusal
             raise RuntimeError(
                 "delay_value and ~functional are incompatible, as delayed value currently relies "
                 "on functional calls."
             )
-        super().__init__(
-            actor_network,
-            critic_network,
-            entropy_bonus=False,
-            log_explained_variance=False,
-            critic_coeff=1.0,
-            **kwargs,
-        )
         self.delay_value = delay_value
         if delay_value:
             _compat.expect_updater(self, "critic_network")
-            target = TensorDict.from_module(critic_network).detach().clone()
+            target = TensorDict.from_module(self.critic_network).detach().clone()
             self.target_critic_network_params = TensorDictParams(target, no_convert=True)
 
     def _estimator_weights(self) -> dict:
