@@ -373,7 +373,8 @@ class KLPENPPOLoss(PPOLoss):
         surrogate, info = super()._surrogate(
             log_ratio, log_weight, advantage, mask, batch, distribution
         )
-        kl = self._kl_from_collecting_policy(batch, distribution).unsqueeze(-1)
+        kl = self._kl_from_collecting_policy(batch, distribution, advantage.shape[:-1])
+        kl = kl.unsqueeze(-1)
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
@@ -382,11 +383,11 @@ class KLPENPPOLoss(PPOLoss):
         return objective, {**info, "kl": mean_kl, "beta": beta}
 
     def _kl_from_collecting_policy(
-        self, batch: TensorDictBase, distribution: D.Distribution
+        self, batch: TensorDictBase, distribution: D.Distribution, shape=None
     ) -> torch.Tensor:
         """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters (the
         proximal policy with ``delay_actor``); summed over the heads of a composite
-        distribution."""
+        distribution, to ``shape`` (the advantage's; default ``[*B]``)."""
         previous = (
             self._actor_call.stored(batch) if self._proximal is None else self._proximal(batch)
         )
@@ -394,7 +395,8 @@ class KLPENPPOLoss(PPOLoss):
             return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
         return sum(
             sum_heads(
-                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl), batch.batch_size
+                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl),
+                batch.batch_size if shape is None else shape,
             )
             for name, head in distribution.dists.items()
         )
