@@ -20,11 +20,12 @@ from tensordict import TensorDict
 from tensordict.nn import CompositeDistribution, TensorDictModule, set_composite_lp_aggregate
 from torch import distributions as D
 from torch import nn
-from torchrl.modules import MultiAgentMLP, OneHotCategorical, ProbabilisticActor
+from torchrl.modules import OneHotCategorical, ProbabilisticActor
 
 import rlloss
+from tests import test_multiagent_networks as nets
 
-N, OBS, ACT, K, B = 3, 6, 2, 4, 8
+N, OBS, ACT, K, B = nets.N, nets.OBS, nets.ACT, nets.ACTIONS, nets.B
 HEADS = [("agents", "move"), ("agents", "pick")]
 
 
@@ -36,16 +37,8 @@ def _quiet_and_per_head_log_probs():
             yield
 
 
-def mlp(outputs: int, centralized: bool = False, share: bool = True) -> MultiAgentMLP:
-    return MultiAgentMLP(
-        n_agent_inputs=OBS,
-        n_agent_outputs=outputs,
-        n_agents=N,
-        centralized=centralized,
-        share_params=share,
-        depth=1,
-        num_cells=16,
-    )
+def mlp(outputs: int, centralized: bool = False, share: bool = True):
+    return nets.mlp(OBS, outputs, centralized=centralized, share=share)
 
 
 class TwoHeads(nn.Module):
