@@ -390,23 +390,24 @@ def _select(batch: TensorDictBase, keys: list, owner: str) -> TensorDictBase:
     return batch.select(*keys)
 
 
-def stored_log_prob(batch: TensorDictBase, key, owner: str) -> torch.Tensor:
-    """A log-prob stored in the batch, ``[*B]``: summed over heads for a list of keys or an
-    entry holding one log-prob per head."""
+def stored_log_prob(batch: TensorDictBase, key, owner: str, shape=None) -> torch.Tensor:
+    """A log-prob stored in the batch, ``[*B]`` (or ``shape``): summed over heads for a list of
+    keys or an entry holding one log-prob per head."""
+    shape = batch.batch_size if shape is None else shape
     if isinstance(key, list):
-        return sum_heads(_select(batch, key, owner), batch.batch_size)
+        return sum_heads(_select(batch, key, owner), shape)
     value = _select(batch, [key], owner).get(key)
-    return sum_heads(value, batch.batch_size) if is_tensor_collection(value) else value
+    return sum_heads(value, shape) if is_tensor_collection(value) else value
 
 
-def action_log_prob(distribution, batch: TensorDictBase, key, owner: str) -> torch.Tensor:
+def action_log_prob(distribution, batch: TensorDictBase, key, owner: str, shape=None):
     """``log pi(a|s)`` of the batch's action (``key``: one key, or one per head), ``[*B]``;
-    summed over the heads of a composite distribution."""
+    summed over the heads of a composite distribution (to ``shape``, default ``[*B]``)."""
     if not isinstance(distribution, CompositeDistribution):
         return log_prob_of(distribution, _select(batch, [key], owner).get(key), key, owner)
-    actions = _select(batch, as_list(key), owner)
+    actions, shape = _select(batch, as_list(key), owner), shape or batch.batch_size
     with set_composite_lp_aggregate(False):
-        return sum_heads(distribution.log_prob(actions), batch.batch_size)
+        return sum_heads(distribution.log_prob(actions), shape)
 
 
 def log_prob_of(distribution: D.Distribution, action: torch.Tensor, key, owner: str):

@@ -88,6 +88,7 @@ class OnPolicyLoss(LossModule):
     _critic_loss_key = "loss_critic"  # TorchRL's name of the critic's loss, per family
     _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
+    _heads_per_advantage = False  # PPO: a composite action's entropy per advantage element
     entropy_coeff = Coefficient(low=0.0, buffer=True)  # 0.0 with a per-head map
     critic_coeff = Coefficient(low=0.0, buffer=True)  # None without a critic loss
     clip_value = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no value clipping
@@ -232,12 +233,10 @@ class OnPolicyLoss(LossModule):
     def _read_actor_keys(self, actor_network: nn.Module) -> None:
         """The action and log-prob keys the actor declares (TorchRL's ``dist_sample_keys`` and
         ``log_prob_keys``), over the defaults."""
-        log_prob_keys = getattr(actor_network, "log_prob_keys", None)
-        if log_prob_keys:
-            self.tensor_keys.sample_log_prob = log_prob_keys[0]
-        sample_keys = getattr(actor_network, "dist_sample_keys", None)
-        if sample_keys:
-            self.tensor_keys.action = sample_keys[0]
+        for name, attr in (("sample_log_prob", "log_prob_keys"), ("action", "dist_sample_keys")):
+            keys = getattr(actor_network, attr, None)  # one per head: TorchRL keeps the list
+            if keys:
+                setattr(self.tensor_keys, name, list(keys) if len(keys) > 1 else keys[0])
 
     @property
     def functional(self) -> bool:
@@ -360,22 +359,23 @@ class OnPolicyLoss(LossModule):
         """Keywords of the value estimator's call (``target_params`` for a target critic)."""
         return {}
 
-    def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase) -> torch.Tensor:
-        """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution."""
+    def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase, shape=None):
+        """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution (to
+        ``shape``: PPO's advantage shape, per agent where the advantage is)."""
+        owner, key = type(self).__name__, self.tensor_keys.action
         if not isinstance(distribution, CompositeDistribution):
-            action = self._get(batch, "action")
-            return log_prob_of(distribution, action, self.tensor_keys.action, type(self).__name__)
-        return action_log_prob(distribution, batch, self.tensor_keys.action, type(self).__name__)
+            return log_prob_of(distribution, self._get(batch, "action"), key, owner)
+        return action_log_prob(distribution, batch, key, owner, shape)
 
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
         return self._actor_call(batch)
 
     def loss_entropy(
-        self, distribution: D.Distribution, mask: torch.Tensor | None
+        self, distribution: D.Distribution, mask: torch.Tensor | None, shape=None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached); per head for a
-        composite distribution (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
+        composite distribution, summed to ``shape`` (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
         return entropy_loss(
             distribution,
             self.entropy_coeff,
@@ -384,6 +384,7 @@ class OnPolicyLoss(LossModule):
             self.reduction,
             mask,
             self.diagnostics,
+            shape,
         )
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
@@ -487,7 +488,8 @@ class OnPolicyLoss(LossModule):
         actor = ActorOutput(distribution=distribution)
         out[key], _ = self._with_policy_addons(out[key], batch, actor, out)
         if self.entropy_bonus:
-            loss, info = self.loss_entropy(distribution, mask)
+            shape = advantage.shape[:-1] if self._heads_per_advantage else None
+            loss, info = self.loss_entropy(distribution, mask, shape)
             out["loss_entropy"] = loss  # already [*B] with reduction="none"
             out.update(info)
         if self._has_critic:

@@ -35,12 +35,14 @@ def entropy_loss(
     reduction: str,
     mask: torch.Tensor | None,
     diagnostics: bool,
+    shape: torch.Size | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``-coeff * H`` reduced (``samples``: draws of the Monte-Carlo entropy), and the mean
-    entropy (detached) with ``diagnostics``."""
+    entropy (detached) with ``diagnostics``; a composite action's heads summed to ``shape``
+    (PPO: the advantage's, TorchRL's ``adv_shape``) when given."""
     if isinstance(distribution, CompositeDistribution):
         return _composite_entropy_loss(
-            distribution, coeff, coeff_map, samples, reduction, mask, diagnostics
+            distribution, coeff, coeff_map, samples, reduction, mask, diagnostics, shape
         )
     entropy = _distributions.entropy(distribution, samples)  # [*B]
     reduced = rlf.reduce(entropy, reduction, mask)
@@ -51,14 +53,19 @@ def entropy_loss(
 
 
 def _composite_entropy_loss(
-    distribution, coeff, coeff_map, samples, reduction, mask, diagnostics
+    distribution, coeff, coeff_map, samples, reduction, mask, diagnostics, shape=None
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The entropy loss of a multi-head action: ``-sum_h c_h H_h`` reduced, with ``c_h`` from
     the coefficient map (TorchRL's), or ``coeff`` for every head; the per-head entropies are
-    reported as ``composite_entropy``."""
+    reported as ``composite_entropy`` (with ``shape``: TorchRL's PPO layout, ``[*shape, 1]``)."""
     with set_composite_lp_aggregate(False):
         heads = composite_entropy(distribution, samples)
-    shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
+    per_advantage = shape is not None
+    if per_advantage:
+        heads = heads.clone(recurse=False)
+        heads.batch_size = shape
+    else:
+        shape = distribution.batch_shape if heads.batch_size == () else heads.batch_size
     if coeff_map is None:
         weighted = coeff * sum_heads(heads, shape)
     else:
@@ -70,7 +77,8 @@ def _composite_entropy_loss(
     if not diagnostics:
         return -reduced, {}
     entropy = rlf.reduce(sum_heads(heads, shape), "mean", mask)
-    return -reduced, {"entropy": entropy.detach(), "composite_entropy": heads.detach()}
+    reported = heads.detach().unsqueeze(-1) if per_advantage else heads.detach()
+    return -reduced, {"entropy": entropy.detach(), "composite_entropy": reported}
 
 
 def _head_coeff(coeff_map: dict, head: NestedKey) -> float:

@@ -112,6 +112,7 @@ class PPOLoss(OnPolicyLoss):
 
     _diagnostic_keys: tuple[str, ...] = ("kl_approx", "kl_k3")  # dropped by diagnostics=False
     _surrogate_keys: tuple[str, ...] = ()  # what the surrogate always reports (KLPEN's beta)
+    _heads_per_advantage = True  # composite heads summed to the advantage's shape (TorchRL's)
 
     def _objective_in_keys(self) -> list[NestedKey]:
         return as_list(self.tensor_keys.sample_log_prob)
@@ -121,19 +122,21 @@ class PPOLoss(OnPolicyLoss):
         return ["loss_objective", *diagnostics, *self._surrogate_keys]
 
     def _policy(
-        self, batch: TensorDictBase
+        self, batch: TensorDictBase, shape: torch.Size
     ) -> tuple[D.Distribution, torch.Tensor, torch.Tensor | None]:
         """The current policy, the log-ratio to the proximal policy ``log pi(a|s) -
         log pi_prox(a|s)`` (``[*B, 1]``) and the log-weight ``log(pi_prox / pi_behav)`` that
         makes it the behaviour ratio (``[*B, 1]``, ``None`` when it is 0). The proximal policy
         is the behaviour policy (the stored log-prob), or with ``delay_actor`` the target copy
-        of the actor; ``max_importance_ratio`` caps the behaviour ratio through the weight."""
-        behaviour = self._old_log_prob(batch)
+        of the actor; ``max_importance_ratio`` caps the behaviour ratio through the weight.
+        A composite action's log-probs are summed over its heads to ``shape``, the advantage's
+        (TorchRL's ``adv_shape``): per agent where the advantage is per agent."""
+        behaviour = self._old_log_prob(batch, shape)
         distribution = self._distribution(batch)
-        log_prob = self._log_prob(distribution, batch)
+        log_prob = self._log_prob(distribution, batch, shape)
         proximal, log_weight = behaviour, None
         if self._proximal is not None:
-            proximal = self._log_prob(self._proximal(batch), batch)
+            proximal = self._log_prob(self._proximal(batch), batch, shape)
             log_weight = rlf.decoupled_log_weight(proximal, behaviour).unsqueeze(-1)
         log_ratio = rlf.log_ratio(log_prob, proximal).unsqueeze(-1)
         if self.max_importance_ratio is not None:
@@ -141,13 +144,17 @@ class PPOLoss(OnPolicyLoss):
             log_weight = rlf.capped_log_weight(log_weight, log_ratio, self.max_importance_ratio)
         return distribution, log_ratio, log_weight
 
-    def _old_log_prob(self, batch: TensorDictBase) -> torch.Tensor:
+    def _old_log_prob(self, batch: TensorDictBase, shape=None) -> torch.Tensor:
         """``log pi_old(a|s)``, ``[*B]``: the stored entry, or the sum over the heads of a
-        composite action (a list of keys, or an entry holding one log-prob per head)."""
+        composite action (a list of keys, or an entry holding one log-prob per head), to
+        ``shape`` (default ``[*B]``)."""
         if isinstance(self.tensor_keys.sample_log_prob, list):
-            return stored_log_prob(batch, self.tensor_keys.sample_log_prob, type(self).__name__)
+            keys = self.tensor_keys.sample_log_prob
+            return stored_log_prob(batch, keys, type(self).__name__, shape)
         log_prob = self._get(batch, "sample_log_prob")
-        return sum_heads(log_prob, batch.batch_size) if is_tensor_collection(log_prob) else log_prob
+        if not is_tensor_collection(log_prob):
+            return log_prob
+        return sum_heads(log_prob, batch.batch_size if shape is None else shape)
 
     def _surrogate(
         self,
@@ -164,7 +171,7 @@ class PPOLoss(OnPolicyLoss):
         return rlf.surrogate(behaviour, advantage), {}
 
     def _objective(self, batch, advantage, mask):
-        distribution, log_ratio, log_weight = self._policy(batch)
+        distribution, log_ratio, log_weight = self._policy(batch, advantage.shape[:-1])
         surrogate, out = self._surrogate(
             log_ratio, log_weight, advantage, mask, batch, distribution
         )
@@ -366,7 +373,8 @@ class KLPENPPOLoss(PPOLoss):
         surrogate, info = super()._surrogate(
             log_ratio, log_weight, advantage, mask, batch, distribution
         )
-        kl = self._kl_from_collecting_policy(batch, distribution).unsqueeze(-1)
+        kl = self._kl_from_collecting_policy(batch, distribution, advantage.shape[:-1])
+        kl = kl.unsqueeze(-1)
         beta = self.beta.clone()  # the beta of this loss, whatever the update below does
         mean_kl = rlf.reduce(kl.detach(), "mean", mask)
         if self.adaptive_beta and self.training and torch.is_grad_enabled():
@@ -375,11 +383,11 @@ class KLPENPPOLoss(PPOLoss):
         return objective, {**info, "kl": mean_kl, "beta": beta}
 
     def _kl_from_collecting_policy(
-        self, batch: TensorDictBase, distribution: D.Distribution
+        self, batch: TensorDictBase, distribution: D.Distribution, shape=None
     ) -> torch.Tensor:
         """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters (the
         proximal policy with ``delay_actor``); summed over the heads of a composite
-        distribution."""
+        distribution, to ``shape`` (the advantage's; default ``[*B]``)."""
         previous = (
             self._actor_call.stored(batch) if self._proximal is None else self._proximal(batch)
         )
@@ -387,7 +395,8 @@ class KLPENPPOLoss(PPOLoss):
             return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
         return sum(
             sum_heads(
-                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl), batch.batch_size
+                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl),
+                batch.batch_size if shape is None else shape,
             )
             for name, head in distribution.dists.items()
         )

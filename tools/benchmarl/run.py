@@ -13,6 +13,7 @@ BenchMARL's mean episode reward of the collected batch, the mean of each trainin
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import sys
@@ -87,6 +88,12 @@ def build_experiment(args, callbacks):
         config.lr = args.lr
     algo_cls = {a: getattr(algos, a.capitalize() + "Config") for a in ALGOS}[args.algo]
     task = getattr(VmasTask, args.task.upper()).get_from_yaml()
+    for option in args.task_option:  # e.g. n_agents=2: a VMAS scenario keyword
+        name, value = option.split("=", 1)
+        try:
+            task.config[name] = ast.literal_eval(value)  # 2, 0.5, True
+        except (ValueError, SyntaxError):
+            task.config[name] = value
     model = MlpConfig.get_from_yaml()
     return Experiment(
         task=task,
@@ -99,7 +106,7 @@ def build_experiment(args, callbacks):
     )
 
 
-def make_recorder(rows):
+def make_recorder(rows, flush=lambda: None):
     from benchmarl.experiment.callback import Callback
 
     class Recorder(Callback):
@@ -107,8 +114,15 @@ def make_recorder(rows):
 
         def on_batch_collected(self, batch):
             exp = self.experiment
-            rows.append({"iter": exp.n_iters_performed, "frames": exp.total_frames,
-                         "reward": round(float(exp.mean_return), 4), "t": time.time()})
+            rows.append(
+                {
+                    "iter": exp.n_iters_performed,
+                    "frames": exp.total_frames,
+                    "reward": round(float(exp.mean_return), 4),
+                    "t": time.time(),
+                }
+            )
+            flush()  # a run cut by a time limit keeps the iterations it finished
 
         def on_train_end(self, training_td, group):
             for key, value in training_td.items():
@@ -126,6 +140,13 @@ def parse(argv=None):
     p.add_argument("--lib", choices=("torchrl", "rlloss"), required=True)
     p.add_argument("--algo", choices=ALGOS, required=True)
     p.add_argument("--task", default="balance", help="VMAS task (VmasTask member), e.g. navigation")
+    p.add_argument(
+        "--task-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a key of the task's config (repeatable), e.g. n_agents=2",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--frames", type=int, default=6000, help="max_n_frames")
     p.add_argument("--frames-per-batch", type=int, default=6000)
@@ -147,24 +168,26 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     patch_torchrl_for_benchmarl()
     active = patch_losses(args.lib)
-    rows, record = [], {"args": vars(args)}
+    rows, record = [], {"args": vars(args), "outcome": "running"}
+    record["loss_classes"] = {k: v for k, v in active.items() if k.endswith("Loss")}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{args.algo}_{args.task}_{args.lib}_s{args.seed}_{args.frames}.json"
     start = time.time()
+
+    def flush():
+        record["wall_s"] = round(time.time() - start, 1)
+        record["rows"] = [{**row, "t": round(row["t"] - start, 1)} for row in rows]
+        (out / name).write_text(json.dumps(record, indent=1))
+
     try:
-        build_experiment(args, [make_recorder(rows)]).run()
+        build_experiment(args, [make_recorder(rows, flush)]).run()
         record["outcome"] = "ok"
     except Exception:  # a crash is a result: record it with its traceback
         record["outcome"] = "crash"
         record["traceback"] = traceback.format_exc()
         print(record["traceback"], file=sys.stderr)
-    record["wall_s"] = round(time.time() - start, 1)
-    for row in rows:
-        row["t"] = round(row["t"] - start, 1)
-    record["rows"] = rows
-    record["loss_classes"] = {k: v for k, v in active.items() if k.endswith("Loss")}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"{args.algo}_{args.task}_{args.lib}_s{args.seed}_{args.frames}.json"
-    (out / name).write_text(json.dumps(record, indent=1))
+    flush()
     rewards = [r["reward"] for r in rows]
     print(f"{name}: {record['outcome']} {record['wall_s']}s rewards {rewards[:3]}...{rewards[-3:]}")
     return 0 if record["outcome"] == "ok" else 1

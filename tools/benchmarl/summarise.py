@@ -14,16 +14,17 @@ import json
 from pathlib import Path
 
 KEPT_ARGS = ("lib", "algo", "task", "seed", "frames", "frames_per_batch", "n_envs",
-             "minibatch_iters", "minibatch_size", "optimizer_steps", "train_batch_size", "lr")
+             "minibatch_iters", "minibatch_size", "optimizer_steps", "train_batch_size", "lr",
+             "task_option")
 
 
 def compact(record: dict) -> dict:
     rows = record["rows"]
-    run = {k: record["args"][k] for k in KEPT_ARGS}
+    run = {k: record["args"].get(k) for k in KEPT_ARGS}  # task_option: newer runs only
     run.update(outcome=record["outcome"], wall_s=record["wall_s"])
     run["rewards"] = [r["reward"] for r in rows]
     run["first_iter_losses"] = {k: v for k, v in (rows[0] if rows else {}).items() if "loss" in k}
-    if record["outcome"] != "ok":
+    if record["outcome"] == "crash":  # "running": stopped by a time limit, rows kept
         run["error"] = record["traceback"].strip().splitlines()[-1]
     return run
 
