@@ -193,19 +193,32 @@ LOOP_MEMBERS_MAX = 4
 
 
 def members_in_turn(
-    module: nn.Module, params: Mapping[str, torch.Tensor], inputs: Mapping, size: int
+    module: _MemberCall,
+    params: Mapping[str, torch.Tensor],
+    inputs: Mapping,
+    size: int,
+    slots: _compat.TensorSlots | None = None,
 ) -> dict:
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
     dim: what ``torch.vmap(functional_call)`` gives, without its batching layer.
 
-    A tensor that requires gradient is split with ``unbind``, whose backward stacks the
-    members' gradients in one copy (``size`` ``select``s would each write a zero tensor of the
-    stacked size and add them up); buffers, updated in place by normalisation layers, are
-    indexed (an ``unbind`` output may not be modified in place)."""
-    call = _functional_call if torch.compiler.is_compiling() else _swapped_call
-    members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
-    outputs = [call(module, {k: v[i] for k, v in members.items()}, inputs) for i in range(size)]
+    With ``slots`` (eager calls: ``module``'s :class:`rlloss._compat.TensorSlots` for the names
+    of ``params``, found once per ensemble), the member's tensors are put in them and
+    ``module``'s :class:`NetworkCall` runs directly; without (compiled calls), through
+    ``functional_call``. A tensor that requires gradient is split with ``unbind``, whose
+    backward stacks the members' gradients in one copy (``size`` ``select``s would each write a
+    zero tensor of the stacked size and add them up); buffers, updated in place by
+    normalisation layers, are indexed (an ``unbind`` output may not be modified in place)."""
+    if slots is None:
+        members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
+        outputs = [
+            _functional_call(module, {k: v[i] for k, v in members.items()}, inputs)
+            for i in range(size)
+        ]
+    else:
+        split = [params[k].unbind(0) if params[k].requires_grad else params[k] for k in slots.names]
+        outputs = [slots.call([v[i] for v in split], module.call, inputs) for i in range(size)]
     return {key: torch.stack([out[key] for out in outputs]) for key in _leaf_keys(outputs[0])}
 
 
@@ -220,16 +233,6 @@ def _leaf_keys(outputs: Mapping):
 
 def _functional_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):
     return torch.func.functional_call(module, tensors, (inputs,))
-
-
-def _swapped_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):
-    """``torch.func.functional_call(module, tensors, (inputs,))`` for eager calls, at a third of
-    its cost (it checks and swaps through ``setattr``; ~0.2 ms a call on a small critic): the
-    entries of the owning modules' ``_parameters`` / ``_buffers`` are replaced by ``tensors``
-    for the call and restored after. ``tensors`` names every parameter and buffer (the stacked
-    ensemble's own)."""
-    with _compat.swapped_tensors(module, tensors):
-        return module(inputs)
 
 
 class Ensemble:
@@ -257,6 +260,7 @@ class Ensemble:
         )
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
+        self.slots: dict[_MemberCall, _compat.TensorSlots] = {}  # per member module, found once
 
     def _member_copy(self, until: NestedKey | None, training: bool) -> _MemberCall:
         tensors = [*self.template.parameters(), *self.template.buffers()]
@@ -267,6 +271,17 @@ class Ensemble:
         """Point the ensemble at the stacked ``online`` and ``target`` tensors."""
         self.online = _flat_member_tensors(online)
         self.target = {} if target is None else _flat_member_tensors(target)
+        self.slots = {}  # found again at the next call (a deep copy's modules, other names)
+
+    def _slots(self, module: _MemberCall) -> _compat.TensorSlots | None:
+        """The slots of ``module``'s tensors named as the stacked ones (``None`` while a
+        compiled graph is traced: :func:`members_in_turn` then uses ``functional_call``)."""
+        if torch.compiler.is_compiling():
+            return None
+        slots = self.slots.get(module)
+        if slots is None:
+            slots = self.slots[module] = _compat.TensorSlots(module, self.online)
+        return slots
 
     def __call__(
         self,
@@ -299,7 +314,7 @@ class Ensemble:
                 module = self.member if training is None else self.member_in_mode[training]
                 size = next(iter(params.values())).shape[0]
                 if size <= LOOP_MEMBERS_MAX:
-                    return members_in_turn(module, params, inputs, size)
+                    return members_in_turn(module, params, inputs, size, self._slots(module))
 
                 def member(member_params):
                     return torch.func.functional_call(module, member_params, (inputs,))
