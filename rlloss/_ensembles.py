@@ -185,11 +185,16 @@ class _MemberCall(nn.Module):
 
 
 # Up to this many members, an ensemble of a network that is not a plain MLP runs its members one
-# after the other on views of the stacked parameters; beyond it, in one ``torch.vmap`` call.
-# Measured (TD3, custom critic, loss + backward, CPU, one thread): the loop beats vmap by ~10%
-# at 2-4 members for 256x256 critics at batch 256 and stays ahead up to ~10; for 64x64 critics
-# at batch 64, by ~7-22% at 2-4 members, and vmap wins from 6 (1.2-1.7x faster at 6-10).
+# after the other on views of the stacked parameters; beyond it, in one ``torch.vmap`` call,
+# unless each member's work (input rows x member parameters) reaches ``LOOP_WORK_MIN``: then the
+# loop at any size. Measured (TD3, custom critic, loss + backward, CPU, one thread): the loop
+# beats vmap by ~10% at 2-4 members for 256x256 critics at batch 256; for 64x64 critics at batch
+# 64, by ~7-22% at 2-4 members. With the slots found once (``TensorSlots``), at 10 members
+# (REDQ, custom critic, CPU time, loop / vmap): 0.81 for 256x256 critics at batch 256 (18.5 M),
+# 0.83 at batch 64 (4.6 M), 0.98 for 128x128 at 128 (2.5 M) and 64x64 at 256 (1.5 M), 1.02 for
+# 64x64 at 128 (0.73 M), 1.14 at 64 (0.36 M).
 LOOP_MEMBERS_MAX = 4
+LOOP_WORK_MIN = 1 << 20
 
 
 def members_in_turn(
@@ -222,6 +227,14 @@ def members_in_turn(
     return {key: torch.stack([out[key] for out in outputs]) for key in _leaf_keys(outputs[0])}
 
 
+def _rows(inputs: Mapping) -> int:
+    """The rows a member's call runs on: the leading dims of the first input tensor."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor):
+            return value.shape[:-1].numel()
+    return 0
+
+
 def _leaf_keys(outputs: Mapping):
     """The keys of a member's outputs: every leaf of a TensorDict (a module the loss runs whole,
     e.g. BenchMARL's ``Mlp``, returns the batch with its nested ``("agents", "...")`` entries),
@@ -238,7 +251,8 @@ def _functional_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inp
 class Ensemble:
     """``size`` copies of one network architecture evaluated on stacked parameters: batched
     matrix products for MLPs (:class:`StackedMLP`), else one call per member for up to
-    ``LOOP_MEMBERS_MAX`` members (:func:`members_in_turn`) and ``torch.vmap`` beyond.
+    ``LOOP_MEMBERS_MAX`` members (:func:`members_in_turn`; at any size in eager calls where each
+    member's work reaches ``LOOP_WORK_MIN``) and ``torch.vmap`` beyond.
 
     The stacked tensors are the loss's (``<name>_params`` and ``target_<name>_params``); call
     :meth:`use` after they are created or replaced (``.to()``, deep copies).
@@ -261,6 +275,7 @@ class Ensemble:
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
         self.slots: dict[_MemberCall, _compat.TensorSlots] = {}  # per member module, found once
+        self.member_size = 0  # the tensor elements of one member
 
     def _member_copy(self, until: NestedKey | None, training: bool) -> _MemberCall:
         tensors = [*self.template.parameters(), *self.template.buffers()]
@@ -272,6 +287,7 @@ class Ensemble:
         self.online = _flat_member_tensors(online)
         self.target = {} if target is None else _flat_member_tensors(target)
         self.slots = {}  # found again at the next call (a deep copy's modules, other names)
+        self.member_size = sum(v[0].numel() for v in self.online.values())  # no host sync
 
     def _slots(self, module: _MemberCall) -> _compat.TensorSlots | None:
         """The slots of ``module``'s tensors named as the stacked ones (``None`` while a
@@ -282,6 +298,14 @@ class Ensemble:
         if slots is None:
             slots = self.slots[module] = _compat.TensorSlots(module, self.online)
         return slots
+
+    def _loop_pays(self, inputs: Mapping) -> bool:
+        """Whether an eager call runs the members in turn at any ensemble size: each member's
+        work (rows x its tensor elements) at least ``LOOP_WORK_MIN``. Compiled graphs keep
+        ``vmap`` beyond ``LOOP_MEMBERS_MAX`` (what ``compile_update``'s figures measured)."""
+        if torch.compiler.is_compiling():
+            return False
+        return _rows(inputs) * self.member_size >= LOOP_WORK_MIN
 
     def __call__(
         self,
@@ -313,7 +337,7 @@ class Ensemble:
 
                 module = self.member if training is None else self.member_in_mode[training]
                 size = next(iter(params.values())).shape[0]
-                if size <= LOOP_MEMBERS_MAX:
+                if size <= LOOP_MEMBERS_MAX or self._loop_pays(inputs):
                     return members_in_turn(module, params, inputs, size, self._slots(module))
 
                 def member(member_params):
