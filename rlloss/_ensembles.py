@@ -185,28 +185,54 @@ class _MemberCall(nn.Module):
 
 
 # Up to this many members, an ensemble of a network that is not a plain MLP runs its members one
-# after the other on views of the stacked parameters; beyond it, in one ``torch.vmap`` call.
-# Measured (TD3, custom critic, loss + backward, CPU, one thread): the loop beats vmap by ~10%
-# at 2-4 members for 256x256 critics at batch 256 and stays ahead up to ~10; for 64x64 critics
-# at batch 64, by ~7-22% at 2-4 members, and vmap wins from 6 (1.2-1.7x faster at 6-10).
+# after the other on views of the stacked parameters; beyond it, in one ``torch.vmap`` call,
+# unless each member's work (input rows x member parameters) reaches ``LOOP_WORK_MIN``: then the
+# loop at any size. Measured (TD3, custom critic, loss + backward, CPU, one thread): the loop
+# beats vmap by ~10% at 2-4 members for 256x256 critics at batch 256; for 64x64 critics at batch
+# 64, by ~7-22% at 2-4 members. With the slots found once (``TensorSlots``), at 10 members
+# (REDQ, custom critic, CPU time, loop / vmap): 0.81 for 256x256 critics at batch 256 (18.5 M),
+# 0.83 at batch 64 (4.6 M), 0.98 for 128x128 at 128 (2.5 M) and 64x64 at 256 (1.5 M), 1.02 for
+# 64x64 at 128 (0.73 M), 1.14 at 64 (0.36 M).
 LOOP_MEMBERS_MAX = 4
+LOOP_WORK_MIN = 1 << 20
 
 
 def members_in_turn(
-    module: nn.Module, params: Mapping[str, torch.Tensor], inputs: Mapping, size: int
+    module: _MemberCall,
+    params: Mapping[str, torch.Tensor],
+    inputs: Mapping,
+    size: int,
+    slots: _compat.TensorSlots | None = None,
 ) -> dict:
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
     dim: what ``torch.vmap(functional_call)`` gives, without its batching layer.
 
-    A tensor that requires gradient is split with ``unbind``, whose backward stacks the
-    members' gradients in one copy (``size`` ``select``s would each write a zero tensor of the
-    stacked size and add them up); buffers, updated in place by normalisation layers, are
-    indexed (an ``unbind`` output may not be modified in place)."""
-    call = _functional_call if torch.compiler.is_compiling() else _swapped_call
-    members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
-    outputs = [call(module, {k: v[i] for k, v in members.items()}, inputs) for i in range(size)]
+    With ``slots`` (eager calls: ``module``'s :class:`rlloss._compat.TensorSlots` for the names
+    of ``params``, found once per ensemble), the member's tensors are put in them and
+    ``module``'s :class:`NetworkCall` runs directly; without (compiled calls), through
+    ``functional_call``. A tensor that requires gradient is split with ``unbind``, whose
+    backward stacks the members' gradients in one copy (``size`` ``select``s would each write a
+    zero tensor of the stacked size and add them up); buffers, updated in place by
+    normalisation layers, are indexed (an ``unbind`` output may not be modified in place)."""
+    if slots is None:
+        members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
+        outputs = [
+            _functional_call(module, {k: v[i] for k, v in members.items()}, inputs)
+            for i in range(size)
+        ]
+    else:
+        split = [params[k].unbind(0) if params[k].requires_grad else params[k] for k in slots.names]
+        outputs = [slots.call([v[i] for v in split], module.call, inputs) for i in range(size)]
     return {key: torch.stack([out[key] for out in outputs]) for key in _leaf_keys(outputs[0])}
+
+
+def _rows(inputs: Mapping) -> int:
+    """The rows a member's call runs on: the leading dims of the first input tensor."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor):
+            return value.shape[:-1].numel()
+    return 0
 
 
 def _leaf_keys(outputs: Mapping):
@@ -222,20 +248,11 @@ def _functional_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inp
     return torch.func.functional_call(module, tensors, (inputs,))
 
 
-def _swapped_call(module: nn.Module, tensors: Mapping[str, torch.Tensor], inputs: Mapping):
-    """``torch.func.functional_call(module, tensors, (inputs,))`` for eager calls, at a third of
-    its cost (it checks and swaps through ``setattr``; ~0.2 ms a call on a small critic): the
-    entries of the owning modules' ``_parameters`` / ``_buffers`` are replaced by ``tensors``
-    for the call and restored after. ``tensors`` names every parameter and buffer (the stacked
-    ensemble's own)."""
-    with _compat.swapped_tensors(module, tensors):
-        return module(inputs)
-
-
 class Ensemble:
     """``size`` copies of one network architecture evaluated on stacked parameters: batched
     matrix products for MLPs (:class:`StackedMLP`), else one call per member for up to
-    ``LOOP_MEMBERS_MAX`` members (:func:`members_in_turn`) and ``torch.vmap`` beyond.
+    ``LOOP_MEMBERS_MAX`` members (:func:`members_in_turn`; at any size in eager calls where each
+    member's work reaches ``LOOP_WORK_MIN``) and ``torch.vmap`` beyond.
 
     The stacked tensors are the loss's (``<name>_params`` and ``target_<name>_params``); call
     :meth:`use` after they are created or replaced (``.to()``, deep copies).
@@ -257,6 +274,8 @@ class Ensemble:
         )
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
+        self.slots: dict[_MemberCall, _compat.TensorSlots] = {}  # per member module, found once
+        self.member_size = 0  # the tensor elements of one member
 
     def _member_copy(self, until: NestedKey | None, training: bool) -> _MemberCall:
         tensors = [*self.template.parameters(), *self.template.buffers()]
@@ -267,6 +286,26 @@ class Ensemble:
         """Point the ensemble at the stacked ``online`` and ``target`` tensors."""
         self.online = _flat_member_tensors(online)
         self.target = {} if target is None else _flat_member_tensors(target)
+        self.slots = {}  # found again at the next call (a deep copy's modules, other names)
+        self.member_size = sum(v[0].numel() for v in self.online.values())  # no host sync
+
+    def _slots(self, module: _MemberCall) -> _compat.TensorSlots | None:
+        """The slots of ``module``'s tensors named as the stacked ones (``None`` while a
+        compiled graph is traced: :func:`members_in_turn` then uses ``functional_call``)."""
+        if torch.compiler.is_compiling():
+            return None
+        slots = self.slots.get(module)
+        if slots is None:
+            slots = self.slots[module] = _compat.TensorSlots(module, self.online)
+        return slots
+
+    def _loop_pays(self, inputs: Mapping) -> bool:
+        """Whether an eager call runs the members in turn at any ensemble size: each member's
+        work (rows x its tensor elements) at least ``LOOP_WORK_MIN``. Compiled graphs keep
+        ``vmap`` beyond ``LOOP_MEMBERS_MAX`` (what ``compile_update``'s figures measured)."""
+        if torch.compiler.is_compiling():
+            return False
+        return _rows(inputs) * self.member_size >= LOOP_WORK_MIN
 
     def __call__(
         self,
@@ -298,8 +337,8 @@ class Ensemble:
 
                 module = self.member if training is None else self.member_in_mode[training]
                 size = next(iter(params.values())).shape[0]
-                if size <= LOOP_MEMBERS_MAX:
-                    return members_in_turn(module, params, inputs, size)
+                if size <= LOOP_MEMBERS_MAX or self._loop_pays(inputs):
+                    return members_in_turn(module, params, inputs, size, self._slots(module))
 
                 def member(member_params):
                     return torch.func.functional_call(module, member_params, (inputs,))

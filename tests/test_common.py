@@ -220,10 +220,12 @@ class _BatchNormCritic(torch.nn.Module):
         return self.layers(torch.cat([observation, action], -1))
 
 
-@pytest.mark.parametrize("num", [2, 3, 6])
-def test_per_member_ensemble_calls_match_vmap(monkeypatch, num):
-    """Small ensembles of a custom module run one member at a time, large ones through vmap:
-    the same values, gradients and running-statistics updates (BatchNorm in train mode)."""
+@pytest.mark.parametrize("num, by_work", [(2, False), (3, False), (6, False), (6, True)])
+def test_per_member_ensemble_calls_match_vmap(monkeypatch, num, by_work):
+    """Small ensembles of a custom module run one member at a time, large ones through vmap
+    unless each member's work (rows x member tensor elements) reaches ``LOOP_WORK_MIN``
+    (``by_work``: the threshold at the work, or one above): the same values, gradients and
+    running-statistics updates (BatchNorm in train mode)."""
     import rlloss._ensembles
 
     torch.manual_seed(0)
@@ -234,10 +236,22 @@ def test_per_member_ensemble_calls_match_vmap(monkeypatch, num):
     vmapped.load_state_dict(looped.state_dict())
     batch = TensorDict({"observation": torch.randn(16, 3), "action": torch.randn(16, 2)}, [16])
     weights = torch.arange(1.0, num + 1).view(num, 1, 1)  # a different gradient per member
+    work = 16 * looped.qvalue.member_size
+    assert looped.qvalue.member_size == 48 + 33 + 9  # Linear(5, 8), BatchNorm1d(8), Linear(8, 1)
+    turns = []
+    monkeypatch.setattr(
+        rlloss._ensembles,
+        "members_in_turn",
+        lambda *args, call=rlloss._ensembles.members_in_turn: turns.append(1) or call(*args),
+    )
     outputs = {}
     for name, loss, limit in (("loop", looped, num), ("vmap", vmapped, num - 1)):
-        monkeypatch.setattr(rlloss._ensembles, "LOOP_MEMBERS_MAX", limit)
+        monkeypatch.setattr(rlloss._ensembles, "LOOP_MEMBERS_MAX", num - 1 if by_work else limit)
+        threshold = work if by_work and name == "loop" else work + 1
+        monkeypatch.setattr(rlloss._ensembles, "LOOP_WORK_MIN", threshold)
+        turns.clear()
         outputs[name] = loss(batch)
+        assert turns == ([1] if name == "loop" else []), name
         (outputs[name] * weights).sum().backward()
     assert outputs["loop"].shape == (num, 16, 1)
     torch.testing.assert_close(outputs["loop"], outputs["vmap"])

@@ -500,10 +500,11 @@ def test_dispatch_without_replacement_registers_a_subclass_as_torchrls_classes_a
 
 # ----------------------------------------------------------------------------- parameter swap
 @pytest.mark.parametrize("multi_agent", [False, True], ids=["plain", "TensorDictParams"])
-def test_swapped_tensors_uses_the_given_tensors_and_restores_the_module(multi_agent):
-    """``_compat.swapped_tensors`` (the ensembles' per-member call) writes into ``nn.Module``'s
-    private ``_parameters`` table (a ``TensorDictParams`` through ``to_module``): the call sees
-    the given tensors, the module is restored after, even when the call raises."""
+def test_tensor_slots_use_the_given_tensors_and_restore_the_module(multi_agent):
+    """``_compat.TensorSlots`` (the ensembles' per-member call) writes into ``nn.Module``'s
+    private ``_parameters`` / ``_buffers`` tables (a ``TensorDictParams`` through ``to_module``):
+    the call sees the given tensors, the module is restored after, even when the call raises;
+    the slots, found once, still hold after ``.to(float64)`` and ``load_state_dict``."""
     from torchrl.modules import MultiAgentMLP
 
     from rlloss import _compat
@@ -519,16 +520,30 @@ def test_swapped_tensors_uses_the_given_tensors_and_restores_the_module(multi_ag
             num_cells=8,
         )
         if multi_agent
-        else torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        else torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)
+        ).eval()
     )
-    x = torch.randn(5, 3, 4)
+    x = torch.randn(5, 3, 4) if multi_agent else torch.randn(5, 4)
     before = module(x).detach().clone()
-    zeros = {name: torch.zeros_like(p) for name, p in module.named_parameters()}
-    with _compat.swapped_tensors(module, zeros):
-        assert module(x).abs().sum() == 0
+    tensors = dict(module.named_parameters())
+    if not multi_agent:
+        tensors.update(module.named_buffers())  # a buffer swapped too (running statistics)
+    slots = _compat.TensorSlots(module, tensors)
+    zeros = [torch.zeros_like(t) for t in tensors.values()]
+    assert slots.call(zeros, module, x).abs().sum() == 0
     torch.testing.assert_close(module(x), before)
-    with pytest.raises(RuntimeError, match="inside"), _compat.swapped_tensors(module, zeros):
+
+    def raising(_):
         raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        slots.call(zeros, raising, x)
     torch.testing.assert_close(module(x), before)
-    if not multi_agent:  # the private table the fast path relies on
+    module.double().load_state_dict({k: v.double() + 1 for k, v in module.state_dict().items()})
+    zeros = [torch.zeros_like(t) for t in zeros]
+    assert slots.call([z.double() for z in zeros], module, x.double()).abs().sum() == 0
+    assert module(x.double()).abs().sum() > 0  # the module's own (loaded) tensors back
+    if not multi_agent:  # the private tables the fast path relies on
         assert module[0]._parameters["weight"] is module[0].weight
+        assert module[1]._buffers["running_mean"] is module[1].running_mean
