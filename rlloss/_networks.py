@@ -217,6 +217,10 @@ class NetworkCall:
             return self(inputs_batch(inputs, action.shape[:dims]))
         return self(inputs)
 
+    def on_inputs(self, inputs: dict, batch_size) -> Mapping[NestedKey, torch.Tensor]:
+        """The outputs on ``inputs`` by key: the plan on the dict, else the module on a TensorDict."""
+        return self(inputs if self.steps is not None else inputs_batch(inputs, batch_size))
+
 
 class DistributionCall:
     """``DistributionCall(actor)(batch)`` returns ``actor.get_dist(batch)`` without writing the

@@ -100,20 +100,30 @@ class BCLoss(SupervisedLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """``{"loss_bc": ...}`` on a batch of observations and demonstrated actions."""
         expert = self._get(tensordict, "action")
-        loss = self._elementwise_loss(tensordict, expert)
-        valid = self._valid(tensordict, loss)
-        return _compat.output_tensordict({"loss_bc": self._reduce_valid(loss, tensordict, valid)})
+        kind = self._kind(expert)
+        pad = self._pad(tensordict)
+        if isinstance(kind, str) and pad is None:  # reduced by the formula when nothing masks
+            prediction = self._prediction(tensordict, expert)
+            loss = self._reduce_formula(rlf.action_error, tensordict, prediction, expert, kind)
+        else:
+            loss = self._elementwise_loss(tensordict, expert, kind)
+            loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
+        return _compat.output_tensordict({"loss_bc": loss})
 
-    def _elementwise_loss(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
-        kind = self.loss_function
-        if kind is None and expert.dtype in (torch.int32, torch.int64):
-            kind = "cross_entropy"
-        elif kind is None and self._stochastic:
+    def _kind(self, expert: torch.Tensor):
+        """The error to take: ``loss_function``, else the cross-entropy for integer actions,
+        ``None`` (the negative log-likelihood) for a stochastic actor, the squared error."""
+        if self.loss_function is not None:
+            return self.loss_function
+        if expert.dtype in (torch.int32, torch.int64):
+            return "cross_entropy"
+        return None if self._stochastic else "l2"
+
+    def _elementwise_loss(self, batch: TensorDictBase, expert: torch.Tensor, kind):
+        if kind is None:
             distribution = self._distribution_call(batch)
             log_prob = log_prob_of(distribution, expert, self.tensor_keys.action, "BCLoss")
             return rlf.bc_negative_log_likelihood(log_prob)
-        elif kind is None:
-            kind = "l2"
         prediction = self._prediction(batch, expert)
         if callable(kind):
             return kind(prediction, expert)
@@ -144,12 +154,16 @@ class BCLoss(SupervisedLoss):
             "out_keys match the loss's action key (loss.set_keys(action=...))."
         )
 
-    def _valid(self, batch: TensorDictBase, loss: torch.Tensor) -> torch.Tensor | None:
-        """``~pad_mask`` when the key is set and the batch holds it."""
+    def _pad(self, batch: TensorDictBase) -> torch.Tensor | None:
+        """The ``pad_mask`` entry when the key is set and the batch holds it."""
         key = self.tensor_keys.pad_mask
-        pad = None if key is None else batch.get(key, None)
+        return None if key is None else batch.get(key, None)
+
+    def _valid(self, pad: torch.Tensor | None, loss: torch.Tensor) -> torch.Tensor | None:
+        """``~pad`` (checked against the loss's dims)."""
         if pad is None:
             return None
+        key = self.tensor_keys.pad_mask
         if pad.ndim > loss.ndim:
             raise RuntimeError(
                 f"BCLoss: pad_mask {key!r} has more dimensions ({pad.ndim}, shape "

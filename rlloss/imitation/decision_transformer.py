@@ -108,8 +108,10 @@ class DTLoss(_SequenceModelLoss):
                 "the batch's action with itself. Make the actor's out_keys include it, or "
                 "loss.set_keys(action_pred=<the actor's output key>)."
             )
-        loss = rlf.distance(prediction, target, self.loss_function)
-        return _compat.output_tensordict({"loss": self._reduce_valid(loss, tensordict)})
+        loss = self._reduce_formula(
+            rlf.distance, tensordict, prediction, target, self.loss_function
+        )
+        return _compat.output_tensordict({"loss": loss})
 
 
 class OnlineDTLoss(_SequenceModelLoss):

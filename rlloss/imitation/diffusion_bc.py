@@ -83,6 +83,6 @@ class DiffusionBCLoss(SupervisedLoss):
         noise = torch.randn_like(action)
         noisy = rlf.diffuse(action.to(dtype), alpha_bar, noise.to(dtype)).to(action.dtype)
         inputs = torch.cat([noisy, observation, step.to(noisy.dtype).unsqueeze(-1)], dim=-1)
-        error = rlf.noise_prediction_error(ddpm.score_network(inputs), noise)
-        loss = self._reduce_valid(error, tensordict)
+        prediction = ddpm.score_network(inputs)
+        loss = self._reduce_formula(rlf.noise_prediction_error, tensordict, prediction, noise)
         return _compat.output_tensordict({"loss_diffusion_bc": loss})
