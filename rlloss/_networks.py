@@ -1,10 +1,8 @@
 """Calling the user's TensorDict networks on a batch without writing TensorDicts.
 
-A loss only needs a network's output tensors. ``TensorDictModule.forward`` writes each output
-into a TensorDict through ``TensorDict.from_any``, which in tensordict 0.14 runs an
-``importlib.util.find_spec("pandas")`` file-system lookup on every call when pandas is not
-installed: tens of microseconds per network call, more than a small MLP costs. For the common
-structures (``TensorDictModule`` with positional ``in_keys``, ``TensorDictSequential`` of those,
+A loss only needs a network's output tensors; ``TensorDictModule.forward`` writes each output
+into a TensorDict (tensordict 0.14's ``TensorDict.from_any`` even looks for pandas on disk each
+call): more than a small MLP costs. For the common structures (``TensorDictModule`` with positional ``in_keys``, ``TensorDictSequential`` of those,
 ``ProbabilisticTensorDictSequential`` ending in a ``ProbabilisticTensorDictModule``, which covers
 TorchRL's ``ValueOperator``, ``QValueActor``'s backbone and ``ProbabilisticActor``),
 :class:`NetworkCall` plans once which ``nn.Module`` to call on which entries and then runs the
@@ -204,11 +202,10 @@ class NetworkCall:
     def at_action(
         self, batch, key: NestedKey, action, samples_dim: int | None = None
     ) -> Mapping[NestedKey, torch.Tensor]:
-        """The outputs on ``batch`` with ``action`` (a tensor ``[*S, D]``) as the input ``key``
-        (see :func:`inputs_at_action`); a module the plan cannot run gets a TensorDict ``[*S]``
-        of the inputs (``[*B]`` of a TensorDict ``batch`` ``[*B]`` without ``samples_dim``: an
-        action with an agent dim ``[*B, n_agents, D]`` beside a centralised critic's outputs
-        ``[*B, 1]``)."""
+        """The outputs on ``batch`` with ``action`` (``[*S, D]``) as the input ``key``
+        (:func:`inputs_at_action`); a module the plan cannot run gets a TensorDict ``[*S]`` of
+        the inputs (``[*B]`` of a TensorDict ``batch`` ``[*B]`` without ``samples_dim``: an agent
+        dim's action ``[*B, n_agents, D]`` beside a centralised critic's outputs ``[*B, 1]``)."""
         inputs = inputs_at_action(batch, self.module, key, action, samples_dim)
         if self.steps is None:  # the module's own call, on a TensorDict of the inputs
             dims = len(action.shape) - 1
@@ -216,6 +213,10 @@ class NetworkCall:
                 dims = min(dims, batch.batch_dims)
             return self(inputs_batch(inputs, action.shape[:dims]))
         return self(inputs)
+
+    def on_inputs(self, inputs: dict, batch_size) -> Mapping[NestedKey, torch.Tensor]:
+        """The outputs on ``inputs`` by key: the plan on the dict, else the module on a TensorDict."""
+        return self(inputs if self.steps is not None else inputs_batch(inputs, batch_size))
 
 
 class DistributionCall:

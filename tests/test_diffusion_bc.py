@@ -40,6 +40,15 @@ def test_matches_torchrl(reduction, batch):
     assert_same_seeded(ours, theirs, demonstrations(batch))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_matches_torchrl_in_other_dtypes(dtype):
+    """A double-precision actor and batch, and a bfloat16 one (noised in float32, as TorchRL's
+    DDPM does, then cast back)."""
+    net = actor().to(dtype)
+    ours, theirs = rlloss.DiffusionBCLoss(net), TorchRLDiffusionBCLoss(copy.deepcopy(net))
+    assert_same_seeded(ours, theirs, demonstrations((8,)).to(dtype))
+
+
 def test_the_actors_schedule_is_ddpms_linear_schedule():
     betas, alpha_bars = rlf.linear_beta_schedule(STEPS)
     torch.testing.assert_close(actor().module.betas, betas)

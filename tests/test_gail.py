@@ -69,6 +69,26 @@ def test_matches_torchrl(use_grad_penalty, reduction, batch):
     assert_same_seeded(ours, theirs, pairs(batch))
 
 
+class _OwnForward(TensorDictSequential):
+    """A sequence with a forward of its own: the loss cannot plan its call."""
+
+    def forward(self, tensordict, *args, **kwargs):
+        return super().forward(tensordict, *args, **kwargs)
+
+
+@pytest.mark.parametrize("planned", [True, False])
+def test_discriminator_called_on_its_inputs_matches_torchrl(planned):
+    """A planned discriminator runs on the concatenated pairs as tensors, one the loss cannot
+    plan on a TensorDict of them; expert keys given as one-element tuples reach it either way."""
+    net = discriminator() if planned else _OwnForward(*discriminator().module)
+    ours, theirs = rlloss.GAILLoss(net), TorchRLGAILLoss(copy.deepcopy(net))
+    assert (ours._discriminator_call.steps is None) is not planned
+    keys = {"expert_observation": ("observation",), "expert_action": ("action",)}
+    ours.set_keys(**keys)
+    theirs.set_keys(**keys)
+    assert_same_seeded(ours, theirs, pairs((3, 4)))
+
+
 def test_padding_mask_matches_torchrl():
     ours, theirs = pair()
     batch = pairs((3, 4))

@@ -104,11 +104,12 @@ class RNDLoss(SupervisedLoss):
         """``{"loss_predictor": ...}`` on a batch of (next) observations."""
         tensordict = self._without_padding(tensordict)
         error = self._error(self._observation(tensordict))
-        if self.update_fraction >= 1.0:
+        fraction = self.update_fraction
+        if fraction >= 1.0:
             return _compat.output_tensordict(
                 {"loss_predictor": self._reduce_valid(error, tensordict)}
             )
-        selected = torch.rand(error.shape, device=error.device) < self.update_fraction
+        selected = torch.rand(error.shape, device=error.device) < fraction
         if self.reduction == "none":  # TorchRL's: the unselected samples as zeros
             loss = self._reduce_valid(torch.where(selected, error, 0.0), tensordict)
         else:

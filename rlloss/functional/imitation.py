@@ -16,9 +16,12 @@ ACTION_ERRORS = ("l1", "l2", "mse", "smooth_l1", "cross_entropy")
 GAIL_REWARDS = ("positive", "negative", "logit")
 
 
-def action_error(prediction: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
+def action_error(
+    prediction: torch.Tensor, target: torch.Tensor, kind: str, reduction: str = "none"
+) -> torch.Tensor:
     """Behaviour cloning's error of a predicted action against a demonstrated one, elementwise
-    (Pomerleau, "ALVINN", 1989; Bain & Sammut, 1995).
+    (Pomerleau, "ALVINN", 1989; Bain & Sammut, 1995); with ``reduction`` ``"mean"`` or
+    ``"sum"``, reduced over every element in the same operation (one autograd node).
 
     ``kind``: ``"l2"`` / ``"mse"`` (``(a - a*)^2``), ``"l1"`` (``|a - a*|``), ``"smooth_l1"``
     (Huber, delta 1), each ``[*B, D]`` against ``[*B, D]``; ``"cross_entropy"``: ``-log
@@ -36,31 +39,33 @@ def action_error(prediction: torch.Tensor, target: torch.Tensor, kind: str) -> t
         return F.cross_entropy(
             prediction.movedim(-1, 1) if prediction.ndim > 2 else prediction,
             index.long(),
-            reduction="none",
+            reduction=reduction,
         )
     check_same_shape(prediction=prediction, target=target)
     target = target.detach()
     if kind in ("l2", "mse"):
-        return F.mse_loss(prediction, target, reduction="none")
+        return F.mse_loss(prediction, target, reduction=reduction)
     if kind == "l1":
-        return F.l1_loss(prediction, target, reduction="none")
+        return F.l1_loss(prediction, target, reduction=reduction)
     if kind == "smooth_l1":
-        return F.smooth_l1_loss(prediction, target, reduction="none")
+        return F.smooth_l1_loss(prediction, target, reduction=reduction)
     raise ValueError(f"unknown action error {kind!r}; expected one of {ACTION_ERRORS}")
 
 
 def discriminator_cross_entropy(
-    expert_probability: torch.Tensor, policy_probability: torch.Tensor
+    expert_probability: torch.Tensor, policy_probability: torch.Tensor, reduction: str = "none"
 ) -> torch.Tensor:
     """GAIL's discriminator loss, elementwise: ``-log D(s_E, a_E) - log(1 - D(s, a))`` with ``D``
     the probability that a pair is the expert's (Ho & Ermon, arXiv:1606.03476, eq. 17, the
-    discriminator's side; each log clamped at -100 as ``torch.nn.BCELoss``)."""
+    discriminator's side; each log clamped at -100 as ``torch.nn.BCELoss``); with
+    ``reduction`` ``"mean"`` or ``"sum"``, each term reduced in its own operation, then added
+    (the two have the same shape, so the same value as reducing their sum)."""
     check_same_shape(expert_probability=expert_probability, policy_probability=policy_probability)
     expert = F.binary_cross_entropy(
-        expert_probability, torch.ones_like(expert_probability), reduction="none"
+        expert_probability, torch.ones_like(expert_probability), reduction=reduction
     )
     policy = F.binary_cross_entropy(
-        policy_probability, torch.zeros_like(policy_probability), reduction="none"
+        policy_probability, torch.zeros_like(policy_probability), reduction=reduction
     )
     return expert + policy
 
@@ -119,11 +124,14 @@ def diffuse(action: torch.Tensor, alpha_bar: torch.Tensor, noise: torch.Tensor) 
     return alpha_bar.sqrt() * action + (1.0 - alpha_bar).sqrt() * noise
 
 
-def noise_prediction_error(predicted: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+def noise_prediction_error(
+    predicted: torch.Tensor, noise: torch.Tensor, reduction: str = "none"
+) -> torch.Tensor:
     """The simplified DDPM objective ``||eps - eps_theta(x_t, t)||^2``, elementwise (Ho et al.,
-    arXiv:2006.11239, eq. 14; Diffusion Policy's, Chi et al., arXiv:2303.04137)."""
+    arXiv:2006.11239, eq. 14; Diffusion Policy's, Chi et al., arXiv:2303.04137); with
+    ``reduction`` ``"mean"`` or ``"sum"``, reduced over every element in the same operation."""
     check_same_shape(predicted=predicted, noise=noise)
-    return (predicted - noise.detach()).square()
+    return F.mse_loss(predicted, noise.detach(), reduction=reduction)
 
 
 def chunk_l1(

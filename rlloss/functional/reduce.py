@@ -25,6 +25,8 @@ def _expand_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "mask") -> 
     """``mask`` (``[*B]`` or ``[*B, 1]``) expanded to ``like``'s shape; a ``ValueError`` naming
     both shapes when it does not fit (a ``[B, 3]`` mask for a ``[B, 1]`` loss)."""
     shape = mask.shape
+    if shape == like.shape:  # a mask the loss's own (RNDLoss's sampled one): nothing to check
+        return mask
     while mask.ndim > like.ndim and mask.shape[-1] == 1:
         mask = mask.squeeze(-1)
     if mask.ndim < like.ndim:

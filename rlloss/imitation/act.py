@@ -15,7 +15,7 @@ from torchrl.data.vla import ACTION_CHUNK_KEY
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
-from rlloss._networks import NetworkCall, inputs_batch
+from rlloss._networks import NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss, zero_padded
 
@@ -95,7 +95,7 @@ class ACTLoss(SupervisedLoss):
         inputs = dict(
             zip(POLICY_INPUTS, (self._get(tensordict, "observation"), chunk), strict=True)
         )
-        outputs = self._actor_call(inputs_batch(inputs, tensordict.batch_size))
+        outputs = self._actor_call.on_inputs(inputs, tensordict.batch_size)
         prediction, mu, log_var = (
             outputs[getattr(self.tensor_keys, name)] for name in ("action_pred", "mu", "log_var")
         )

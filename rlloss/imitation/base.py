@@ -70,6 +70,15 @@ class SupervisedLoss(LossModule):
         mask = None if mask is None else _expand(mask, values, "loss_mask_key mask")
         return rlf.reduce(values, "mean", mask)
 
+    def _reduce_formula(self, formula, batch: TensorDictBase, *args) -> torch.Tensor:
+        """``formula(*args, reduction)`` (an elementwise formula of ``rlloss.functional`` that
+        takes the reduction last) reduced over the batch's valid elements: by the formula's own
+        reduction (one operation, one autograd node, as ``F.mse_loss``'s default) when no
+        ``loss_mask_key`` entry masks the loss, else elementwise then :meth:`_reduce_valid`."""
+        if self.reduction == "none" or self._loss_mask(batch) is not None:
+            return self._reduce_valid(formula(*args, "none"), batch)
+        return formula(*args, self.reduction)
+
     def _reduce_valid(
         self,
         loss: torch.Tensor,
@@ -133,6 +142,8 @@ def _expand(mask: torch.Tensor, loss: torch.Tensor, name: str) -> torch.Tensor:
     """``mask`` broadcast over ``loss``'s trailing dims (its trailing singleton dims dropped
     first); a ``ValueError`` naming both shapes when it does not fit."""
     shape = mask.shape
+    if shape == loss.shape:
+        return mask
     while mask.ndim > loss.ndim and mask.shape[-1] == 1:
         mask = mask.squeeze(-1)
     mask = mask.reshape(*mask.shape, *(1,) * (loss.ndim - mask.ndim))

@@ -101,26 +101,40 @@ class BCLoss(SupervisedLoss):
         """``{"loss_bc": ...}`` on a batch of observations and demonstrated actions."""
         tensordict = self._without_padding(tensordict)
         expert = self._get(tensordict, "action")
+        kind = self._kind(expert)
         pad = self._pad(tensordict)
         if pad is not None and pad.ndim <= expert.ndim:
             expert = zero_padded(expert, pad)  # no NaN of a padded element in the gradient
-        loss = self._elementwise_loss(tensordict, expert)
-        valid = self._valid(tensordict, loss)
-        return _compat.output_tensordict({"loss_bc": self._reduce_valid(loss, tensordict, valid)})
+        if isinstance(kind, str) and pad is None:  # reduced by the formula when nothing masks
+            prediction = self._checked_prediction(tensordict, expert)
+            loss = self._reduce_formula(rlf.action_error, tensordict, prediction, expert, kind)
+        else:
+            loss = self._elementwise_loss(tensordict, expert, kind)
+            loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
+        return _compat.output_tensordict({"loss_bc": loss})
 
-    def _elementwise_loss(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
-        kind = self.loss_function
-        if kind is None and expert.dtype in (torch.int32, torch.int64):
-            kind = "cross_entropy"
-        elif kind is None and self._stochastic:
-            distribution = self._distribution_call(batch)
-            log_prob = log_prob_of(distribution, expert, self.tensor_keys.action, "BCLoss")
-            return rlf.bc_negative_log_likelihood(log_prob)
-        elif kind is None:
-            kind = "l2"
+    def _kind(self, expert: torch.Tensor):
+        """The error to take: ``loss_function``, else the cross-entropy for integer actions,
+        ``None`` (the negative log-likelihood) for a stochastic actor, the squared error."""
+        if self.loss_function is not None:
+            return self.loss_function
+        if expert.dtype in (torch.int32, torch.int64):
+            return "cross_entropy"
+        return None if self._stochastic else "l2"
+
+    def _checked_prediction(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
+        """The actor's action for ``batch``, checked against a floating demonstrated action."""
         prediction = self._prediction(batch, expert)
         if expert.is_floating_point():
             check_target("BCLoss", self.tensor_keys.action, expert, prediction)
+        return prediction
+
+    def _elementwise_loss(self, batch: TensorDictBase, expert: torch.Tensor, kind):
+        if kind is None:
+            distribution = self._distribution_call(batch)
+            log_prob = log_prob_of(distribution, expert, self.tensor_keys.action, "BCLoss")
+            return rlf.bc_negative_log_likelihood(log_prob)
+        prediction = self._checked_prediction(batch, expert)
         if callable(kind):
             return kind(prediction, expert)
         return rlf.action_error(prediction, expert, kind)
@@ -155,11 +169,11 @@ class BCLoss(SupervisedLoss):
         key = self.tensor_keys.pad_mask
         return None if key is None else batch.get(key, None)
 
-    def _valid(self, batch: TensorDictBase, loss: torch.Tensor) -> torch.Tensor | None:
-        """``~pad_mask`` when the key is set and the batch holds it."""
-        key, pad = self.tensor_keys.pad_mask, self._pad(batch)
+    def _valid(self, pad: torch.Tensor | None, loss: torch.Tensor) -> torch.Tensor | None:
+        """``~pad`` (checked against the loss's dims)."""
         if pad is None:
             return None
+        key = self.tensor_keys.pad_mask
         if pad.ndim > loss.ndim:
             raise RuntimeError(
                 f"BCLoss: pad_mask {key!r} has more dimensions ({pad.ndim}, shape "

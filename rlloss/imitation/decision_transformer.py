@@ -110,8 +110,10 @@ class DTLoss(_SequenceModelLoss):
                 "loss.set_keys(action_pred=<the actor's output key>)."
             )
         check_target("DTLoss", self.tensor_keys.action_target, target, prediction)
-        loss = rlf.distance(prediction, target, self.loss_function)
-        return _compat.output_tensordict({"loss": self._reduce_valid(loss, tensordict)})
+        loss = self._reduce_formula(
+            rlf.distance, tensordict, prediction, target, self.loss_function
+        )
+        return _compat.output_tensordict({"loss": loss})
 
 
 class OnlineDTLoss(_SequenceModelLoss):

@@ -80,18 +80,24 @@ class DiffusionBCLoss(SupervisedLoss):
         observation = self._get(tensordict, "observation")
         ddpm = self.actor_network.module
         step = torch.randint(0, ddpm.num_steps, action.shape[:-1], device=action.device)
-        dtype = torch.float32 if action.dtype in (torch.float16, torch.bfloat16) else action.dtype
-        alpha_bar = ddpm.alphas_cumprod.to(device=action.device, dtype=dtype)[step]
         noise = torch.randn_like(action)
-        noisy = rlf.diffuse(action.to(dtype), alpha_bar, noise.to(dtype)).to(action.dtype)
+        noisy = _noised(action, ddpm.alphas_cumprod, step, noise)
         inputs = torch.cat([noisy, observation, step.to(noisy.dtype).unsqueeze(-1)], dim=-1)
         try:
-            predicted = ddpm.score_network(inputs)
+            prediction = ddpm.score_network(inputs)
         except CALL_ERRORS as error:
             raise _score_network_error(ddpm, action, observation, error) from error
-        error = rlf.noise_prediction_error(predicted, noise)
-        loss = self._reduce_valid(error, tensordict)
+        loss = self._reduce_formula(rlf.noise_prediction_error, tensordict, prediction, noise)
         return _compat.output_tensordict({"loss_diffusion_bc": loss})
+
+
+def _noised(action, schedule, step, noise) -> torch.Tensor:
+    """``a_t`` (:func:`rlloss.functional.diffuse`) at the steps ``step`` of ``schedule``
+    (``alpha_bar``); computed in float32 for a half-precision action, cast back."""
+    if action.dtype in (torch.float16, torch.bfloat16):
+        alpha_bar = schedule.to(device=action.device, dtype=torch.float32)[step]
+        return rlf.diffuse(action.float(), alpha_bar, noise.float()).to(action.dtype)
+    return rlf.diffuse(action, schedule.to(device=action.device, dtype=action.dtype)[step], noise)
 
 
 def _score_network_error(ddpm, action: torch.Tensor, observation: torch.Tensor, error) -> Exception:

@@ -8,13 +8,13 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
-from rlloss._networks import NetworkCall, inputs_batch
+from rlloss._networks import NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss
 
@@ -117,9 +117,12 @@ class GAILLoss(SupervisedLoss):
 
     def _discriminate(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``D`` on pairs ``[*S, ...]``, under the expert's keys (the discriminator's inputs)."""
-        inputs = {self._key("expert_observation"): observation, self._key("expert_action"): action}
-        batch = inputs_batch(inputs, observation.shape[: max(action.ndim - 1, 1)])
-        return self._discriminator_call(batch)[self._key("discriminator_pred")]
+        inputs = {  # keyed as the discriminator holds its in_keys
+            unravel_key(self._key("expert_observation")): observation,
+            unravel_key(self._key("expert_action")): action,
+        }
+        size = observation.shape[: max(action.ndim - 1, 1)]
+        return self._discriminator_call.on_inputs(inputs, size)[self._key("discriminator_pred")]
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -129,14 +132,14 @@ class GAILLoss(SupervisedLoss):
         observation = torch.cat([pairs["expert_observation"], pairs["collector_observation"]])
         action = torch.cat([pairs["expert_action"], pairs["collector_action"]])
         expert, policy = self._discriminate(observation, action).chunk(2, dim=0)
-        loss = rlf.discriminator_cross_entropy(expert, policy)
-        out = {}
-        if self.use_grad_penalty:
-            gp_loss = self._gradient_penalty(pairs)
-            loss = loss + gp_loss
-            out["gp_loss"] = gp_loss.detach()
-        out["loss"] = self._reduce_valid(loss, tensordict)
-        return _compat.output_tensordict(out)
+        if not self.use_grad_penalty:
+            loss = self._reduce_formula(rlf.discriminator_cross_entropy, tensordict, expert, policy)
+            return _compat.output_tensordict({"loss": loss})
+        gp_loss = self._gradient_penalty(pairs)
+        loss = rlf.discriminator_cross_entropy(expert, policy) + gp_loss
+        return _compat.output_tensordict(
+            {"gp_loss": gp_loss.detach(), "loss": self._reduce_valid(loss, tensordict)}
+        )
 
     def _gradient_penalty(self, pairs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``gp_lambda * mean((||grad_x D(x~)||_2 - 1)^2)``, ``x~`` between the batches."""

@@ -140,6 +140,35 @@ def test_diffuse_and_noise_prediction_error_match_reference(dtype):
     assert_matches(rlf.noise_prediction_error(predicted, noise), expected, dtype)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize(
+    "formula,reference_of,kind",
+    [
+        ("action_error", ref.squared_error, "l2"),
+        ("action_error", ref.absolute_error, "l1"),
+        ("action_error", ref.huber, "smooth_l1"),
+        ("noise_prediction_error", ref.squared_error, None),
+        ("discriminator_cross_entropy", ref.discriminator_cross_entropy, None),
+    ],
+)
+def test_formulas_reduce_in_their_own_operation_as_the_reference_sum_or_mean(
+    formula, reference_of, kind, reduction
+):
+    """The fused ``reduction`` (what a loss takes when nothing masks it) is the reference's
+    elementwise values summed or averaged, and sends the same gradient as reducing after."""
+    first = torch.rand(6, 3, dtype=torch.float64, requires_grad=True)
+    second = torch.rand(6, 3, dtype=torch.float64)
+    args = (first, second) if kind is None else (first, second, kind)
+    fused = getattr(rlf, formula)(*args, reduction)
+    elementwise = reference.elementwise(reference_of, first.detach(), second)
+    expected = elementwise.sum() if reduction == "sum" else elementwise.mean()
+    torch.testing.assert_close(fused.detach(), expected, rtol=1e-10, atol=1e-10)
+    (gradient,) = torch.autograd.grad(fused, first)
+    unfused = getattr(rlf, formula)(*args)
+    (expected_gradient,) = torch.autograd.grad(getattr(unfused, reduction)(), first)
+    torch.testing.assert_close(gradient, expected_gradient, rtol=1e-10, atol=1e-10)
+
+
 def test_diffusion_endpoints():
     """``alpha_bar = 1`` leaves the action clean; ``alpha_bar = 0`` is pure noise."""
     action, noise = torch.randn(4, 2), torch.randn(4, 2)
