@@ -3,7 +3,7 @@
 (figures pending)
 
 Run:
-    python tutorials/dreamer_pendulum.py --seed 0 --total-frames 6000 --out runs/dreamer_pendulum
+    python tutorials/dreamer_pendulum.py --seed 0 --total-frames 4000 --out runs/dreamer_pendulum
 
 It writes ``OUT/returns.csv`` (one row per finished training episode) and ``OUT/curve.png``; it
 prints ``random_return=`` (a uniformly random policy on the evaluation start states),
@@ -47,8 +47,8 @@ from rlloss import (
     SoftUpdate,
 )
 
-parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pendulum", 6000)
-parser.add_argument("--train-every", type=int, default=5, help="env steps per update")
+parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pendulum", 4000)
+parser.add_argument("--train-every", type=int, default=4, help="env steps per update")
 parser.add_argument("--eval-episodes", type=int, default=10)
 args = parser.parse_args()
 device, start_time = helpers.start(args)
@@ -119,10 +119,18 @@ actor = ProbabilisticTensorDictSequential(
     ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=TanhNormal,
                                   return_log_prob=False),
 )
+value_net = mlp(BINS)
 value = TensorDictSequential(
-    TensorDictModule(mlp(BINS), ["state", "belief"], ["state_value_logits"]),
+    TensorDictModule(value_net, ["state", "belief"], ["state_value_logits"]),
     TensorDictModule(SymExpTwoHot(BINS), ["state_value_logits"], ["state_value"]),
 )
+
+# The two-hot heads start at zero (DreamerV3's initialisation of the reward and critic outputs):
+# random logits over the symexp bins (up to +-5e8) predict values of about 3e5, and the return
+# scale's moving percentiles would take thousands of updates to forget them.
+for head in (reward_net, value_net):
+    nn.init.zeros_(head[-1].weight)
+    nn.init.zeros_(head[-1].bias)
 
 # ---- The losses: the world model on real sequences (symlog reconstruction, two-hot reward,
 # balanced KL with free bits), the actor on imagined lambda-returns scaled by their 5th-95th

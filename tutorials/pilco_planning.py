@@ -14,7 +14,6 @@ it prints ``model_error=`` (the fitted model's largest coefficient error), ``ran
 """
 
 import _helpers as helpers  # tutorials/_helpers.py: the plumbing
-import numpy as np
 import torch
 from matplotlib.figure import Figure
 from tensordict import TensorDict
