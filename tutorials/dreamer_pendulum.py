@@ -1,6 +1,44 @@
 """DreamerV3 on Pendulum-v1 from state observations with rlloss, in a single file.
 
-(figures pending)
+This tutorial learns a world model of Pendulum-v1 from its states (cos, sin, angular velocity)
+and trains an actor and a critic on trajectories imagined by that model, with rlloss's
+``DreamerV3ModelLoss``, ``DreamerV3ActorLoss``, ``DreamerV3ValueLoss`` and ``DreamerV3Loss``
+(drop-ins for TorchRL's), on TorchRL's RSSM modules (``RSSMPriorV3``, ``RSSMPosteriorV3``,
+``RSSMRolloutV3``) and imagination environment (``DreamerEnv``). The pieces map to "Mastering
+Diverse Domains through World Models" (Hafner et al., arXiv:2301.04104, section 3):
+
+1. collect real episodes with the actor acting on the posterior state: each observation x_t
+   updates the recurrent state h_t = GRU(h_{t-1}, z_{t-1}, a_{t-1}) and draws the discrete
+   latent z_t ~ q(z_t | h_t, x_t) (8 categoricals of 8 classes), and a_t ~ pi(a | z_t, h_t);
+   the first 1,000 steps act uniformly at random;
+2. every ``--train-every`` env steps, one update on 16 windows of 16 replayed steps (each window
+   starting from zeros, ``is_init``), the sum of ``DreamerV3Loss``'s ``loss_*`` entries:
+
+   - the world model (eq. 5): symlog squared error of the reconstructed observation, two-hot
+     cross-entropy of the reward over 255 symexp bins, KL between posterior and prior balanced
+     0.8 / 0.2 with 1 nat of free bits;
+   - the actor (eq. 11): the lambda-returns (gamma 0.99, lambda 0.95) of 15 imagined steps from
+     each of the 256 posterior states, divided by max(1, the moving 5th-95th percentile range),
+     maximised through the imagined dynamics (the world model and the critic held out), with
+     an entropy bonus of 3e-4;
+   - the critic (eq. 10): two-hot cross-entropy towards the imagined lambda-returns and towards
+     a slow critic (``SoftUpdate``, tau 0.02), and, weighted 0.3, towards lambda-returns of the
+     replayed sequences bootstrapped by the imagined ones;
+
+   one Adam per part (world model 1e-3, actor and critic 3e-4; gradients clipped at norm 100);
+3. after training, the actor's mode (the tanh of the Gaussian's mean) plays 10 episodes from
+   start states no training episode had, acting on the posterior state as in 1.
+
+Pendulum's episodes are 200 steps and never terminate, so there is no continuation head. The
+reward and critic heads start at zero, as in DreamerV3 (random two-hot logits over the symexp
+bins predict values of about 3e5, which the return scale's moving percentiles would take
+thousands of updates to forget). The networks are small (GRU of 64, MLPs of 64 x 64) and the
+budget is a CPU's: 4,000 env steps, 750 updates, BUDGET_PLACEHOLDER. DreamerV3 and not DreamerV1:
+one update of the smaller DreamerV1 would cost about the same here (the same 15-step imagination
+from the same 256 states dominates), and DreamerV3's symlog / two-hot targets and return scale
+let the same hyperparameters work on Pendulum's unnormalised rewards (-16 to 0 a step).
+
+FIGURES_PLACEHOLDER
 
 Run:
     python tutorials/dreamer_pendulum.py --seed 0 --total-frames 4000 --out runs/dreamer_pendulum
