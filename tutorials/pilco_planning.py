@@ -1,6 +1,35 @@
 """Planning with PILCO's expected saturating cost (rlloss's ``ExponentialQuadraticCost``).
 
-FIGURES_PLACEHOLDER
+PILCO (Deisenroth and Rasmussen, ICML 2011) scores a policy by the expected cost of the Gaussian
+state distributions its model predicts, with a saturating cost
+c(x) = 1 - exp(-(x - t)^T W (x - t) / 2) whose expectation under N(m, S) has a closed form
+(eq. 24-25): ``ExponentialQuadraticCost`` computes it, differentiably in m and S. This example
+uses it to plan, on a task small enough to read in one go:
+
+1. a point mass in the plane (x = position, velocity; acceleration in [-1, 1]^2, dt = 0.1 s,
+   process noise) must go from (-2, 1) at rest to the origin and stay there, in 50 steps;
+2. a linear-Gaussian model x' = A x + B u + w, w ~ N(0, Q), is fitted by least squares to
+   ``--total-frames`` transitions of random states and actions (PILCO fits a Gaussian process;
+   a linear model keeps the moments exact: m' = A m + B u, S' = A S A^T + Q);
+3. the planner minimises the summed expected cost of the predicted states by gradient descent
+   (Adam) on an open-loop action sequence u_t = tanh(theta_t), through the moment propagation;
+4. the plan is executed on the true system open loop, and in receding horizon: at each step the
+   remaining plan is re-optimised (20 Adam steps, warm-started) from the observed state, and its
+   first action taken.
+
+A step's reward is minus the saturating cost of the state it reaches (cost width 1 on the
+position, 2 on the velocity), so a return is in [-50, 0]; the start is 2.2 away, so the first
+steps cost close to 1 whatever the plan.
+
+Results (500 fitted transitions, 10 executed episodes; seeds 0, 1, 2): largest error of the
+fitted A, B coefficients 0.0019, 0.0023, 0.0021; the planned expected cost (summed over the 50
+steps) goes from 45.5, 45.3, 45.7 (no action) to 16.5, 16.3, 16.5 in 300 Adam steps. Receding horizon: return -13.5, -13.2, -13.2, final distance
+to the target 0.035, 0.028, 0.033. The open-loop plan: -16.5, -16.0, -16.1, final distance
+0.55, 0.58, 0.61 (the process noise on the velocity accumulates with nothing to correct it).
+Uniformly random actions: -45.2, -44.7, -44.2. With TorchRL's ``ExponentialQuadraticCost``
+swapped in (``benchmarks/torchrl_swap.py``): the same figures to the printed digits,
+TORCHRL_PLACEHOLDER. About 8 s of CPU time on one thread (wall 27 to 39 s on a shared, busy
+2-core machine).
 
 Run:
     python tutorials/pilco_planning.py --seed 0 --total-frames 500 --out runs/pilco_planning
