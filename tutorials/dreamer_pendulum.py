@@ -247,9 +247,9 @@ class EpisodeStore:
         )
 
 
-def update(batch: TensorDict) -> None:
+def update(batch: TensorDict) -> TensorDict:
     """One gradient step on the sum of DreamerV3Loss's ``loss_*`` entries, then the slow
-    critic's soft update."""
+    critic's soft update; returns the losses and diagnostics (detached)."""
     losses = loss_module(batch)
     total = sum(v for k, v in losses.items() if k.startswith("loss_"))
     for optimizer in optimizers:
@@ -260,6 +260,7 @@ def update(batch: TensorDict) -> None:
     for optimizer in optimizers:
         optimizer.step()
     slow_critic.step()
+    return losses.detach()
 
 
 def run_episode(env: gym.Env, agent: LatentAgent, policy, seed: int | None = None):
@@ -298,7 +299,9 @@ def evaluate(policy) -> list[float]:
 # --train-every env steps of that episode.
 env = gym.make(ENV_ID)
 store = EpisodeStore(args.total_frames // EPISODE + 1)
-episodes, frames, updates = [], 0, 0
+episodes, frames, updates, shown = [], 0, 0, ""
+SHOWN = ["loss_model_reco", "loss_model_reward", "loss_model_kl", "loss_actor", "return_scale",
+         "loss_value"]
 while frames + EPISODE <= args.total_frames:
     explore = frames < PREFILL
     policy = random_policy if explore else (lambda a: a.act(ExplorationType.RANDOM))
@@ -309,10 +312,11 @@ while frames + EPISODE <= args.total_frames:
     episodes.append((frames, sum(rewards)))
     if frames >= PREFILL:
         for _ in range(EPISODE // args.train_every):
-            update(store.sample())
+            losses = update(store.sample())
             updates += 1
+        shown = " ".join(f"{key}={losses[key].item():.3g}" for key in SHOWN)  # the last update's
     print(f"frames={frames} return={sum(rewards):.1f} updates={updates} "
-          f"wall={time.perf_counter() - start_time:.0f}s", flush=True)
+          f"wall={time.perf_counter() - start_time:.0f}s {shown}", flush=True)
 env.close()
 
 helpers.save_learning_curve(args.out, episodes, f"DreamerV3 on {ENV_ID}", window=5)
