@@ -33,8 +33,8 @@ Pendulum's episodes are 200 steps and never terminate, so there is no continuati
 reward and critic heads start at zero, as in DreamerV3 (random two-hot logits over the symexp
 bins predict values of about 3e5, which the return scale's moving percentiles would take
 thousands of updates to forget). The networks are small (GRU of 64, MLPs of 64 x 64) and the
-budget is a CPU's: 4,000 env steps (1,000 random), 800 updates, 161 to 193 s of CPU time on
-one thread in the three runs measured (about 0.2 s an update; 11 to 19 minutes of wall time on
+budget is a CPU's: 4,000 env steps (1,000 random), 800 updates, 153 to 193 s of CPU time on
+one thread in the four runs measured (about 0.2 s an update; 11 to 19 minutes of wall time on
 the shared, loaded 2-core machine these figures come from). DreamerV3 rather than DreamerV1: DreamerV1 would imagine the
 same 15 steps from the same posterior states, so it would not make an update much cheaper, and
 DreamerV3's symlog / two-hot targets and return scale are made for unnormalised rewards such as
