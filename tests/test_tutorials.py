@@ -96,7 +96,10 @@ SMOKE_FRAMES = {
     "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
     "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
+    "dreamer_pendulum": 800,  # 4 episodes (2 random): 12 DreamerV3 updates (--train-every 50)
 }
+# Extra flags of a tutorial's smoke run.
+SMOKE_ARGS = {"dreamer_pendulum": ["--train-every", "50", "--eval-episodes", "2"]}
 # Tutorials that need an optional extra: the module it installs and the extra.
 NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
 
@@ -128,6 +131,7 @@ def test_tutorial_smoke(script, tmp_path, request):
         extra += ["--eval-episodes", "2"]
     if script.stem in OFFLINE | SAC_FAMILY:
         extra += ["--eval-every", str(eval_every), "--eval-episodes", "2"]
+    extra += SMOKE_ARGS.get(script.stem, [])
     run_tutorial(script, tmp_path, *extra, frames=frames)
     if script.stem in SAC_FAMILY:
         rows = (tmp_path / "eval_returns.csv").read_text().splitlines()
@@ -277,3 +281,41 @@ def test_ppo_rnd_tutorial_without_rnd_and_with_torchrls_classes(tmp_path):
     swapped = tmp_path / "torchrl_ppo_rnd_sparse.py"
     swapped.write_text(swap["source"])
     run_tutorial(swapped, tmp_path / "torchrl")
+
+
+def _printed(stdout: str, name: str) -> float:
+    """The number a tutorial printed as ``name=<number> ...``."""
+    lines = [line for line in stdout.splitlines() if line.startswith(f"{name}=")]
+    assert lines, stdout[-2000:]
+    return float(lines[-1].split("=", 1)[1].split()[0])
+
+
+@SLOW
+def test_pilco_planning_reaches_the_target(tmp_path):
+    """``pilco_planning.py``: receding-horizon planning on the expected saturating cost
+    (``ExponentialQuadraticCost``) of a fitted linear-Gaussian model ends within 0.1 of the
+    target and scores above the random actions and the open-loop plan, with rlloss's cost and
+    with TorchRL's swapped in."""
+    script = TUTORIALS_DIR / "pilco_planning.py"
+    swap = swap_to_torchrl(script.read_text())
+    assert swap["ok"] and swap["kept"] == [], swap
+    swapped = tmp_path / "torchrl_pilco_planning.py"
+    swapped.write_text(swap["source"])
+    for path, out in ((script, tmp_path / "rlloss"), (swapped, tmp_path / "torchrl")):
+        stdout = run_tutorial(path, out, "--episodes", "4", frames=500)
+        assert _printed(stdout, "model_error") < 0.05
+        assert _printed(stdout, "final_distance") < 0.1
+        final = _printed(stdout, "final_return")
+        assert final > _printed(stdout, "open_loop_return") > _printed(stdout, "random_return")
+
+
+@SLOW
+def test_dreamer_tutorial_swaps_to_torchrl(tmp_path):
+    """``dreamer_pendulum.py`` with TorchRL's DreamerV3 losses and ``SoftUpdate`` swapped in
+    (the comparison of its docstring) trains end to end on the smoke budget."""
+    swap = swap_to_torchrl((TUTORIALS_DIR / "dreamer_pendulum.py").read_text())
+    assert swap["ok"] and swap["kept"] == [], swap
+    swapped = tmp_path / "torchrl_dreamer_pendulum.py"
+    swapped.write_text(swap["source"])
+    stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pendulum"], frames=800)
+    assert "updates=12 " in stdout, stdout[-2000:]
