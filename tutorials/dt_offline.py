@@ -61,7 +61,12 @@ from rlloss import DTLoss
 ENV_ID = "Pendulum-v1"
 parser = helpers.offline_parser(__doc__, "runs/dt_offline")
 parser.add_argument("--target-return", type=float, default=None,
-                    help="the return the actor is prompted with (default: the dataset's mean)")
+                    help="the return the actor is prompted with (default: the dataset's mean; "
+                         "on a mixed dataset the best behaviour policy's mean)")
+parser.add_argument("--eval-targets", type=float, nargs="*", default=None,
+                    help="target returns the final policy is also prompted with, each on the "
+                         "same start states (default: on a mixed dataset each behaviour "
+                         "policy's mean return)")
 parser.set_defaults(total_frames=1_000, eval_every=500)  # an expert dataset is learnt quickly
 args = parser.parse_args()
 device, start_time = helpers.start(args)
@@ -83,9 +88,15 @@ if not (done[:, -1].all() and not done[:, :-1].any()):
                      "episodes stepped together (offline_dataset.py's layout)")
 reward = episodes["next", "reward"]
 episodes["return_to_go"] = reward.flip(1).cumsum(1).flip(1) / RETURN_SCALE
+summary = json.loads((args.dataset.parent / "dataset.json").read_text())
+policy_returns = [policy["mean_return"] for policy in summary.get("policies", [])]
+mixed = len(policy_returns) > 1  # offline_dataset.py --agent-frames with several policies
 target_return = args.target_return
 if target_return is None:
-    target_return = json.loads((args.dataset.parent / "dataset.json").read_text())["mean_return"]
+    target_return = max(policy_returns) if mixed else summary["mean_return"]
+eval_targets = args.eval_targets
+if eval_targets is None:
+    eval_targets = sorted(policy_returns) if mixed else []
 
 
 def sample_windows() -> TensorDict:
@@ -111,12 +122,12 @@ inference_actor = DecisionTransformerInferenceWrapper(actor, inference_context=C
 
 # ---- 4. Playing an episode prompted with the target return ----
 @torch.no_grad()
-def play(env: gym.Env, seed: int) -> float:
+def play(env: gym.Env, seed: int, target: float) -> float:
     """One episode: the window holds the last CONTEXT (R_t, s_t) and the actions before them
     (a zero before the first, which the wrapper shifts out)."""
     obs, _ = env.reset(seed=seed)
     observations, actions = [dataset.standardise(obs)], [torch.zeros(action_dim, device=device)]
-    returns_to_go = [target_return / RETURN_SCALE]
+    returns_to_go = [target / RETURN_SCALE]
     episode_return, finished = 0.0, False
     while not finished:
         window = TensorDict(observation=torch.stack(observations[-CONTEXT:])[None],
@@ -135,10 +146,12 @@ def play(env: gym.Env, seed: int) -> float:
     return episode_return
 
 
-def evaluate(episodes: int, seed: int) -> list[float]:
-    """Returns of ``episodes`` prompted episodes on start states seeded ``seed, seed + 1, ...``."""
+def evaluate(episodes: int, seed: int, target: float | None = None) -> list[float]:
+    """Returns of ``episodes`` episodes prompted with ``target`` (default: the target return) on
+    start states seeded ``seed, seed + 1, ...``."""
     env = gym.make(ENV_ID)
-    returns = [play(env, seed + episode) for episode in range(episodes)]
+    target = target_return if target is None else target
+    returns = [play(env, seed + episode, target) for episode in range(episodes)]
     env.close()
     return returns
 
@@ -164,4 +177,7 @@ helpers.save_learning_curve(args.out, curve, f"Decision Transformer on a fixed P
                             f"dataset (target {target_return:.0f})", window=5,
                             xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
 print(f"target_return={target_return:.1f}")
+for target in eval_targets:  # the return conditioning: the same start states, other prompts
+    achieved = np.mean(evaluate(args.eval_episodes, 10_000 + 100 * args.seed, target))
+    print(f"return_at_target[{target:.1f}]={achieved:.1f}")
 helpers.report(start_time, curve, evaluate(args.eval_episodes, 10_000 + 100 * args.seed))
