@@ -120,40 +120,39 @@ optimizer = torch.optim.AdamW(loss_module.parameters(), lr=LR, weight_decay=WEIG
 inference_actor = DecisionTransformerInferenceWrapper(actor, inference_context=CONTEXT)
 
 
-# ---- 4. Playing an episode prompted with the target return ----
+# ---- 4. Playing episodes prompted with a target return ----
 @torch.no_grad()
-def play(env: gym.Env, seed: int, target: float) -> float:
-    """One episode: the window holds the last CONTEXT (R_t, s_t) and the actions before them
-    (a zero before the first, which the wrapper shifts out)."""
-    obs, _ = env.reset(seed=seed)
-    observations, actions = [dataset.standardise(obs)], [torch.zeros(action_dim, device=device)]
-    returns_to_go = [target / RETURN_SCALE]
-    episode_return, finished = 0.0, False
-    while not finished:
-        window = TensorDict(observation=torch.stack(observations[-CONTEXT:])[None],
-                            action=torch.stack(actions[-CONTEXT:])[None],
-                            return_to_go=torch.tensor(returns_to_go[-CONTEXT:],
-                                                      device=device)[None, :, None],
-                            batch_size=[1])
-        with set_exploration_type(ExplorationType.DETERMINISTIC), helpers.eval_mode(actor):
-            action = inference_actor(window)["action"][0]
-        obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
-        episode_return += float(reward)
-        finished = terminated or truncated
-        observations.append(dataset.standardise(obs))
-        actions.append(action)
-        returns_to_go.append(returns_to_go[-1] - float(reward) / RETURN_SCALE)
-    return episode_return
-
-
 def evaluate(episodes: int, seed: int, target: float | None = None) -> list[float]:
     """Returns of ``episodes`` episodes prompted with ``target`` (default: the target return) on
-    start states seeded ``seed, seed + 1, ...``."""
-    env = gym.make(ENV_ID)
+    start states seeded ``seed, seed + 1, ...``, played side by side (one batched transformer
+    call a step; Pendulum's episodes all end at its 200-step limit). The window holds the last
+    CONTEXT (R_t, s_t) and the actions before them (a zero before the first, which the wrapper
+    shifts out)."""
+    envs = [gym.make(ENV_ID) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
     target = target_return if target is None else target
-    returns = [play(env, seed + episode, target) for episode in range(episodes)]
-    env.close()
-    return returns
+    observations = [dataset.standardise(obs)]  # each [episodes, obs_dim]
+    actions = [torch.zeros(episodes, action_dim, device=device)]
+    returns_to_go = [torch.full((episodes, 1), target / RETURN_SCALE, device=device)]
+    episode_returns, finished = np.zeros(episodes), False
+    while not finished:
+        window = TensorDict(observation=torch.stack(observations[-CONTEXT:], 1),
+                            action=torch.stack(actions[-CONTEXT:], 1),
+                            return_to_go=torch.stack(returns_to_go[-CONTEXT:], 1),
+                            batch_size=[episodes])
+        with set_exploration_type(ExplorationType.DETERMINISTIC), helpers.eval_mode(actor):
+            action = inference_actor(window)["action"]  # [episodes, action_dim]
+        steps = [env.step(a) for env, a in zip(envs, action.cpu().numpy(), strict=True)]
+        reward = np.array([step[1] for step in steps], dtype=np.float32)
+        episode_returns += reward
+        finished = all(step[2] or step[3] for step in steps)
+        observations.append(dataset.standardise(np.stack([step[0] for step in steps])))
+        actions.append(action)
+        returns_to_go.append(returns_to_go[-1]
+                             - torch.as_tensor(reward, device=device)[:, None] / RETURN_SCALE)
+    for env in envs:
+        env.close()
+    return episode_returns.tolist()
 
 
 # ---- Training: minibatches of windows; every --eval-every steps 5 prompted episodes ----
@@ -177,7 +176,9 @@ helpers.save_learning_curve(args.out, curve, f"Decision Transformer on a fixed P
                             f"dataset (target {target_return:.0f})", window=5,
                             xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
 print(f"target_return={target_return:.1f}")
-for target in eval_targets:  # the return conditioning: the same start states, other prompts
-    achieved = np.mean(evaluate(args.eval_episodes, 10_000 + 100 * args.seed, target))
-    print(f"return_at_target[{target:.1f}]={achieved:.1f}")
-helpers.report(start_time, curve, evaluate(args.eval_episodes, 10_000 + 100 * args.seed))
+final_seed = 10_000 + 100 * args.seed
+prompted = {target: evaluate(args.eval_episodes, final_seed, target)
+            for target in [*eval_targets, target_return]}  # the same start states, each prompt
+for target in eval_targets:  # the return conditioning
+    print(f"return_at_target[{target:.1f}]={np.mean(prompted[target]):.1f}")
+helpers.report(start_time, curve, prompted[target_return])
