@@ -97,22 +97,15 @@ ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5  # no entropy bonus (rl-baselines3-zoo, M
 MAX_GRAD_NORM = 0.5
 EXT_COEFF, INT_COEFF = 2.0, 1.0  # the paper's weights of the two (normalised) rewards
 RND_FEATURES = 64
-TIME_LIMIT = 150  # steps an episode may last: only a near-optimal swing reaches the flag
 
 
 
 class SparseReward(gym.Wrapper):
-    """MountainCar's reward made sparse, 1 on reaching the flag (termination) and 0 at every
-    other step, and its time limit tightened to ``TIME_LIMIT`` steps (MountainCar-v0's is 200)."""
-
-    def reset(self, **kwargs):
-        self.steps = 0
-        return self.env.reset(**kwargs)
+    """MountainCar's reward made sparse: 1 on reaching the flag (termination), else 0."""
 
     def step(self, action):
         obs, _, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        return obs, float(terminated), terminated, truncated or self.steps >= TIME_LIMIT, info
+        return obs, float(terminated), terminated, truncated, info
 
 
 device, start_time = helpers.start(args)  # seeds network init and action sampling
