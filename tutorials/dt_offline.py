@@ -73,7 +73,7 @@ device, start_time = helpers.start(args)
 action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
 
 # offline_dataset.py steps NUM_ENVS environments together; Pendulum's episodes last EPISODE_LEN.
-NUM_ENVS, EPISODE_LEN, RETURN_SCALE = 10, 200, 1000.0
+NUM_ENVS, EPISODE_LEN, RETURN_SCALE = 10, 200, 100.0
 BATCH_SIZE, CONTEXT, LR, WEIGHT_DECAY = 64, 20, 3e-4, 1e-4
 TRANSFORMER = dict(n_embd=64, n_layer=2, n_head=1, n_inner=256, activation="relu",
                    n_positions=1024, resid_pdrop=0.1, attn_pdrop=0.1)  # a small GPT-2
