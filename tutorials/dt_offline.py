@@ -4,39 +4,50 @@ The Decision Transformer (Chen et al., arXiv:2106.01345) treats a trajectory as 
 (return-to-go R_t, state s_t, action a_t) tokens and trains a causal transformer to predict a_t
 from the tokens up to s_t; at test time it is prompted with the return it should reach.
 
-1. the expert dataset of ``offline_dataset.py --agent-frames 5000`` is cut back into its
-   episodes (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t'
-   scaled by 1/1000 (the paper's reward scale) and observations standardised;
+1. the mixed dataset of ``offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000``
+   (100 episodes each of uniform random actions, of SAC after 3,000 steps and of SAC after
+   5,000: mean returns -1221.8, -837.3 and -144.1 for seed 0) is cut back into its episodes
+   (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t' scaled by
+   1/100 (Pendulum's returns are hundreds where the paper's are thousands, which it scales by
+   1/1000: either way R_t is of order 1 to 10) and observations standardised;
 2. the actor is TorchRL's: ``DTActor`` (a GPT-2 over the three embedded tokens) in a
    ``ProbabilisticActor`` with a ``TanhDelta`` head onto the action bounds, as in the example
    of TorchRL's ``DecisionTransformerInferenceWrapper``;
 3. ``DTLoss`` (a drop-in for ``torchrl.objectives.DTLoss``): the squared error of the
    predicted actions against the dataset's over windows of ``CONTEXT`` steps (sec. 3);
 4. evaluation: ``DecisionTransformerInferenceWrapper`` picks the last action of the window;
-   R_0 is ``--target-return`` (default: the dataset's mean return) and after each step
-   R_{t+1} = R_t - r_t.
+   R_0 is ``--target-return`` (default: the best behaviour policy's mean return; on a dataset
+   of one policy the dataset's mean) and after each step R_{t+1} = R_t - r_t. The final policy
+   is also prompted with each of ``--eval-targets`` (default: every behaviour policy's mean
+   return) on the same start states: the return it reaches should rise with the prompt.
 
-Results (1,000 gradient steps, the default; the expert dataset of seed 0, mean return -149.7,
-which is the target return; final_return over 10 prompted episodes on unseen start states):
-rlloss -124.9, -109.8, -160.5 on seeds 0, 1, 2; TorchRL's ``DTLoss`` swapped in: -124.9,
--109.8, -160.5, the same to the digit. As a fraction of the expert, (R - R_random) / (R_expert -
-R_random) with R_random = -1204 (uniform random actions on the evaluation start states, 30
-episodes): 1.02, 1.04, 0.99. The return reached does not follow the prompt on this dataset:
-seed 0 prompted with -400 (``--target-return -400``, below every episode of the dataset, whose
-returns span -373 to -1) reaches -125.0, as with -149.7; an expert-only dataset gives the
-transformer no lower-return behaviour to condition on, so it clones the expert whatever the
-target. Wall 357-466 s a run on a loaded 2-core CPU with other runs beside them (torch 2.13;
-most of it in the evaluations' 200 transformer calls an episode); figures in
-benchmarks/results/offline.json.
+Results (1,000 gradient steps, the default; the mixed dataset of seed 0; the return reached,
+mean of 10 prompted episodes on start states the dataset never saw, the same ones for every
+prompt; the TorchRL rows are this script with ``DTLoss`` imported from ``torchrl.objectives``
+by ``benchmarks/torchrl_swap.py``, same seeds):
+
+    prompt (target return)        -1221.8 (random)  -837.3 (medium)  -144.1 (expert)
+RESULTS_TABLE
+RESULTS_TEXT
+
+Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
+``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2
+with either library, 1.02, 1.04, 0.99 of the expert; prompted with -400 seed 0 reached -125.0
+as with -149.7: an expert-only dataset gives the transformer no lower-return behaviour to
+condition on. With 1/1000 on the mixed dataset, seed 0 reached -352.1, -354.9 and -362.8 for
+the three prompts: returns-to-go between -1.2 and 0 barely moved the transformer, which learnt
+one average policy. Figures in benchmarks/results/offline.json.
 
 Run:
-    python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
-    python tutorials/dt_offline.py --seed 0 --dataset runs/pendulum_expert/dataset
+    python tutorials/offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000 \
+        --out runs/pendulum_mixed  # once
+    python tutorials/dt_offline.py --seed 0 --dataset runs/pendulum_mixed/dataset
 
 It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` gradient steps) and
-``OUT/curve.png``, and prints ``target_return=``, ``train_return=`` (mean of the last 10
-evaluations), ``eval_return=`` and last ``final_return=`` (the final policy's mean over
-``--eval-episodes`` fresh episodes, each prompted with the target return).
+``OUT/curve.png``, and prints ``target_return=``, ``return_at_target[<prompt>]=`` for each of
+``--eval-targets``, ``train_return=`` (mean of the last 10 evaluations), ``eval_return=`` and
+last ``final_return=`` (the final policy's mean over ``--eval-episodes`` fresh episodes, each
+prompted with the target return).
 """
 
 import json
