@@ -27,8 +27,22 @@ prompt; the TorchRL rows are this script with ``DTLoss`` imported from ``torchrl
 by ``benchmarks/torchrl_swap.py``, same seeds):
 
     prompt (target return)        -1221.8 (random)  -837.3 (medium)  -144.1 (expert)
-RESULTS_TABLE
-RESULTS_TEXT
+    rlloss  seed 0              -934.9            -909.2           -403.5   (rises)
+    rlloss  seed 1             -1035.1            -989.2           -492.6   (rises)
+    rlloss  seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
+    TorchRL seed 0              -934.9            -909.2           -403.5   (rises)
+    TorchRL seed 1             -1035.1            -989.2           -492.6   (rises)
+
+On seeds 0 and 1 the return reached rises with the prompt, with either library (the same
+returns to the digit): prompted with the expert's return it reaches -403.5 and -492.6, 0.76
+and 0.67 of the expert as (R - R_random) / (R_expert - R_random) with R_expert = -144.1 and
+R_random = -1204 (uniform random actions on the evaluation start states, 30 episodes);
+prompted with the medium or the random policy's return it stays near the bottom, -909 to
+-1035 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
+more than -1221.8; the medium prompt only slightly more than the random one). On seed 2 the
+transformer has not learnt to swing the pendulum up in 1,000 steps (every prompt about -1150):
+no conditioning to see. Wall 271-528 s a run on a 2-core CPU under a
+load of 10 to 16 (torch 2.13).
 
 Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
 ``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2
