@@ -32,6 +32,7 @@ by ``benchmarks/torchrl_swap.py``, same seeds):
     rlloss  seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
     TorchRL seed 0              -934.9            -909.2           -403.5   (rises)
     TorchRL seed 1             -1035.1            -989.2           -492.6   (rises)
+    TorchRL seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
 
 On seeds 0 and 1 the return reached rises with the prompt, with either library (the same
 returns to the digit): prompted with the expert's return it reaches -403.5 and -492.6, 0.76
