@@ -62,7 +62,8 @@ last 10 episodes from 210k on; stopped at 237k); and a cost of 0.001 for every s
 pushes (MountainCarContinuous's energy charge): both PPO alone (seed 1) and PPO + RND (seed 0)
 settled on never pushing from 22k and 26k steps on and never reached the flag, the
 normalised push cost outweighing RND's normalised bonus. Neither variant was kept. The two
-libraries' runs (same seeds) part ways during training, not in kind. Figure of both curves, every seed, both libraries:
+libraries' runs (same seeds) part ways during training, not in kind. Figure of both curves,
+every seed, both libraries:
 ``docs/figures/ppo_rnd_sparse.png`` (``benchmarks/ppo_rnd_curves.py --runs DIR``).
 
 Run:
