@@ -319,3 +319,20 @@ def test_dreamer_tutorial_swaps_to_torchrl(tmp_path):
     swapped.write_text(swap["source"])
     stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pendulum"], frames=800)
     assert "updates=12 " in stdout, stdout[-2000:]
+@SLOW
+def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
+    """``offline_dataset.py`` with two behaviour policies (uniform actions, then SAC after 1,100
+    steps) writes each one's mean return; ``dt_offline.py`` on that dataset is prompted with each
+    of them (``return_at_target[...]=``) and by default targets the better one."""
+    data = tmp_path / "mixed"
+    run_tutorial(OFFLINE_DATASET, data, "--agent-frames", "0", "1100", frames=4000)
+    policies = json.loads((data / "dataset.json").read_text())["policies"]
+    assert [p["agent_frames"] for p in policies] == [0, 1100]
+    assert [p["episodes"] for p in policies] == [10, 10]
+    stdout = run_tutorial(TUTORIALS_DIR / "dt_offline.py", tmp_path / "dt", "--dataset",
+                          str(data / "dataset"), "--eval-every", "8", "--eval-episodes", "2",
+                          frames=8)
+    prompted = [line for line in stdout.splitlines() if line.startswith("return_at_target[")]
+    targets = sorted(p["mean_return"] for p in policies)
+    assert [float(line[17:].split("]")[0]) for line in prompted] == pytest.approx(targets, abs=0.05)
+    assert f"target_return={targets[-1]:.1f}" in stdout

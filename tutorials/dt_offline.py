@@ -4,39 +4,66 @@ The Decision Transformer (Chen et al., arXiv:2106.01345) treats a trajectory as 
 (return-to-go R_t, state s_t, action a_t) tokens and trains a causal transformer to predict a_t
 from the tokens up to s_t; at test time it is prompted with the return it should reach.
 
-1. the expert dataset of ``offline_dataset.py --agent-frames 5000`` is cut back into its
-   episodes (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t'
-   scaled by 1/1000 (the paper's reward scale) and observations standardised;
+1. the mixed dataset of ``offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000``
+   (100 episodes each of uniform random actions, of SAC after 3,000 steps and of SAC after
+   5,000: mean returns -1221.8, -837.3 and -144.1 for seed 0) is cut back into its episodes
+   (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t' scaled by
+   1/100 (Pendulum's returns are hundreds where the paper's are thousands, which it scales by
+   1/1000: either way R_t is of order 1 to 10) and observations standardised;
 2. the actor is TorchRL's: ``DTActor`` (a GPT-2 over the three embedded tokens) in a
    ``ProbabilisticActor`` with a ``TanhDelta`` head onto the action bounds, as in the example
    of TorchRL's ``DecisionTransformerInferenceWrapper``;
 3. ``DTLoss`` (a drop-in for ``torchrl.objectives.DTLoss``): the squared error of the
    predicted actions against the dataset's over windows of ``CONTEXT`` steps (sec. 3);
 4. evaluation: ``DecisionTransformerInferenceWrapper`` picks the last action of the window;
-   R_0 is ``--target-return`` (default: the dataset's mean return) and after each step
-   R_{t+1} = R_t - r_t.
+   R_0 is ``--target-return`` (default: the best behaviour policy's mean return; on a dataset
+   of one policy the dataset's mean) and after each step R_{t+1} = R_t - r_t. The final policy
+   is also prompted with each of ``--eval-targets`` (default: every behaviour policy's mean
+   return) on the same start states: the return it reaches should rise with the prompt.
 
-Results (1,000 gradient steps, the default; the expert dataset of seed 0, mean return -149.7,
-which is the target return; final_return over 10 prompted episodes on unseen start states):
-rlloss -124.9, -109.8, -160.5 on seeds 0, 1, 2; TorchRL's ``DTLoss`` swapped in: -124.9,
--109.8, -160.5, the same to the digit. As a fraction of the expert, (R - R_random) / (R_expert -
-R_random) with R_random = -1204 (uniform random actions on the evaluation start states, 30
-episodes): 1.02, 1.04, 0.99. The return reached does not follow the prompt on this dataset:
-seed 0 prompted with -400 (``--target-return -400``, below every episode of the dataset, whose
-returns span -373 to -1) reaches -125.0, as with -149.7; an expert-only dataset gives the
-transformer no lower-return behaviour to condition on, so it clones the expert whatever the
-target. Wall 357-466 s a run on a loaded 2-core CPU with other runs beside them (torch 2.13;
-most of it in the evaluations' 200 transformer calls an episode); figures in
-benchmarks/results/offline.json.
+Results (1,000 gradient steps, the default; the mixed dataset of seed 0; the return reached,
+mean of 10 prompted episodes on start states the dataset never saw, the same ones for every
+prompt; the TorchRL rows are this script with ``DTLoss`` imported from ``torchrl.objectives``
+by ``benchmarks/torchrl_swap.py``, same seeds):
+
+    prompt (target return)        -1221.8 (random)  -837.3 (medium)  -144.1 (expert)
+    rlloss  seed 0              -934.9            -909.2           -403.5   (rises)
+    rlloss  seed 1             -1035.1            -989.2           -492.6   (rises)
+    rlloss  seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
+    TorchRL seed 0              -934.9            -909.2           -403.5   (rises)
+    TorchRL seed 1             -1035.1            -989.2           -492.6   (rises)
+    TorchRL seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
+
+On seeds 0 and 1 the return reached rises with the prompt, with either library (the same
+returns to the digit): prompted with the expert's return it reaches -403.5 and -492.6, 0.76
+and 0.67 of the expert as (R - R_random) / (R_expert - R_random) with R_expert = -144.1 and
+R_random = -1204 (uniform random actions on the evaluation start states, 30 episodes);
+prompted with the medium or the random policy's return it stays near the bottom, -909 to
+-1035 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
+more than -1221.8; the medium prompt only slightly more than the random one). On seed 2 the
+transformer has not learnt to swing the pendulum up in 1,000 steps (every prompt about -1150):
+no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss, 579 s), seed 2
+reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds.
+Wall 271-528 s a run on a 2-core CPU under a load of 10 to 16 (torch 2.13).
+
+Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
+``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2
+with either library, 1.02, 1.04, 0.99 of the expert; prompted with -400 seed 0 reached -125.0
+as with -149.7: an expert-only dataset gives the transformer no lower-return behaviour to
+condition on. With 1/1000 on the mixed dataset, seed 0 reached -352.1, -354.9 and -362.8 for
+the three prompts: returns-to-go between -1.2 and 0 barely moved the transformer, which learnt
+one average policy. Figures in benchmarks/results/offline.json.
 
 Run:
-    python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
-    python tutorials/dt_offline.py --seed 0 --dataset runs/pendulum_expert/dataset
+    python tutorials/offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000 \
+        --out runs/pendulum_mixed  # once
+    python tutorials/dt_offline.py --seed 0 --dataset runs/pendulum_mixed/dataset
 
 It writes ``OUT/returns.csv`` (the evaluation return every ``--eval-every`` gradient steps) and
-``OUT/curve.png``, and prints ``target_return=``, ``train_return=`` (mean of the last 10
-evaluations), ``eval_return=`` and last ``final_return=`` (the final policy's mean over
-``--eval-episodes`` fresh episodes, each prompted with the target return).
+``OUT/curve.png``, and prints ``target_return=``, ``return_at_target[<prompt>]=`` for each of
+``--eval-targets``, ``train_return=`` (mean of the last 10 evaluations), ``eval_return=`` and
+last ``final_return=`` (the final policy's mean over ``--eval-episodes`` fresh episodes, each
+prompted with the target return).
 """
 
 import json
@@ -61,14 +88,19 @@ from rlloss import DTLoss
 ENV_ID = "Pendulum-v1"
 parser = helpers.offline_parser(__doc__, "runs/dt_offline")
 parser.add_argument("--target-return", type=float, default=None,
-                    help="the return the actor is prompted with (default: the dataset's mean)")
+                    help="the return the actor is prompted with (default: the dataset's mean; "
+                         "on a mixed dataset the best behaviour policy's mean)")
+parser.add_argument("--eval-targets", type=float, nargs="*", default=None,
+                    help="target returns the final policy is also prompted with, each on the "
+                         "same start states (default: on a mixed dataset each behaviour "
+                         "policy's mean return)")
 parser.set_defaults(total_frames=1_000, eval_every=500)  # an expert dataset is learnt quickly
 args = parser.parse_args()
 device, start_time = helpers.start(args)
 action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
 
 # offline_dataset.py steps NUM_ENVS environments together; Pendulum's episodes last EPISODE_LEN.
-NUM_ENVS, EPISODE_LEN, RETURN_SCALE = 10, 200, 1000.0
+NUM_ENVS, EPISODE_LEN, RETURN_SCALE = 10, 200, 100.0
 BATCH_SIZE, CONTEXT, LR, WEIGHT_DECAY = 64, 20, 3e-4, 1e-4
 TRANSFORMER = dict(n_embd=64, n_layer=2, n_head=1, n_inner=256, activation="relu",
                    n_positions=1024, resid_pdrop=0.1, attn_pdrop=0.1)  # a small GPT-2
@@ -83,9 +115,15 @@ if not (done[:, -1].all() and not done[:, :-1].any()):
                      "episodes stepped together (offline_dataset.py's layout)")
 reward = episodes["next", "reward"]
 episodes["return_to_go"] = reward.flip(1).cumsum(1).flip(1) / RETURN_SCALE
+summary = json.loads((args.dataset.parent / "dataset.json").read_text())
+policy_returns = [policy["mean_return"] for policy in summary.get("policies", [])]
+mixed = len(policy_returns) > 1  # offline_dataset.py --agent-frames with several policies
 target_return = args.target_return
 if target_return is None:
-    target_return = json.loads((args.dataset.parent / "dataset.json").read_text())["mean_return"]
+    target_return = max(policy_returns) if mixed else summary["mean_return"]
+eval_targets = args.eval_targets
+if eval_targets is None:
+    eval_targets = sorted(policy_returns) if mixed else []
 
 
 def sample_windows() -> TensorDict:
@@ -109,38 +147,39 @@ optimizer = torch.optim.AdamW(loss_module.parameters(), lr=LR, weight_decay=WEIG
 inference_actor = DecisionTransformerInferenceWrapper(actor, inference_context=CONTEXT)
 
 
-# ---- 4. Playing an episode prompted with the target return ----
+# ---- 4. Playing episodes prompted with a target return ----
 @torch.no_grad()
-def play(env: gym.Env, seed: int) -> float:
-    """One episode: the window holds the last CONTEXT (R_t, s_t) and the actions before them
-    (a zero before the first, which the wrapper shifts out)."""
-    obs, _ = env.reset(seed=seed)
-    observations, actions = [dataset.standardise(obs)], [torch.zeros(action_dim, device=device)]
-    returns_to_go = [target_return / RETURN_SCALE]
-    episode_return, finished = 0.0, False
+def evaluate(episodes: int, seed: int, target: float | None = None) -> list[float]:
+    """Returns of ``episodes`` episodes prompted with ``target`` (default: the target return) on
+    start states seeded ``seed, seed + 1, ...``, played side by side (one batched transformer
+    call a step; Pendulum's episodes all end at its 200-step limit). The window holds the last
+    CONTEXT (R_t, s_t) and the actions before them (a zero before the first, which the wrapper
+    shifts out)."""
+    envs = [gym.make(ENV_ID) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    target = target_return if target is None else target
+    observations = [dataset.standardise(obs)]  # each [episodes, obs_dim]
+    actions = [torch.zeros(episodes, action_dim, device=device)]
+    returns_to_go = [torch.full((episodes, 1), target / RETURN_SCALE, device=device)]
+    episode_returns, finished = np.zeros(episodes), False
     while not finished:
-        window = TensorDict(observation=torch.stack(observations[-CONTEXT:])[None],
-                            action=torch.stack(actions[-CONTEXT:])[None],
-                            return_to_go=torch.tensor(returns_to_go[-CONTEXT:],
-                                                      device=device)[None, :, None],
-                            batch_size=[1])
+        window = TensorDict(observation=torch.stack(observations[-CONTEXT:], 1),
+                            action=torch.stack(actions[-CONTEXT:], 1),
+                            return_to_go=torch.stack(returns_to_go[-CONTEXT:], 1),
+                            batch_size=[episodes])
         with set_exploration_type(ExplorationType.DETERMINISTIC), helpers.eval_mode(actor):
-            action = inference_actor(window)["action"][0]
-        obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
-        episode_return += float(reward)
-        finished = terminated or truncated
-        observations.append(dataset.standardise(obs))
+            action = inference_actor(window)["action"]  # [episodes, action_dim]
+        steps = [env.step(a) for env, a in zip(envs, action.cpu().numpy(), strict=True)]
+        reward = np.array([step[1] for step in steps], dtype=np.float32)
+        episode_returns += reward
+        finished = all(step[2] or step[3] for step in steps)
+        observations.append(dataset.standardise(np.stack([step[0] for step in steps])))
         actions.append(action)
-        returns_to_go.append(returns_to_go[-1] - float(reward) / RETURN_SCALE)
-    return episode_return
-
-
-def evaluate(episodes: int, seed: int) -> list[float]:
-    """Returns of ``episodes`` prompted episodes on start states seeded ``seed, seed + 1, ...``."""
-    env = gym.make(ENV_ID)
-    returns = [play(env, seed + episode) for episode in range(episodes)]
-    env.close()
-    return returns
+        returns_to_go.append(returns_to_go[-1]
+                             - torch.as_tensor(reward, device=device)[:, None] / RETURN_SCALE)
+    for env in envs:
+        env.close()
+    return episode_returns.tolist()
 
 
 # ---- Training: minibatches of windows; every --eval-every steps 5 prompted episodes ----
@@ -164,4 +203,9 @@ helpers.save_learning_curve(args.out, curve, f"Decision Transformer on a fixed P
                             f"dataset (target {target_return:.0f})", window=5,
                             xlabel="gradient steps", ylabel="evaluation return (5 episodes)")
 print(f"target_return={target_return:.1f}")
-helpers.report(start_time, curve, evaluate(args.eval_episodes, 10_000 + 100 * args.seed))
+final_seed = 10_000 + 100 * args.seed
+prompted = {target: evaluate(args.eval_episodes, final_seed, target)
+            for target in [*eval_targets, target_return]}  # the same start states, each prompt
+for target in eval_targets:  # the return conditioning
+    print(f"return_at_target[{target:.1f}]={np.mean(prompted[target]):.1f}")
+helpers.report(start_time, curve, prompted[target_return])

@@ -16,18 +16,29 @@ trained SAC agent, written in TorchRL's storage format.
 must beat the dataset's mean return, printed last as ``final_return=``.
 
 The same script with ``--agent-frames 5000`` writes the *expert* dataset of the imitation
-tutorials (``bc_offline.py`` imitating it, ``gail_pendulum.py``, ``dt_offline.py``): SAC after
+tutorials (``bc_offline.py`` imitating it, ``gail_pendulum.py``): SAC after
 5,000 steps is a trained agent (about -150), and its stochastic policy plays the 250 episodes.
+
+With several ``--agent-frames`` the dataset mixes qualities: each behaviour policy plays an equal
+share of ``--total-frames`` in turn (whole episodes, in the same 10 environments), ``0`` standing
+for uniform random actions; ``dataset.json`` gives each one's mean return under ``"policies"``.
+``--agent-frames 0 3000 5000 --total-frames 60000`` is the random + medium + expert dataset that
+``dt_offline.py`` conditions on.
 
 Results (seed 0, the dataset the offline tutorials use): 50,000 transitions, 250 episodes, mean
 return -839.2 +- 110.1 (behaviour policy: SAC after 3,000 steps; 2,500 steps gave -1092, 3,500
 gave -197, so 3,000 is the "medium" one); 50 s on the CPU.
 Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean return
 -149.7 +- 84.5; 254 s on a loaded 2-core CPU (torch 2.13).
+Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 transitions, 300
+episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
+483.4); 677 s on the 2-core CPU under a load of 11 to 16.
 
 Run:
     python tutorials/offline_dataset.py --seed 0 --out runs/pendulum_offline
     python tutorials/offline_dataset.py --seed 0 --agent-frames 5000 --out runs/pendulum_expert
+    python tutorials/offline_dataset.py --seed 0 --agent-frames 0 3000 5000 --total-frames 60000 \
+        --out runs/pendulum_mixed
 """
 
 import argparse
@@ -50,8 +61,10 @@ ENV_ID = "Pendulum-v1"
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--total-frames", type=int, default=50_000, help="transitions to store")
-parser.add_argument("--agent-frames", type=int, default=3_000,
-                    help="environment steps of SAC training for the behaviour policy")
+parser.add_argument("--agent-frames", type=int, nargs="+", default=[3_000],
+                    help="environment steps of SAC training for the behaviour policy; several "
+                         "values: a mixed dataset, each policy playing an equal share in turn "
+                         "(0: uniform random actions, no training)")
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--out", type=Path, default=Path("runs/pendulum_offline"))
 args = parser.parse_args()
@@ -61,29 +74,48 @@ torch.set_num_threads(1)
 start_time = time.perf_counter()
 args.out.mkdir(parents=True, exist_ok=True)
 
-# ---- 1. The behaviour policy: sac_pendulum.py stopped early ----
-agent_dir = args.out / "agent"
-actor_path = agent_dir / "actor.pt"
-subprocess.run(
-    [sys.executable, str(Path(__file__).with_name("sac_pendulum.py")), "--seed", str(args.seed),
-     "--total-frames", str(args.agent_frames), "--out", str(agent_dir), "--save-actor",
-     str(actor_path), "--device", args.device],
-    check=True, stdout=subprocess.DEVNULL,
-)
-actor = torch.load(actor_path, weights_only=False)  # the whole module, pickled by sac_pendulum.py
+NUM_ENVS, EPISODE_LEN = 10, 200  # environments stepped together; Pendulum's episode length
+share = args.total_frames // NUM_ENVS // len(args.agent_frames)  # steps of each env per policy
+if len(args.agent_frames) > 1 and share % EPISODE_LEN:
+    parser.error(f"--total-frames {args.total_frames} gives each of the {len(args.agent_frames)} "
+                 f"behaviour policies {share} steps of each of the {NUM_ENVS} environments, not a "
+                 f"multiple of the {EPISODE_LEN}-step episode: pass a multiple of "
+                 f"{NUM_ENVS * EPISODE_LEN * len(args.agent_frames)}")
 
-# ---- 2. Play the stochastic policy in NUM_ENVS environments and store the transitions ----
-NUM_ENVS = 10  # one batched actor call per step of all of them (_helpers.VectorCollector)
+
+# ---- 1. The behaviour policies: sac_pendulum.py stopped early (0 frames: uniform actions) ----
+def behaviour_policy(frames: int):
+    """The stochastic policy, a ~ pi(.|s), of SAC after ``frames`` steps; uniform if 0."""
+    if frames == 0:
+        space = collector.envs.single_action_space
+        low, high = (torch.as_tensor(x, device=args.device) for x in (space.low, space.high))
+        return lambda td: low + (high - low) * torch.rand(td.shape + low.shape, device=td.device)
+    agent_dir = args.out / ("agent" if len(args.agent_frames) == 1 else f"agent_{frames}")
+    subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("sac_pendulum.py")), "--seed",
+         str(args.seed), "--total-frames", str(frames), "--out", str(agent_dir),
+         "--save-actor", str(agent_dir / "actor.pt"), "--device", args.device],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    actor = torch.load(agent_dir / "actor.pt", weights_only=False)  # pickled by sac_pendulum.py
+
+    def sample_action(td):
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            return actor(td)["action"]
+
+    return sample_action
+
+
+# ---- 2. Play each policy in turn in NUM_ENVS environments and store the transitions ----
 collector = helpers.VectorCollector(helpers.make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
                                     seed=args.seed + 1_000)  # resets no training episode had
-
-
-def sample_action(td):
-    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-        return actor(td)["action"]  # a ~ pi(.|s)
-
-
-steps = [collector.step(sample_action) for _ in tqdm(range(args.total_frames // NUM_ENVS))]
+steps, per_policy = [], []
+for frames in args.agent_frames:
+    sample_action, first = behaviour_policy(frames), len(collector.episodes)
+    steps += [collector.step(sample_action) for _ in tqdm(range(share))]
+    returns = [ret for _, ret in collector.episodes[first:]]
+    per_policy.append({"agent_frames": frames, "episodes": len(returns),
+                       "mean_return": float(np.mean(returns)) if returns else float("nan")})
 collector.envs.close()
 episodes = collector.episodes
 replay_buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(steps) * NUM_ENVS))
@@ -95,16 +127,20 @@ returns = [ret for _, ret in episodes]
 summary = {"transitions": len(replay_buffer), "episodes": len(returns),
            "agent_frames": args.agent_frames, "seed": args.seed,
            "mean_return": float(np.mean(returns)) if returns else float("nan"),
-           "std_return": float(np.std(returns)) if returns else float("nan")}
+           "std_return": float(np.std(returns)) if returns else float("nan"),
+           "policies": per_policy}
 (args.out / "dataset.json").write_text(json.dumps(summary, indent=2))
 helpers.write_csv(args.out / "returns.csv", ["frames", "episode_return"], episodes)
 fig = Figure(figsize=(6, 4))
 ax = fig.add_subplot()
 helpers.plot_returns(ax, episodes)
 ax.set(xlabel="dataset step", ylabel="episode return",
-       title=f"Offline dataset: SAC after {args.agent_frames} steps, Pendulum-v1")
+       title=f"Offline dataset: SAC after {'/'.join(map(str, args.agent_frames))} steps, "
+             f"Pendulum-v1")
 fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
 print(f"dataset={args.out / 'dataset'} transitions={len(replay_buffer)} episodes={len(returns)}")
 print(f"dataset_return_std={summary['std_return']:.1f}")
+for policy in per_policy:
+    print(f"policy_return[{policy['agent_frames']}]={policy['mean_return']:.1f}")
 print(f"wall_time={time.perf_counter() - start_time:.1f}s")
 print(f"final_return={summary['mean_return']:.1f}")  # the dataset's mean episode return
