@@ -254,15 +254,12 @@ class DistributionCall:
             steps = [_plan(child) for child in actor.module[:-1]]
             if all(step is not None for step in steps):
                 self.steps = [s for step in steps for s in step]
-        # TorchRL's TanhNormal built without its constructor's host syncs (eager GPU calls), its
-        # IndependentNormal without its constructors' Python
-        self._builder = (
-            _compat.distribution_builder(self.head, self.parameter_keys)
-            if self.splittable
-            else None
-        )
+        # TanhNormal without its constructor's host syncs, IndependentNormal without its Python
+        splittable, keys = self.splittable, self.splittable and self.parameter_keys
+        self._builder = _compat.distribution_builder(self.head, keys) if splittable else None
         self.bounds = _distribution_bounds(self.head)
         self.squashes = self.direct and _is_plain_tanh_normal(self.head)
+        self.unit_box = self.bounds is not None and rlf.distributions._is_unit_box(*self.bounds)
 
     @property
     def direct(self) -> bool:
@@ -349,6 +346,7 @@ class DistributionCall:
         loc, scale = params[keys["loc"]], params[keys["scale"]]
         if repeats > 1:
             loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
+        low, high = (-1.0, 1.0) if self.unit_box else (low, high)  # the unit box: tanh(u)
         return rlf.tanh_normal_sample_and_log_prob(loc, scale, low, high)
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:

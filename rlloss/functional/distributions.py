@@ -50,6 +50,17 @@ def normal_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor)
     return -0.5 * standardized.square() - torch.log(scale) - _LOG_SQRT_2PI
 
 
+def sampled_normal_log_prob(noise: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``log N(u; loc, scale^2)`` of a reparameterised draw ``u = loc + scale * noise`` from its
+    standard-normal ``noise``: ``-noise^2 / 2 - log scale - log sqrt(2 pi)``, elementwise.
+
+    :func:`normal_log_prob` at ``u``, since ``(u - loc) / scale = noise`` (equal up to float
+    rounding), with the same gradients: the gradient through ``u`` and through ``loc`` cancel
+    in :func:`normal_log_prob` and neither appears here; ``scale`` gets ``-1 / scale``.
+    """
+    return -0.5 * noise.square() - torch.log(scale) - _LOG_SQRT_2PI
+
+
 def normal_entropy(scale: torch.Tensor) -> torch.Tensor:
     """``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise."""
     return torch.log(scale) + (0.5 + _LOG_SQRT_2PI)
@@ -63,9 +74,19 @@ def categorical_log_prob(log_probs: torch.Tensor, index: torch.Tensor) -> torch.
     return log_probs.gather(-1, index[..., :1]).squeeze(-1)
 
 
+def _is_unit_box(low: Scalar, high: Scalar) -> bool:
+    """Whether the bounds are the Python numbers -1 and 1 (tensors are never read: no sync)."""
+    return not isinstance(low, torch.Tensor) and not isinstance(high, torch.Tensor) and (
+        low == -1 and high == 1
+    )
+
+
 def squash(preimage: torch.Tensor, low: Scalar = -1.0, high: Scalar = 1.0) -> torch.Tensor:
     """``(high + low) / 2 + (high - low) / 2 * tanh(u)``: a pre-tanh value mapped into
-    ``[low, high]`` (elementwise)."""
+    ``[low, high]`` (elementwise); ``tanh(u)`` itself on the unit box (float bounds -1 and 1,
+    where the affine map is the identity: the same numbers, no arithmetic on the bounds)."""
+    if _is_unit_box(low, high):
+        return torch.tanh(preimage)
     return (high + low) / 2 + (high - low) / 2 * torch.tanh(preimage)
 
 
@@ -75,10 +96,14 @@ def squash_log_abs_det_jacobian(
     """``log |d squash(u) / du| = log((high - low) / 2) + log(1 - tanh(u)^2)``, elementwise.
 
     ``log(1 - tanh(u)^2)`` is written ``2 (log 2 - u - softplus(-2u))``, finite for every
-    finite ``u`` (where ``1 - tanh(u)^2`` rounds to 0 beyond ``|u| ~ 9`` in float32).
+    finite ``u`` (where ``1 - tanh(u)^2`` rounds to 0 beyond ``|u| ~ 9`` in float32). On the
+    unit box (float bounds -1 and 1) ``log((high - low) / 2) = 0`` is not added.
     """
+    log_tanh_slope = 2 * (_LOG_2 - preimage - F.softplus(-2 * preimage))
+    if _is_unit_box(low, high):
+        return log_tanh_slope
     half_range = torch.as_tensor((high - low) / 2, dtype=preimage.dtype, device=preimage.device)
-    return torch.log(half_range) + 2 * (_LOG_2 - preimage - F.softplus(-2 * preimage))
+    return torch.log(half_range) + log_tanh_slope
 
 
 def tanh_normal_log_prob(
@@ -120,8 +145,12 @@ def tanh_normal_sample_and_log_prob(
     Returns:
         The action ``[*B, D]`` in ``[low, high]`` and its log-probability ``[*B]``.
     """
-    preimage = loc + scale * standard_normal_like(loc)
-    return squash(preimage, low, high), tanh_normal_log_prob(preimage, loc, scale, low, high)
+    noise = standard_normal_like(loc)
+    preimage = loc + scale * noise
+    log_prob = sampled_normal_log_prob(noise, scale) - squash_log_abs_det_jacobian(
+        preimage, low, high
+    )
+    return squash(preimage, low, high), log_prob.sum(-1)
 
 
 def uniform_sample_and_log_prob(
