@@ -76,8 +76,10 @@ def categorical_log_prob(log_probs: torch.Tensor, index: torch.Tensor) -> torch.
 
 def _is_unit_box(low: Scalar, high: Scalar) -> bool:
     """Whether the bounds are the Python numbers -1 and 1 (tensors are never read: no sync)."""
-    return not isinstance(low, torch.Tensor) and not isinstance(high, torch.Tensor) and (
-        low == -1 and high == 1
+    return (
+        not isinstance(low, torch.Tensor)
+        and not isinstance(high, torch.Tensor)
+        and (low == -1 and high == 1)
     )
 
 
