@@ -203,6 +203,7 @@ def members_in_turn(
     inputs: Mapping,
     size: int,
     slots: _compat.TensorSlots | None = None,
+    split: list | None = None,
 ) -> dict:
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
@@ -214,7 +215,9 @@ def members_in_turn(
     ``functional_call``. A tensor that requires gradient is split with ``unbind``, whose
     backward stacks the members' gradients in one copy (``size`` ``select``s would each write a
     zero tensor of the stacked size and add them up); buffers, updated in place by
-    normalisation layers, are indexed (an ``unbind`` output may not be modified in place)."""
+    normalisation layers, are indexed (an ``unbind`` output may not be modified in place).
+    ``split``: the members' tensors in ``slots.names`` order, already split (see
+    :meth:`Ensemble._no_grad_views`)."""
     if slots is None:
         members = {k: v.unbind(0) if v.requires_grad else v for k, v in params.items()}
         outputs = [
@@ -222,7 +225,10 @@ def members_in_turn(
             for i in range(size)
         ]
     else:
-        split = [params[k].unbind(0) if params[k].requires_grad else params[k] for k in slots.names]
+        if split is None:
+            split = [
+                params[k].unbind(0) if params[k].requires_grad else params[k] for k in slots.names
+            ]
         outputs = [slots.call([v[i] for v in split], module.call, inputs) for i in range(size)]
     return {key: torch.stack([out[key] for out in outputs]) for key in _leaf_keys(outputs[0])}
 
@@ -275,6 +281,7 @@ class Ensemble:
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
         self.slots: dict[_MemberCall, _compat.TensorSlots] = {}  # per member module, found once
+        self.views: dict[tuple, tuple] = {}  # (target, detach) -> storages, members' views
         self.member_size = 0  # the tensor elements of one member
 
     def _member_copy(self, until: NestedKey | None, training: bool) -> _MemberCall:
@@ -287,6 +294,7 @@ class Ensemble:
         self.online = _flat_member_tensors(online)
         self.target = {} if target is None else _flat_member_tensors(target)
         self.slots = {}  # found again at the next call (a deep copy's modules, other names)
+        self.views = {}
         self.member_size = sum(v[0].numel() for v in self.online.values())  # no host sync
 
     def _slots(self, module: _MemberCall) -> _compat.TensorSlots | None:
@@ -298,6 +306,19 @@ class Ensemble:
         if slots is None:
             slots = self.slots[module] = _compat.TensorSlots(module, self.online)
         return slots
+
+    def _no_grad_views(self, key: tuple, params: Mapping, slots, size: int) -> list:
+        """The members' views (``params[k][i]``) of the target or detached stacked tensors, in
+        ``slots.names`` order: made once and kept while each stacked tensor keeps its storage
+        (in-place updates, e.g. ``SoftUpdate``'s, reach them; a ``.data`` assignment or
+        :meth:`use` makes new ones). Their ``select``s are not repeated each call."""
+        tensors = [params[k] for k in slots.names]
+        storages = [t.data_ptr() for t in tensors]  # host metadata: no sync
+        kept = self.views.get(key)
+        if kept is None or kept[0] != storages:
+            split = [[t[i] for i in range(size)] for t in tensors]
+            kept = self.views[key] = (storages, split)
+        return kept[1]
 
     def _loop_pays(self, inputs: Mapping) -> bool:
         """Whether an eager call runs the members in turn at any ensemble size: each member's
@@ -338,7 +359,10 @@ class Ensemble:
                 module = self.member if training is None else self.member_in_mode[training]
                 size = next(iter(params.values())).shape[0]
                 if size <= LOOP_MEMBERS_MAX or self._loop_pays(inputs):
-                    return members_in_turn(module, params, inputs, size, self._slots(module))
+                    slots, split = self._slots(module), None
+                    if slots is not None and (target or detach) and members is None:
+                        split = self._no_grad_views((module, target), params, slots, size)
+                    return members_in_turn(module, params, inputs, size, slots, split)
 
                 def member(member_params):
                     return torch.func.functional_call(module, member_params, (inputs,))
