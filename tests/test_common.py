@@ -422,3 +422,36 @@ def test_torchrl_keywords_aliases_and_ignored_keywords():
         "refused",
         "ignored",
     }
+
+
+def test_no_grad_member_views_follow_the_stacked_tensors():
+    """The target and detached members' views are kept between calls: they follow in-place
+    updates of the stacked tensors (a soft update, an optimiser step) and are made again when a
+    stacked tensor gets new storage (``.data`` assigned); each call equals a fresh ensemble's."""
+    torch.manual_seed(0)
+    loss = _ensemble_loss(_BatchNormCritic().eval(), 2)
+    assert loss.qvalue.stacked is None
+    inputs = {"observation": torch.randn(6, 3), "action": torch.randn(6, 2)}
+
+    def expected(params):
+        fresh = _ensemble_loss(_BatchNormCritic().eval(), 2)
+        fresh.qvalue_network_params.update_(params)
+        return fresh.qvalue(inputs)["state_action_value"]
+
+    for kwargs, params in (
+        ({"target": True}, loss.target_qvalue_network_params),
+        ({"detach": True}, loss.qvalue_network_params),
+    ):
+        first = loss.qvalue(inputs, **kwargs)["state_action_value"]
+        torch.testing.assert_close(first, expected(params))
+        weight = params["module", "layers", "0", "weight"]
+        with torch.no_grad():
+            weight.mul_(0.5)  # in place: the kept views see it
+        second = loss.qvalue(inputs, **kwargs)["state_action_value"]
+        assert not torch.equal(first, second)
+        torch.testing.assert_close(second, expected(params))
+        weight.data = weight.data * 2.0  # new storage: the views are made again
+        third = loss.qvalue(inputs, **kwargs)["state_action_value"]
+        torch.testing.assert_close(third, expected(params))
+        torch.testing.assert_close(third, first)
+    assert not loss.qvalue(inputs, detach=True)["state_action_value"].requires_grad
