@@ -19,6 +19,7 @@ log-probability; no ``.item()`` or data-dependent branch is involved, unlike
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -75,12 +76,9 @@ def categorical_log_prob(log_probs: torch.Tensor, index: torch.Tensor) -> torch.
 
 
 def _is_unit_box(low: Scalar, high: Scalar) -> bool:
-    """Whether the bounds are the Python numbers -1 and 1 (tensors are never read: no sync)."""
-    return (
-        not isinstance(low, torch.Tensor)
-        and not isinstance(high, torch.Tensor)
-        and (low == -1 and high == 1)
-    )
+    """Whether the bounds are the numbers -1 and 1 (tensors and arrays are never read: no
+    sync, no elementwise comparison)."""
+    return isinstance(low, numbers.Real) and isinstance(high, numbers.Real) and low == -1 == -high
 
 
 def squash(preimage: torch.Tensor, low: Scalar = -1.0, high: Scalar = 1.0) -> torch.Tensor:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import distributions as D
 
 from rlloss.functional.distributions import (
+    _is_unit_box,
     normal_log_prob,
     sampled_normal_log_prob,
     squash,
@@ -130,6 +132,9 @@ def test_unit_box_is_the_bounded_formula_exactly():
         squash_log_abs_det_jacobian(u, -1.0, 1.0), squash_log_abs_det_jacobian(u, low, high)
     )
     assert torch.equal(squash(u, -1, 1), torch.tanh(u))  # integers are numbers too
+    assert not _is_unit_box(low, high)  # tensors are never read (no sync)
+    assert not _is_unit_box(np.full(3, -1.0), np.ones(3))  # nor arrays (no elementwise truth)
+    assert not _is_unit_box(-1.0, 2.0) and not _is_unit_box(-2.0, 1.0)
 
 
 def test_unit_box_sample_equals_tensor_bounds_sample():
