@@ -94,6 +94,9 @@ from rlloss.training import RewardNormalizer
 parser = helpers.tutorial_parser(__doc__, "runs/ppo_rnd_sparse", 300_000, "env steps, all envs")
 parser.add_argument("--rnd", action=argparse.BooleanOptionalAction, default=True,
                     help="add RND's intrinsic reward (--no-rnd: plain PPO)")
+parser.add_argument("--task", choices=("mountaincar", "deepsea"), default="mountaincar",
+                    help="sparse MountainCar-v0 (default) or an N x N Deep Sea (--size)")
+parser.add_argument("--size", type=int, default=20, help="Deep Sea's N (rows = columns = steps)")
 args = parser.parse_args()
 
 # Hyperparameters.
@@ -118,8 +121,49 @@ class SparseReward(gym.Wrapper):
         return obs, float(terminated), terminated, truncated, info
 
 
+class DeepSea(gym.Env):
+    """bsuite's Deep Sea (Osband et al., "Behaviour Suite for Reinforcement Learning", 2020):
+    an N x N grid entered at the top-left cell; every step descends one row and moves one
+    column right or left (clipped at the edges), so an episode lasts N steps. Which of the two
+    actions means "right" is drawn per cell, once, from ``mapping_seed`` (the same in every
+    copy). "Right" costs 0.01 / N; taking it in the last column of the last row pays +1, so
+    only the episode that goes right at every step (return 0.99) is rewarded, and a uniformly
+    random policy finds it with probability 2^-N per episode. Observation: the one-hot N x N
+    grid of the current cell (all zeros after the last row, as bsuite's)."""
+
+    def __init__(self, size: int, mapping_seed: int) -> None:
+        self.size = size
+        self.right = np.random.default_rng(mapping_seed).integers(0, 2, (size, size))
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def observe(self) -> np.ndarray:
+        obs = np.zeros(self.size * self.size, np.float32)
+        if self.row < self.size:
+            obs[self.row * self.size + self.column] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.row = self.column = 0
+        return self.observe(), {}
+
+    def step(self, action):
+        right = int(action) == self.right[self.row, self.column]
+        reward = float(right and self.column == self.size - 1) - (0.01 / self.size) * right
+        self.column = min(self.column + 1, self.size - 1) if right else max(self.column - 1, 0)
+        self.row += 1
+        return self.observe(), reward, self.row == self.size, False, {}
+
+
+TASK_NAME = f"Deep Sea {args.size}" if args.task == "deepsea" else "sparse MountainCar-v0"
 device, start_time = helpers.start(args)  # seeds network init and action sampling
-envs, obs_dim, num_actions = helpers.discrete_vec("MountainCar-v0", NUM_ENVS, (SparseReward,))
+if args.task == "deepsea":
+    gym.register("DeepSea-v0", entry_point=DeepSea,
+                 kwargs={"size": args.size, "mapping_seed": args.seed})
+    envs, obs_dim, num_actions = helpers.discrete_vec("DeepSea-v0", NUM_ENVS)
+else:
+    envs, obs_dim, num_actions = helpers.discrete_vec("MountainCar-v0", NUM_ENVS, (SparseReward,))
 space = envs.single_observation_space
 
 
@@ -175,7 +219,8 @@ for _ in range(num_iterations):
     rollout = torch.stack([collector.step(policy, keep=("action_log_prob",))
                            for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS]
     done = rollout["next", "done"]
-    reward = EXT_COEFF * ext_normalizer(rollout["next", "reward"], done)
+    reward = rollout["next", "reward"]  # Deep Sea's is left unscaled, see the docstring
+    reward = EXT_COEFF * (ext_normalizer(reward, done) if args.task == "mountaincar" else reward)
     if args.rnd:
         obs_rms.update(rollout["next", "observation"])
         with torch.no_grad():
@@ -203,7 +248,7 @@ def save_figure() -> None:
     ax = fig.add_subplot(1, 2 if args.rnd else 1, 1)
     helpers.plot_returns(ax, episodes)
     ax.set(xlabel="environment steps", ylabel="episode return (1: reached the flag)",
-           title=f"PPO{' + RND' if args.rnd else ''} on sparse MountainCar-v0")
+           title=f"PPO{' + RND' if args.rnd else ''} on {TASK_NAME}")
     if args.rnd and bonuses:
         ax2 = fig.add_subplot(1, 2, 2)
         ax2.plot(*np.array(bonuses).T)
