@@ -107,6 +107,8 @@ GAMMA, LMBDA = 0.99, 0.95
 LR, RND_LR = 3e-4, 1e-3
 CLIP_EPSILON = 0.2
 ENTROPY_COEFF, CRITIC_COEFF = 0.0, 0.5  # no entropy bonus (rl-baselines3-zoo, MountainCar-v0)
+if args.task == "deepsea":  # without one, the policy collapsed onto a path and stayed there
+    ENTROPY_COEFF = 0.01
 MAX_GRAD_NORM = 0.5
 EXT_COEFF, INT_COEFF = 2.0, 1.0  # the paper's weights of the two (normalised) rewards
 RND_FEATURES = 64
