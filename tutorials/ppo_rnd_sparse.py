@@ -66,9 +66,39 @@ libraries' runs (same seeds) part ways during training, not in kind. Figure of b
 every seed, both libraries:
 ``docs/figures/ppo_rnd_sparse.png`` (``benchmarks/ppo_rnd_curves.py --runs DIR``).
 
+Deep Sea (``--task deepsea --size N``), for the clean contrast: bsuite's hard-exploration chain
+(Osband et al., "Behaviour Suite for Reinforcement Learning", ICLR 2020; ``DeepSea`` below). An
+N x N grid entered at its top-left cell; each step descends a row and moves a column right or
+left; which action means "right" is drawn per cell from the seed; "right" costs 0.01 / N, and
+only the episode that goes right at all N steps is paid (+1, return 0.99). The observation is
+the cell, one-hot. Two changes for this task only: the extrinsic reward is not normalised (its
+running std, from the tiny move costs alone until the first success, would blow them up to
+the size of RND's bonus: the MountainCar push-cost failure above), and an entropy bonus of
+0.01 (without it, on seed 0 of N = 20, the policy fell back from the rewarded path at 230k
+steps onto a fixed 16-right path and stayed there). With N = 20 and 400k steps (19,968
+episodes), a uniformly random policy reaches the reward with probability 2^-20 per episode,
+1.9 % within the budget (10.8 % over six such runs). Smaller N were tried first (rlloss,
+PPO + RND, seed 0, no entropy bonus, 200k steps): N = 14 found the reward at 15k steps, held
+it on up to 95 % of episodes and lost it twice (1 % of the last 100); N = 16 found it at 86k
+(97 % of the last 100); but there a uniform policy finds it within 400k steps with
+probability 82 % and 32 %, so PPO alone could too.
+
+Results (N = 20, 400k env steps, seeds 0, 1, 2; the same columns as above; the mean number of
+"right" actions per episode over the last 100 episodes in place of the wall time):
+
+    PPO + RND, rlloss  seed 0: not run  seed 1: 0.89 (193k, 0.99, 20.0)
+                       seed 2: -0.01 (179k, 0.00, 13.0)
+    PPO + RND, TorchRL seed 0: not run  seed 1: not run
+                       seed 2: not run
+    PPO alone, rlloss  seed 0: not run  seed 1: not run
+                       seed 2: not run
+    PPO alone, TorchRL seed 0: not run  seed 1: not run
+                       seed 2: not run
+
 Run:
     python tutorials/ppo_rnd_sparse.py --seed 0 --out runs/ppo_rnd
     python tutorials/ppo_rnd_sparse.py --seed 0 --no-rnd --out runs/ppo_plain
+    python tutorials/ppo_rnd_sparse.py --task deepsea --size 20 --total-frames 400000 --seed 0
 
 It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png`` (the returns,
 and with ``--rnd`` the mean intrinsic bonus per rollout); the last printed line is
