@@ -2,12 +2,15 @@
 with rlloss and with TorchRL's classes swapped in, from the runs' output folders.
 
     python benchmarks/ppo_rnd_curves.py --runs /tmp/rndq --out docs/figures/ppo_rnd_sparse.png
+    python benchmarks/ppo_rnd_curves.py --runs /tmp/rnd2 --task "Deep Sea 20" \
+        --out docs/figures/ppo_rnd_deepsea.png
 
 ``--runs`` holds one folder per run, ``<library>-<rnd|no-rnd>-<seed>`` (``library``: rlloss or
 torchrl), each with the tutorial's ``returns.csv``, and beside it ``<folder>.log``, the run's
 standard output (its ``wall_time=`` line). Prints one row per run: the mean return of the last
 10 episodes (the tutorial's ``final_return``), the first step at which an episode reached the
-flag (return 1, not 0), the share of the last 100 episodes that did, and the wall time.
+flag (a positive return: 1 on MountainCar, 0.99 on Deep Sea, where the others are 0 or a
+small negative cost), the share of the last 100 episodes that did, and the wall time.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def running_mean(data: np.ndarray, window: int = 50) -> tuple[np.ndarray, np.nda
     return data[window - 1 :, 0], np.convolve(data[:, 1], kernel, "valid")
 
 
-def plot(runs: Path, seeds: list[int], out: Path) -> None:
+def plot(runs: Path, seeds: list[int], out: Path, task: str) -> None:
     """One panel per library: every seed's running mean, PPO + RND solid, PPO dashed."""
     fig = Figure(figsize=(11, 4))
     for i, library in enumerate(LIBRARIES):
@@ -70,9 +73,9 @@ def plot(runs: Path, seeds: list[int], out: Path) -> None:
                     label=f"{label}, seed {seed}",
                 )
         ax.set(
-            title=f"sparse MountainCar-v0, {library}",
+            title=f"{task}, {library}",
             xlabel="environment steps",
-            ylabel="share reaching the flag (running mean of 50 episodes)",
+            ylabel="share rewarded (running mean of 50 episodes)",
             ylim=(-0.05, 1.05),
         )
         ax.xaxis.set_major_formatter(EngFormatter())
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--task", default="sparse MountainCar-v0", help="the panels' title")
     args = parser.parse_args()
     for library in LIBRARIES:
         for mode, label in MODES.items():
@@ -94,7 +98,7 @@ def main() -> None:
                 run = args.runs / f"{library}-{mode}-{seed}"
                 if (run / "returns.csv").exists():
                     print(f"{library:8s} {label:10s} seed {seed}: {summary(run)}")
-    plot(args.runs, args.seeds, args.out)
+    plot(args.runs, args.seeds, args.out, args.task)
     print(f"wrote {args.out}")
 
 

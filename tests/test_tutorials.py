@@ -283,6 +283,22 @@ def test_ppo_rnd_tutorial_without_rnd_and_with_torchrls_classes(tmp_path):
     run_tutorial(swapped, tmp_path / "torchrl")
 
 
+@SLOW
+def test_ppo_rnd_tutorial_on_deep_sea(tmp_path):
+    """``ppo_rnd_sparse.py --task deepsea --size 6`` trains end to end, and every episode's
+    return is Deep Sea's: minus 0.01 / N per "right" taken (k of N steps), plus 1 only when all
+    N were "right" (return 0.99)."""
+    size = 6
+    script = TUTORIALS_DIR / "ppo_rnd_sparse.py"
+    run_tutorial(script, tmp_path, "--task", "deepsea", "--size", str(size))
+    lines = (tmp_path / "returns.csv").read_text().splitlines()[1:]
+    returns = [float(line.split(",")[1]) for line in lines]
+    assert len(returns) == 16 * (128 // size)  # 16 envs, 128 steps, every episode N steps
+    allowed = [-0.01 * k / size for k in range(size + 1)] + [1.0 - 0.01]
+    for value in returns:
+        assert min(abs(value - a) for a in allowed) < 1e-9, value
+
+
 def _printed(stdout: str, name: str) -> float:
     """The number a tutorial printed as ``name=<number> ...``."""
     lines = [line for line in stdout.splitlines() if line.startswith(f"{name}=")]
