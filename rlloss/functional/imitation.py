@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from rlloss._checks import check_same_shape
+from rlloss.functional.critic import distance
 
 Scalar = float | torch.Tensor
 
@@ -41,15 +42,9 @@ def action_error(
             index.long(),
             reduction=reduction,
         )
-    check_same_shape(prediction=prediction, target=target)
-    target = target.detach()
-    if kind in ("l2", "mse"):
-        return F.mse_loss(prediction, target, reduction=reduction)
-    if kind == "l1":
-        return F.l1_loss(prediction, target, reduction=reduction)
-    if kind == "smooth_l1":
-        return F.smooth_l1_loss(prediction, target, reduction=reduction)
-    raise ValueError(f"unknown action error {kind!r}; expected one of {ACTION_ERRORS}")
+    if kind not in ACTION_ERRORS:
+        raise ValueError(f"unknown action error {kind!r}; expected one of {ACTION_ERRORS}")
+    return distance(prediction, target.detach(), "l2" if kind == "mse" else kind, reduction)
 
 
 def discriminator_cross_entropy(
