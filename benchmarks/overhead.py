@@ -62,9 +62,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument(
         "--hand-written",
         action="store_true",
-        help="the comparison with the hand-written steps: their cases at their batch sizes "
-        "(benchmarks.cases.HAND_WRITTEN), eager, backward level only, rlloss and hand-written "
-        "methods only",
+        help="the comparison with the hand-written steps: their cases (or those of --cases "
+        "among them) at their batch sizes (benchmarks.cases.HAND_WRITTEN), eager, backward "
+        "level only, rlloss and hand-written methods only",
     )
     p.add_argument(
         "--methods",
@@ -121,8 +121,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     a = p.parse_args(argv)
     if a.smoke:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
-    if a.hand_written:
-        a.cases, a.levels, a.modes = list(HAND_WRITTEN), ["backward"], ["eager"]
+    if a.hand_written:  # its cases (those of an explicit --cases among them), eager backward
+        chosen = a.cases if a.cases != list(CASES) else list(HAND_WRITTEN)
+        a.cases = [case for case in chosen if case in HAND_WRITTEN]
+        a.levels, a.modes = ["backward"], ["eager"]
         a.methods = list(HAND_WRITTEN_METHODS)
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     batch_sizes = [int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b]

@@ -138,3 +138,15 @@ def test_the_gate_stops_an_rnd_baseline_that_averages_over_the_whole_batch(monke
     report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
     assert not report["plain"]["ok"]
     assert report["plain"]["max_rel_err"] > 1e-2
+
+
+def test_hand_written_comparison_keeps_an_explicit_subset_of_its_cases():
+    """``--hand-written`` runs its own cases, or those of ``--cases`` among them (to refresh some
+    rows with ``--merge``), always eager at the backward level."""
+    from benchmarks.cases import HAND_WRITTEN
+    from benchmarks.overhead import parse_args
+
+    assert parse_args(["--hand-written"]).cases == list(HAND_WRITTEN)
+    subset = parse_args(["--hand-written", "--cases", "DQNLoss", "TQCLoss", "A2CLoss"])
+    assert subset.cases == ["DQNLoss", "A2CLoss"]  # TQCLoss's hand-written case is the custom one
+    assert (subset.levels, subset.modes) == (["backward"], ["eager"])
