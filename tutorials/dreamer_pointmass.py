@@ -102,21 +102,55 @@ from rlloss import (
     SoftUpdate,
 )
 
-parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pendulum", 4000)
-parser.add_argument("--train-every", type=int, default=4, help="env steps per update")
+parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pointmass", 3000)
+parser.add_argument("--train-every", type=int, default=2, help="env steps per update")
+parser.add_argument("--prefill", type=int, default=500, help="uniformly random env steps first")
 parser.add_argument("--eval-episodes", type=int, default=10)
+parser.add_argument("--reinforce", type=int, default=1, help="1: REINFORCE, 0: pathwise")
+parser.add_argument("--lr-model", type=float, default=3e-3)
+parser.add_argument("--lr-actor", type=float, default=1e-4)
+parser.add_argument("--entropy", type=float, default=3e-4)
+parser.add_argument("--pretrain", type=int, default=200, help="world-model updates after prefill")
 args = parser.parse_args()
 device, start_time = helpers.start(args)
 
 # ---- Hyperparameters (DreamerV3's, shrunk to a small CPU budget; see the docstring).
-ENV_ID, EPISODE = "Pendulum-v1", 200  # Pendulum's episodes are 200 steps, never terminated
+EPISODE, ARENA = 50, 3.0  # 50-step episodes, never terminated; positions within [-3, 3]^2
 CATS, CLASSES, BELIEF, HIDDEN, BINS = 8, 8, 64, 64, 255  # z: 8 categoricals of 8 classes
 STATE = CATS * CLASSES
-OBS, ACTION, ACTION_SCALE = 3, 1, 2.0  # (cos, sin, angular velocity); torque in [-2, 2]
+OBS, ACTION, ACTION_SCALE = 4, 2, 1.0  # (position, velocity); acceleration in [-1, 1]^2
 BATCH, SEQUENCE, HORIZON = 16, 16, 15  # 16 windows of 16 steps; imagine 15 steps from each
-GAMMA, LMBDA = 0.99, 0.95
-PREFILL = min(1000, args.total_frames // 2)  # uniformly random actions first
-LR_MODEL, LR_ACTOR, LR_VALUE, CLIP = 1e-3, 3e-4, 3e-4, 100.0
+GAMMA, LMBDA = 0.95, 0.95
+MIN_STD, MAX_LOC = 0.1, 2.0  # the actor's Gaussian before the tanh: std >= 0.1, |mean| < 2
+PREFILL = min(args.prefill, args.total_frames // 2)  # uniformly random actions first
+LR_MODEL, LR_ACTOR, LR_VALUE, CLIP = args.lr_model, args.lr_actor, 3e-4, 100.0
+
+
+class PointMass(gym.Env):
+    """A point mass in the plane with friction: x = (position p, velocity v), acceleration
+    u in [-1, 1]^2, v' = 0.9 v + DT u + w (w ~ N(0, 0.01^2)), p' = p + DT v'. Each episode starts
+    at rest at a uniformly random position in [-2, 2]^2; a step's reward is minus the distance
+    of p' to the target, the origin; episodes are EPISODE steps."""
+
+    DT, FRICTION, NOISE = 0.2, 0.9, 0.01
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (ACTION,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        self.x = np.zeros(OBS, np.float32)
+        self.x[:2] = self.np_random.uniform(-2, 2, 2)
+        self.t = 0
+        return self.x.copy(), {}
+
+    def step(self, action):
+        u = np.clip(action, -1.0, 1.0)
+        noise = self.NOISE * self.np_random.standard_normal(2)
+        self.x[2:] = self.FRICTION * self.x[2:] + self.DT * u + noise
+        self.x[:2] = np.clip(self.x[:2] + self.DT * self.x[2:], -ARENA, ARENA)
+        self.t += 1
+        reward = -float(np.linalg.norm(self.x[:2]))
+        return self.x.copy(), reward, False, self.t >= EPISODE, {}
 
 
 def mlp(out_features: int) -> MLP:
@@ -170,8 +204,9 @@ imagination.reward_spec = Unbounded((1,))
 # and a two-hot critic v(z, h).
 actor = ProbabilisticTensorDictSequential(
     TensorDictModule(mlp(2 * ACTION), ["state", "belief"], ["params"]),
-    TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+    TensorDictModule(NormalParamExtractor(scale_lb=MIN_STD), ["params"], ["loc", "scale"]),
     ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=TanhNormal,
+                                  distribution_kwargs={"tanh_loc": True, "upscale": MAX_LOC},
                                   return_log_prob=False),
 )
 value_net = mlp(BINS)
@@ -193,7 +228,8 @@ for head in (reward_net, value_net):
 # replayed sequences; DreamerV3Loss runs the three from one batch of sequences.
 model_loss = DreamerV3ModelLoss(world_model, num_reward_bins=BINS, detach_output=False)
 model_loss.set_keys(pixels="observation", reco_pixels="reco_observation")
-actor_loss = DreamerV3ActorLoss(actor, value, imagination, imagination_horizon=HORIZON)
+actor_loss = DreamerV3ActorLoss(actor, value, imagination, imagination_horizon=HORIZON,
+                                use_reinforce=args.reinforce, entropy_bonus=args.entropy)
 actor_loss.make_value_estimator(None, gamma=GAMMA, lmbda=LMBDA)
 value_loss = DreamerV3ValueLoss(value, value_loss="two_hot", num_value_bins=BINS,
                                 actor_loss=actor_loss, slow_critic_regularization=1.0)
@@ -264,9 +300,10 @@ class EpisodeStore:
         )
 
 
-def update(batch: TensorDict) -> TensorDict:
-    """One gradient step on the sum of DreamerV3Loss's ``loss_*`` entries, then the slow
-    critic's soft update; returns the losses and diagnostics (detached)."""
+def update(batch: TensorDict, model_only: bool = False) -> TensorDict:
+    """One gradient step on the sum of DreamerV3Loss's ``loss_*`` entries (of the world model
+    alone if ``model_only``), then the slow critic's soft update; returns the losses and
+    diagnostics (detached)."""
     losses = loss_module(batch)
     total = sum(v for k, v in losses.items() if k.startswith("loss_"))
     for optimizer in optimizers:
@@ -274,7 +311,7 @@ def update(batch: TensorDict) -> TensorDict:
     total.backward()
     for net, _ in groups.values():
         nn.utils.clip_grad_norm_(net.parameters(), CLIP)
-    for optimizer in optimizers:
+    for optimizer in optimizers[:1] if model_only else optimizers:
         optimizer.step()
     slow_critic.step()
     return losses.detach()
@@ -304,7 +341,7 @@ def random_policy(agent: LatentAgent) -> np.ndarray:
 
 def evaluate(policy) -> list[float]:
     """Returns of ``policy`` on ``args.eval_episodes`` start states no training episode had."""
-    env, agent = gym.make(ENV_ID), LatentAgent()
+    env, agent = PointMass(), LatentAgent()
     returns = [sum(run_episode(env, agent, policy, seed=10_000 + 100 * args.seed + i)[2])
                for i in range(args.eval_episodes)]
     env.close()
@@ -314,7 +351,7 @@ def evaluate(policy) -> list[float]:
 # ---- The loop: collect an episode (random actions for the first PREFILL steps, then actions
 # sampled from the actor on the posterior state), store it, and take one update every
 # --train-every env steps of that episode.
-env = gym.make(ENV_ID)
+env = PointMass()
 store = EpisodeStore(args.total_frames // EPISODE + 1)
 episodes, frames, updates, shown = [], 0, 0, ""
 SHOWN = ["loss_model_reco", "loss_model_reward", "loss_model_kl", "loss_actor", "return_scale",
@@ -328,14 +365,19 @@ while frames + EPISODE <= args.total_frames:
     frames += EPISODE
     episodes.append((frames, sum(rewards)))
     if frames >= PREFILL:
+        for _ in range(args.pretrain if frames == PREFILL else 0):  # the world model alone
+            losses = update(store.sample(), model_only=True)
+            updates += 1
         for _ in range(EPISODE // args.train_every):
             losses = update(store.sample())
             updates += 1
         shown = " ".join(f"{key}={losses[key].item():.3g}" for key in SHOWN)  # the last update's
     print(f"frames={frames} return={sum(rewards):.1f} updates={updates} "
-          f"wall={time.perf_counter() - start_time:.0f}s {shown}", flush=True)
+          f"wall={time.perf_counter() - start_time:.0f}s cpu={time.process_time():.0f}s {shown}",
+          flush=True)
 env.close()
 
-helpers.save_learning_curve(args.out, episodes, f"DreamerV3 on {ENV_ID}", window=5)
+helpers.save_learning_curve(args.out, episodes, "DreamerV3 on a 2-D point mass", window=5)
+print(f"cpu_time={time.process_time():.1f}s")
 print(f"random_return={np.mean(evaluate(random_policy)):.1f}")
 helpers.report(start_time, episodes, evaluate(lambda a: a.act(ExplorationType.DETERMINISTIC)))
