@@ -102,11 +102,11 @@ from rlloss import (
     SoftUpdate,
 )
 
-parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pointmass", 3000)
+parser = helpers.tutorial_parser(__doc__, "runs/dreamer_pointmass", 2000)
 parser.add_argument("--train-every", type=int, default=2, help="env steps per update")
 parser.add_argument("--prefill", type=int, default=500, help="uniformly random env steps first")
 parser.add_argument("--eval-episodes", type=int, default=10)
-parser.add_argument("--reinforce", type=int, default=1, help="1: REINFORCE, 0: pathwise")
+parser.add_argument("--reinforce", type=int, default=0, help="1: REINFORCE, 0: pathwise")
 parser.add_argument("--lr-model", type=float, default=3e-3)
 parser.add_argument("--lr-actor", type=float, default=1e-4)
 parser.add_argument("--entropy", type=float, default=3e-4)
