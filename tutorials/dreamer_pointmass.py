@@ -132,7 +132,7 @@ class PointMass(gym.Env):
     at rest at a uniformly random position in [-2, 2]^2; a step's reward is minus the distance
     of p' to the target, the origin; episodes are EPISODE steps."""
 
-    DT, FRICTION, NOISE = 0.2, 0.9, 0.01
+    DT, FRICTION, NOISE = 0.5, 0.5, 0.02
     observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, (ACTION,), np.float32)
 
