@@ -297,9 +297,10 @@ class LatentAgent:
 
 
 class EpisodeStore:
-    """Finished episodes as rows of EPISODE + 1 = 51 steps: row 0 the reset (action 0, reward 0, the first
-    observation, ``is_init``), row t the action a_{t-1}, its reward and x_t. Sampled as windows of
-    ``SEQUENCE`` rows, each starting from zeros (``is_init`` on its first row)."""
+    """Finished episodes as rows of EPISODE + 1 = 51 steps: row 0 the reset (action 0, reward
+    0, the first observation, ``is_init``), row t the action a_{t-1}, its reward and x_t.
+    Sampled as windows of ``SEQUENCE`` rows, each starting from zeros (``is_init`` on its first
+    row)."""
 
     def __init__(self, episodes: int) -> None:
         shape = (episodes, EPISODE + 1)
