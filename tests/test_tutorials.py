@@ -96,10 +96,11 @@ SMOKE_FRAMES = {
     "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
     "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
-    "dreamer_pendulum": 800,  # 4 episodes (2 random): 12 DreamerV3 updates (--train-every 50)
+    "dreamer_pointmass": 200,  # 4 episodes (2 random): 2 world-model + 3 DreamerV3 updates
 }
 # Extra flags of a tutorial's smoke run.
-SMOKE_ARGS = {"dreamer_pendulum": ["--train-every", "50", "--eval-episodes", "2"]}
+SMOKE_ARGS = {"dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
+                                    "--eval-episodes", "2"]}
 # Tutorials that need an optional extra: the module it installs and the extra.
 NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
 
@@ -327,14 +328,14 @@ def test_pilco_planning_reaches_the_target(tmp_path):
 
 @SLOW
 def test_dreamer_tutorial_swaps_to_torchrl(tmp_path):
-    """``dreamer_pendulum.py`` with TorchRL's DreamerV3 losses and ``SoftUpdate`` swapped in
+    """``dreamer_pointmass.py`` with TorchRL's DreamerV3 losses and ``SoftUpdate`` swapped in
     (the comparison of its docstring) trains end to end on the smoke budget."""
-    swap = swap_to_torchrl((TUTORIALS_DIR / "dreamer_pendulum.py").read_text())
+    swap = swap_to_torchrl((TUTORIALS_DIR / "dreamer_pointmass.py").read_text())
     assert swap["ok"] and swap["kept"] == [], swap
-    swapped = tmp_path / "torchrl_dreamer_pendulum.py"
+    swapped = tmp_path / "torchrl_dreamer_pointmass.py"
     swapped.write_text(swap["source"])
-    stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pendulum"], frames=800)
-    assert "updates=12 " in stdout, stdout[-2000:]
+    stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pointmass"], frames=200)
+    assert "updates=5 " in stdout, stdout[-2000:]
 @SLOW
 def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
     """``offline_dataset.py`` with two behaviour policies (uniform actions, then SAC after 1,100
