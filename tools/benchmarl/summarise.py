@@ -61,10 +61,10 @@ def main() -> None:
     args = p.parse_args()
     files = sorted(f for d in args.raw for f in Path(d).glob("*.json"))
     runs = [compact(json.loads(f.read_text())) for f in files]
-    if args.merge and Path(args.out).exists():
-        runs = merged(json.loads(Path(args.out).read_text()), runs)
     order = ["mappo", "ippo", "qmix", "vdn", "iql", "masac", "isac", "maddpg", "iddpg"]
     runs.sort(key=lambda r: (r["frames"] > 10000, order.index(r["algo"]), r["frames"], r["lib"] != "torchrl"))
+    if args.merge and Path(args.out).exists():  # --out's order kept, new runs after it
+        runs = merged(json.loads(Path(args.out).read_text()), runs)
     Path(args.out).write_text(json.dumps(runs, indent=0))
     print(table(runs))
 
