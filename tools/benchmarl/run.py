@@ -64,6 +64,18 @@ def patch_losses(lib: str):
     return {name: f"{c.__module__}.{c.__qualname__}" for name, c in swap_plugin.ACTIVE.items()}
 
 
+def parse_options(options):
+    """``["n_agents=2", "alpha_init=0.2"]`` -> ``{"n_agents": 2, "alpha_init": 0.2}``."""
+    parsed = {}
+    for option in options:
+        name, value = option.split("=", 1)
+        try:
+            parsed[name] = ast.literal_eval(value)  # 2, 0.5, True
+        except (ValueError, SyntaxError):
+            parsed[name] = value
+    return parsed
+
+
 def build_experiment(args, callbacks):
     import benchmarl.algorithms as algos
     from benchmarl.environments import VmasTask
@@ -84,20 +96,25 @@ def build_experiment(args, callbacks):
     config.on_policy_minibatch_size = args.minibatch_size
     config.off_policy_n_optimizer_steps = args.optimizer_steps
     config.off_policy_train_batch_size = args.train_batch_size
+    config.off_policy_init_random_frames = args.init_random_frames
+    if args.memory_size is not None:
+        config.off_policy_memory_size = args.memory_size
+    if args.anneal_frames is not None:  # exploration annealing (default: max_n_frames / 3)
+        config.exploration_anneal_frames = args.anneal_frames
     if args.lr is not None:
         config.lr = args.lr
     algo_cls = {a: getattr(algos, a.capitalize() + "Config") for a in ALGOS}[args.algo]
+    algorithm = algo_cls.get_from_yaml()
+    for name, value in parse_options(args.algo_option).items():  # e.g. alpha_init=0.2
+        if not hasattr(algorithm, name):
+            raise ValueError(f"--algo-option {name}: {args.algo}'s config has no such field")
+        setattr(algorithm, name, value)
     task = getattr(VmasTask, args.task.upper()).get_from_yaml()
-    for option in args.task_option:  # e.g. n_agents=2: a VMAS scenario keyword
-        name, value = option.split("=", 1)
-        try:
-            task.config[name] = ast.literal_eval(value)  # 2, 0.5, True
-        except (ValueError, SyntaxError):
-            task.config[name] = value
+    task.config.update(parse_options(args.task_option))  # e.g. n_agents=2: a VMAS keyword
     model = MlpConfig.get_from_yaml()
     return Experiment(
         task=task,
-        algorithm_config=algo_cls.get_from_yaml(),
+        algorithm_config=algorithm,
         model_config=model,
         critic_model_config=MlpConfig.get_from_yaml(),
         seed=args.seed,
@@ -155,8 +172,19 @@ def parse(argv=None):
     p.add_argument("--minibatch-size", type=int, default=400)
     p.add_argument("--optimizer-steps", type=int, default=1000, help="off-policy steps per batch")
     p.add_argument("--train-batch-size", type=int, default=128)
+    p.add_argument("--init-random-frames", type=int, default=0, help="off-policy warm-up")
+    p.add_argument("--memory-size", type=int, default=None, help="replay buffer (1e6 default)")
+    p.add_argument("--anneal-frames", type=int, default=None, help="exploration annealing")
+    p.add_argument(
+        "--algo-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a field of the algorithm's config (repeatable), e.g. alpha_init=0.2",
+    )
     p.add_argument("--lr", type=float, default=None, help="default: BenchMARL's 5e-5")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--tag", default="", help="appended to the output file's name")
     p.add_argument("--out", default=str(HERE / "results" / "raw"))
     return p.parse_args(argv)
 
@@ -172,7 +200,7 @@ def main(argv=None):
     record["loss_classes"] = {k: v for k, v in active.items() if k.endswith("Loss")}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"{args.algo}_{args.task}_{args.lib}_s{args.seed}_{args.frames}.json"
+    name = f"{args.algo}_{args.task}_{args.lib}_s{args.seed}_{args.frames}{args.tag}.json"
     start = time.time()
 
     def flush():
