@@ -190,6 +190,7 @@ class NetworkCall:
     def __init__(self, module, until: NestedKey | None = None) -> None:
         self.module = module
         self.steps = _plan(module, until)
+        self.in_keys = tuple(getattr(module, "in_keys", ()))  # read per call: no property frame
 
     def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:
@@ -243,6 +244,7 @@ class DistributionCall:
         self.actor = actor
         self.steps = None
         self.head = _distribution_head(actor)
+        self._head_in_keys = () if self.head is None else tuple(self.head.in_keys)
         self.splittable = (
             self.head is not None
             and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
@@ -279,8 +281,10 @@ class DistributionCall:
             except (*CALL_ERRORS, KeyError) as error:
                 raise explained_module_error(error, self.actor, batch) from error
             return {k: values.get(k) for k in self.head.in_keys}
-        values = _run(self.steps, batch, {})
-        return {k: values[k] if k in values else entry(batch, k) for k in self.head.in_keys}
+        values, params = _run(self.steps, batch, {}), {}
+        for key in self._head_in_keys:  # a loop: no comprehension frame per call
+            params[key] = values[key] if key in values else entry(batch, key)
+        return params
 
     def __call__(
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None

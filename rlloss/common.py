@@ -170,7 +170,7 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         _compat.set_computed(tensordict, path, value)
 
     def _mask_paths(self) -> tuple:
-        key = self.loss_mask_key
+        key = self._loss_mask_key  # TorchRL's property's value, without its frame per call
         if isinstance(key, str) and key == "auto":
             return _AUTO_MASK_PATHS
         return () if key is None else (_compat.unravel_key(key),)

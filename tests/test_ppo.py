@@ -355,6 +355,39 @@ def test_in_place_clip_changes_reach_the_next_eager_forward():
     assert narrow > wide
 
 
+@pytest.mark.parametrize("change", ["assign", "fill_", "load_state_dict", "replace", "inference"])
+def test_every_way_of_changing_the_clip_reaches_the_cached_bounds(change):
+    """The log-space clip bounds are kept between forwards while the buffers are unchanged;
+    every way of changing them reaches the next forward (asymmetric clip: both buffers)."""
+    actor = make_actor()
+    batch = rollout(actor)
+    loss = rlloss.ClipPPOLoss(perturbed(actor, 0.3), make_critic(), clip_epsilon=(0.2, 0.3))
+    loss(batch)  # the bounds of (0.2, 0.3) cached
+    if change == "assign":
+        loss.clip_epsilon_low, loss.clip_epsilon_high = 0.01, 0.02
+    elif change == "fill_":
+        loss.clip_epsilon_low.fill_(0.01)
+        loss.clip_epsilon_high.fill_(0.02)
+    elif change == "load_state_dict":
+        source = rlloss.ClipPPOLoss(copy.deepcopy(loss.actor_network), clip_epsilon=(0.01, 0.02))
+        state = {k: v for k, v in source.state_dict().items() if "clip_epsilon" in k}
+        loss.load_state_dict(state, strict=False)
+    elif change == "replace":
+        loss.clip_epsilon_low = torch.tensor(0.01)
+        loss.clip_epsilon_high = torch.tensor(0.02)
+    else:  # buffers made under inference mode keep no version counter: no cache, no error
+        with torch.inference_mode():
+            low, high = torch.tensor(0.01), torch.tensor(0.02)
+        loss.clip_epsilon_low, loss.clip_epsilon_high = low, high
+        loss(batch)
+    reference = rlloss.ClipPPOLoss(
+        copy.deepcopy(loss.actor_network), make_critic(), clip_epsilon=(0.01, 0.02)
+    )
+    for key in ("loss_objective", "clip_fraction"):
+        torch.testing.assert_close(loss(batch)[key], reference(batch)[key])
+    assert loss(batch)["clip_fraction"] > 0.5
+
+
 def test_vf_clip_param_clamps_the_per_element_critic_loss():
     """rl8's ``vf_clip_param``: each element's critic loss is clamped to ``[0, c]`` before the
     mean (elements above ``c`` send no gradient); the objective and entropy are untouched."""

@@ -99,6 +99,28 @@ def test_klpen_manual_update_bounds_and_strict_inequalities():
         assert float(loss.update_beta(0.0)) == pytest.approx(expected)
 
 
+def test_klpen_adaptation_follows_hyperparameters_changed_after_construction():
+    """The adaptation's constants are kept between forwards as tensors beside beta; assigning
+    dtarg, increment or decrement later, moving beta to another dtype, or making beta a
+    parameter reaches the next update."""
+    loss = rlloss.KLPENPPOLoss(make_actor(), make_critic(), dtarg=0.01, adaptive_beta=False)
+    assert float(loss.update_beta(0.02)) == 2.0  # 0.02 > 1.5 * 0.01
+    loss.dtarg, loss.increment = 0.1, 3.0
+    assert float(loss.update_beta(0.1)) == 2.0  # 0.1 / 1.5 <= 0.1 <= 0.15: unchanged
+    assert float(loss.update_beta(0.2)) == 6.0
+    loss.decrement = 0.25
+    assert float(loss.update_beta(0.01)) == 1.5
+    loss.double()
+    assert loss.update_beta(0.01).dtype == torch.float64 and float(loss.beta) == 0.375
+    loss.increment = torch.tensor(4.0, dtype=torch.float64)  # a tensor: used as given
+    assert float(loss.update_beta(0.2)) == 1.5
+    actor = make_actor()
+    learned = rlloss.KLPENPPOLoss(perturbed(actor, 0.3), make_critic())
+    learned.beta = torch.nn.Parameter(torch.tensor(1.0))
+    learned(rollout(actor))  # adapts without a graph, in place of the parameter
+    assert float(learned.beta) == 2.0 and learned.beta.grad_fn is None
+
+
 def test_klpen_with_zero_beta_is_the_plain_surrogate():
     actor, critic = make_actor(), make_critic()
     batch = rollout(actor)

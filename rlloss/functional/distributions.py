@@ -38,7 +38,12 @@ def standard_normal_like(x: torch.Tensor) -> torch.Tensor:
     return torch.randn(x.shape, dtype=x.dtype, device=x.device)
 
 
-def normal_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def normal_log_prob(
+    value: torch.Tensor,
+    loc: torch.Tensor,
+    scale: torch.Tensor,
+    log_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``log N(value; loc, scale^2) = -(value - loc)^2 / (2 scale^2) - log scale - log sqrt(2 pi)``,
     elementwise (the shapes broadcast; no sum over an event dim).
 
@@ -46,9 +51,12 @@ def normal_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor)
         value: the points, e.g. ``[*B, D]`` actions.
         loc, scale: the Gaussian's mean and standard deviation (``scale > 0``), broadcastable
             to ``value``.
+        log_scale: ``log(scale)`` when already computed (shared with :func:`normal_entropy`,
+            as a hand-written step shares it); ``None``: computed here.
     """
     standardized = (value - loc) / scale
-    return -0.5 * standardized.square() - torch.log(scale) - _LOG_SQRT_2PI
+    log_scale = torch.log(scale) if log_scale is None else log_scale
+    return -0.5 * standardized.square() - log_scale - _LOG_SQRT_2PI
 
 
 def sampled_normal_log_prob(noise: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -62,9 +70,11 @@ def sampled_normal_log_prob(noise: torch.Tensor, scale: torch.Tensor) -> torch.T
     return -0.5 * noise.square() - torch.log(scale) - _LOG_SQRT_2PI
 
 
-def normal_entropy(scale: torch.Tensor) -> torch.Tensor:
-    """``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise."""
-    return torch.log(scale) + (0.5 + _LOG_SQRT_2PI)
+def normal_entropy(scale: torch.Tensor, log_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise (``log_scale``:
+    ``log(scale)`` when already computed, see :func:`normal_log_prob`)."""
+    log_scale = torch.log(scale) if log_scale is None else log_scale
+    return log_scale + (0.5 + _LOG_SQRT_2PI)
 
 
 def categorical_log_prob(log_probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

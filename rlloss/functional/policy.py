@@ -23,7 +23,9 @@ CATEGORICALS = (D.Categorical, D.OneHotCategorical)
 def log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
     """``log r = log pi_new(a|s) - log pi_old(a|s)``; the old log-prob carries no gradient."""
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
-    return log_prob - old_log_prob.detach()
+    if old_log_prob.requires_grad:  # a stored log-prob has none: no detach op per call
+        old_log_prob = old_log_prob.detach()
+    return log_prob - old_log_prob
 
 
 def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scalar]:
@@ -278,6 +280,7 @@ def adaptive_kl_beta(
     decrement: Scalar,
     beta_min: Scalar | None = None,
     beta_max: Scalar | None = None,
+    thresholds: tuple[Scalar, Scalar] | None = None,
 ) -> torch.Tensor:
     """PPO's adaptive KL-penalty coefficient: the next beta from the measured KL.
 
@@ -292,12 +295,16 @@ def adaptive_kl_beta(
         dtarg: the target KL.
         increment, decrement: the factors (``>= 1`` and ``<= 1``).
         beta_min, beta_max: optional bounds.
+        thresholds: ``(1.5 dtarg, dtarg / 1.5)`` computed beforehand (e.g. 0-d tensors beside
+            ``beta``, with ``increment`` and ``decrement``: a Python number costs a conversion
+            to a tensor in each comparison and product); ``None``: from ``dtarg``.
 
     Returns:
         The new beta, of the broadcast shape of ``beta`` and ``kl``.
     """
-    factor = torch.where(kl > 1.5 * dtarg, increment, torch.where(kl < dtarg / 1.5, decrement, 1.0))
-    beta = beta * factor
+    high, low = (1.5 * dtarg, dtarg / 1.5) if thresholds is None else thresholds
+    lowered = torch.where(kl < low, beta * decrement, beta)
+    beta = torch.where(kl > high, beta * increment, lowered)
     if beta_min is None and beta_max is None:
         return beta
     return beta.clamp(beta_min, beta_max)

@@ -323,12 +323,13 @@ class OnPolicyLoss(LossModule):
         it (and the value target) into a shallow copy of the batch, returned with it. An
         ``advantage_norm`` learns from the value targets of the advantages the loss estimated
         itself, in training mode (TorchRL's rule)."""
-        estimated = self._read(batch, "advantage") is None
+        advantage = self._read(batch, "advantage")
+        estimated = advantage is None
         if estimated:
             if self.critic_network is None:
                 self._get(batch, "advantage")  # raises: nothing to estimate it with
             batch = self.value_estimator(batch.copy(), **self._estimator_weights())
-        advantage = self._get(batch, "advantage")
+            advantage = self._get(batch, "advantage")
         if self.advantage_norm is not None:
             target = self._get(batch, "value_target") if estimated and self.training else None
             return batch, norm_scaled_advantage(advantage, self.advantage_norm, target, mask)
@@ -362,7 +363,7 @@ class OnPolicyLoss(LossModule):
     def _log_prob(self, distribution: D.Distribution, batch: TensorDictBase, shape=None):
         """``log pi(a|s)``, ``[*B]``; summed over the heads of a composite distribution (to
         ``shape``: PPO's advantage shape, per agent where the advantage is)."""
-        owner, key = type(self).__name__, self.tensor_keys.action
+        owner, key = type(self).__name__, self._tensor_keys.action
         if not isinstance(distribution, CompositeDistribution):
             return log_prob_of(distribution, self._get(batch, "action"), key, owner)
         return action_log_prob(distribution, batch, key, owner, shape)
@@ -393,15 +394,15 @@ class OnPolicyLoss(LossModule):
             batch = batch.detach()
         batch = self._with_actor_features(batch)
         if params is None:
-            return self._critic_call(batch)[self.tensor_keys.value]
+            return self._critic_call(batch)[self._tensor_keys.value]
         with params.to_module(self.critic_network):
-            return self._critic_call(batch)[self.tensor_keys.value]
+            return self._critic_call(batch)[self._tensor_keys.value]
 
     def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
         """The batch, with the actor trunk's outputs added when the critic reads some that the
         batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
         batch); detached under ``separate_losses``."""
-        for key in self._critic_call.module.in_keys:  # a loop: no generator frame per call
+        for key in self._critic_call.in_keys:  # a loop: no generator frame per call
             if entry(batch, key) is None:
                 break
         else:
@@ -484,9 +485,9 @@ class OnPolicyLoss(LossModule):
             tensordict = fill_padding(tensordict, mask, [self.tensor_keys.mask])
         batch, advantage = self._advantage(tensordict, mask)
         distribution, out = self._objective(batch, advantage, mask)
-        key = self._actor_loss_key
-        actor = ActorOutput(distribution=distribution)
-        out[key], _ = self._with_policy_addons(out[key], batch, actor, out)
+        if self._addon_keys:
+            key, actor = self._actor_loss_key, ActorOutput(distribution=distribution)
+            out[key], _ = self._with_policy_addons(out[key], batch, actor, out)
         if self.entropy_bonus:
             shape = advantage.shape[:-1] if self._heads_per_advantage else None
             loss, info = self.loss_entropy(distribution, mask, shape)

@@ -415,16 +415,21 @@ def test_adaptive_kl_beta_matches_reference(dtarg, increment, decrement, bounds,
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_adaptive_kl_beta_is_the_klpen_update_bit_for_bit(dtype):
-    """The rule KLPENPPOLoss.update_beta wrote inline, with factors that are not exact in binary."""
+def test_adaptive_kl_beta_is_beta_times_the_factor_bit_for_bit(dtype):
+    """``beta * factor`` in beta's dtype (the factor not rounded to float32 first), with factors
+    that are not exact in binary; the precomputed tensor constants KLPENPPOLoss passes give the
+    same bits as the numbers."""
     beta = torch.tensor(0.7, dtype=dtype)
-    for kl in (0.001, 0.01, 0.1):
+    constants = [torch.tensor(v, dtype=dtype) for v in (1.1, 0.9, 1.5 * 0.01, 0.01 / 1.5)]
+    for kl, factor in ((0.001, 0.9), (0.01, 1.0), (0.1, 1.1)):
         kl = torch.tensor(kl, dtype=dtype)
-        factor = torch.where(kl > 1.5 * 0.01, 1.1, torch.where(kl < 0.01 / 1.5, 0.9, 1.0))
         for bounds in BETA_BOUNDS:
             inline = beta * factor if bounds == (None, None) else (beta * factor).clamp(*bounds)
             actual = adaptive_kl_beta(beta, kl, 0.01, 1.1, 0.9, *bounds)
             assert actual.dtype == inline.dtype and torch.equal(actual, inline)
+            increment, decrement, *thresholds = constants
+            given = adaptive_kl_beta(beta, kl, 0.01, increment, decrement, *bounds, thresholds)
+            assert given.dtype == inline.dtype and torch.equal(given, inline)
 
 
 def test_adaptive_kl_beta_without_adaptation_keeps_beta():
