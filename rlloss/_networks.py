@@ -303,7 +303,7 @@ class DistributionCall:
         """``head.get_dist(params)``; a TanhNormal head's without a host sync, an
         IndependentNormal head's without its constructors' Python (eager calls: compiled code
         traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._builder is None or torch.compiler.is_compiling():
+        if self._builder is None or torch.compiler.is_dynamo_compiling():  # one frame, not two
             return self.head.get_dist(params)
         return self._builder(params)
 
