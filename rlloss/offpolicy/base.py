@@ -197,15 +197,15 @@ class TDTargetLoss(LossModule):
         (:meth:`_per_agent`), and the discount ``gamma^n`` (a scalar, or ``[*B, 1]`` with
         ``steps_to_next_obs``) of the batch's transitions."""
         reward = self._per_agent(tensordict, "reward", next_value)
-        flag = "terminated"
-        if self._read(tensordict, "terminated", nested=True) is None:  # TorchRL's fallback
+        flag, terminated = "terminated", self._read(tensordict, "terminated", nested=True)
+        if terminated is None:  # TorchRL's fallback
             if self._read(tensordict, "done", nested=True) is None:  # the error names this one
                 self._get(tensordict, "terminated", nested=True)
             warn_terminated_from_done(
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
-            flag = "done"
-        terminated = self._per_agent(tensordict, flag, next_value)
+            flag, terminated = "done", None
+        terminated = self._per_agent(tensordict, flag, next_value, terminated)
         steps = self._read(tensordict, "steps_to_next_obs")
         if steps is not None:
             key = self.tensor_keys.steps_to_next_obs
@@ -216,15 +216,20 @@ class TDTargetLoss(LossModule):
         return reward, terminated, rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
 
     def _per_agent(
-        self, tensordict: TensorDictBase, name: str, next_value: torch.Tensor
+        self,
+        tensordict: TensorDictBase,
+        name: str,
+        next_value: torch.Tensor,
+        tensor: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The entry ``("next", tensor_keys.<name>)`` (the reward, ``done`` or ``terminated``);
         for per-agent values ``[*B, n_agents, K]`` (one dim more than ``[*B, 1]``) one entry per
         agent, ``[*B, n_agents, 1]``: a team entry ``[*B, 1]`` is copied to the agents, a
         per-agent one kept, any other shape refused with the entry, its shape, the shapes it may
         have and the fix (:func:`rlloss._agent_dims.broadcast_to_agents`, MultiAgentGAE's rule).
+        ``tensor``: the entry when already read.
         """
-        tensor = self._get(tensordict, name, nested=True)
+        tensor = self._get(tensordict, name, nested=True) if tensor is None else tensor
         if next_value.ndim != tensordict.batch_dims + 2:
             return tensor
         key = next_key(getattr(self.tensor_keys, name))
