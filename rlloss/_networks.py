@@ -281,10 +281,8 @@ class DistributionCall:
             except (*CALL_ERRORS, KeyError) as error:
                 raise explained_module_error(error, self.actor, batch) from error
             return {k: values.get(k) for k in self.head.in_keys}
-        values, params = _run(self.steps, batch, {}), {}
-        for key in self._head_in_keys:  # a loop: no comprehension frame per call
-            params[key] = values[key] if key in values else entry(batch, key)
-        return params
+        values = _run(self.steps, batch, {})
+        return {k: values[k] if k in values else entry(batch, k) for k in self._head_in_keys}
 
     def __call__(
         self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None

@@ -20,6 +20,7 @@ from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import as_list, stored_log_prob, sum_heads
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
+from rlloss.onpolicy.constants import KLAdaptationConstants, LogClipBounds
 from rlloss.training.distributed import all_mean
 
 
@@ -255,32 +256,14 @@ class ClipPPOLoss(PPOLoss):
         else:
             self._register_coefficients(device, clip_epsilon=clip_epsilon)
         self._register_coefficients(device, dual_clip=dual_clip)
-        self._bounds_cache = ()  # see _log_clip_bounds
+        self._clip_bounds = LogClipBounds()
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers, computed again only
-        when a buffer changes: replaced (``loss.clip_epsilon = tensor``, ``.to(device)``) or
-        written in place (a schedule's ``loss.clip_epsilon = 0.1``, ``load_state_dict``,
-        ``fill_``), which bumps its version counter. Three fewer ops a forward (4 us at batch
-        64); compiled code computes them in the graph."""
+        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
+        while the buffers are unchanged, :class:`~rlloss.onpolicy.constants.LogClipBounds`)."""
         if self._asymmetric_clip:
-            low, high = self.clip_epsilon_low, self.clip_epsilon_high
-        else:
-            low = high = self.clip_epsilon
-        if torch.compiler.is_dynamo_compiling():  # one frame a call, not is_compiling's two
-            return rlf.clip_bounds(low, high)
-        cached = self._bounds_cache
-        if cached and cached[0] is low and cached[1] is high:
-            if cached[2] == low._version and cached[3] == high._version:
-                return cached[4]
-        bounds = rlf.clip_bounds(low, high)
-        if low.requires_grad or high.requires_grad:
-            return bounds  # bounds that carry a gradient: a graph of their own each call
-        try:
-            self._bounds_cache = (low, high, low._version, high._version, bounds)
-        except RuntimeError:  # inference-mode or functorch tensors keep no version counter
-            pass
-        return bounds
+            return self._clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
+        return self._clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
     def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
@@ -379,7 +362,7 @@ class KLPENPPOLoss(PPOLoss):
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
         self._beta_init = float(beta)
-        self._constants_key, self._constants = None, ()  # see _adaptation_constants
+        self._kl_constants = KLAdaptationConstants()
 
     def reset(self) -> None:
         """Restore the initial beta (TorchRL's ``reset``), in place."""
@@ -435,38 +418,9 @@ class KLPENPPOLoss(PPOLoss):
             with torch.no_grad():
                 return self._adapt_beta(kl)
         kl = all_mean(kl, self.process_group)
-        increment, decrement, thresholds = self._adaptation_constants()
-        beta = rlf.adaptive_kl_beta(
-            self.beta,
-            kl,
-            self.dtarg,
-            increment,
-            decrement,
-            self.beta_min,
-            self.beta_max,
-            thresholds,
-        )
-        return self.beta.copy_(beta)
-
-    def _adaptation_constants(self) -> tuple:
-        """``(increment, decrement, (1.5 dtarg, dtarg / 1.5))`` for :func:`adaptive_kl_beta`: 0-d
-        tensors beside beta (filled on the device, no copy from the host), made again when a
-        hyperparameter, beta's device or dtype changes. Each Python number would otherwise be
-        made a tensor in every comparison and product (half the update's 20 us at batch 64);
-        plain numbers when compiling (the graph holds them as constants)."""
-        beta, dtarg, increment, decrement = self.beta, self.dtarg, self.increment, self.decrement
-        tensors = (torch.Tensor, torch.Tensor, torch.Tensor)
-        if torch.compiler.is_dynamo_compiling() or any(
-            map(isinstance, (dtarg, increment, decrement), tensors)
-        ):
-            return increment, decrement, (1.5 * dtarg, dtarg / 1.5)  # tensors assigned: as given
-        key = (dtarg, increment, decrement, beta.device, beta.dtype)
-        if self._constants_key != key:
-            values = (increment, decrement, 1.5 * dtarg, dtarg / 1.5)
-            full = [torch.full((), v, dtype=beta.dtype, device=beta.device) for v in values]
-            self._constants = (full[0], full[1], (full[2], full[3]))
-            self._constants_key = key
-        return self._constants
+        beta, bounds = self.beta, (self.beta_min, self.beta_max)
+        up, down, thresholds = self._kl_constants(beta, self.dtarg, self.increment, self.decrement)
+        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds, thresholds))
 
 
 class RPOLoss(ClipPPOLoss):
