@@ -353,10 +353,10 @@ class DistributionCall:
 
     def stored(self, batch: TensorDictBase) -> D.Distribution:
         """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
-        params = {}
-        for key in self.head.in_keys:  # each entry read once (a loop: no comprehension frame)
-            params[key] = entry(batch, key)
-        missing = [key for key, value in params.items() if value is None]
+        params, missing = {}, []
+        for key in self._head_in_keys:  # each entry read once (a loop: no comprehension frame)
+            value = params[key] = entry(batch, key)
+            missing += [key] if value is None else []
         if missing:
             raise KeyError(
                 f"the batch does not hold the distribution parameters {missing} of the policy "
