@@ -9,7 +9,7 @@ import functools
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection, make_tensordict
 
 from rlloss import _compat
-from rlloss._checks import _CHECKS, check_finite, checks_enabled
+from rlloss._checks import check_finite, checks_enabled
 
 
 def accepts_tensor_arguments(forward):
@@ -59,7 +59,7 @@ def check_batch(module, tensordict: TensorDictBase) -> None:
     ``rlloss.set_checks(True)``, finite entries outside padding (syncs)."""
     if 0 in tensordict.batch_size:
         raise_empty(module, tensordict)
-    if _CHECKS["enabled"] and checks_enabled():  # off by default: no frame per call
+    if checks_enabled():
         check_finite(type(module).__name__, tensordict, module._padding_mask(tensordict))
 
 

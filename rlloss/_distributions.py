@@ -75,7 +75,7 @@ def log_prob(distribution: D.Distribution, value) -> torch.Tensor:
     base, dims = standard
     if type(base) is D.Normal:
         log_prob = rlf.normal_log_prob(value, base.loc, base.scale, _log_scale(base))
-        return log_prob.sum(-1) if dims == 1 else _sum_event_dims(log_prob, dims)
+        return _sum_event_dims(log_prob, dims)
     index = value.argmax(-1) if _CATEGORICALS[type(base)] else value
     return rlf.categorical_log_prob(base.logits, index)
 
@@ -89,6 +89,5 @@ def entropy(distribution: D.Distribution, samples: int = 1) -> torch.Tensor:
         return rlf.distribution_entropy(distribution, samples)
     base, dims = standard
     if type(base) is D.Normal:
-        entropy = rlf.normal_entropy(base.scale, _log_scale(base))
-        return entropy.sum(-1) if dims == 1 else _sum_event_dims(entropy, dims)  # 1: no frame
+        return _sum_event_dims(rlf.normal_entropy(base.scale, _log_scale(base)), dims)
     return rlf.categorical_entropy(base.logits)

@@ -179,9 +179,8 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
         TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
         key reads that entry, ``None`` masks nothing."""
-        masks, key = [], self._loss_mask_key
-        # the default "auto" without _mask_paths' frame (a tuple key ("auto",) is an entry's)
-        for path in _AUTO_MASK_PATHS if key == "auto" else self._mask_paths():
+        masks = []
+        for path in self._mask_paths():
             mask = _compat.get_path(tensordict, path)
             if mask is not None:
                 mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)

@@ -69,6 +69,7 @@ from rlloss.functional.mpo import (
 from rlloss.functional.policy import (
     action_squared_error,
     adaptive_kl_beta,
+    adaptive_kl_thresholds,
     advantage_weights,
     capped_log_weight,
     categorical_kl,
@@ -183,6 +184,7 @@ __all__ = [
     "action_penalty_cost",
     "action_squared_error",
     "adaptive_kl_beta",
+    "adaptive_kl_thresholds",
     "alpha_temperature_loss",
     "advantage_weights",
     "bootstrap_discount",

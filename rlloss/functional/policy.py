@@ -272,6 +272,12 @@ def action_squared_error(action: torch.Tensor, target: torch.Tensor) -> torch.Te
     return action_error(action, target, "l2").mean(-1)  # BCLoss's error, averaged over D
 
 
+def adaptive_kl_thresholds(dtarg: Scalar) -> tuple[Scalar, Scalar]:
+    """The KL band of PPO's adaptive penalty, ``(1.5 dtarg, dtarg / 1.5)``: above it beta grows,
+    below it beta shrinks (Schulman et al., arXiv:1707.06347, sec. 4)."""
+    return 1.5 * dtarg, dtarg / 1.5
+
+
 def adaptive_kl_beta(
     beta: torch.Tensor,
     kl: torch.Tensor,
@@ -295,14 +301,14 @@ def adaptive_kl_beta(
         dtarg: the target KL.
         increment, decrement: the factors (``>= 1`` and ``<= 1``).
         beta_min, beta_max: optional bounds.
-        thresholds: ``(1.5 dtarg, dtarg / 1.5)`` computed beforehand (e.g. 0-d tensors beside
+        thresholds: :func:`adaptive_kl_thresholds` computed beforehand (e.g. 0-d tensors beside
             ``beta``, with ``increment`` and ``decrement``: a Python number costs a conversion
             to a tensor in each comparison and product); ``None``: from ``dtarg``.
 
     Returns:
         The new beta, of the broadcast shape of ``beta`` and ``kl``.
     """
-    high, low = (1.5 * dtarg, dtarg / 1.5) if thresholds is None else thresholds
+    high, low = adaptive_kl_thresholds(dtarg) if thresholds is None else thresholds
     lowered = torch.where(kl < low, beta * decrement, beta)
     beta = torch.where(kl > high, beta * increment, lowered)
     if beta_min is None and beta_max is None:

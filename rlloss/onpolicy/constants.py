@@ -39,8 +39,8 @@ class LogClipBounds:
 
 
 class KLAdaptationConstants:
-    """``(increment, decrement, (1.5 dtarg, dtarg / 1.5))`` for
-    :func:`rlloss.functional.adaptive_kl_beta`: 0-d tensors beside beta (filled on its device, no
+    """``(increment, decrement, thresholds)`` for :func:`rlloss.functional.adaptive_kl_beta`
+    (the thresholds :func:`rlloss.functional.adaptive_kl_thresholds`): 0-d tensors beside beta (filled on its device, no
     copy from the host), made again when a hyperparameter or beta's device or dtype changes. A
     Python number would be made a tensor in every comparison and product of the update (half its
     20 us at batch 64). Hyperparameters assigned as tensors are passed as they are."""
@@ -53,10 +53,10 @@ class KLAdaptationConstants:
         if torch.compiler.is_dynamo_compiling() or any(
             map(isinstance, (dtarg, increment, decrement), tensors)
         ):
-            return increment, decrement, (1.5 * dtarg, dtarg / 1.5)
+            return increment, decrement, None  # the thresholds computed in the update
         key = (dtarg, increment, decrement, beta.device, beta.dtype)
         if self._key != key:
-            values = (increment, decrement, 1.5 * dtarg, dtarg / 1.5)
+            values = (increment, decrement, *rlf.adaptive_kl_thresholds(dtarg))
             full = [torch.full((), v, dtype=beta.dtype, device=beta.device) for v in values]
             self._key, self._constants = key, (full[0], full[1], (full[2], full[3]))
         return self._constants

@@ -12,6 +12,7 @@ from torch import distributions as D
 
 from rlloss.functional import (
     adaptive_kl_beta,
+    adaptive_kl_thresholds,
     categorical_kl,
     clip_bounds,
     clipped,
@@ -430,6 +431,15 @@ def test_adaptive_kl_beta_is_beta_times_the_factor_bit_for_bit(dtype):
             increment, decrement, *thresholds = constants
             given = adaptive_kl_beta(beta, kl, 0.01, increment, decrement, *bounds, thresholds)
             assert given.dtype == inline.dtype and torch.equal(given, inline)
+
+
+def test_adaptive_kl_thresholds_are_the_papers_band():
+    """``d > 1.5 d_targ`` raises beta, ``d < d_targ / 1.5`` lowers it (arXiv:1707.06347, sec. 4);
+    a tensor ``dtarg`` gives tensors of its dtype."""
+    assert adaptive_kl_thresholds(0.01) == (1.5 * 0.01, 0.01 / 1.5)
+    high, low = adaptive_kl_thresholds(torch.tensor(0.01, dtype=torch.float64))
+    assert high.dtype == low.dtype == torch.float64
+    assert (float(high), float(low)) == (1.5 * 0.01, 0.01 / 1.5)
 
 
 def test_adaptive_kl_beta_without_adaptation_keeps_beta():
