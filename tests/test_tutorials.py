@@ -98,9 +98,18 @@ SMOKE_FRAMES = {
     "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
     "dreamer_pointmass": 200,  # 4 episodes (2 random): 2 world-model + 3 DreamerV3 updates
 }
+# The MuJoCo tutorials: PPO's smoke is one 2,048-step rollout and its 320 updates; SAC's and
+# TD3's act at random for 300 steps, then make 300 updates.
+MUJOCO = {"ppo_mujoco": 2048, "sac_mujoco": 600, "td3_mujoco": 600}
+SMOKE_FRAMES.update(MUJOCO)
 # Extra flags of a tutorial's smoke run.
-SMOKE_ARGS = {"dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
-                                    "--eval-episodes", "2"]}
+SMOKE_ARGS = {
+    "dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
+                          "--eval-episodes", "2"],
+    **dict.fromkeys(MUJOCO, ["--eval-episodes", "2"]),
+    **dict.fromkeys(["sac_mujoco", "td3_mujoco"],
+                    ["--eval-episodes", "2", "--learning-starts", "300"]),
+}
 # Tutorials that need an optional extra: the module it installs and the extra.
 NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
 
@@ -138,6 +147,20 @@ def test_tutorial_smoke(script, tmp_path, request):
         rows = (tmp_path / "eval_returns.csv").read_text().splitlines()
         assert rows[0] == "frames,eval_return" and rows[1].startswith(f"{eval_every},"), rows
         assert len(rows) == 3, rows  # halfway and at the end
+
+
+@SLOW
+@pytest.mark.parametrize("stem", sorted(MUJOCO))
+def test_mujoco_tutorial_with_torchrls_losses(stem, tmp_path):
+    """``--losses torchrl`` runs the same loop with TorchRL's classes and writes the summary the
+    Results page is made from."""
+    script = TUTORIALS_DIR / f"{stem}.py"
+    run_tutorial(script, tmp_path, "--losses", "torchrl", *SMOKE_ARGS[stem], frames=MUJOCO[stem])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["losses"] == "torchrl" and summary["frames"] == MUJOCO[stem], summary
+    updates = summary.get("gradient_steps", summary.get("updates"))
+    expected = 320 if stem == "ppo_mujoco" else 300
+    assert updates == expected, summary
 
 
 @SLOW

@@ -1,0 +1,203 @@
+"""SAC on a MuJoCo task (HalfCheetah-v5, Hopper-v5) with rlloss, in a single file.
+
+The collector, the replay buffer, the loop and the update are all in this file;
+``tutorials/_helpers.py`` only parses the common flags, evaluates and plots. Hyperparameters are
+those of CleanRL's ``sac_continuous_action.py``:
+
+- 5,000 uniformly random steps first, then one update per environment step on a batch of 256
+  transitions sampled from a 1M-transition replay buffer (TorchRL's ``TensorDictReplayBuffer``);
+- two Q networks and a tanh-Gaussian policy, 256-256 ReLU MLPs; the policy's log standard
+  deviation squashed into [-5, 2] by a tanh (SpinUp's mapping);
+- Adam: lr 1e-3 for the Q networks and the temperature, 3e-4 for the policy; gamma 0.99;
+  target Q networks updated every step with tau 0.005;
+- the temperature tuned automatically (initial alpha 1, target entropy -dim(A));
+- delayed policy updates as CleanRL does them: every second step, two policy and temperature
+  updates (the Q networks are updated every step).
+
+Differences from CleanRL, on purpose: ``("next", "terminated")`` alone stops bootstrapping (a
+1,000-step time limit is not a termination; CleanRL agrees); the losses are rlloss's ``SACLoss``
+(TorchRL's conventions: ``loss_qvalue`` is the summed squared error of the two critics, and
+``loss_alpha`` is ``-log(alpha) (log pi + target entropy)``, whose gradient differs from CleanRL's
+``-alpha (log pi + target entropy)`` by the factor alpha).
+
+With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``.
+
+Run:
+    python tutorials/sac_mujoco.py --env-id HalfCheetah-v5 --seed 0 --out runs/sac_halfcheetah
+
+It writes ``OUT/returns.csv`` (the return of every training episode), ``OUT/eval_returns.csv``
+(the deterministic policy's mean return over 10 episodes, every ``--eval-every`` steps),
+``OUT/curve.png`` and ``OUT/summary.json``; the last printed line is ``final_return=<mean return
+of the final deterministic policy>``. Results are on the documentation's Results page.
+"""
+
+import json
+import time
+
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import ValueEstimators
+
+parser = helpers.tutorial_parser(__doc__, "runs/sac_mujoco", 300_000)
+parser.add_argument("--env-id", default="HalfCheetah-v5")
+parser.add_argument("--losses", choices=["rlloss", "torchrl"], default="rlloss",
+                    help="whose SACLoss and SoftUpdate the loop uses")
+parser.add_argument("--learning-starts", type=int, default=5_000,
+                    help="uniformly random actions and no update before this step")
+helpers.evaluation_flags(parser, every=10_000)
+args = parser.parse_args()
+
+if args.losses == "torchrl":
+    from torchrl.objectives import SACLoss, SoftUpdate
+else:
+    from rlloss import SACLoss, SoftUpdate
+
+# Hyperparameters (CleanRL, sac_continuous_action.py).
+BUFFER_SIZE = 1_000_000
+BATCH_SIZE = 256
+GAMMA, TAU = 0.99, 0.005
+POLICY_LR, Q_LR = 3e-4, 1e-3  # the temperature uses Q_LR
+POLICY_FREQUENCY = 2  # every second step, POLICY_FREQUENCY policy and temperature updates
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+device, start_time = helpers.start(args)  # seeds torch, one CPU thread
+
+env = gym.wrappers.RecordEpisodeStatistics(gym.make(args.env_id))
+env.action_space.seed(args.seed)
+obs_dim = env.observation_space.shape[0]
+action_dim = env.action_space.shape[0]
+low = torch.as_tensor(env.action_space.low, device=device)
+high = torch.as_tensor(env.action_space.high, device=device)
+
+
+class GaussianHead(nn.Module):
+    """A 256-256 ReLU MLP writing the mean and the standard deviation of the pre-tanh Gaussian;
+    log sigma = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) (tanh(x) + 1) / 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = MLP(in_features=obs_dim, out_features=2 * action_dim, num_cells=[256, 256],
+                       activation_class=nn.ReLU)
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc, raw_log_std = self.net(observation).chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw_log_std) + 1)
+        return loc, log_std.exp()
+
+
+# pi(a|s): tanh of a Gaussian sample, scaled to the action bounds.
+actor = ProbabilisticActor(
+    TensorDictModule(GaussianHead(), in_keys=["observation"], out_keys=["loc", "scale"]),
+    in_keys=["loc", "scale"],
+    distribution_class=TanhNormal,
+    distribution_kwargs={"low": low, "high": high},
+).to(device)
+# Q(s, a): TorchRL's MLP concatenates its inputs; SACLoss makes two independent copies.
+qvalue = ValueOperator(
+    MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[256, 256],
+        activation_class=nn.ReLU),
+    in_keys=["observation", "action"],
+).to(device)
+
+# target_entropy="auto" is -dim(A), read from the action spec.
+action_spec = Bounded(low=low, high=high, shape=low.shape, device=device)
+loss_module = SACLoss(actor_network=actor, qvalue_network=qvalue, num_qvalue_nets=2,
+                      loss_function="l2", alpha_init=1.0, action_spec=action_spec,
+                      target_entropy="auto").to(device)
+loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+target_update = SoftUpdate(loss_module, tau=TAU)
+q_optimizer = torch.optim.Adam(loss_module.qvalue_network_params.flatten_keys().values(), lr=Q_LR)
+actor_optimizer = torch.optim.Adam(loss_module.actor_network_params.flatten_keys().values(),
+                                   lr=POLICY_LR)
+alpha_optimizer = torch.optim.Adam([loss_module.log_alpha], lr=Q_LR)
+
+buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                batch_size=BATCH_SIZE)
+
+
+def deterministic_policy(observation: np.ndarray) -> np.ndarray:
+    """The squashed mean action tanh(mu(s)), scaled to the bounds."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        td = actor(TensorDict(observation=torch.as_tensor(observation, dtype=torch.float32,
+                                                          device=device)))
+    return td["action"].cpu().numpy()
+
+
+evaluator = helpers.Evaluator(args.env_id, deterministic_policy, seed=10_000 + 100 * args.seed,
+                              episodes=args.eval_episodes, every=args.eval_every)
+
+
+def to_tensor(x, dtype=torch.float32) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x), dtype=dtype, device=device)
+
+
+episodes = []  # (frames, episode return)
+gradient_steps, update_seconds = 0, 0.0
+obs, _ = env.reset(seed=args.seed)
+for frames in range(1, args.total_frames + 1):
+    # ---- Act: uniformly at random first, then a sample of the tanh-Gaussian policy ----
+    if frames <= args.learning_starts:
+        action = env.action_space.sample()
+    else:
+        with torch.no_grad():
+            action = actor(TensorDict(observation=to_tensor(obs)))["action"].cpu().numpy()
+    next_obs, reward, terminated, truncated, info = env.step(action)
+    buffer.add(TensorDict(
+        observation=to_tensor(obs), action=to_tensor(action),
+        next=TensorDict(observation=to_tensor(next_obs), reward=to_tensor([reward]),
+                        terminated=to_tensor([terminated], torch.bool),
+                        done=to_tensor([terminated or truncated], torch.bool))))
+    if terminated or truncated:
+        episodes.append((frames, float(info["episode"]["r"])))
+        next_obs, _ = env.reset()
+    obs = next_obs
+
+    # ---- Update: Q networks every step; policy and temperature twice every second step ----
+    if frames > args.learning_starts:
+        update_start = time.perf_counter()
+        batch = buffer.sample()
+        losses = loss_module(batch)
+        q_optimizer.zero_grad()
+        losses["loss_qvalue"].backward()
+        q_optimizer.step()
+        if frames % POLICY_FREQUENCY == 0:
+            for _ in range(POLICY_FREQUENCY):
+                losses = loss_module(batch)  # with the Q networks just updated
+                actor_optimizer.zero_grad()
+                alpha_optimizer.zero_grad()
+                (losses["loss_actor"] + losses["loss_alpha"]).backward()
+                actor_optimizer.step()
+                alpha_optimizer.step()
+        target_update.step()
+        gradient_steps += 1
+        update_seconds += time.perf_counter() - update_start
+    evaluator.maybe(frames)
+
+    if frames % 10_000 == 0:
+        recent = [episode_return for _, episode_return in episodes[-10:]]
+        alpha = loss_module.log_alpha.exp().item()
+        mean_recent = np.mean(recent) if recent else float("nan")
+        print(f"frames={frames} mean_return_last_10={mean_recent:.1f} alpha={alpha:.3f}",
+              flush=True)
+env.close()
+
+# ---- Save the curves, evaluate the final policy (prints final_return=...), write the summary ----
+eval_returns = helpers.finish(args, start_time, episodes, f"SAC on {args.env_id} ({args.losses})",
+                              evaluator=evaluator)
+evaluations = [ret for _, ret in evaluator.evaluations] + [float(np.mean(eval_returns))]
+summary = {
+    "algorithm": "SAC", "env_id": args.env_id, "losses": args.losses, "seed": args.seed,
+    "frames": args.total_frames, "final_eval_return": float(np.mean(eval_returns)),
+    "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
+    "updates": gradient_steps,
+    "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
+}
+(args.out / "summary.json").write_text(json.dumps(summary, indent=1))
