@@ -14,7 +14,10 @@ Environment:
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
 at least one instance of the swapped classes (whichever implementation is active), so
-tests that only exercise other TorchRL code can be told apart.
+tests that only exercise other TorchRL code can be told apart, and ``classes``: the sorted names
+of the swapped classes it constructed (each construction counts once, under the most derived
+swapped class of the new object: building a ``ClipPPOLoss`` counts ``ClipPPOLoss``, not the
+``PPOLoss`` whose ``__init__`` it calls). ``gate.py`` attributes tests to classes by it.
 """
 
 from __future__ import annotations
@@ -107,8 +110,18 @@ TARGETS = {
     "MCAdvantageSelector": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
 }
 
-_TOUCHED = [0]
+_TOUCHED = set()
 ACTIVE = {}
+# active class -> its name (the name under which a construction is recorded)
+_NAMES = {}
+
+
+def _swapped_name(obj_type):
+    """The name of the most derived swapped class in ``obj_type``'s MRO."""
+    for klass in obj_type.__mro__:
+        if klass in _NAMES:
+            return _NAMES[klass]
+    return None
 
 
 def _track(cls):
@@ -119,7 +132,7 @@ def _track(cls):
 
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
-        _TOUCHED[0] += 1
+        _TOUCHED.add(_swapped_name(type(self)))
         return orig(self, *args, **kwargs)
 
     __init__._dropin_tracked = True
@@ -151,6 +164,7 @@ def _install():
                 if hasattr(module, sampler):
                     setattr(module, sampler, getattr(rlloss.data, sampler))
         ACTIVE.update({sampler: getattr(rlloss.data, sampler) for sampler in SAMPLERS})
+    _NAMES.update({cls: name for name, cls in ACTIVE.items()})
     for cls in set(ACTIVE.values()):
         _track(cls)
 
@@ -234,14 +248,14 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    _TOUCHED[0] = 0
+    _TOUCHED.clear()
 
 
 def pytest_runtest_logfinish(nodeid, location):
     st = _state.pop(nodeid, None)
     if st is None or RESULTS is None:
         return
-    rec = {"nodeid": nodeid, "touched": _TOUCHED[0] > 0, **st}
+    rec = {"nodeid": nodeid, "touched": bool(_TOUCHED), "classes": sorted(_TOUCHED), **st}
     rec["duration"] = round(rec.get("duration", 0.0), 3)
     with open(RESULTS, "a") as f:
         f.write(json.dumps(rec) + "\n")
