@@ -98,6 +98,10 @@ TARGETS = {
     "WorldModelLoss": ["torchrl.objectives.world_model_loss", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
+    "KLAdaptiveLR": ["torchrl.objectives.utils", "torchrl.objectives"],
+    # the base class: the tests' own losses (test_loss_module.py's toy losses) subclass ours
+    # (TorchRL's losses keep TorchRL's base: they are defined before the swap)
+    "LossModule": ["torchrl.objectives.common", "torchrl.objectives"],
     # the LLM losses live in torchrl.objectives.llm (not re-exported by torchrl.objectives)
     "GRPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "DAPO": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
@@ -117,10 +121,15 @@ _NAMES = {}
 
 
 def _swapped_name(obj_type):
-    """The name of the most derived swapped class in ``obj_type``'s MRO."""
+    """The name of the most derived swapped class in ``obj_type``'s MRO; for ``LossModule``
+    only the tests' own subclasses count (TorchRL's unswapped losses subclass TorchRL's base in
+    both settings: counting them would credit the reference alone)."""
     for klass in obj_type.__mro__:
         if klass in _NAMES:
-            return _NAMES[klass]
+            name = _NAMES[klass]
+            if name == "LossModule" and obj_type.__module__.startswith(("torchrl.", "rlloss.")):
+                return None
+            return name
     return None
 
 
@@ -132,7 +141,9 @@ def _track(cls):
 
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
-        _TOUCHED.add(_swapped_name(type(self)))
+        name = _swapped_name(type(self))
+        if name is not None:
+            _TOUCHED.add(name)
         return orig(self, *args, **kwargs)
 
     __init__._dropin_tracked = True
@@ -198,11 +209,12 @@ def _where(excinfo):
             best["torchrl"] = loc
         elif "/site-packages/tensordict/" in p:
             best["tensordict"] = loc
-        elif "rl_tests/" in p:
+        elif "rl_tests/" in p or "torchrl-tests/" in p:
             best["test"] = loc
     for k in ("rlloss", "torchrl", "tensordict", "test"):
         if k in best:
             location = best[k].split("site-packages/")[-1].split("rl_tests/")[-1]
+            location = location.split("torchrl-tests/")[-1]
             return location[location.find("rlloss/") :] if k == "rlloss" else location
     return None
 
