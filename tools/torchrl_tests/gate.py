@@ -70,7 +70,11 @@ SELECTION = {
     "bc": [f"{_O}/test_bc.py::TestBCLoss"],
     "diffusion_bc": [f"{_O}/test_diffusion_bc.py::TestDiffusionBCLoss"],
     "act": [f"{_O}/test_act.py::TestACTLoss"],
-    "dt": [f"{_O}/test_dt.py::TestDT", f"{_O}/test_dt.py::TestOnlineDT", f"{_O}/test_dt.py::TestGAIL"],
+    "dt": [
+        f"{_O}/test_dt.py::TestDT",
+        f"{_O}/test_dt.py::TestOnlineDT",
+        f"{_O}/test_dt.py::TestGAIL",
+    ],
     "rnd": ["test/test_rnd.py::TestRNDLoss"],
     "mappo": [
         f"{_O}/test_mappo.py::TestMultiAgentGAE",
@@ -91,16 +95,42 @@ def parse_args(argv):
         help="the folder holding TorchRL's test/ (default: ../shared/torchrl-tests beside the "
         "repository, or $RLLOSS_TORCHRL_TESTS)",
     )
-    parser.add_argument("--families", nargs="+", choices=sorted(SELECTION), default=None,
-                        help="run only these families (a partial run never updates floors)")
-    parser.add_argument("--update-floors", action="store_true",
-                        help="raise each class's floor to its count today (never lowers one)")
-    parser.add_argument("--reference", action="store_true",
-                        help="run TorchRL's own classes and record their counts in floors.json")
-    parser.add_argument("--timeout", type=float, default=1200.0,
-                        help="seconds before the pytest run is stopped (the gate then fails)")
-    parser.add_argument("--results", type=Path, default=None,
-                        help="keep the per-test JSON lines here (default: a temporary file)")
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=sorted(SELECTION),
+        default=None,
+        help="run only these families (a partial run never updates floors)",
+    )
+    parser.add_argument(
+        "--update-floors",
+        action="store_true",
+        help="raise each class's floor to its count today (never lowers one)",
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="run TorchRL's own classes and record their counts in floors.json",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1200.0,
+        help="seconds before the pytest run is stopped (the gate then fails)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="keep the per-test JSON lines here (default: a temporary file)",
+    )
+    parser.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        help="judge (or record) the per-test JSON lines of an earlier run (--results) instead "
+        "of running the tests",
+    )
     return parser.parse_args(argv)
 
 
@@ -112,8 +142,11 @@ def fail(message):
 
 def check_tests_tree(tests):
     """The tree must be there: CI always has it, so a missing one is an error, never a skip."""
-    missing = [p for p in ("test/conftest.py", "test/objectives", "test/llm", "test/test_rnd.py")
-               if not (tests / p).exists()]
+    missing = [
+        p
+        for p in ("test/conftest.py", "test/objectives", "test/llm", "test/test_rnd.py")
+        if not (tests / p).exists()
+    ]
     if missing:
         fail(
             f"TorchRL's test files are missing: {tests} lacks {', '.join(missing)}.\n"
@@ -143,13 +176,36 @@ def run_pytest(tests, node_ids, swap, results, timeout):
         TRANSFORMERS_OFFLINE="1",
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
     )
-    cmd = [sys.executable, "-m", "pytest", "-c", str(INI), "--rootdir", str(tests),
-           "-p", "swap_plugin", "-p", "no:cacheprovider", "-q", "--no-header", "-o",
-           "console_output_style=classic", "--tb=no", *node_ids]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(INI),
+        "--rootdir",
+        str(tests),
+        "-p",
+        "swap_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--no-header",
+        "-o",
+        "console_output_style=classic",
+        "--tb=no",
+        *node_ids,
+    ]
     start, cpu = time.monotonic(), child_cpu_seconds()
     try:
-        proc = subprocess.run(cmd, cwd=tests, env=env, timeout=timeout,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(
+            cmd,
+            cwd=tests,
+            env=env,
+            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     except subprocess.TimeoutExpired as timed_out:
         output = timed_out.output or ""
         output = output.decode() if isinstance(output, bytes) else output
@@ -188,11 +244,16 @@ def versions():
     return f"torch {torch.__version__}, tensordict {tensordict.__version__}, torchrl {torchrl.__version__}"
 
 
+def _cell(value) -> str:
+    return "-" if value is None else str(value)
+
+
 def report(floors, passed, other):
     """Print per-class counts; return the names of the classes below their floor."""
     below = []
     names = sorted(set(floors["classes"]) | set(passed) | set(other))
-    print(f"\n{'class':<26}{'ours':>8}{'TorchRL':>9}{'floor':>7}  (tests that build the class: passed)")
+    header = f"{'class':<26}{'ours':>8}{'TorchRL':>9}{'floor':>7}"
+    print(f"\n{header}  (of the tests that build the class, those that pass)")
     for name in names:
         entry = floors["classes"].get(name, {})
         ours, floor, ref = len(passed[name]), entry.get("floor"), entry.get("torchrl")
@@ -200,24 +261,33 @@ def report(floors, passed, other):
         if floor is None:
             note = "no floor yet (--update-floors)"
         elif ours < floor:
-            note, _ = f"BELOW FLOOR by {floor - ours}", below.append(name)
+            note = f"BELOW FLOOR by {floor - ours}"
+            below.append(name)
         elif ours > floor:
             note = f"above floor by {ours - floor}: raise it (--update-floors)"
-        fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
-        print(f"{name:<26}{ours:>8}{fmt(ref):>9}{fmt(floor):>7}  {note}")
+        print(f"{name:<26}{ours:>8}{_cell(ref):>9}{_cell(floor):>7}  {note}")
     for name in below:
-        print(f"\n{name}: {len(passed[name])} pass, floor {floors['classes'][name]['floor']}; "
-              f"the tests that build it and do not pass ({len(other[name])}):")
+        floor = floors["classes"][name]["floor"]
+        print(f"\n{name}: {len(passed[name])} pass, floor {floor}; the tests that build it and do")
+        print(f"not pass ({len(other[name])}):")
         for nodeid in other[name]:
             print(f"  {nodeid}")
     return below
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    tests = args.tests.resolve()
-    check_tests_tree(tests)
-    families = args.families or list(SELECTION)
+def record_column(floors, column, passed, other, summary):
+    """Write ``column`` of floors.json: ``torchrl`` as measured, ``floor`` raised only."""
+    for name in sorted(set(passed) | set(other) | set(floors["classes"])):
+        entry = floors["classes"].setdefault(name, {})
+        best = entry.get(column, 0) if column == "floor" else 0
+        entry[column] = max(best, len(passed[name]))
+    floors.setdefault("meta", {})[column] = summary
+    write_floors(floors)
+    print(f"gate: wrote the {column} column of {FLOORS.relative_to(REPO)}")
+
+
+def run_selection(args, tests, families):
+    """Run the families' tests; the per-test records and a one-line summary of the run."""
     node_ids = [node for family in families for node in SELECTION[family]]
     swap = not args.reference
     with tempfile.TemporaryDirectory() as tmp:
@@ -228,35 +298,39 @@ def main(argv=None):
         status, seconds, cpu, output = run_pytest(tests, node_ids, swap, results, args.timeout)
         records = read_results(results) if results.exists() else {}
     print(output.rstrip().splitlines()[-1] if output.strip() else "")
-    print(f"gate: {len(records)} tests in {seconds:.0f} s wall, {cpu:.0f} s CPU "
-          f"(pytest exit status {status})")
+    summary = f"{len(records)} tests in {seconds:.0f} s wall, {cpu:.0f} s CPU"
+    print(f"gate: {summary} (pytest exit status {status})")
     broken = [r for r in records.values() if r["outcome"] == "collection_error"]
     if status is None or status not in (0, 1) or broken:
         print(output[-6000:])
-        reason = "timed out" if status is None else f"exit status {status}"
         for rec in broken:
             print(f"collection error: {rec['nodeid']}: {rec['message']}")
+        reason = "timed out" if status is None else f"exit status {status}"
         fail(f"the TorchRL test run did not complete ({reason}); no verdict.")
+    return records, summary
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    tests = args.tests.resolve()
+    check_tests_tree(tests)
+    if args.families and (args.reference or args.update_floors):
+        fail("floors are measured over the whole selection (drop --families).")
+    if args.from_results:
+        records = read_results(args.from_results)
+        summary = f"{len(records)} tests (from {args.from_results.name})"
+        print(f"gate: {summary}")
+    else:
+        records, summary = run_selection(args, tests, args.families or list(SELECTION))
     passed, other = per_class(records)
     floors = load_floors()
     if args.reference or args.update_floors:
-        if args.families:
-            fail("floors are measured over the whole selection (drop --families).")
         column = "torchrl" if args.reference else "floor"
-        for name in sorted(set(passed) | set(other) | set(floors["classes"])):
-            entry = floors["classes"].setdefault(name, {})
-            best = entry.get(column, 0) if column == "floor" else 0
-            entry[column] = max(best, len(passed[name]))
-        floors.setdefault("meta", {})[column] = (
-            f"{time.strftime('%Y-%m-%d', time.gmtime())}, {versions()}, "
-            f"{len(records)} tests, {seconds:.0f} s wall, {cpu:.0f} s CPU"
-        )
-        write_floors(floors)
-        print(f"gate: wrote the {column} column of {FLOORS.relative_to(REPO)}")
-    if args.reference:
-        report(floors, passed, other)
-        return 0
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        record_column(floors, column, passed, other, f"{day}, {versions()}, {summary}")
     below = report(floors, passed, other)
+    if args.reference:
+        return 0
     if below:
         print(f"\ngate: FAILED: {len(below)} classes below their floor: {' '.join(below)}")
         return 1
