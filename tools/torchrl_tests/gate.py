@@ -284,8 +284,9 @@ def report(floors, passed, other):
         print(f"{name:<26}{ours:>8}{_cell(ref):>9}{_cell(floor):>7}  {note}")
     for name in below:
         floor = floors["classes"][name]["floor"]
-        print(f"\n{name}: {len(passed[name])} pass, floor {floor}; the tests that build it and do")
-        print(f"not pass ({len(other[name])}):")
+        print(
+            f"\n{name}: {len(passed[name])} pass (floor {floor}); not passing ({len(other[name])}):"
+        )
         for nodeid in other[name]:
             print(f"  {nodeid}")
     return below
