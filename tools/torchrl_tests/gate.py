@@ -116,7 +116,7 @@ def parse_args(argv):
     parser.add_argument(
         "--timeout",
         type=float,
-        default=1200.0,
+        default=1800.0,
         help="seconds before the pytest run is stopped (the gate then fails)",
     )
     parser.add_argument(
