@@ -74,6 +74,11 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
     _actor_loss_key: str | None = None
     _deterministic_actor = False
     _addon_keys: tuple[str, ...] = ()  # the add-ons' output entries, ``addon_<name>``
+    # whether the loss reads the masks TorchRL's ``loss_mask_key`` names (``"auto"``:
+    # ``("collector", "mask")`` and ``"shifted_valid"``). A loss whose TorchRL namesake reads
+    # none declares ``False``: its ``loss_mask_key`` (TorchRL's property, ``"auto"``) is then
+    # accepted and never read, as TorchRL's is.
+    _reads_loss_mask: bool = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -170,6 +175,8 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         _compat.set_computed(tensordict, path, value)
 
     def _mask_paths(self) -> tuple:
+        if not self._reads_loss_mask:
+            return ()
         key = self._loss_mask_key  # TorchRL's property's value, without its frame per call
         if isinstance(key, str) and key == "auto":
             return _AUTO_MASK_PATHS
@@ -178,7 +185,8 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
     def _loss_mask(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The valid transitions, as TorchRL's ``loss_mask_key`` says: ``"auto"`` ANDs the masks
         TorchRL writes (``("collector", "mask")``, ``"shifted_valid"``) that the batch holds, a
-        key reads that entry, ``None`` masks nothing."""
+        key reads that entry, ``None`` masks nothing; a loss that reads no mask
+        (``_reads_loss_mask = False``) masks nothing whatever the key."""
         masks = []
         for path in self._mask_paths():
             mask = _compat.get_path(tensordict, path)

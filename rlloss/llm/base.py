@@ -134,6 +134,8 @@ class ChatHistoryLoss(LossModule):
         history: NestedKey = ("history", "full")
         log_probs: NestedKey = ("log_probs", "full")
 
+    _reads_loss_mask = False  # the assistant masks select the tokens, as in TorchRL
+
     def __init__(
         self, actor_network, tokenizer, tokenizer_kwargs, reduction, normalize_by_seq_length, device
     ) -> None:

@@ -80,6 +80,9 @@ class GRPOLoss(LossModule):
     kl_to_inference_coeff = Coefficient(low=0.0)
     max_tokens = Coefficient(low=1, integer=True)
     _sequence_ratio_default = False
+    # the tokens counted are the actor's token mask's (and kl_mask_threshold's); the batch's
+    # loss_mask_key masks are not read (docs/differences.md)
+    _reads_loss_mask = False
 
     def __init__(self, actor_network=None, *, clip_epsilon=0.2, aggregation="token_mean", **kw):
         super().__init__()

@@ -51,10 +51,15 @@ class QMixerLoss(QLearningLoss):
         loss_function: ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"``.
         delay_value: target copies of both networks (default), updated with ``SoftUpdate`` or
             ``HardUpdate``; ``False`` bootstraps from the online ones, without gradient.
-        action_space: ``"one-hot"`` or ``"categorical"`` (the action's dtype decides either
-            way); default: the local network's.
         gamma, reduction, use_prioritized_weights, priority_weighting: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        action_space: ``"one-hot"`` or ``"categorical"`` (the action's dtype decides either
+            way); default: the local network's.
+        priority_key: TorchRL's removed keyword: a ``RuntimeError`` pointing to
+            ``set_keys(priority=...)``, as TorchRL's.
+
+    As TorchRL's, the loss reads no padding mask: ``loss_mask_key`` (``"auto"``) is accepted
+    and never read, and a batch's ``("collector", "mask")`` changes nothing.
 
     Differences from TorchRL: ``gamma`` is accepted (TorchRL's raises, ``make_value_estimator``
     sets it there); ``reduction`` and prioritized-replay weights apply to the loss.
@@ -80,7 +85,7 @@ class QMixerLoss(QLearningLoss):
         action: NestedKey = ("agents", "action")  # each agent's action: index or one-hot
 
     out_keys = ["loss"]
-    loss_mask_key = None  # TorchRL's QMixerLoss reads no padding mask
+    _reads_loss_mask = False  # TorchRL's QMixerLoss reads no padding mask
     _estimator_keys = {"value": "global_value"}
 
     def __init__(
@@ -90,12 +95,22 @@ class QMixerLoss(QLearningLoss):
         *,
         loss_function: str = "l2",
         delay_value: bool = True,
+        gamma: float | None = None,
         action_space: str | None = None,
         priority_key: NestedKey | None = None,
-        **replay,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
     ) -> None:
         torchrl_keywords(self, {"priority_key": priority_key}, (), ("priority_key",))
-        TDTargetLoss.__init__(self, loss_function=loss_function, **replay)
+        TDTargetLoss.__init__(
+            self,
+            loss_function=loss_function,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+        )
         self.local_value_network = _as_q_network(local_value_network, action_space)
         self.mixer_network = self._as_mixer(mixer_network)
         self.delay_value, self.double_dqn = delay_value, False

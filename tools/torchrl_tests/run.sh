@@ -10,15 +10,15 @@
 # Env: BUDGET (s per file per setting, default 1500), SETTINGS (default "torchrl rlloss"; e.g.
 # "rlloss" to rerun only the swapped side after a change to rlloss), WAIT_FILE (wait until it exists before
 # starting, checked every 60 s), VENV (a virtualenv to activate; default: the current python),
-# TESTS (default ./rl_tests, the
-# extracted `test/` of pytorch/rl; see raw/meta.txt for the commit).
+# TESTS (default ../shared/torchrl-tests beside the repository, the folder holding TorchRL's
+# `test/`; see its README.md for the commit). CI's gate is gate.py (README.md).
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE"
 REPO="$(cd "$HERE/../.." && pwd)"
 if [ -n "${VENV:-}" ]; then . "$VENV/bin/activate"; fi
 BUDGET="${BUDGET:-1500}"
-TESTS="${TESTS:-$HERE/rl_tests}"
+TESTS="${TESTS:-$REPO/../shared/torchrl-tests}"
 ONLY="${ONLY:-ppo dqn ddpg sac iql cql tqc values loss_module dreamer dreamer_v3 controllers}"
 mkdir -p raw logs
 
@@ -31,7 +31,7 @@ sel() {
   local o=test/objectives
   case "$1" in
     ppo) echo "$o/test_ppo.py::TestPPO $o/test_ppo.py::TestA2C $o/test_ppo.py::TestReinforce $o/test_ppo.py::test_ppo_ess_preserves_feature_shape_for_singleton_batch" ;;
-    dqn) echo "$o/test_dqn.py::TestDQN" ;;
+    dqn) echo "$o/test_dqn.py::TestDQN $o/test_dqn.py::TestQMixer" ;;
     ddpg) echo "$o/test_ddpg.py::TestDDPG $o/test_ddpg.py::TestTD3 $o/test_ddpg.py::TestTD3BC" ;;
     sac) echo "$o/test_sac.py::TestSAC $o/test_sac.py::TestDiscreteSAC $o/test_sac.py::TestREDQ $o/test_sac.py::TestCrossQ" ;;
     iql) echo "$o/test_iql.py::TestIQL $o/test_iql.py::TestDiscreteIQL" ;;

@@ -14,7 +14,10 @@ Environment:
 
 Per test it also records ``touched``: whether the test (setup, call or teardown) constructed
 at least one instance of the swapped classes (whichever implementation is active), so
-tests that only exercise other TorchRL code can be told apart.
+tests that only exercise other TorchRL code can be told apart, and ``classes``: the sorted names
+of the swapped classes it constructed (each construction counts once, under the most derived
+swapped class of the new object: building a ``ClipPPOLoss`` counts ``ClipPPOLoss``, not the
+``PPOLoss`` whose ``__init__`` it calls). ``gate.py`` attributes tests to classes by it.
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ TARGETS = {
     "WorldModelLoss": ["torchrl.objectives.world_model_loss", "torchrl.objectives"],
     "SoftUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
     "HardUpdate": ["torchrl.objectives.utils", "torchrl.objectives"],
+    "KLAdaptiveLR": ["torchrl.objectives.utils", "torchrl.objectives"],
+    # the base class: the tests' own losses (test_loss_module.py's toy losses) subclass ours
+    # (TorchRL's losses keep TorchRL's base: they are defined before the swap)
+    "LossModule": ["torchrl.objectives.common", "torchrl.objectives"],
     # the LLM losses live in torchrl.objectives.llm (not re-exported by torchrl.objectives)
     "GRPOLoss": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
     "DAPO": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
@@ -107,8 +114,23 @@ TARGETS = {
     "MCAdvantageSelector": ["torchrl.objectives.llm.grpo", "torchrl.objectives.llm"],
 }
 
-_TOUCHED = [0]
+_TOUCHED = set()
 ACTIVE = {}
+# active class -> its name (the name under which a construction is recorded)
+_NAMES = {}
+
+
+def _swapped_name(obj_type):
+    """The name of the most derived swapped class in ``obj_type``'s MRO; for ``LossModule``
+    only the tests' own subclasses count (TorchRL's unswapped losses subclass TorchRL's base in
+    both settings: counting them would credit the reference alone)."""
+    for klass in obj_type.__mro__:
+        if klass in _NAMES:
+            name = _NAMES[klass]
+            if name == "LossModule" and obj_type.__module__.startswith(("torchrl.", "rlloss.")):
+                return None
+            return name
+    return None
 
 
 def _track(cls):
@@ -119,7 +141,9 @@ def _track(cls):
 
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
-        _TOUCHED[0] += 1
+        name = _swapped_name(type(self))
+        if name is not None:
+            _TOUCHED.add(name)
         return orig(self, *args, **kwargs)
 
     __init__._dropin_tracked = True
@@ -151,6 +175,7 @@ def _install():
                 if hasattr(module, sampler):
                     setattr(module, sampler, getattr(rlloss.data, sampler))
         ACTIVE.update({sampler: getattr(rlloss.data, sampler) for sampler in SAMPLERS})
+    _NAMES.update({cls: name for name, cls in ACTIVE.items()})
     for cls in set(ACTIVE.values()):
         _track(cls)
 
@@ -184,11 +209,12 @@ def _where(excinfo):
             best["torchrl"] = loc
         elif "/site-packages/tensordict/" in p:
             best["tensordict"] = loc
-        elif "rl_tests/" in p:
+        elif "rl_tests/" in p or "torchrl-tests/" in p:
             best["test"] = loc
     for k in ("rlloss", "torchrl", "tensordict", "test"):
         if k in best:
             location = best[k].split("site-packages/")[-1].split("rl_tests/")[-1]
+            location = location.split("torchrl-tests/")[-1]
             return location[location.find("rlloss/") :] if k == "rlloss" else location
     return None
 
@@ -234,14 +260,14 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    _TOUCHED[0] = 0
+    _TOUCHED.clear()
 
 
 def pytest_runtest_logfinish(nodeid, location):
     st = _state.pop(nodeid, None)
     if st is None or RESULTS is None:
         return
-    rec = {"nodeid": nodeid, "touched": _TOUCHED[0] > 0, **st}
+    rec = {"nodeid": nodeid, "touched": bool(_TOUCHED), "classes": sorted(_TOUCHED), **st}
     rec["duration"] = round(rec.get("duration", 0.0), 3)
     with open(RESULTS, "a") as f:
         f.write(json.dumps(rec) + "\n")
