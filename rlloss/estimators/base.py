@@ -55,6 +55,18 @@ class ValueEstimator(TensorDictModuleBase):
 
     Subclasses implement :meth:`estimate` (tensors in, ``(advantage, value_target)`` out).
 
+    Keywords (TorchRL 0.14.1's ``ValueEstimatorBase``'s, and ``gamma``): ``shifted=True``
+    computes ``V(s)`` and ``V(s')`` in one value-network call (:mod:`rlloss.estimators.shifted`;
+    ``shifted_budget`` extra slots for truncated steps' next inputs; the kept steps written to
+    ``shifted_valid``); ``skip_existing`` (``None``: tensordict's ``skip_existing()``) keeps
+    values already in the batch; ``value_chunk_size`` / ``num_chunks`` (alias ``num_chunk``)
+    call the network on chunks along ``value_chunk_dim``; ``differentiable=False`` computes the
+    outputs without a graph; ``time_dim`` (default: the dim named ``"time"``, else the last);
+    ``group_key``: ids to standardise within. ``advantage_key`` / ``value_target_key`` /
+    ``value_key`` raise TorchRL's error (use :meth:`set_keys`); ``device``, ``vectorized`` and
+    ``deactivate_vmap`` are kept as attributes and change no number (see "Differences from
+    TorchRL").
+
     ``value_normalizer`` (an :class:`rlloss.ValueNormalizer`, not a TorchRL keyword): the value
     network outputs normalised values; the estimator de-normalises what it computes with it
     (values read from the batch are taken as they are, in return units), writes those values,
@@ -109,9 +121,7 @@ class ValueEstimator(TensorDictModuleBase):
         self.value_chunk_size, self.num_chunks, self.value_chunk_dim = _options.chunking(
             owner, value_chunk_size, num_chunks, num_chunk, value_chunk_dim
         )
-        self.shifted, self.shifted_budget = _options.shifted_options(
-            owner, shifted, shifted_budget
-        )
+        self.shifted, self.shifted_budget = _options.shifted_options(owner, shifted, shifted_budget)
         self.gamma = float(gamma)
         self.value_network = value_network
         self._value_call = None if value_network is None else NetworkCall(value_network)
@@ -355,13 +365,15 @@ class ValueEstimator(TensorDictModuleBase):
             owner = type(self).__name__
             network = type(self.value_network).__name__
             written = getattr(self.value_network, "out_keys", None)
-            present = sorted(str(k) for k in outputs.keys(include_nested=True, leaves_only=True))
+            if isinstance(outputs, TensorDictBase):
+                outputs = outputs.keys(include_nested=True, leaves_only=True)
+            present = sorted(str(k) for k in outputs)
             raise MissingKeyError(
                 f"{owner}: the value network {network} (out_keys {written}) wrote no entry "
                 f"{key!r} (tensor_keys.value). Entries present after its call: {present}. If it "
                 f"writes the value under another key, remap it with "
-                f"estimator.set_keys(value=<its key>) (for a loss's estimator: "
-                f"loss.set_keys(value=<its key>) before make_value_estimator)."
+                f"estimator.set_keys(value=<its key>) (through a loss: "
+                "loss.set_keys(value=<its key>), which the loss's estimator follows)."
             )
         return value
 
@@ -461,20 +473,16 @@ class ValueEstimator(TensorDictModuleBase):
                 **extra,
             )
         if valid is not None:  # the dropped steps' outputs are 0
-            advantage, value_target = _kept(advantage, valid), _kept(value_target, valid)
+            advantage, value_target = (
+                _shifted.kept(advantage, valid),
+                _shifted.kept(value_target, valid),
+            )
             tensordict.set(SHIFTED_VALID_KEY, valid)
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
         if self.value_normalizer is not None:  # in training mode: the returns enter the moments
             self.value_normalizer.update(value_target.detach(), _update_mask(tensordict, valid))
         return tensordict
-
-
-def _kept(tensor: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``tensor`` with 0 at the steps ``valid`` (``[*B, T]``) drops."""
-    while valid.ndim < tensor.ndim:
-        valid = valid.unsqueeze(-1)
-    return tensor.masked_fill(~valid.expand(tensor.shape), 0)
 
 
 def _update_mask(tensordict: TensorDictBase, valid: torch.Tensor | None):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-
 from tensordict.utils import NestedKey
 from torch import nn
 
@@ -23,9 +22,30 @@ class GAE(ValueEstimator):
     V(s)``; ``average_gae=True`` standardises the advantage over the batch, or within the groups
     of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
 
-    Example:
-        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        >>> rollout = gae(rollout)  # rollout: [num_envs, T]
+    The value call (every estimator, :class:`~rlloss.estimators.base.ValueEstimator`):
+    ``shifted=True`` computes ``V(s)`` and ``V(s')`` in one call over ``[s_0 .. s_{T-1}]`` with
+    each truncated step's next input inserted after it, in ``T + shifted_budget`` slots (a
+    recurrent critic runs once along its sequence; no stored next input needed); steps that no
+    longer fit are dropped: ``shifted_valid`` marks the kept ones, the dropped ones get 0.
+    ``skip_existing`` keeps values already in the batch (``None``: tensordict's setting);
+    ``value_chunk_size`` / ``num_chunks`` call the network on chunks along ``value_chunk_dim``.
+    ``auto_reset_env=True`` (TorchRL's): truncated steps (``("next", "truncated")``) add
+    ``gamma V(s)`` to their reward and are then not bootstrapped.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import GAE
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic, shifted=True)
+        >>> done = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> done[:, 2] = True  # a truncation: its next input is inserted in the single call
+        >>> batch = TensorDict({"obs": torch.randn(2, 5, 3), "next": {"obs": torch.randn(2, 5, 3),
+        ...     "reward": torch.randn(2, 5, 1), "done": done, "terminated": done & False}}, [2, 5])
+        >>> batch = gae(batch)
+        >>> batch["shifted_valid"].sum().item()  # the last step of each row no longer fits
+        8
     """
 
     def __init__(
@@ -92,7 +112,18 @@ class GAE(ValueEstimator):
         return {"groups": groups, "valid": valid, "truncated": truncated}
 
     def estimate(
-        self, *, reward, value, next_value, done, terminated, gamma, time_dim, groups, valid, truncated
+        self,
+        *,
+        reward,
+        value,
+        next_value,
+        done,
+        terminated,
+        gamma,
+        time_dim,
+        groups,
+        valid,
+        truncated,
     ):
         if truncated is not None:  # TorchRL's auto_reset_env: V(s) enters truncated rewards
             reward = reward + gamma * value * truncated
@@ -129,8 +160,19 @@ class MultiAgentGAE(GAE):
     ``average_gae=True`` standardises each agent's advantages on their own (over the other
     dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 
-    Example:
+    ``agent_dim`` outside the values' dims (or on the time dim) raises an error naming it.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import MultiAgentGAE
+        >>> critic = TensorDictModule(
+        ...     torch.nn.Linear(3, 1), [("agents", "obs")], [("agents", "state_value")]
+        ... )
         >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> gae.set_keys(value=("agents", "state_value"))
+        >>> gae.tensor_keys.value
+        ('agents', 'state_value')
     """
 
     def __init__(
@@ -189,7 +231,18 @@ class MultiAgentGAE(GAE):
         self.agent_dim = agent_dim
 
     def estimate(
-        self, *, reward, value, next_value, done, terminated, gamma, time_dim, groups, valid, truncated
+        self,
+        *,
+        reward,
+        value,
+        next_value,
+        done,
+        terminated,
+        gamma,
+        time_dim,
+        groups,
+        valid,
+        truncated,
     ):
         agent_dim = self._agent_dim(value, time_dim)
         if isinstance(gamma, torch.Tensor) and gamma.ndim == value.ndim - 1:

@@ -39,7 +39,9 @@ def chunking(owner: str, value_chunk_size, num_chunks, num_chunk, value_chunk_di
             "num_chunks for a number of chunks."
         )
     if isinstance(value_chunk_dim, bool) or not isinstance(value_chunk_dim, int):
-        raise TypeError(f"{owner}: value_chunk_dim must be an integer, got {type(value_chunk_dim)}.")
+        raise TypeError(
+            f"{owner}: value_chunk_dim must be an integer, got {type(value_chunk_dim)}."
+        )
     return value_chunk_size, num_chunks, value_chunk_dim
 
 

@@ -91,3 +91,10 @@ def gather_steps(values: torch.Tensor, slot: torch.Tensor, time_dim: int) -> tor
     shape = list(values.shape)
     shape[time_dim] = slot.shape[time_dim]
     return values.gather(time_dim, index.expand(shape))
+
+
+def kept(tensor: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with 0 at the steps ``valid`` (``[*B, T]``) drops."""
+    while valid.ndim < tensor.ndim:
+        valid = valid.unsqueeze(-1)
+    return tensor.masked_fill(~valid.expand(tensor.shape), 0)

@@ -26,8 +26,22 @@ class VTrace(ValueEstimator):
     policy (or its mode) instead of the action taken; rlloss scores the taken action
     (``tensor_keys.action``), as the paper's ratio is defined.
 
-    Example:
+    ``average_adv=True`` standardises the advantage over the batch (within the groups of
+    ``group_key`` when set), as TorchRL's.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import OneHotCategorical, ProbabilisticActor
+        >>> from rlloss import VTrace
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["obs"], ["logits"]),
+        ...     in_keys=["logits"], distribution_class=OneHotCategorical, return_log_prob=True,
+        ... )
         >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
+        >>> vtrace.tensor_keys.action
+        'action'
     """
 
     @dataclasses.dataclass
