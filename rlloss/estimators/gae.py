@@ -122,8 +122,8 @@ class GAE(ValueEstimator):
         gamma,
         time_dim,
         groups,
-        valid,
-        truncated,
+        valid=None,
+        truncated=None,
     ):
         if truncated is not None:  # TorchRL's auto_reset_env: V(s) enters truncated rewards
             reward = reward + gamma * value * truncated
@@ -241,10 +241,10 @@ class MultiAgentGAE(GAE):
         gamma,
         time_dim,
         groups,
-        valid,
-        truncated,
+        valid=None,
+        truncated=None,
     ):
-        agent_dim = self._agent_dim(value, time_dim)
+        agent_dim = self._agent_dim(value)
         if isinstance(gamma, torch.Tensor) and gamma.ndim == value.ndim - 1:
             gamma = gamma.unsqueeze(agent_dim)
         reward, done, terminated = (
@@ -266,9 +266,9 @@ class MultiAgentGAE(GAE):
             truncated=truncated,
         )
 
-    def _agent_dim(self, value: torch.Tensor, time_dim: int) -> int:
-        """``agent_dim`` as a non-negative dim of the values; outside them, or on the time dim:
-        an error naming it, the values' dims and the valid range."""
+    def _agent_dim(self, value: torch.Tensor) -> int:
+        """``agent_dim`` as a non-negative dim of the values; outside them: an error naming it,
+        the values' dims and the valid range."""
         ndim = value.ndim
         if not -ndim <= self.agent_dim < ndim:
             raise ValueError(
@@ -276,13 +276,7 @@ class MultiAgentGAE(GAE):
                 f"have {ndim} dims (shape {tuple(value.shape)}); pass an agent_dim in "
                 f"[{-ndim}, {ndim}), the dim that indexes the agents (-2 for [*B, T, n_agents, 1])."
             )
-        agent_dim = self.agent_dim % ndim
-        if agent_dim == time_dim:
-            raise ValueError(
-                f"MultiAgentGAE: agent_dim={self.agent_dim} is the time dim ({time_dim}) of the "
-                f"values, shape {tuple(value.shape)}; pass the dim that indexes the agents."
-            )
-        return agent_dim
+        return self.agent_dim % ndim
 
     @staticmethod
     def _broadcast_to_agents(
