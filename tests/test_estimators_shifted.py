@@ -371,3 +371,18 @@ def test_removed_key_keywords_keep_torchrls_error():
     for keyword in ("advantage_key", "value_target_key", "value_key"):
         with pytest.raises(RuntimeError, match="via constructor is deprecated"):
             rlloss.GAE(gamma=0.9, lmbda=0.9, **{keyword: "x"})
+
+
+def test_for_loss_takes_the_losss_critic_unless_given():
+    critic, other = linear_critic(), linear_critic()
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.critic_network = critic
+            self.actor_network = None
+
+    gae = rlloss.GAE.for_loss(Loss(), gamma=0.9, lmbda=0.9)
+    assert isinstance(gae, rlloss.GAE) and gae.value_network is critic
+    given = rlloss.TD0Estimator.for_loss(Loss(), gamma=0.9, value_network=other)
+    assert given.value_network is other

@@ -139,6 +139,17 @@ class ValueEstimator(TensorDictModuleBase):
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
         self.value_normalizer = value_normalizer
 
+    @classmethod
+    def for_loss(cls, loss_module: nn.Module, **hyperparams) -> ValueEstimator:
+        """An estimator for ``loss_module`` (TorchRL's registry hook): ``value_network`` from the
+        keywords, else the loss's ``critic_network``, else its ``value_network``."""
+        if "value_network" not in hyperparams:
+            network = getattr(loss_module, "critic_network", None)
+            hyperparams["value_network"] = (
+                getattr(loss_module, "value_network", None) if network is None else network
+            )
+        return cls(**hyperparams)
+
     @property
     def in_keys(self) -> list[NestedKey]:
         """The entries read: the value network's inputs (or the values) now and under

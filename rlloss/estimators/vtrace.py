@@ -105,6 +105,13 @@ class VTrace(ValueEstimator):
         self.rho_thresh, self.c_thresh = float(rho_thresh), float(c_thresh)
         self.average_adv = average_adv
 
+    @classmethod
+    def for_loss(cls, loss_module: nn.Module, **hyperparams) -> VTrace:
+        """A V-trace estimator for ``loss_module`` (TorchRL's registry hook): the loss's actor
+        unless ``actor_network`` is given, its critic as :meth:`ValueEstimator.for_loss`."""
+        hyperparams.setdefault("actor_network", loss_module.actor_network)
+        return super().for_loss(loss_module, **hyperparams)
+
     def _policy_keys(self) -> list[NestedKey]:
         return [*self.actor_network.in_keys, *as_list(self.tensor_keys.sample_log_prob)]
 
