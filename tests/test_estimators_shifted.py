@@ -386,3 +386,22 @@ def test_for_loss_takes_the_losss_critic_unless_given():
     assert isinstance(gae, rlloss.GAE) and gae.value_network is critic
     given = rlloss.TD0Estimator.for_loss(Loss(), gamma=0.9, value_network=other)
     assert given.value_network is other
+
+
+def test_shifted_vtrace_keeps_every_step_without_truncations_and_drops_after_them():
+    from tests.nets import make_actor, make_critic, rollout
+
+    actor, critic = make_actor("categorical"), make_critic()
+    batch = rollout(actor, batch_size=(2, 6))
+    batch["next", "done"] = torch.zeros(2, 6, 1, dtype=torch.bool)
+    batch["next", "terminated"] = torch.zeros(2, 6, 1, dtype=torch.bool)
+    batch["next", "observation"][:, :-1] = batch["observation"][:, 1:]
+    kwargs = {"gamma": 0.9, "actor_network": actor, "value_network": critic}
+    plain = rlloss.VTrace(**kwargs)(batch.clone())
+    out = rlloss.VTrace(shifted=True, **kwargs)(batch.clone())
+    assert out["shifted_valid"].all()
+    torch.testing.assert_close(out["advantage"], plain["advantage"])
+    batch["next", "done"][0, 2] = True  # a truncation: the last step of row 0 no longer fits
+    out = rlloss.VTrace(shifted=True, **kwargs)(batch.clone())
+    assert out["shifted_valid"].sum() == 11 and not out["shifted_valid"][0, -1]
+    assert out["advantage"][0, -1].eq(0).all()
