@@ -405,3 +405,14 @@ def test_shifted_vtrace_keeps_every_step_without_truncations_and_drops_after_the
     out = rlloss.VTrace(shifted=True, **kwargs)(batch.clone())
     assert out["shifted_valid"].sum() == 11 and not out["shifted_valid"][0, -1]
     assert out["advantage"][0, -1].eq(0).all()
+
+
+def test_shifted_gae_compiles_fullgraph_and_matches_eager():
+    critic = linear_critic()
+    gae = rlloss.GAE(gamma=0.9, lmbda=0.8, value_network=critic, shifted=True)
+    compiled = torch.compile(gae, fullgraph=True)
+    for seed in (0, 1):
+        batch = batch_with(TERMINATIONS, TRUNCATIONS, seed=seed)
+        out, expected = compiled(batch.clone()), gae(batch.clone())
+        for key in ("advantage", "value_target", "shifted_valid"):
+            torch.testing.assert_close(out[key], expected[key], msg=str(key))
