@@ -355,38 +355,40 @@ class ValueEstimator(TensorDictModuleBase):
     def _chunked_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``V`` on the batch, the value network called once per chunk (``num_chunks`` /
         ``value_chunk_size``: bounded memory on long rollouts)."""
-        chunks = self._split_value_net_input(tensordict)
-        if len(chunks) == 1:
-            value = self._network_value(tensordict)
+        dims = tensordict.batch_dims
+        if self.num_chunks is None and self.value_chunk_size is None:  # one call, no split
+            if not -dims <= self.value_chunk_dim < dims:
+                _options.chunk_dim(type(self).__name__, self.value_chunk_dim, dims)  # raises
+            value = self._network_value(self._value_call(tensordict))
         else:
-            dim = self.value_chunk_dim % tensordict.batch_dims
-            value = torch.cat([self._network_value(chunk) for chunk in chunks], dim)
+            chunks = self._split_value_net_input(tensordict)
+            values = [self._network_value(self._value_call(chunk)) for chunk in chunks]
+            value = torch.cat(values, self.value_chunk_dim % dims)
         if self.value_normalizer is None:
             return value
         return self.value_normalizer.denormalize(value)  # the critic's units -> return units
 
-    def _network_value(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """The value network's ``tensor_keys.value`` output on ``tensordict``; a network that
-        writes it elsewhere raises a ``MissingKeyError`` naming the network, what it wrote and
-        the ``set_keys`` call."""
+    def _network_value(self, outputs) -> torch.Tensor:
+        """The value network's ``tensor_keys.value`` output among its ``outputs``; a network
+        that writes it elsewhere raises a ``MissingKeyError`` naming the network, what it wrote
+        and the ``set_keys`` call."""
         key = self.tensor_keys.value
-        outputs = self._value_call(tensordict)
         value = outputs.get(key, None)
-        if value is None:
-            owner = type(self).__name__
-            network = type(self.value_network).__name__
-            written = getattr(self.value_network, "out_keys", None)
-            if isinstance(outputs, TensorDictBase):
-                outputs = outputs.keys(include_nested=True, leaves_only=True)
-            present = sorted(str(k) for k in outputs)
-            raise MissingKeyError(
-                f"{owner}: the value network {network} (out_keys {written}) wrote no entry "
-                f"{key!r} (tensor_keys.value). Entries present after its call: {present}. If it "
-                f"writes the value under another key, remap it with "
-                f"estimator.set_keys(value=<its key>) (through a loss: "
-                "loss.set_keys(value=<its key>), which the loss's estimator follows)."
-            )
-        return value
+        if value is not None:
+            return value
+        owner = type(self).__name__
+        network = type(self.value_network).__name__
+        written = getattr(self.value_network, "out_keys", None)
+        if isinstance(outputs, TensorDictBase):
+            outputs = outputs.keys(include_nested=True, leaves_only=True)
+        present = sorted(str(k) for k in outputs)
+        raise MissingKeyError(
+            f"{owner}: the value network {network} (out_keys {written}) wrote no entry "
+            f"{key!r} (tensor_keys.value). Entries present after its call: {present}. If it "
+            f"writes the value under another key, remap it with "
+            f"estimator.set_keys(value=<its key>) (through a loss: "
+            "loss.set_keys(value=<its key>), which the loss's estimator follows)."
+        )
 
     def value_estimate(
         self,
