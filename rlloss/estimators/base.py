@@ -16,7 +16,7 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, set_skip_existing, skip_existing
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives.utils import hold_out_net
@@ -34,7 +34,11 @@ from rlloss._checks import (
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall
+from rlloss.estimators import options as _options
+from rlloss.estimators import shifted as _shifted
+from rlloss.estimators.shifted import SHIFTED_VALID_KEY
 from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
+from rlloss.functional.returns import shifted_flags
 from rlloss.training.sequences import recurrent_modules
 
 DEFAULT_GAMMA = 0.99  # TorchRL's default discount, for every loss and estimator
@@ -50,6 +54,18 @@ class ValueEstimator(TensorDictModuleBase):
     """Base of the value estimators: key handling, value-network calls, writing the outputs.
 
     Subclasses implement :meth:`estimate` (tensors in, ``(advantage, value_target)`` out).
+
+    Keywords (TorchRL 0.14.1's ``ValueEstimatorBase``'s, and ``gamma``): ``shifted=True``
+    computes ``V(s)`` and ``V(s')`` in one value-network call (:mod:`rlloss.estimators.shifted`;
+    ``shifted_budget`` extra slots for truncated steps' next inputs; the kept steps written to
+    ``shifted_valid``); ``skip_existing`` (``None``: tensordict's ``skip_existing()``) keeps
+    values already in the batch; ``value_chunk_size`` / ``num_chunks`` (alias ``num_chunk``)
+    call the network on chunks along ``value_chunk_dim``; ``differentiable=False`` computes the
+    outputs without a graph; ``time_dim`` (default: the dim named ``"time"``, else the last);
+    ``group_key``: ids to standardise within. ``advantage_key`` / ``value_target_key`` /
+    ``value_key`` raise TorchRL's error (use :meth:`set_keys`); ``device``, ``vectorized`` and
+    ``deactivate_vmap`` are kept as attributes and change no number (see "Differences from
+    TorchRL").
 
     ``value_normalizer`` (an :class:`rlloss.ValueNormalizer`, not a TorchRL keyword): the value
     network outputs normalised values; the estimator de-normalises what it computes with it
@@ -74,37 +90,38 @@ class ValueEstimator(TensorDictModuleBase):
     def __init__(
         self,
         *,
-        gamma: float,
+        gamma: float | torch.Tensor,
         value_network: nn.Module | None = None,
+        shifted: bool = False,
         differentiable: bool = False,
-        time_dim: int | None = None,
-        device: torch.device | None = None,
-        average_rewards: bool = False,
-        group_key: NestedKey | None = None,
         skip_existing: bool | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        device: torch.device | None = None,
+        deactivate_vmap: bool = False,
         value_chunk_size: int | None = None,
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
-        shifted: bool = False,
-        vectorized: bool = True,
-        deactivate_vmap: bool = False,
         shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
+        time_dim: int | None = None,
+        average_rewards: bool = False,
+        vectorized: bool | None = True,
         value_normalizer: ValueNormalizer | None = None,
-        **torchrl,
     ) -> None:
         super().__init__()
+        owner = type(self).__name__
         check_in_range("gamma", gamma, 0.0, 1.0)
-        check_value_normalizer(type(self).__name__, value_normalizer)
-        torchrl_keywords(self, torchrl, accepted=(), translated=_REMOVED_KEYS)
-        if value_chunk_size is not None and num_chunks is not None:
-            raise ValueError(
-                f"{type(self).__name__}: value_chunk_size and num_chunks are mutually exclusive."
-            )
-        if num_chunks is not None and num_chunk is not None:
-            raise ValueError(
-                f"{type(self).__name__}: num_chunks and num_chunk are aliases; pass one."
-            )
+        check_value_normalizer(owner, value_normalizer)
+        removed = {"advantage_key": advantage_key, "value_target_key": value_target_key}
+        removed["value_key"] = value_key
+        torchrl_keywords(self, removed, accepted=(), translated=_REMOVED_KEYS)
+        self.value_chunk_size, self.num_chunks, self.value_chunk_dim = _options.chunking(
+            owner, value_chunk_size, num_chunks, num_chunk, value_chunk_dim
+        )
+        self.shifted, self.shifted_budget = _options.shifted_options(owner, shifted, shifted_budget)
         self.gamma = float(gamma)
         self.value_network = value_network
         self._value_call = None if value_network is None else NetworkCall(value_network)
@@ -113,16 +130,25 @@ class ValueEstimator(TensorDictModuleBase):
         self.time_dim = time_dim
         self.average_rewards = average_rewards
         self.group_key = group_key  # the standardisations are per group of its ids
-        self.skip_existing = bool(skip_existing)
-        self.value_chunk_size = value_chunk_size
-        self.num_chunks = num_chunks if num_chunks is not None else num_chunk
-        self.value_chunk_dim = value_chunk_dim
-        # TorchRL's implementation switches: the numbers are the same either way
-        self.shifted, self.vectorized, self.deactivate_vmap = shifted, vectorized, deactivate_vmap
-        self.shifted_budget = shifted_budget
+        self.skip_existing = skip_existing  # None: tensordict.nn's skip_existing() at each call
+        # TorchRL's implementation switches (vmap over the two value calls, the vectorised
+        # recursion) and the device of its buffers: the numbers are the same either way, and
+        # rlloss's estimators hold no tensors to place (gamma, lmbda are floats)
+        self.vectorized, self.deactivate_vmap, self._device = vectorized, deactivate_vmap, device
         self.tensor_keys = self._AcceptedKeys()
         self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
         self.value_normalizer = value_normalizer
+
+    @classmethod
+    def for_loss(cls, loss_module: nn.Module, **hyperparams) -> ValueEstimator:
+        """An estimator for ``loss_module`` (TorchRL's registry hook): ``value_network`` from the
+        keywords, else the loss's ``critic_network``, else its ``value_network``."""
+        if "value_network" not in hyperparams:
+            network = getattr(loss_module, "critic_network", None)
+            hyperparams["value_network"] = (
+                getattr(loss_module, "value_network", None) if network is None else network
+            )
+        return cls(**hyperparams)
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -160,39 +186,90 @@ class ValueEstimator(TensorDictModuleBase):
         return value
 
     def _values(
-        self, tensordict: TensorDictBase, params=None, target_params=None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``V(s)`` and ``V(s')``: read from the batch, or written there by ``value_network``
-        (with ``params`` / ``target_params`` in place of its weights when given, TorchRL's
-        functional call; detached, as TorchRL's).
+        self, tensordict: TensorDictBase, params=None, target_params=None, time_dim: int = -1
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``V(s)``, ``V(s')`` and the kept steps (``None`` unless shifted): read from the batch,
+        or written there by ``value_network`` (with ``params`` / ``target_params`` in place of
+        its weights when given, TorchRL's functional call; detached, as TorchRL's).
 
         A differentiable estimator lets gradients reach the inputs of ``V(s)`` but never the
         value network's weights (they are held out of the graph, as in TorchRL), nor ``V(s')``.
+        ``skip_existing`` (``None``: ``tensordict.nn.skip_existing()``): values already in the
+        batch, now and under ``"next"``, are used without calling the network.
         """
+        key = self.tensor_keys.value
+        if self._value_call is not None and self._skips(tensordict, key):
+            params = target_params = None
+            call = False
+        else:
+            call = self._value_call is not None
+        if self.shifted and self._value_call is not None:
+            return self._shifted_values(tensordict, params, target_params, time_dim, call)
         if params is not None or target_params is not None:
             params = None if params is None else params.detach()
             target_params = params if target_params is None else target_params
-            key = self.tensor_keys.value
             with _weights(self.value_network, params):
                 tensordict.set(key, self._chunked_value(tensordict))
             next_tensordict = tensordict.get("next")
             with _weights(self.value_network, target_params):
                 next_value = self._chunked_value(self._next_inputs(tensordict))
                 next_tensordict.set(key, next_value.detach())
-            return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
-        key = self.tensor_keys.value
-        if self._value_call is not None and not (
-            self.skip_existing
-            and key in tensordict.keys(True)
-            and key in tensordict["next"].keys(True)
-        ):
+        elif call:
             held_out = self.differentiable and torch.is_grad_enabled()
             with hold_out_net(self.value_network) if held_out else contextlib.nullcontext():
                 tensordict.set(key, self._chunked_value(tensordict))
                 next_tensordict = tensordict.get("next")
                 next_value = self._chunked_value(self._next_inputs(tensordict))
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
-        return self._read(tensordict, "value"), self._read(tensordict, "value", nested=True)
+        value = self._read(tensordict, "value")
+        return value, self._read(tensordict, "value", nested=True), None
+
+    def _skips(self, tensordict: TensorDictBase, key: NestedKey) -> bool:
+        """Whether ``skip_existing`` applies: on, and the values present now and under
+        ``"next"``."""
+        skip = skip_existing() if self.skip_existing is None else self.skip_existing
+        if not skip:
+            return False
+        next_tensordict = tensordict.get("next", None)
+        return (
+            tensordict.get(key, None) is not None
+            and next_tensordict is not None
+            and next_tensordict.get(key, None) is not None
+        )
+
+    def _shifted_values(self, tensordict, params, target_params, time_dim: int, call: bool):
+        """TorchRL's ``shifted=True``: ``V(s)`` and ``V(s')`` of every kept step from one
+        value-network call over the steps' inputs with the next inputs of truncations inserted
+        (:mod:`rlloss.estimators.shifted`); ``shifted_valid`` marks the kept steps."""
+        owner, key = type(self).__name__, self.tensor_keys.value
+        done, terminated = self._read(tensordict, "done", nested=True), self._terminated(tensordict)
+        root_slot, valid, insert = _shifted.layout(
+            tensordict, done, terminated, self.shifted_budget, time_dim
+        )
+        if not call:  # skip_existing: the values in the batch
+            value = self._read(tensordict, "value")
+            return value, self._read(tensordict, "value", nested=True), valid
+        if target_params is not None and target_params is not params:
+            raise ValueError(
+                f"{owner}(shifted=True) computes V(s) and V(s') in one call, with one set of "
+                "weights: pass params alone (or target_params=params), or use shifted=False."
+            )
+        keys = list(dict.fromkeys(self._value_call.in_keys))
+        inputs = _shifted.sequence_inputs(
+            tensordict, keys, root_slot, insert, self.shifted_budget, time_dim
+        )
+        held_out = params is None and self.differentiable and torch.is_grad_enabled()
+        params = None if params is None else params.detach()
+        hold = hold_out_net(self.value_network) if held_out else contextlib.nullcontext()
+        with hold, _weights(self.value_network, params):
+            values = self._chunked_value(inputs)
+        value = _shifted.gather_steps(values, root_slot, time_dim)
+        next_value = _shifted.gather_steps(values, root_slot + 1, time_dim)
+        if held_out or params is not None:
+            next_value = next_value.detach()
+        tensordict.set(key, value)
+        tensordict.get("next").set(key, next_value)
+        return value, next_value, valid
 
     def _next_inputs(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The value network's inputs at ``s'``: ``tensordict["next"]``; for a recurrent value
@@ -239,8 +316,9 @@ class ValueEstimator(TensorDictModuleBase):
             return rlf.group_standardize(reward, groups, eps=1e-5)
         return (reward - reward.mean()) / reward.std().clamp_min(1e-5)
 
-    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
-        """Inputs of :meth:`estimate` besides the returns' (V-trace's importance ratios)."""
+    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor, valid) -> dict:
+        """Inputs of :meth:`estimate` besides the returns' (V-trace's importance ratios, GAE's
+        group ids and kept steps)."""
         return {}
 
     def _terminated(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -266,29 +344,51 @@ class ValueEstimator(TensorDictModuleBase):
     def _split_value_net_input(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, ...]:
         """The batch cut along ``value_chunk_dim`` into ``num_chunks`` chunks or chunks of
         ``value_chunk_size`` (one chunk without either, or for an empty batch)."""
-        dim = self.value_chunk_dim % max(tensordict.batch_dims, 1)
-        size = tensordict.shape[dim] if tensordict.batch_dims else 0
-        if size == 0 or (self.num_chunks is None and self.value_chunk_size is None):
-            return (tensordict,)
-        if self.num_chunks is not None:  # as torch.tensor_split: sizes differ by at most 1
-            base, extra = divmod(size, self.num_chunks)
-            sizes = [base + 1] * extra + [base] * (self.num_chunks - extra)
-            return tuple(tensordict.split([n for n in sizes if n], dim))
-        return tuple(tensordict.split(self.value_chunk_size, dim))
+        return _options.split(
+            type(self).__name__,
+            tensordict,
+            self.value_chunk_size,
+            self.num_chunks,
+            self.value_chunk_dim,
+        )
 
     def _chunked_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``V`` on the batch, the value network called once per chunk (``num_chunks`` /
         ``value_chunk_size``: bounded memory on long rollouts)."""
-        key = self.tensor_keys.value
-        chunks = self._split_value_net_input(tensordict)
-        if len(chunks) == 1:
-            value = self._value_call(tensordict)[key]
+        dims = tensordict.batch_dims
+        if self.num_chunks is None and self.value_chunk_size is None:  # one call, no split
+            if not -dims <= self.value_chunk_dim < dims:
+                _options.chunk_dim(type(self).__name__, self.value_chunk_dim, dims)  # raises
+            value = self._network_value(self._value_call(tensordict))
         else:
-            dim = self.value_chunk_dim % tensordict.batch_dims
-            value = torch.cat([self._value_call(chunk)[key] for chunk in chunks], dim)
+            chunks = self._split_value_net_input(tensordict)
+            values = [self._network_value(self._value_call(chunk)) for chunk in chunks]
+            value = torch.cat(values, self.value_chunk_dim % dims)
         if self.value_normalizer is None:
             return value
         return self.value_normalizer.denormalize(value)  # the critic's units -> return units
+
+    def _network_value(self, outputs) -> torch.Tensor:
+        """The value network's ``tensor_keys.value`` output among its ``outputs``; a network
+        that writes it elsewhere raises a ``MissingKeyError`` naming the network, what it wrote
+        and the ``set_keys`` call."""
+        key = self.tensor_keys.value
+        value = outputs.get(key, None)
+        if value is not None:
+            return value
+        owner = type(self).__name__
+        network = type(self.value_network).__name__
+        written = getattr(self.value_network, "out_keys", None)
+        if isinstance(outputs, TensorDictBase):
+            outputs = outputs.keys(include_nested=True, leaves_only=True)
+        present = sorted(str(k) for k in outputs)
+        raise MissingKeyError(
+            f"{owner}: the value network {network} (out_keys {written}) wrote no entry "
+            f"{key!r} (tensor_keys.value). Entries present after its call: {present}. If it "
+            f"writes the value under another key, remap it with "
+            f"estimator.set_keys(value=<its key>) (through a loss: "
+            "loss.set_keys(value=<its key>), which the loss's estimator follows)."
+        )
 
     def value_estimate(
         self,
@@ -325,47 +425,85 @@ class ValueEstimator(TensorDictModuleBase):
     ) -> TensorDictBase:
         """Write ``advantage`` and ``value_target`` into ``tensordict`` (returned).
         ``params`` / ``target_params``: weights to call the value network with at ``s`` /
-        ``s'`` (TorchRL's functional call)."""
-        if tensordict.batch_dims < 1:
+        ``s'`` (TorchRL's functional call). ``time_dim``: the batch's time dim (default: the
+        estimator's ``time_dim``, else the dim named ``"time"``, else the last).
+
+        A ``shifted_valid`` entry (written by a shifted estimator, or already in the batch, as
+        TorchRL reads it) marks the kept steps: the last kept step of a row is bootstrapped, and
+        the dropped steps' advantage and value target are 0 (losses reduce over kept steps)."""
+        time_dim = self._time_dim(tensordict, time_dim)
+        if self.skip_existing is None:
+            return self._estimate_batch(tensordict, params, target_params, time_dim)
+        with set_skip_existing(self.skip_existing):  # the value network's modules too
+            return self._estimate_batch(tensordict, params, target_params, time_dim)
+
+    def _time_dim(self, tensordict: TensorDictBase, time_dim: int | None) -> int:
+        """The time dim, non-negative: ``time_dim``, else the estimator's, else the dim named
+        ``"time"``, else the last (TorchRL's rule); out of range: an error naming it."""
+        dims = tensordict.batch_dims
+        if dims < 1:
             raise ValueError(
                 f"{type(self).__name__} expects a batch with a time dimension ([*B, T]); got "
                 f"batch_size={tuple(tensordict.batch_size)}."
             )
         time_dim = self.time_dim if time_dim is None else time_dim
-        if time_dim is not None and not -tensordict.batch_dims <= time_dim < tensordict.batch_dims:
+        if time_dim is None:
+            names = tensordict.names if tensordict._has_names() else ()
+            return names.index("time") if "time" in names else dims - 1
+        if not -dims <= time_dim < dims:
             raise ValueError(
                 f"{type(self).__name__}: time_dim={time_dim} is not a dimension of the batch, "
-                f"whose batch_size {list(tensordict.batch_size)} has {tensordict.batch_dims} "
-                f"dims; pass a time_dim in [{-tensordict.batch_dims}, {tensordict.batch_dims})."
+                f"whose batch_size {list(tensordict.batch_size)} has {dims} dims; pass a "
+                f"time_dim in [{-dims}, {dims})."
             )
-        time_dim = (
-            tensordict.batch_dims - 1 if time_dim is None else time_dim % tensordict.batch_dims
-        )
+        return time_dim % dims
+
+    def _estimate_batch(self, tensordict, params, target_params, time_dim: int):
+        """:meth:`forward` once its time dim is resolved."""
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            value, next_value = self._values(tensordict, params, target_params)
-            extra = self._estimate_inputs(tensordict, value)
+            value, next_value, valid = self._values(tensordict, params, target_params, time_dim)
+            if valid is None:  # a mask in the batch is applied, as TorchRL applies it
+                valid = tensordict.get(SHIFTED_VALID_KEY, None)
+            extra = self._estimate_inputs(tensordict, value, valid)
             steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
             reward = self._read(tensordict, "reward", nested=True)
             if self.average_rewards:  # TorchRL's reward standardisation
                 reward = self._standardized_rewards(reward, tensordict)
             steps = None if steps is None else steps.view_as(reward)
             gamma = rlf.bootstrap_discount(self.gamma, steps, reward.dtype)
+            done = self._read(tensordict, "done", nested=True)
+            terminated = self._terminated(tensordict)
+            if valid is not None:
+                done, terminated = shifted_flags(done, terminated, valid, time_dim)
             advantage, value_target = self.estimate(
                 reward=reward,
                 value=value,
                 next_value=next_value,
-                done=self._read(tensordict, "done", nested=True),
-                terminated=self._terminated(tensordict),
+                done=done,
+                terminated=terminated,
                 gamma=gamma,
                 time_dim=time_dim,
                 **extra,
             )
+        if valid is not None:  # the dropped steps' outputs are 0
+            advantage, value_target = (
+                _shifted.kept(advantage, valid),
+                _shifted.kept(value_target, valid),
+            )
+            tensordict.set(SHIFTED_VALID_KEY, valid)
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
         if self.value_normalizer is not None:  # in training mode: the returns enter the moments
-            valid = tensordict.get(PADDING_MASK_KEY, None)
-            self.value_normalizer.update(value_target.detach(), valid)
+            self.value_normalizer.update(value_target.detach(), _update_mask(tensordict, valid))
         return tensordict
+
+
+def _update_mask(tensordict: TensorDictBase, valid: torch.Tensor | None):
+    """The steps whose value targets enter a value normaliser's moments: not padding, kept."""
+    padding = tensordict.get(PADDING_MASK_KEY, None)
+    if valid is None or padding is None:
+        return padding if valid is None else valid
+    return padding & valid
 
 
 def _weights(network: nn.Module, params):

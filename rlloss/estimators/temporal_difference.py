@@ -2,19 +2,76 @@
 
 from __future__ import annotations
 
+import torch
+from tensordict.utils import NestedKey
+from torch import nn
+
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss.estimators.base import ValueEstimator
+from rlloss.estimators.value_norm import ValueNormalizer
 
 
 class TD0Estimator(ValueEstimator):
     """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``, ``advantage =
     value_target - V(s)``.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import TD0Estimator
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
         >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
-        >>> batch = estimator(batch)  # batch["advantage"], batch["value_target"]
+        >>> flags = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> batch = TensorDict({"obs": torch.randn(2, 5, 3), "next": {"obs": torch.randn(2, 5, 3),
+        ...     "reward": torch.randn(2, 5, 1), "done": flags, "terminated": flags}}, [2, 5])
+        >>> estimator(batch)["advantage"].shape
+        torch.Size([2, 5, 1])
     """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | torch.Tensor,
+        value_network: nn.Module | None = None,
+        shifted: bool = False,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        skip_existing: bool | None = None,
+        device: torch.device | None = None,
+        deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            device=device,
+            deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
+            average_rewards=average_rewards,
+            value_normalizer=value_normalizer,
+        )
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
         value_target = rlf.td0_return(reward, next_value, terminated, gamma)
@@ -24,12 +81,63 @@ class TD0Estimator(ValueEstimator):
 class TDLambdaEstimator(ValueEstimator):
     """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import TDLambdaEstimator
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
         >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> estimator.lmbda
+        0.95
     """
 
-    def __init__(self, *, gamma: float, lmbda: float, **kwargs) -> None:
-        super().__init__(gamma=gamma, **kwargs)
+    def __init__(
+        self,
+        *,
+        gamma: float | torch.Tensor,
+        lmbda: float | torch.Tensor,
+        value_network: nn.Module | None = None,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        vectorized: bool = True,
+        skip_existing: bool | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        shifted: bool = False,
+        device: torch.device | None = None,
+        time_dim: int | None = None,
+        deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            device=device,
+            deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
+            time_dim=time_dim,
+            average_rewards=average_rewards,
+            vectorized=vectorized,
+            value_normalizer=value_normalizer,
+        )
         check_in_range("lmbda", lmbda, 0.0, 1.0)
         self.lmbda = float(lmbda)
 
@@ -44,9 +152,58 @@ class TD1Estimator(TDLambdaEstimator):
     """TD(1): the discounted return to the end of the batch, bootstrapped there
     (:class:`TDLambdaEstimator` with ``lmbda=1``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import TD1Estimator
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
         >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
+        >>> estimator.lmbda
+        1.0
     """
 
-    def __init__(self, *, gamma: float, **kwargs) -> None:
-        super().__init__(gamma=gamma, lmbda=1.0, **kwargs)
+    def __init__(
+        self,
+        *,
+        gamma: float | torch.Tensor,
+        value_network: nn.Module | None = None,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        shifted: bool = False,
+        device: torch.device | None = None,
+        time_dim: int | None = None,
+        deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            lmbda=1.0,
+            value_network=value_network,
+            average_rewards=average_rewards,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            shifted=shifted,
+            device=device,
+            time_dim=time_dim,
+            deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
+            value_normalizer=value_normalizer,
+        )

@@ -13,6 +13,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_in_range
 from rlloss._networks import DistributionCall, action_log_prob, as_list, stored_log_prob
 from rlloss.estimators.base import ValueEstimator
+from rlloss.estimators.value_norm import ValueNormalizer
 
 
 class VTrace(ValueEstimator):
@@ -25,8 +26,22 @@ class VTrace(ValueEstimator):
     policy (or its mode) instead of the action taken; rlloss scores the taken action
     (``tensor_keys.action``), as the paper's ratio is defined.
 
-    Example:
+    ``average_adv=True`` standardises the advantage over the batch (within the groups of
+    ``group_key`` when set), as TorchRL's.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import OneHotCategorical, ProbabilisticActor
+        >>> from rlloss import VTrace
+        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["obs"], ["logits"]),
+        ...     in_keys=["logits"], distribution_class=OneHotCategorical, return_log_prob=True,
+        ... )
         >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
+        >>> vtrace.tensor_keys.action
+        'action'
     """
 
     @dataclasses.dataclass
@@ -36,13 +51,47 @@ class VTrace(ValueEstimator):
     def __init__(
         self,
         *,
-        gamma: float,
+        gamma: float | torch.Tensor,
         actor_network: nn.Module,
-        rho_thresh: float = 1.0,
-        c_thresh: float = 1.0,
-        **kwargs,
+        value_network: nn.Module | None = None,
+        rho_thresh: float | torch.Tensor = 1.0,
+        c_thresh: float | torch.Tensor = 1.0,
+        average_adv: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        shifted: bool = False,
+        device: torch.device | None = None,
+        time_dim: int | None = None,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
+        value_normalizer: ValueNormalizer | None = None,
     ) -> None:
-        super().__init__(gamma=gamma, **kwargs)
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            device=device,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
+            time_dim=time_dim,
+            value_normalizer=value_normalizer,
+        )
         check_in_range("rho_thresh", rho_thresh, 0.0, low_open=True)
         check_in_range("c_thresh", c_thresh, 0.0, low_open=True)
         self.actor_network = actor_network
@@ -54,20 +103,31 @@ class VTrace(ValueEstimator):
         if log_prob_keys and len(log_prob_keys) == 1:
             self.tensor_keys.sample_log_prob = log_prob_keys[0]
         self.rho_thresh, self.c_thresh = float(rho_thresh), float(c_thresh)
+        self.average_adv = average_adv
+
+    @classmethod
+    def for_loss(cls, loss_module: nn.Module, **hyperparams) -> VTrace:
+        """A V-trace estimator for ``loss_module`` (TorchRL's registry hook): the loss's actor
+        unless ``actor_network`` is given, its critic as :meth:`ValueEstimator.for_loss`."""
+        hyperparams.setdefault("actor_network", loss_module.actor_network)
+        return super().for_loss(loss_module, **hyperparams)
 
     def _policy_keys(self) -> list[NestedKey]:
         return [*self.actor_network.in_keys, *as_list(self.tensor_keys.sample_log_prob)]
 
-    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor) -> dict:
+    def _estimate_inputs(self, tensordict: TensorDictBase, value: torch.Tensor, valid) -> dict:
         owner = type(self).__name__
         with torch.no_grad():
             distribution = self._actor_call(tensordict)
             log_pi = action_log_prob(distribution, tensordict, self.tensor_keys.action, owner)
         log_mu = stored_log_prob(tensordict, self.tensor_keys.sample_log_prob, owner)
-        return {"log_rho": (log_pi - log_mu).reshape(value.shape)}
+        groups = self._groups(tensordict) if self.average_adv else None
+        return {"log_rho": (log_pi - log_mu).reshape(value.shape), "groups": groups}
 
-    def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim, log_rho):
-        return rlf.vtrace(
+    def estimate(
+        self, *, reward, value, next_value, done, terminated, gamma, time_dim, log_rho, groups
+    ):
+        advantage, value_target = rlf.vtrace(
             reward,
             value,
             next_value,
@@ -79,3 +139,8 @@ class VTrace(ValueEstimator):
             self.c_thresh,
             time_dim,
         )
+        if not self.average_adv:
+            return advantage, value_target
+        if groups is not None:  # TorchRL's average_adv: over the batch, or within the groups
+            return rlf.group_standardize(advantage, groups, eps=1e-5), value_target
+        return (advantage - advantage.mean()) / advantage.std().clamp_min(1e-5), value_target

@@ -240,3 +240,81 @@ def bootstrap_discount(
     if steps_to_next_obs is None:
         return gamma
     return gamma ** steps_to_next_obs.to(dtype or torch.get_default_dtype())
+
+
+def last_kept(valid: torch.Tensor, time_dim: int) -> torch.Tensor:
+    """The last kept step of each row of ``valid`` (``[*B, T]``) that drops steps: kept, and
+    followed by a dropped one (none in a row that keeps every step)."""
+    steps = valid.shape[time_dim]
+    following = torch.cat(
+        [valid.narrow(time_dim, 1, steps - 1), torch.ones_like(valid.narrow(time_dim, 0, 1))],
+        time_dim,
+    )
+    return valid & ~following
+
+
+def shifted_layout(
+    done: torch.Tensor, terminated: torch.Tensor, budget: int, time_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where each step's inputs sit in the single value-network sequence of a shifted estimator
+    (TorchRL's ``shifted=True``): ``[s_0 .. s_{T-1}]`` with the next input ``s'_t`` inserted
+    after each truncation ``t`` (``done`` and not ``terminated``: ``s'_t`` is not the next root
+    input), in a sequence of ``T + budget`` slots.
+
+    Each truncation before the last step takes one slot, so the roots after it move one slot
+    right; the steps whose next input no longer fits are dropped (from the tail). The next
+    input of the last kept step is inserted after it too (it is then bootstrapped from there
+    and its trace cut, see :func:`shifted_flags`); any other step reads its successor's root
+    slot as its next input.
+
+    Args:
+        done: ``[*B, T]`` booleans (one flag per step).
+        terminated: ``[*B, T]`` booleans.
+        budget: extra slots (``>= 1``); ``budget = 1 + number of truncations`` keeps every step.
+        time_dim: the time dimension of ``done``.
+
+    Returns:
+        ``(root_slot, valid, insert)``, each ``[*B, T]``: the slot of ``s_t`` (``s'_t`` is read
+        at ``root_slot + 1``), whether step ``t`` is kept, and whether ``s'_t`` is written at
+        ``root_slot + 1`` (a kept truncation, the last kept step, or the last step).
+    """
+    steps = done.shape[time_dim]
+    shape = [1] * done.ndim
+    shape[time_dim] = steps
+    t = torch.arange(steps, device=done.device).view(shape)
+    reset = done & ~terminated & (t < steps - 1)  # a truncation at the last step takes no slot
+    count = reset.long()
+    root_slot = t + count.cumsum(time_dim) - count  # + the truncations before t
+    valid = root_slot < steps + budget - 1  # s'_t at root_slot + 1 fits in T + budget slots
+    insert = valid & (reset | last_kept(valid, time_dim) | (t == steps - 1))
+    return root_slot, valid, insert
+
+
+def shifted_flags(
+    done: torch.Tensor, terminated: torch.Tensor, valid: torch.Tensor, time_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``done`` and ``terminated`` of a shifted estimator: the last kept step of a row that
+    drops steps (:func:`last_kept` of ``valid``, ``[*B, T]``, broadcast over the flags' trailing
+    dims) becomes a truncation (its trace cut there, bootstrapped from its own next input)."""
+    last = last_kept(valid, time_dim)
+    while last.ndim < done.ndim:
+        last = last.unsqueeze(-1)
+    last = last.expand(done.shape)
+    return done.masked_fill(last, True), terminated.masked_fill(last, False)
+
+
+def masked_standardize(
+    x: torch.Tensor, valid: torch.Tensor, eps: float = 1e-4, keep_dims: tuple[int, ...] = ()
+) -> torch.Tensor:
+    """``(x - mean) / max(std, eps)`` with the moments over the elements where ``valid`` (``x``'s
+    leading dims, broadcast over the rest) is set, the std without Bessel's correction (TorchRL's
+    normalisation of a shifted estimator's advantages); ``keep_dims``: dims with their own
+    moments (the agent dim of a multi-agent advantage)."""
+    while valid.ndim < x.ndim:
+        valid = valid.unsqueeze(-1)
+    weight = valid.expand(x.shape).to(x.dtype)
+    dims = [d for d in range(x.ndim) if d not in {k % x.ndim for k in keep_dims}]
+    count = weight.sum(dims, keepdim=True).clamp_min(1)
+    mean = (x * weight).sum(dims, keepdim=True) / count
+    variance = ((x - mean).square() * weight).sum(dims, keepdim=True) / count
+    return (x - mean) / variance.sqrt().clamp_min(eps)
