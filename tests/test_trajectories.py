@@ -22,7 +22,7 @@ import torchrl.objectives as torchrl_objectives
 from torchrl.data import Bounded
 
 import rlloss
-from tests import test_dqn, test_sac, test_td3
+from tests import test_crossq, test_dqn, test_sac, test_td3, test_tqc
 from tests.trajectory import assert_same_trajectory, soft_update
 
 NUM_BATCHES = 4  # cycled over the steps
@@ -60,12 +60,66 @@ def td3(name: str, **kwargs):
     return ours, theirs, batches(test_td3.transitions), options
 
 
+def sac_family(loss_class, policy, critics, make_batch, **common):
+    """``test_sac.loss_pair`` of ``loss_class`` (SAC, TQC, REDQ: target critics moved
+    identically), seeded steps."""
+    ours, theirs = test_sac.loss_pair(loss_class, policy, critics, common)
+    return ours, theirs, batches(make_batch), {"updater": soft_update, "seeded": True}
+
+
+def sac():
+    spec = Bounded(-1.0, 1.0, (test_sac.ACT,))
+    critics = [test_sac.qvalue(), test_sac.qvalue()]
+    return sac_family(
+        rlloss.SACLoss, test_sac.actor(), critics, test_sac.transitions,
+        num_qvalue_nets=2, action_spec=spec,
+    )
+
+
+def discrete_sac():
+    critics = [test_sac.discrete_qvalue(), test_sac.discrete_qvalue()]
+    return sac_family(
+        rlloss.DiscreteSACLoss, test_sac.discrete_actor(True), critics,
+        lambda: test_sac.discrete_transitions(True),
+        num_qvalue_nets=2, num_actions=test_sac.NUM_ACTIONS, action_space="one-hot",
+    )
+
+
+def tqc():
+    critics = [test_tqc.quantile_critic() for _ in range(3)]
+    return sac_family(
+        rlloss.TQCLoss, test_sac.actor(), critics, test_tqc.transitions,
+        num_qvalue_nets=3, top_quantiles_to_drop_per_net=2,
+        action_spec=Bounded(-1.0, 1.0, (test_sac.ACT,)),
+    )
+
+
+def redq():
+    critics = [test_sac.qvalue() for _ in range(4)]
+    return sac_family(
+        rlloss.REDQLoss, test_sac.actor(), critics, test_sac.transitions,
+        num_qvalue_nets=4, sub_sample_len=2, action_spec=Bounded(-1.0, 1.0, (test_sac.ACT,)),
+    )
+
+
+def crossq():
+    critics = [test_crossq.critic("batchnorm") for _ in range(2)]
+    common = {"num_qvalue_nets": 2, "action_spec": Bounded(-1.0, 1.0, (test_sac.ACT,))}
+    ours, theirs = test_crossq.loss_pair(test_sac.actor(), critics, common)
+    return ours, theirs, batches(test_sac.transitions), {"seeded": True}
+
+
 CASES = {
     "DQNLoss": lambda: dqn(False),
     "DQNLoss-double": lambda: dqn(True),
     "DDPGLoss": ddpg,
     "TD3Loss": lambda: td3("TD3Loss", policy_noise=0.2, noise_clip=0.5),
     "TD3BCLoss": lambda: td3("TD3BCLoss"),
+    "SACLoss": sac,
+    "DiscreteSACLoss": discrete_sac,
+    "TQCLoss": tqc,
+    "REDQLoss": redq,
+    "CrossQLoss": crossq,
 }
 
 
