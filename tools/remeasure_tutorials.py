@@ -53,7 +53,7 @@ FIGURES_LINE = re.compile(
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # keyed by identity
 class Figures:
     """One ``[figures]`` line: the tutorial, the library, the command-line arguments, the
     printed result's name and the documented value of each seed."""
