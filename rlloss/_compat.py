@@ -48,6 +48,39 @@ def output_tensorclass(cls, entries: dict[str, torch.Tensor]):
     return cls._from_tensordict(output_tensordict(entries))
 
 
+# ----------------------------------------------------------------------------- torch
+
+# torch's reduction codes (``torch.nn._reduction.get_enum``)
+_REDUCTION_CODES = {"none": 0, "mean": 1, "sum": 2}
+
+
+def mse_loss(prediction: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
+    """``F.mse_loss(prediction, target, reduction=reduction)`` for two tensors of one shape (the
+    caller checks it): the same operation, so the same numbers and gradients.
+
+    Why private: ``F.mse_loss`` first broadcasts its inputs in Python (``broadcast_tensors``:
+    two ``expand`` views and their autograd nodes, even for inputs of one shape) and maps the
+    reduction's name through a helper, about as much Python as the rest of a small critic
+    loss's reduction; ``torch._C._nn.mse_loss`` is the operation it then calls.
+    """
+    code = _REDUCTION_CODES.get(reduction)
+    if code is None:  # torch's own error for an unknown reduction
+        return nn.functional.mse_loss(prediction, target, reduction=reduction)
+    return torch._C._nn.mse_loss(prediction, target, code)
+
+
+def set_grad_mode(enabled: bool) -> None:
+    """Switch autograd's recording on or off for the current thread, as entering and leaving
+    ``torch.no_grad()`` do (a caller restores the previous mode in a ``finally``).
+
+    Why private: ``torch.no_grad()`` is a context-manager object, four Python frames a use
+    (``__new__``, ``__init__``, ``__enter__``, ``__exit__``), which is a visible share of a small
+    loss's per-call overhead; ``torch._C._set_grad_enabled`` is the switch they flip (dynamo
+    traces it as a grad-mode change, so ``fullgraph=True`` still holds).
+    """
+    torch._C._set_grad_enabled(enabled)
+
+
 def unravel_key(key: NestedKey) -> tuple[str, ...]:
     """``("a", ("b", "c"))`` -> ``("a", "b", "c")``; ``"a"`` -> ``("a",)``.
 

@@ -547,3 +547,27 @@ def test_tensor_slots_use_the_given_tensors_and_restore_the_module(multi_agent):
     if not multi_agent:  # the private tables the fast path relies on
         assert module[0]._parameters["weight"] is module[0].weight
         assert module[1]._buffers["running_mean"] is module[1].running_mean
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_mse_loss_is_f_mse_loss_bit_for_bit_with_its_gradient(reduction):
+    prediction = torch.randn(64, 1, requires_grad=True)
+    target = torch.randn(64, 1)
+    ours = _compat.mse_loss(prediction, target, reduction)
+    (grad_ours,) = torch.autograd.grad(ours.sum(), prediction)
+    theirs = nn.functional.mse_loss(prediction, target, reduction=reduction)
+    (grad_theirs,) = torch.autograd.grad(theirs.sum(), prediction)
+    assert torch.equal(ours, theirs) and torch.equal(grad_ours, grad_theirs)
+    with pytest.raises(ValueError, match="not a valid value for reduction"):
+        _compat.mse_loss(prediction, target, "average")
+
+
+def test_set_grad_mode_switches_recording_as_no_grad_does():
+    x = torch.ones(3, requires_grad=True)
+    assert torch.is_grad_enabled()
+    _compat.set_grad_mode(False)
+    try:
+        assert not torch.is_grad_enabled() and not (2 * x).requires_grad
+    finally:
+        _compat.set_grad_mode(True)
+    assert torch.is_grad_enabled() and (2 * x).requires_grad

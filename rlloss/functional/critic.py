@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlloss import _compat
 from rlloss._checks import check_same_shape
 from rlloss.functional.reduce import reduce
 
@@ -26,8 +27,8 @@ def distance(
     operation (one autograd node instead of two: what an unweighted, unmasked loss takes).
     """
     check_same_shape(prediction=prediction, target=target)
-    if kind == "l2":
-        return F.mse_loss(prediction, target, reduction=reduction)
+    if kind == "l2":  # F.mse_loss's operation without its broadcast (the shapes are equal)
+        return _compat.mse_loss(prediction, target, reduction)
     if kind == "l1":
         return F.l1_loss(prediction, target, reduction=reduction)
     if kind == "smooth_l1":
@@ -133,8 +134,10 @@ def ensemble_td_error(
 def _error_size(difference: torch.Tensor, kind: str) -> torch.Tensor:
     """``difference^2`` or ``|difference|``, detached (callers subtract from a detached value:
     no autograd node is built for the difference)."""
+    if difference.requires_grad:  # a target with gradient; else no detach op (and no view)
+        difference = difference.detach()
     if kind == "squared":
-        return difference.detach().square()
+        return difference.square()
     if kind == "absolute":
-        return difference.detach().abs()
+        return difference.abs()
     raise ValueError(f"unknown TD error kind {kind!r}; expected one of {TD_ERRORS}")

@@ -48,6 +48,9 @@ from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
+# The default of a padding mask argument: not read yet, so read from the batch (None, the
+# other possible value, means "read: nothing is padded").
+READ_FROM_BATCH = object()
 # TDTargetLoss's keywords besides loss_function, which its subclasses pass on
 REPLAY_KEYWORDS = frozenset(
     {
@@ -196,16 +199,22 @@ class TDTargetLoss(LossModule):
         the batch has none, as TorchRL, with a warning), both one per agent for per-agent values
         (:meth:`_per_agent`), and the discount ``gamma^n`` (a scalar, or ``[*B, 1]`` with
         ``steps_to_next_obs``) of the batch's transitions."""
-        reward = self._per_agent(tensordict, "reward", next_value)
+        reward = self._get(tensordict, "reward", nested=True)
         flag, terminated = "terminated", self._read(tensordict, "terminated", nested=True)
         if terminated is None:  # TorchRL's fallback
-            if self._read(tensordict, "done", nested=True) is None:  # the error names this one
+            terminated = self._read(tensordict, "done", nested=True)
+            if terminated is None:  # the error names this one
                 self._get(tensordict, "terminated", nested=True)
             warn_terminated_from_done(
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
-            flag, terminated = "done", None
-        terminated = self._per_agent(tensordict, flag, next_value, terminated)
+            flag = "done"
+        # Per-agent values only (one dim more than [*B, 1]) take the agents' copies: the test
+        # is made once here, not in a call of _per_agent for each entry (the common one-value
+        # case then reads its two entries without two frames and two batch_dims lookups).
+        if next_value.ndim == tensordict.batch_dims + 2:
+            reward = self._per_agent(tensordict, "reward", next_value, reward)
+            terminated = self._per_agent(tensordict, flag, next_value, terminated)
         steps = self._read(tensordict, "steps_to_next_obs")
         if steps is not None:
             key = self.tensor_keys.steps_to_next_obs
@@ -245,10 +254,11 @@ class TDTargetLoss(LossModule):
         loss = rlf.reduce(loss, self.reduction, **self._replay_weighting(tensordict))
         return loss.squeeze(-1) if self.reduction == "none" else loss
 
-    def _replay_weighting(self, tensordict: TensorDictBase) -> dict:
+    def _replay_weighting(self, tensordict: TensorDictBase, mask=READ_FROM_BATCH) -> dict:
         """``rlf.reduce``'s keywords for the batch: its importance weights (``None`` without, or
         with ``use_prioritized_weights=False``), its valid transitions (``None``: all) and
-        whether the weights are normalised."""
+        whether the weights are normalised. ``mask``: the valid transitions when the forward
+        has read them already (:meth:`_valid_batch_and_mask`), else read from the batch."""
         weights = None
         if self.use_prioritized_weights is not False:
             weights = self._read(tensordict, "priority_weight")
@@ -258,7 +268,7 @@ class TDTargetLoss(LossModule):
                 key = self.tensor_keys.priority_weight
                 check_entry_shape(type(self).__name__, key, weights, tensordict.batch_size)
         return {
-            "mask": self._loss_mask(tensordict),
+            "mask": self._loss_mask(tensordict) if mask is READ_FROM_BATCH else mask,
             "weights": weights,
             "normalize_weights": self.priority_weighting == "normalized",
         }
@@ -280,12 +290,26 @@ class TDTargetLoss(LossModule):
             return tensordict
         return fill_padding(tensordict, mask, self._mask_paths())
 
+    def _valid_batch_and_mask(self, tensordict: TensorDictBase) -> tuple:
+        """:meth:`_valid_batch` and the padding mask it read (``[*B, 1]``; ``None``: nothing
+        padded), for a forward that passes the mask on to :meth:`_critic_loss`: the batch's mask
+        entries are then looked up once a forward instead of twice."""
+        mask = self._loss_mask(tensordict)
+        if mask is None:
+            return tensordict, None
+        return fill_padding(tensordict, mask.squeeze(-1), self._mask_paths()), mask
+
     def _critic_loss(
-        self, value: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
+        self,
+        value: torch.Tensor,
+        target: torch.Tensor,
+        tensordict: TensorDictBase,
+        mask=READ_FROM_BATCH,
     ) -> torch.Tensor:
         """``L(Q(s, a), y)`` of one critic (``[*B, 1]``), reduced with the replay weights; without
-        weights or padding, reduced inside the distance (one autograd node, the same value)."""
-        weighting = self._replay_weighting(tensordict)
+        weights or padding, reduced inside the distance (one autograd node, the same value).
+        ``mask``: the padding mask as :meth:`_valid_batch_and_mask` read it, if it did."""
+        weighting = self._replay_weighting(tensordict, mask)
         loss = rlf.reduced_distance(value, target, self.loss_function, self.reduction, **weighting)
         return loss.squeeze(-1) if self.reduction == "none" else loss
 

@@ -83,24 +83,35 @@ class QLearningLoss(TDTargetLoss):
 
     def _chosen_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q(s, .)`` (``[*B, A]``) and ``Q(s, a)`` of the batch's action (``[*B, 1]``)."""
-        action_values = self._action_values(batch)
+        action_values = self._value_call(batch)[self._tensor_keys.action_value]
         return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
 
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
-        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient."""
-        with torch.no_grad():
+        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient.
+
+        Gradient recording is switched off and back by hand (``_compat.set_grad_mode``), the
+        same as ``with torch.no_grad():`` without its context manager's Python frames: DQN's
+        whole forward is small enough at small batches for them to count (issue 49's
+        hand-written comparison)."""
+        enabled = torch.is_grad_enabled()
+        _compat.set_grad_mode(False)
+        try:
+            key = self._tensor_keys.action_value
             if not self.delay_value:
-                return rlf.greedy_value(self._action_values(next_batch))
-            target = self._target_value_call(next_batch)[self._tensor_keys.action_value]
+                return rlf.greedy_value(self._value_call(next_batch)[key])
+            target = self._target_value_call(next_batch)[key]
             if not self.double_dqn:
                 return rlf.greedy_value(target)
-            return rlf.double_q_value(self._action_values(next_batch), target)
+            return rlf.double_q_value(self._value_call(next_batch)[key], target)
+        finally:
+            _compat.set_grad_mode(enabled)
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions; writes ``td_error`` into ``tensordict``."""
-        batch = self._valid_batch(tensordict)
+        batch, mask = self._valid_batch_and_mask(tensordict)  # the mask, read once
         _, value = self._chosen_values(batch)
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
-        return _compat.output_tensordict({"loss": self._critic_loss(value, target, batch)})
+        loss = self._critic_loss(value, target, batch, mask)
+        return _compat.output_tensordict({"loss": loss})
