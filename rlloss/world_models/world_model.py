@@ -100,7 +100,10 @@ class WorldModelLoss(WorldModelLossBase):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The active losses, each a 0-dim tensor."""
         labels = ("reward",) if "reward" in self.losses else ()
-        optional = ("done", "terminated") if "done" in self.losses else ()
+        if "done" in self.losses:  # the real done is required (TorchRL's rename), terminated not
+            labels, optional = (*labels, "done"), ("terminated",)
+        else:
+            optional = ()
         output = self._run_world_model(tensordict, labels, optional)
         entries = {
             "reward": ("reward", "true_reward", True),
