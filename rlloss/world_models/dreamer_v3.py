@@ -90,7 +90,6 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     )
     # checked at construction and on assignment (the lambda_* weights: by the base)
     kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
-    free_bits = Coefficient(low=0.0)
     unimix = Coefficient(low=0.0, high=1.0, high_open=True)
     continue_target_scale = Coefficient(low=0.0, high=1.0, low_open=True)
 
@@ -122,7 +121,6 @@ class DreamerV3ModelLoss(WorldModelLossBase):
             raise ValueError("continue_target_scale must be in (0, 1].")
         DreamerV3ModelLoss.unimix.check(unimix)
         DreamerV3ModelLoss.kl_alpha.check(kl_alpha)
-        DreamerV3ModelLoss.free_bits.check(free_bits)
         weights = {"lambda_kl": lambda_kl, "lambda_reco": lambda_reco}
         weights.update(lambda_reward=lambda_reward, lambda_continue=lambda_continue)
         weights.update(lambda_dynamic=lambda_dynamic, lambda_representation=lambda_representation)
@@ -131,9 +129,9 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         self._register_coefficients(
             unimix=unimix,
             kl_alpha=kl_alpha,
-            free_bits=free_bits,
             continue_target_scale=continue_target_scale,
         )
+        self.free_bits = free_bits  # any number: a floor of 0 or below clamps nothing
         self.reco_loss, self.reco_symlog = reco_loss, reco_symlog
         self.reward_two_hot, self.num_reward_bins = reward_two_hot, num_reward_bins
         self.detach_output = detach_output
