@@ -875,6 +875,12 @@ ASSIGNMENT = [
     ("DiscreteCQL-gamma-neg", "DiscreteCQLLoss", "gamma", -0.5),
     ("CQL-temperature-neg", "CQLLoss", "temperature", -1.0),
     ("CQL-min_q_weight-neg", "CQLLoss", "min_q_weight", -0.5),
+    # checked at construction, and (issue 49's sweep) on assignment too
+    ("MPO-num_samples-0", "MPOLoss", "num_samples", 0),
+    ("CQL-num_random-0", "CQLLoss", "num_random", 0),
+    ("CQL-num_random-2.5", "CQLLoss", "num_random", 2.5),
+    ("TQC-top_quantiles_to_drop_per_net-neg", "TQCLoss", "top_quantiles_to_drop_per_net", -1),
+    ("REDQ-sub_sample_len-0", "REDQLoss", "sub_sample_len", 0),
 ]
 
 
