@@ -876,9 +876,11 @@ def _valid_and_padded(batch: TensorDictBase, steps: int, seed: int) -> TensorDic
     first valid step's values left out on purpose) and ``("collector", "mask")`` marking them."""
     generator = torch.Generator().manual_seed(seed)
     padding = batch[:, :steps].apply(
-        lambda x: (torch.randn(x.shape, generator=generator) * 50).to(x.dtype)
-        if x.is_floating_point()
-        else x
+        lambda x: (
+            (torch.randn(x.shape, generator=generator) * 50).to(x.dtype)
+            if x.is_floating_point()
+            else x
+        )
     )
     padded = torch.cat([batch, padding], dim=1)
     valid = torch.ones(padded.shape, dtype=torch.bool)
@@ -954,7 +956,13 @@ def test_mappo_critic_writing_another_value_key_is_named(name):
         ({"value_key": "v"}, RuntimeError),
         ({"lmbda": 0.9}, TypeError),
     ],
-    ids=["MAPPO-gamma", "MAPPO-entropy_coef", "MAPPO-critic_coef", "MAPPO-value_key", "MAPPO-unknown"],
+    ids=[
+        "MAPPO-gamma",
+        "MAPPO-entropy_coef",
+        "MAPPO-critic_coef",
+        "MAPPO-value_key",
+        "MAPPO-unknown",
+    ],
 )
 def test_mappo_refuses_torchrls_removed_keywords_as_torchrl_does(kwargs, error):
     with pytest.raises(error, match=next(iter(kwargs))):
@@ -1032,20 +1040,38 @@ def test_pilco_valid_weights_assignment_is_taken():
 
 
 @pytest.mark.parametrize(
-    "name, value", [("rate", 1.5), ("min_scale", 0.0)], ids=["DreamerV3Actor-rate", "DreamerV3Actor-min_scale"]
+    "name, value",
+    [("rate", 1.5), ("min_scale", 0.0)],
+    ids=["DreamerV3Actor-rate", "DreamerV3Actor-min_scale"],
 )
 def test_dreamer_v3_return_normalization_assignment_is_refused(name, value):
     module, _ = BY_NAME["DreamerV3ActorLoss"].build()
     assert_assignment_refused(module.retnorm, name, value)
 
 
-def test_valid_assignments_of_the_newly_checked_attributes_are_taken():
-    rnd, _ = BY_NAME["RNDLoss"].build()
-    rnd.obs_clip = 3
-    assert rnd.obs_clip == 3.0
-    actor, _ = BY_NAME["DreamerV3ActorLoss"].build()
-    actor.imagination_horizon = 2
-    assert actor.imagination_horizon == 2 and isinstance(actor.imagination_horizon, int)
-    odt, _ = BY_NAME["OnlineDTLoss"].build()
-    odt.target_entropy = -3.0
-    assert float(odt.target_entropy) == -3.0 and "target_entropy" in odt.state_dict()
+@pytest.mark.parametrize(
+    "subject, name, value, expected",
+    [
+        ("RNDLoss", "obs_clip", 3, 3.0),
+        ("DreamerV3ActorLoss", "imagination_horizon", 2, 2),
+        ("OnlineDTLoss", "target_entropy", -3.0, -3.0),
+        ("DreamerV3ModelLoss", "kl_alpha", 0.5, 0.5),
+        ("DreamerV3Loss", "lmbda", 0.9, 0.9),
+    ],
+    ids=[
+        "RND-obs_clip",
+        "DreamerV3Actor-horizon",
+        "OnlineDT-target_entropy",
+        "DreamerV3Model-kl",
+        "DreamerV3-lmbda",
+    ],
+)
+def test_valid_assignment_of_a_newly_checked_attribute_is_taken(subject, name, value, expected):
+    module, _ = BY_NAME[subject].build()
+    setattr(module, name, value)
+    stored = getattr(module, name)
+    assert float(stored) == expected and type(float(stored)) is float
+    if name == "imagination_horizon":
+        assert isinstance(stored, int)
+    if name == "target_entropy":  # a buffer, written in place
+        assert "target_entropy" in module.state_dict()
