@@ -409,3 +409,16 @@ def test_normalizer_refuses_a_state_of_another_size():
 )
 def test_normalizer_refuses_wrong_shapes(reward, done, pattern):
     expect_error(ValueError, pattern, lambda: RewardNormalizer(num_envs=3)(reward, done))
+
+
+@pytest.mark.parametrize(
+    "name, value", [("gamma", 1.5), ("gamma", math.nan), ("eps", -1e-8)], ids=str
+)
+def test_normalizer_checks_gamma_and_eps_on_assignment_as_at_construction(name, value):
+    """Issue 49's sweep: the constructor's ranges hold for a later assignment too."""
+    from tests.test_bad_inputs import assert_assignment_refused
+
+    normalizer = RewardNormalizer(num_envs=2, gamma=0.9)
+    assert_assignment_refused(normalizer, name, value)
+    normalizer.gamma = 0.5
+    assert normalizer.gamma == 0.5
