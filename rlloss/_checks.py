@@ -125,7 +125,9 @@ class Coefficient:
 
     ``entropy_coeff = Coefficient(low=0.0, buffer=True)`` in a class body (of a
     :class:`CoefficientOwner`: every rlloss loss and policy-loss add-on) declares the attribute;
-    :meth:`CoefficientOwner._register_coefficients` stores its first value. The range keywords
+    :meth:`CoefficientOwner._register_coefficients` stores its first value; on a plain object
+    (an updater, ``KLEarlyStopping``) a plain assignment does, Python's own descriptor rule
+    needing no mixin there. The range keywords
     are :func:`check_in_range`'s (``finite=True`` alone: any finite number): a number assigned
     at construction or later (``loss.entropy_coeff = 0.02``, a schedule) outside it raises its
     ``ValueError``, naming the attribute and the range, and changes nothing; a tensor is checked
@@ -198,11 +200,12 @@ class Coefficient:
         if _readable_number(value):
             self.check(value)
         name = self.name
-        current = module._buffers.get(name)
+        buffers = module.__dict__.get("_buffers", {})  # none on a plain object (an updater)
+        current = buffers.get(name)
         if current is not None and isinstance(value, (int, float)):  # a schedule's step
             with torch.no_grad():
                 current.copy_(torch.as_tensor(value, dtype=current.dtype, device=current.device))
-        elif name in module._buffers or name in module._parameters:
+        elif name in buffers or name in module.__dict__.get("_parameters", {}):
             torch.nn.Module.__setattr__(module, name, value)  # nn.Module's rules
         elif isinstance(value, torch.nn.Parameter):
             module.__dict__.pop(self.slot, None)
