@@ -681,6 +681,7 @@ CONSTRUCTION = [
     ("KLPEN-decrement-0", _ppo_with(rlloss.KLPENPPOLoss, decrement=0.0), "decrement"),
     ("KLPEN-samples_mc_kl-0", _ppo_with(rlloss.KLPENPPOLoss, samples_mc_kl=0), "samples_mc_kl"),
     ("KLPEN-samples_mc_kl-2.5", _ppo_with(rlloss.KLPENPPOLoss, samples_mc_kl=2.5), "integer"),
+    ("KLPEN-beta_min-neg", _ppo_with(rlloss.KLPENPPOLoss, beta_min=-1.0), r"beta_min must be in"),
     ("RPO-rpo_alpha-neg", _ppo_with(rlloss.RPOLoss, rpo_alpha=-0.5), "rpo_alpha"),
     ("DQN-gamma-1.5", _dqn_with(gamma=1.5), "gamma"),
     ("DQN-gamma-neg", _dqn_with(gamma=-0.1), "gamma"),
@@ -881,6 +882,8 @@ ASSIGNMENT = [
     ("CQL-num_random-2.5", "CQLLoss", "num_random", 2.5),
     ("TQC-top_quantiles_to_drop_per_net-neg", "TQCLoss", "top_quantiles_to_drop_per_net", -1),
     ("REDQ-sub_sample_len-0", "REDQLoss", "sub_sample_len", 0),
+    ("KLPEN-beta_min-neg", "KLPENPPOLoss", "beta_min", -0.1),
+    ("KLPEN-beta_max-neg", "KLPENPPOLoss", "beta_max", -1.0),
 ]
 
 
