@@ -223,13 +223,23 @@ class Coefficient:
 class CoefficientOwner:
     """Mixin of the modules that declare :class:`Coefficient` attributes: ``nn.Module``'s
     ``__setattr__`` stores tensors itself, skipping data descriptors; here an assignment to a
-    declared coefficient goes to the descriptor (Python's own rule)."""
+    declared coefficient goes to the descriptor (Python's own rule).
+
+    ``_choices`` (a class attribute: name -> accepted values, a subclass extends its base's)
+    lists the string settings checked at construction (``reduction``, ``loss_function``...):
+    a later assignment outside them raises :func:`check_choice`'s ``ValueError`` and changes
+    nothing. They stay plain attributes (read at plain-attribute speed)."""
+
+    _choices: dict[str, tuple] = {}
 
     def __setattr__(self, name: str, value) -> None:
         if isinstance(getattr(type(self), name, None), Coefficient):
             object.__setattr__(self, name, value)  # Coefficient.__set__
-        else:
-            super().__setattr__(name, value)
+            return
+        choices = type(self)._choices.get(name)
+        if choices is not None:
+            check_choice(name, value, choices)
+        super().__setattr__(name, value)
 
     def _register_coefficients(self, device=None, **values) -> None:
         """Check and store the first value of each declared coefficient named in ``values``

@@ -884,6 +884,17 @@ ASSIGNMENT = [
     ("REDQ-sub_sample_len-0", "REDQLoss", "sub_sample_len", 0),
     ("KLPEN-beta_min-neg", "KLPENPPOLoss", "beta_min", -0.1),
     ("KLPEN-beta_max-neg", "KLPENPPOLoss", "beta_max", -1.0),
+    # string settings: the constructor's choices hold for a later assignment too
+    ("PPO-reduction-avg", "PPOLoss", "reduction", "avg"),
+    ("ClipPPO-loss_critic_type-huber", "ClipPPOLoss", "loss_critic_type", "huber"),
+    ("A2C-loss_critic_type-l3", "A2CLoss", "loss_critic_type", "l3"),
+    ("DQN-loss_function-huber", "DQNLoss", "loss_function", "huber"),
+    ("DQN-reduction-max", "DQNLoss", "reduction", "max"),
+    ("TD3-loss_function-l3", "TD3Loss", "loss_function", "l3"),
+    ("SAC-scalar_output_mode-tensor", "SACLoss", "scalar_output_mode", "tensor"),
+    ("IQL-scalar_output_mode-tensor", "IQLLoss", "scalar_output_mode", "tensor"),
+    ("CQL-reduction-avg", "CQLLoss", "reduction", "avg"),
+    ("DiscreteCQL-priority_weighting", "DiscreteCQLLoss", "priority_weighting", "median"),
 ]
 
 
@@ -894,8 +905,8 @@ def assert_assignment_refused(module, name: str, value) -> None:
     before = before.clone() if isinstance(before, torch.Tensor) else before
     expect_error(ValueError, rf"{name} must be", lambda: setattr(module, name, value))
     after = getattr(module, name)
-    if before is None:
-        assert after is None
+    if before is None or isinstance(before, str):  # a choice: the same string
+        assert after == before
     else:
         assert torch.equal(torch.as_tensor(after), torch.as_tensor(before))
 

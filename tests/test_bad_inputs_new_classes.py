@@ -861,6 +861,18 @@ ASSIGNMENT = [
     ("DreamerV3Model-unimix-1", "DreamerV3ModelLoss", "unimix", 1.0),
     ("DreamerV3Model-continue_target_scale-0", "DreamerV3ModelLoss", "continue_target_scale", 0.0),
     ("PILCO-weights-negative-definite", "ExponentialQuadraticCost", "weights", -torch.eye(4)),
+    # string settings: the constructor's choices hold for a later assignment too
+    ("BC-reduction-avg", "BCLoss", "reduction", "avg"),
+    ("DT-loss_function-huber", "DTLoss", "loss_function", "huber"),
+    ("MAPPO-loss_critic_type-huber", "MAPPOLoss", "loss_critic_type", "huber"),
+    ("QMixer-loss_function-huber", "QMixerLoss", "loss_function", "huber"),
+    ("DreamerModel-reco_loss-l3", "DreamerModelLoss", "reco_loss", "l3"),
+    ("DreamerValue-value_loss-huber", "DreamerValueLoss", "value_loss", "huber"),
+    ("DreamerV3Model-kl_mode-mixed", "DreamerV3ModelLoss", "kl_mode", "mixed"),
+    ("DreamerV3Model-reco_loss-smooth_l1", "DreamerV3ModelLoss", "reco_loss", "smooth_l1"),
+    ("DreamerV3Value-value_loss-mse", "DreamerV3ValueLoss", "value_loss", "mse"),
+    ("WorldModel-done_loss-l4", "WorldModelLoss", "done_loss", "l4"),
+    ("PILCO-reduction-max", "ExponentialQuadraticCost", "reduction", "max"),
 ]
 
 

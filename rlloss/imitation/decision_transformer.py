@@ -78,6 +78,7 @@ class DTLoss(_SequenceModelLoss):
     """
 
     out_keys = ["loss"]
+    _choices = {**_SequenceModelLoss._choices, "loss_function": DISTANCES}
 
     def __init__(
         self,

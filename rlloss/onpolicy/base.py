@@ -90,6 +90,7 @@ class OnPolicyLoss(LossModule):
     _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
     _heads_per_advantage = False  # PPO: a composite action's entropy per advantage element
+    _choices = {**LossModule._choices, "loss_critic_type": DISTANCES}
     entropy_coeff = Coefficient(low=0.0, buffer=True)  # 0.0 with a per-head map
     critic_coeff = Coefficient(low=0.0, buffer=True)  # None without a critic loss
     clip_value = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no value clipping

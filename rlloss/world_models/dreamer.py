@@ -57,6 +57,7 @@ class DreamerModelLoss(WorldModelLossBase):
         """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
         "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
     )
+    _choices = {**WorldModelLossBase._choices, "reco_loss": DISTANCES, "reward_loss": DISTANCES}
 
     def __init__(
         self,
@@ -186,6 +187,7 @@ class DreamerValueLoss(LossModule):
         value: NestedKey = "state_value"  # written by the value network
 
     gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
+    _choices = {**LossModule._choices, "value_loss": DISTANCES}
 
     def __init__(
         self,

@@ -89,6 +89,7 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         "pixels reco_pixels continue_pred done terminated",
     )
     # checked at construction and on assignment (the lambda_* weights: by the base)
+    _choices = {**WorldModelLossBase._choices, "kl_mode": KL_MODES, "reco_loss": ("l1", "l2")}
     kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
     unimix = Coefficient(low=0.0, high=1.0, high_open=True)
     continue_target_scale = Coefficient(low=0.0, high=1.0, low_open=True)
@@ -274,6 +275,7 @@ class DreamerV3ValueLoss(LossModule):
     target_value_model_params: TensorDictParams
     gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
     slow_critic_regularization = Coefficient(low=0.0)
+    _choices = {**LossModule._choices, "value_loss": VALUE_LOSSES}
 
     def __init__(
         self,

@@ -53,6 +53,10 @@ class WorldModelLoss(WorldModelLossBase):
         "reward true_reward done true_done terminated true_terminated "
         "observation reconstructed_observation predicted_latent target_latent",
     )
+    _choices = {
+        **WorldModelLossBase._choices,
+        **{f"{name}_loss": DISTANCES for name in SUB_LOSSES},
+    }
 
     def __init__(
         self,
