@@ -33,6 +33,18 @@ def missing_key_message(owner: str, name: str, key: NestedKey, tensordict: Tenso
     )
 
 
+def network_output_message(owner: str, network: str, name: str, key: NestedKey, out_keys) -> str:
+    """The text of the ``KeyError`` raised when a network's outputs lack the entry the loss
+    reads from them: the owner, the network, the key, what the network writes and the
+    ``set_keys`` call that points the loss at it."""
+    written = list(out_keys)
+    suggested = repr(out_keys[0]) if len(out_keys) == 1 else "<the key it writes>"
+    return (
+        f"{owner}: the {network} wrote no entry {key!r} (tensor_keys.{name}); it writes "
+        f"{written}. If that is its {name}, remap it with loss.set_keys({name}={suggested})."
+    )
+
+
 def next_key(key: NestedKey, nested: bool = True) -> NestedKey:
     """``("next", *key)`` when ``nested``, else ``key``."""
     if not nested:
@@ -69,12 +81,21 @@ def remap_keys(owner: str, tensor_keys, accepted_keys: type, **kwargs: NestedKey
 
 
 def check_in_range(
-    name: str, value, low=None, high=None, *, low_open=False, high_open=False, integer=False
+    name: str,
+    value,
+    low=None,
+    high=None,
+    *,
+    low_open=False,
+    high_open=False,
+    integer=False,
+    finite=False,
 ):
     """Raise ``ValueError`` naming ``name`` and the accepted range if ``value`` is outside it
-    (or, with ``integer``, is not a whole number: ``2.5`` is not silently truncated to 2); a
-    ``TypeError`` if it is not a number. A 0-dim tensor is read on the host: callers check a
-    device tensor only where a sync is acceptable."""
+    (or, with ``integer``, is not a whole number: ``2.5`` is not silently truncated to 2; with
+    ``finite``, is infinite; NaN is refused always); a ``TypeError`` if it is not a number. A
+    0-dim tensor is read on the host: callers check a device tensor only where a sync is
+    acceptable."""
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
         if not hasattr(value, "__float__") or isinstance(value, bool):
             raise TypeError(f"{name} must be a number, got {value!r}.")
@@ -86,6 +107,8 @@ def check_in_range(
         raise ValueError(f"{name} must be a number, got nan.")
     if integer and (value in (float("inf"), float("-inf")) or value != int(value)):
         raise ValueError(f"{name} must be an integer, got {number!r}.")
+    if finite and value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a finite number, got {value}.")
     below = low is not None and (value <= low if low_open else value < low)
     above = high is not None and (value >= high if high_open else value > high)
     if below or above:
@@ -102,11 +125,14 @@ class Coefficient:
 
     ``entropy_coeff = Coefficient(low=0.0, buffer=True)`` in a class body (of a
     :class:`CoefficientOwner`: every rlloss loss and policy-loss add-on) declares the attribute;
-    :meth:`CoefficientOwner._register_coefficients` stores its first value. The range keywords
-    are :func:`check_in_range`'s: a number assigned at construction or later
-    (``loss.entropy_coeff = 0.02``, a schedule) outside it raises its ``ValueError``, naming the
-    attribute and the range, and changes nothing; a tensor is checked when it is a CPU scalar
-    (reading a device tensor would synchronise). Without a range the value is not checked.
+    :meth:`CoefficientOwner._register_coefficients` stores its first value; on a plain object
+    (an updater, ``KLEarlyStopping``) a plain assignment does, Python's own descriptor rule
+    needing no mixin there. The range keywords
+    are :func:`check_in_range`'s (``finite=True`` alone: any finite number): a number assigned
+    at construction or later (``loss.entropy_coeff = 0.02``, a schedule) outside it raises its
+    ``ValueError``, naming the attribute and the range, and changes nothing; a tensor is checked
+    when it is a CPU scalar (reading a device tensor would synchronise). Without a range the
+    value is not checked.
 
     ``buffer=True``: a 0-dim buffer, in ``state_dict``; a number assigned later is written into
     it in place, so a compiled graph that reads it stays valid (TorchRL's
@@ -117,11 +143,19 @@ class Coefficient:
     """
 
     def __init__(
-        self, low=None, high=None, *, low_open=False, high_open=False, integer=False, buffer=False
+        self,
+        low=None,
+        high=None,
+        *,
+        low_open=False,
+        high_open=False,
+        integer=False,
+        finite=False,
+        buffer=False,
     ) -> None:
         self.range = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
-        self.range["integer"] = integer
-        self.checked = low is not None or high is not None or integer
+        self.range.update(integer=integer, finite=finite)
+        self.checked = low is not None or high is not None or integer or finite
         self.buffer = buffer
         self.name = self.slot = ""
 
@@ -166,11 +200,12 @@ class Coefficient:
         if _readable_number(value):
             self.check(value)
         name = self.name
-        current = module._buffers.get(name)
+        buffers = module.__dict__.get("_buffers", {})  # none on a plain object (an updater)
+        current = buffers.get(name)
         if current is not None and isinstance(value, (int, float)):  # a schedule's step
             with torch.no_grad():
                 current.copy_(torch.as_tensor(value, dtype=current.dtype, device=current.device))
-        elif name in module._buffers or name in module._parameters:
+        elif name in buffers or name in module.__dict__.get("_parameters", {}):
             torch.nn.Module.__setattr__(module, name, value)  # nn.Module's rules
         elif isinstance(value, torch.nn.Parameter):
             module.__dict__.pop(self.slot, None)
@@ -188,13 +223,23 @@ class Coefficient:
 class CoefficientOwner:
     """Mixin of the modules that declare :class:`Coefficient` attributes: ``nn.Module``'s
     ``__setattr__`` stores tensors itself, skipping data descriptors; here an assignment to a
-    declared coefficient goes to the descriptor (Python's own rule)."""
+    declared coefficient goes to the descriptor (Python's own rule).
+
+    ``_choices`` (a class attribute: name -> accepted values, a subclass extends its base's)
+    lists the string settings checked at construction (``reduction``, ``loss_function``...):
+    a later assignment outside them raises :func:`check_choice`'s ``ValueError`` and changes
+    nothing. They stay plain attributes (read at plain-attribute speed)."""
+
+    _choices: dict[str, tuple] = {}
 
     def __setattr__(self, name: str, value) -> None:
         if isinstance(getattr(type(self), name, None), Coefficient):
             object.__setattr__(self, name, value)  # Coefficient.__set__
-        else:
-            super().__setattr__(name, value)
+            return
+        choices = type(self)._choices.get(name)
+        if choices is not None:
+            check_choice(name, value, choices)
+        super().__setattr__(name, value)
 
     def _register_coefficients(self, device=None, **values) -> None:
         """Check and store the first value of each declared coefficient named in ``values``
@@ -403,6 +448,20 @@ def check_finite(owner: str, tensordict: TensorDictBase, valid: torch.Tensor | N
                 "function, a normaliser) or drop those steps; rlloss.set_checks(False) turns "
                 "this check off."
             )
+
+
+def check_class_indices(owner: str, key: NestedKey, index: torch.Tensor, classes: int) -> None:
+    """Refuse integer class indices (``index``) outside ``[0, classes)``, naming the entry, the
+    range and the values found. Reads the tensor: called on an error path, or with
+    :func:`set_checks` on."""
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or high >= classes:
+        raise ValueError(
+            f"{owner}: the entry {key!r} holds action indices from {low} to {high}, but the "
+            f"network gives {classes} actions (logits of size {classes}), so indices must lie "
+            f"in [0, {classes}). Store the index of the action taken, or give the network one "
+            "output per action."
+        )
 
 
 def check_state_entries(owner: str, state_dict: dict, expected) -> None:

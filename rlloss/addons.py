@@ -37,7 +37,6 @@ from rlloss._checks import (
     CoefficientOwner,
     MissingKeyError,
     check_choice,
-    check_in_range,
     check_network,
 )
 from rlloss._ensembles import frozen_copy
@@ -244,6 +243,8 @@ class AttractionKL(PolicyLossAddon):
         >>> loss = ClipPPOLoss(actor, critic, policy_loss_addons=[AttractionKL(prior, 0.05)])
     """
 
+    samples = Coefficient(low=1, integer=True)  # checked on assignment too
+
     def __init__(
         self,
         prior: nn.Module,
@@ -257,9 +258,8 @@ class AttractionKL(PolicyLossAddon):
         super().__init__(coefficient, name)
         check_network("AttractionKL", "prior", prior)
         check_choice("direction", direction, KL_DIRECTIONS)
-        check_in_range("samples", samples, 1, integer=True)
+        self._register_coefficients(samples=samples)
         self.direction = direction
-        self.samples = int(samples)
         self.prior_action_key = prior_action_key
         self.prior = frozen_copy(prior)
         self._stochastic_prior = any(

@@ -59,8 +59,11 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
     Subclasses declare ``_AcceptedKeys`` (a dataclass: one field per key, with its default and a
     line of doc), ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
     attribute holding the network a value estimator should call). Hyperparameters that are
-    checked or scheduled are :class:`rlloss._checks.Coefficient` class attributes.
+    checked or scheduled are :class:`rlloss._checks.Coefficient` class attributes; string
+    settings checked on assignment too are listed in ``_choices``.
     """
+
+    _choices = {"reduction": REDUCTIONS}
 
     @dataclasses.dataclass
     class _AcceptedKeys:

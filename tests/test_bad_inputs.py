@@ -681,6 +681,7 @@ CONSTRUCTION = [
     ("KLPEN-decrement-0", _ppo_with(rlloss.KLPENPPOLoss, decrement=0.0), "decrement"),
     ("KLPEN-samples_mc_kl-0", _ppo_with(rlloss.KLPENPPOLoss, samples_mc_kl=0), "samples_mc_kl"),
     ("KLPEN-samples_mc_kl-2.5", _ppo_with(rlloss.KLPENPPOLoss, samples_mc_kl=2.5), "integer"),
+    ("KLPEN-beta_min-neg", _ppo_with(rlloss.KLPENPPOLoss, beta_min=-1.0), r"beta_min must be in"),
     ("RPO-rpo_alpha-neg", _ppo_with(rlloss.RPOLoss, rpo_alpha=-0.5), "rpo_alpha"),
     ("DQN-gamma-1.5", _dqn_with(gamma=1.5), "gamma"),
     ("DQN-gamma-neg", _dqn_with(gamma=-0.1), "gamma"),
@@ -875,6 +876,25 @@ ASSIGNMENT = [
     ("DiscreteCQL-gamma-neg", "DiscreteCQLLoss", "gamma", -0.5),
     ("CQL-temperature-neg", "CQLLoss", "temperature", -1.0),
     ("CQL-min_q_weight-neg", "CQLLoss", "min_q_weight", -0.5),
+    # checked at construction, and (issue 49's sweep) on assignment too
+    ("MPO-num_samples-0", "MPOLoss", "num_samples", 0),
+    ("CQL-num_random-0", "CQLLoss", "num_random", 0),
+    ("CQL-num_random-2.5", "CQLLoss", "num_random", 2.5),
+    ("TQC-top_quantiles_to_drop_per_net-neg", "TQCLoss", "top_quantiles_to_drop_per_net", -1),
+    ("REDQ-sub_sample_len-0", "REDQLoss", "sub_sample_len", 0),
+    ("KLPEN-beta_min-neg", "KLPENPPOLoss", "beta_min", -0.1),
+    ("KLPEN-beta_max-neg", "KLPENPPOLoss", "beta_max", -1.0),
+    # string settings: the constructor's choices hold for a later assignment too
+    ("PPO-reduction-avg", "PPOLoss", "reduction", "avg"),
+    ("ClipPPO-loss_critic_type-huber", "ClipPPOLoss", "loss_critic_type", "huber"),
+    ("A2C-loss_critic_type-l3", "A2CLoss", "loss_critic_type", "l3"),
+    ("DQN-loss_function-huber", "DQNLoss", "loss_function", "huber"),
+    ("DQN-reduction-max", "DQNLoss", "reduction", "max"),
+    ("TD3-loss_function-l3", "TD3Loss", "loss_function", "l3"),
+    ("SAC-scalar_output_mode-tensor", "SACLoss", "scalar_output_mode", "tensor"),
+    ("IQL-scalar_output_mode-tensor", "IQLLoss", "scalar_output_mode", "tensor"),
+    ("CQL-reduction-avg", "CQLLoss", "reduction", "avg"),
+    ("DiscreteCQL-priority_weighting", "DiscreteCQLLoss", "priority_weighting", "median"),
 ]
 
 
@@ -885,8 +905,8 @@ def assert_assignment_refused(module, name: str, value) -> None:
     before = before.clone() if isinstance(before, torch.Tensor) else before
     expect_error(ValueError, rf"{name} must be", lambda: setattr(module, name, value))
     after = getattr(module, name)
-    if before is None:
-        assert after is None
+    if before is None or isinstance(before, str):  # a choice: the same string
+        assert after == before
     else:
         assert torch.equal(torch.as_tensor(after), torch.as_tensor(before))
 

@@ -198,6 +198,11 @@ CONSTRUCTION = [
     ("SFT-reduction", _chat_with(rlloss.SFTLoss, reduction="max"), "reduction"),
     ("SFT-kl_to_ref-neg", _chat_with(rlloss.SFTLoss, kl_to_ref_coeff=-1.0), "kl_to_ref_coeff"),
     (
+        "SFT-beta-neg",
+        _chat_with(rlloss.SFTLoss, loss_function="minor_sft", beta=-1.0),
+        r"beta must be in \(0.0, inf\]",
+    ),
+    (
         "Distillation-kl_direction",
         _chat_with(rlloss.DistillationLoss, kl_direction="sideways"),
         "kl_direction",
@@ -226,6 +231,13 @@ ASSIGNMENT = [
 @pytest.mark.parametrize("name, attr, value", cases(lambda: ASSIGNMENT))
 def test_bad_assignment_is_refused_and_changes_nothing(name, attr, value):
     assert_assignment_refused(getattr(rlloss, name)(TokenActor()), attr, value)
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0], ids=["SFT-beta-neg", "SFT-beta-0"])
+def test_sft_beta_assignment_is_refused(value):
+    """MinorSFT's ``-log sigmoid(beta ...)``: beta <= 0 rewards moving away from the data."""
+    module, _ = CHAT_SUBJECTS[0].build()
+    assert_assignment_refused(module, "beta", value)
 
 
 # ----------------------------------------------------------------------------- MCAdvantage

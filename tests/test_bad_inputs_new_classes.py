@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from tensordict.nn import TensorDictModule
 from torch import nn
 
 import rlloss
@@ -770,6 +771,53 @@ CONSTRUCTION = [
         lambda: rlloss.ExponentialQuadraticCost(weights=torch.zeros(2, 3)),
         "square matrix",
     ),
+    # issue 49: values our own estimators refuse, NaN, ranges of later-assignable attributes
+    ("RND-obs_clip-neg", _with(_rnd, obs_clip=-1.0), r"obs_clip must be in \(0.0, inf\]"),
+    ("OnlineDT-target_entropy-nan", _with(_odt_with, target_entropy=math.nan), "target_entropy"),
+    ("OnlineDT-target_entropy-inf", _with(_odt_with, target_entropy=-math.inf), "finite"),
+    (
+        "DreamerValue-gamma-neg",
+        lambda: rlloss.DreamerValueLoss(test_dreamer.value_network(), gamma=-1.0),
+        r"gamma must be in \[0.0, 1.0\], got -1.0",
+    ),
+    (
+        "DreamerV3Value-gamma-1.5",
+        lambda: rlloss.DreamerV3ValueLoss(test_dreamer_v3.value_network(), gamma=1.5),
+        r"gamma must be in \[0.0, 1.0\], got 1.5",
+    ),
+    (
+        "DreamerV3-lmbda-2",
+        lambda: test_dreamer_v3.composed(rlloss, test_dreamer_v3.learner(), lmbda=2.0),
+        r"lmbda must be in \[0.0, 1.0\], got 2.0",
+    ),
+    (
+        "DreamerV3-replay_value_loss_weight-neg",
+        lambda: test_dreamer_v3.composed(
+            rlloss, test_dreamer_v3.learner(), replay_value_loss_weight=-1.0
+        ),
+        "replay_value_loss_weight must be non-negative",
+    ),
+    (
+        "DreamerV3Model-kl_alpha-1.5",
+        _with(_v3_model_with, kl_alpha=1.5),
+        r"kl_alpha must be in \[0.0, 1.0\], got 1.5",
+    ),
+    ("DreamerV3Model-unimix-1", _with(_v3_model_with, unimix=1.0), "unimix must be in"),
+    (
+        "PILCO-weights-negative-definite",
+        lambda: rlloss.ExponentialQuadraticCost(weights=-torch.eye(3)),
+        "positive semi-definite.*smallest eigenvalue is -1",
+    ),
+    (
+        "PILCO-weights-indefinite",
+        lambda: rlloss.ExponentialQuadraticCost(weights=torch.diag(torch.tensor([1.0, -0.5]))),
+        "positive semi-definite.*smallest eigenvalue is -0.5",
+    ),
+    (
+        "PILCO-weights-not-symmetric",
+        lambda: rlloss.ExponentialQuadraticCost(weights=torch.tensor([[1.0, 1.0], [0.0, 1.0]])),
+        "not symmetric",
+    ),
 ]
 
 
@@ -791,6 +839,40 @@ ASSIGNMENT = [
     ("DreamerV3Model-lambda_reward-neg", "DreamerV3ModelLoss", "lambda_reward", -1.0),
     ("WorldModel-reward_weight-neg", "WorldModelLoss", "reward_weight", -1.0),
     ("DreamerV3Actor-entropy_bonus-neg", "DreamerV3ActorLoss", "entropy_bonus", -0.1),
+    # issue 49: refused at construction, and now on assignment as well
+    ("RND-obs_clip-neg", "RNDLoss", "obs_clip", -1.0),
+    ("OnlineDT-samples_mc_entropy-0", "OnlineDTLoss", "samples_mc_entropy", 0),
+    ("OnlineDT-samples_mc_entropy-1.5", "OnlineDTLoss", "samples_mc_entropy", 1.5),
+    ("OnlineDT-target_entropy-nan", "OnlineDTLoss", "target_entropy", math.nan),
+    ("DreamerActor-imagination_horizon-0", "DreamerActorLoss", "imagination_horizon", 0),
+    ("DreamerV3Actor-imagination_horizon-0", "DreamerV3ActorLoss", "imagination_horizon", 0),
+    ("DreamerValue-gamma-neg", "DreamerValueLoss", "gamma", -1.0),
+    ("DreamerV3Value-gamma-1.5", "DreamerV3ValueLoss", "gamma", 1.5),
+    (
+        "DreamerV3Value-slow_critic_regularization-neg",
+        "DreamerV3ValueLoss",
+        "slow_critic_regularization",
+        -1.0,
+    ),
+    ("DreamerV3-replay_value_loss_weight-neg", "DreamerV3Loss", "replay_value_loss_weight", -1.0),
+    ("DreamerV3-lmbda-2", "DreamerV3Loss", "lmbda", 2.0),
+    ("DreamerV3-continuation_horizon-0.5", "DreamerV3Loss", "continuation_horizon", 0.5),
+    ("DreamerV3Model-kl_alpha-1.5", "DreamerV3ModelLoss", "kl_alpha", 1.5),
+    ("DreamerV3Model-unimix-1", "DreamerV3ModelLoss", "unimix", 1.0),
+    ("DreamerV3Model-continue_target_scale-0", "DreamerV3ModelLoss", "continue_target_scale", 0.0),
+    ("PILCO-weights-negative-definite", "ExponentialQuadraticCost", "weights", -torch.eye(4)),
+    # string settings: the constructor's choices hold for a later assignment too
+    ("BC-reduction-avg", "BCLoss", "reduction", "avg"),
+    ("DT-loss_function-huber", "DTLoss", "loss_function", "huber"),
+    ("MAPPO-loss_critic_type-huber", "MAPPOLoss", "loss_critic_type", "huber"),
+    ("QMixer-loss_function-huber", "QMixerLoss", "loss_function", "huber"),
+    ("DreamerModel-reco_loss-l3", "DreamerModelLoss", "reco_loss", "l3"),
+    ("DreamerValue-value_loss-huber", "DreamerValueLoss", "value_loss", "huber"),
+    ("DreamerV3Model-kl_mode-mixed", "DreamerV3ModelLoss", "kl_mode", "mixed"),
+    ("DreamerV3Model-reco_loss-smooth_l1", "DreamerV3ModelLoss", "reco_loss", "smooth_l1"),
+    ("DreamerV3Value-value_loss-mse", "DreamerV3ValueLoss", "value_loss", "mse"),
+    ("WorldModel-done_loss-l4", "WorldModelLoss", "done_loss", "l4"),
+    ("PILCO-reduction-max", "ExponentialQuadraticCost", "reduction", "max"),
 ]
 
 
@@ -798,3 +880,210 @@ ASSIGNMENT = [
 def test_bad_assignment_is_refused_and_changes_nothing(subject, name, value):
     module, _ = BY_NAME[subject].build()
     assert_assignment_refused(module, name, value)
+
+
+# ----------------------------------------------------------------------------- issue 49: forward
+def _valid_and_padded(batch: TensorDictBase, steps: int, seed: int) -> TensorDictBase:
+    """``batch`` ``[B, T]`` with ``steps`` padded time steps appended (random content, the
+    first valid step's values left out on purpose) and ``("collector", "mask")`` marking them."""
+    generator = torch.Generator().manual_seed(seed)
+    padding = batch[:, :steps].apply(
+        lambda x: (
+            (torch.randn(x.shape, generator=generator) * 50).to(x.dtype)
+            if x.is_floating_point()
+            else x
+        )
+    )
+    padded = torch.cat([batch, padding], dim=1)
+    valid = torch.ones(padded.shape, dtype=torch.bool)
+    valid[:, batch.shape[1] :] = False
+    padded.set(MASK, valid)
+    return padded
+
+
+@pytest.mark.parametrize("kind", ["popart", "running"])
+def test_mappo_value_norm_learns_from_valid_steps_only(kind):
+    """``value_norm`` with a padded batch: the same valid steps give the same ``loss_critic``
+    and the same norm statistics whatever the padding (TorchRL folds the padding in)."""
+    from torchrl.modules.value_norm import PopArtValueNorm, RunningValueNorm
+
+    torch.manual_seed(0)
+    actor, critic = test_mappo.actor(), test_mappo.critic()
+    batch = test_mappo.batch_with_advantage(actor)  # [4, 6]
+    results = []
+    for padded in (batch, _valid_and_padded(batch, 2, 1), _valid_and_padded(batch, 5, 2)):
+        norm = PopArtValueNorm(beta=0.9) if kind == "popart" else RunningValueNorm()
+        loss = rlloss.MAPPOLoss(actor, critic, value_norm=norm, clip_value=0.2)
+        loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        for _ in range(2):  # the second call normalises with the first call's statistics
+            out = loss(padded.clone())
+        results.append((out, norm.state_dict()))
+    (expected, statistics), *others = results
+    for out, state in others:
+        for key in ("loss_critic", "loss_objective", "value_clip_fraction"):
+            torch.testing.assert_close(out[key], expected[key], msg=key)
+        torch.testing.assert_close(state, statistics)
+
+
+def test_mappo_value_norm_without_padding_matches_torchrl():
+    """No mask: the norm's update is TorchRL's call, same statistics and loss."""
+    import torchrl.objectives as torchrl_objectives
+    from torchrl.modules.value_norm import PopArtValueNorm
+
+    torch.manual_seed(0)
+    actor, critic = test_mappo.actor(), test_mappo.critic()
+    batch = test_mappo.batch_with_advantage(actor)
+    outs, norms = [], []
+    for library in (rlloss, torchrl_objectives):
+        norm = PopArtValueNorm(beta=0.9)
+        loss = library.MAPPOLoss(actor, critic, value_norm=norm)
+        loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        outs.append([loss(batch.clone())["loss_critic"].detach() for _ in range(2)])
+        norms.append(norm.state_dict())
+    torch.testing.assert_close(outs[0], outs[1])
+    torch.testing.assert_close(norms[0], norms[1])
+
+
+@pytest.mark.parametrize("name", ["MAPPOLoss", "IPPOLoss"])
+def test_mappo_critic_writing_another_value_key_is_named(name):
+    """A critic writing ``("agents", "state_value")`` without ``set_keys(value=...)``: the
+    error names the critic, what it writes and the ``set_keys`` call (not a bare KeyError)."""
+    actor = test_mappo.actor()
+    loss = getattr(rlloss, name)(actor, test_mappo.critic(centralized=name == "MAPPOLoss"))
+    loss.set_keys(action=("agents", "action"))
+    pattern = (
+        r"critic_network wrote no entry 'state_value' \(tensor_keys.value\); it writes "
+        r"\[\('agents', 'state_value'\)\].*set_keys\(value=\('agents', 'state_value'\)\)"
+    )
+    batch = test_mappo.batch_with_advantage(actor)
+    expect_error(rlloss.MissingKeyError, pattern, lambda: loss(batch))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"gamma": 0.9}, TypeError),
+        ({"entropy_coef": 0.1}, TypeError),
+        ({"critic_coef": 1.0}, TypeError),
+        ({"value_key": "v"}, RuntimeError),
+        ({"lmbda": 0.9}, TypeError),
+    ],
+    ids=[
+        "MAPPO-gamma",
+        "MAPPO-entropy_coef",
+        "MAPPO-critic_coef",
+        "MAPPO-value_key",
+        "MAPPO-unknown",
+    ],
+)
+def test_mappo_refuses_torchrls_removed_keywords_as_torchrl_does(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
+        rlloss.MAPPOLoss(test_mappo.actor(), test_mappo.critic(), **kwargs)
+
+
+def test_world_model_loss_names_the_missing_true_done():
+    """``losses=["done"]`` on a batch without ``("next", "done")``: the batch entry is named,
+    not the model's prediction or ``tensor_keys.true_done``."""
+    loss = rlloss.WorldModelLoss(test_world_model.world_model(), losses=["reward", "done"])
+    batch = test_world_model.transitions().exclude(("next", "done"))
+    pattern = r"has no entry \('next', 'done'\) \(tensor_keys.done\).*set_keys\(done="
+    expect_error(KeyError, pattern, lambda: loss(batch))
+
+
+@pytest.mark.parametrize("index", [test_bc.ACT, test_bc.ACT + 3, -1], ids=["n", "n+3", "neg"])
+@pytest.mark.parametrize("checks", [False, True], ids=["BC-cpu-check", "BC-set_checks"])
+def test_bc_index_action_out_of_range_is_explained(index, checks):
+    """Integer actions outside ``[0, n)`` for an actor of ``n`` logits: a ValueError naming the
+    entry, the range and the number of actions (by the CPU's own range check, or with
+    ``set_checks`` before the cross-entropy runs)."""
+    actor = TensorDictModule(test_bc.mlp(test_bc.ACT), ["observation"], ["action"])
+    loss = rlloss.BCLoss(actor)
+    batch = test_bc.demonstrations(discrete=True)
+    batch["action"][2] = index
+    n = test_bc.ACT
+    pattern = rf"'action' holds action indices from .* gives {n} actions.*\[0, {n}\)"
+    with rlloss.set_checks(checks):
+        expect_error(ValueError, pattern, lambda: loss(batch))
+
+
+def test_rnd_observation_of_another_size_is_named():
+    loss = rlloss.RNDLoss(*test_rnd.networks())
+    batch = test_rnd.visited((8,))
+    batch["next", "observation"] = torch.randn(8, test_rnd.OBS + 1)
+    pattern = rf"\('next', 'observation'\).*takes {test_rnd.OBS} input features.*\(8, 5\)"
+    expect_error(ValueError, pattern, lambda: loss(batch))
+    expect_error(ValueError, pattern, lambda: loss.intrinsic_reward(batch))
+
+
+def test_dreamer_v3_lambda_continue_without_a_continuation_head_is_named():
+    """``lambda_continue > 0`` on a model that writes no ``continue_pred``: TorchRL drops the
+    continuation loss silently; ours names the entry and both fixes."""
+    model = test_dreamer_v3.TinyWorldModel(two_hot=False, continuation=False)
+    loss = rlloss.DreamerV3ModelLoss(model, lambda_continue=1.0, reward_two_hot=False)
+    loss.set_keys(pixels="observation", reco_pixels="reco_observation")
+    pattern = r"lambda_continue=1.0.*no \('next', 'continue_pred'\).*lambda_continue=0"
+    expect_error(KeyError, pattern, lambda: loss(test_dreamer_v3.sequences()))
+    loss.lambda_continue = 0.0  # the documented fix
+    assert "loss_model_continue" not in loss(test_dreamer_v3.sequences())[0].keys()
+
+
+def test_pilco_state_covariance_not_positive_semidefinite():
+    """Data, not a hyperparameter: refused with ``set_checks`` (a host read); a covariance that
+    linalg cannot factorise is named without it."""
+    loss = rlloss.ExponentialQuadraticCost()
+    batch, _, covariance = test_pilco.gaussian_states((6,))
+    batch = batch.detach()
+    eye = torch.eye(covariance.shape[-1]).expand_as(covariance)
+    batch["observation", "var"] = -0.01 * eye  # I + S W still factorises: a number comes back
+    with rlloss.set_checks(True):
+        pattern = r"state covariance \('observation', 'var'\).*smallest eigenvalue is -0.01"
+        expect_error(ValueError, pattern, lambda: loss(batch))
+    batch["observation", "var"] = -2.0 * eye
+    pattern = r"state covariance \('observation', 'var'\) must be symmetric positive semi"
+    expect_error(ValueError, pattern, lambda: loss(batch))
+
+
+def test_pilco_valid_weights_assignment_is_taken():
+    loss = rlloss.ExponentialQuadraticCost()
+    loss.weights = 2.0 * torch.eye(4)
+    assert torch.equal(loss.weights, 2.0 * torch.eye(4))
+    loss.weights = None
+    assert loss.weights is None
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("rate", 1.5), ("min_scale", 0.0)],
+    ids=["DreamerV3Actor-rate", "DreamerV3Actor-min_scale"],
+)
+def test_dreamer_v3_return_normalization_assignment_is_refused(name, value):
+    module, _ = BY_NAME["DreamerV3ActorLoss"].build()
+    assert_assignment_refused(module.retnorm, name, value)
+
+
+@pytest.mark.parametrize(
+    "subject, name, value, expected",
+    [
+        ("RNDLoss", "obs_clip", 3, 3.0),
+        ("DreamerV3ActorLoss", "imagination_horizon", 2, 2),
+        ("OnlineDTLoss", "target_entropy", -3.0, -3.0),
+        ("DreamerV3ModelLoss", "kl_alpha", 0.5, 0.5),
+        ("DreamerV3Loss", "lmbda", 0.9, 0.9),
+    ],
+    ids=[
+        "RND-obs_clip",
+        "DreamerV3Actor-horizon",
+        "OnlineDT-target_entropy",
+        "DreamerV3Model-kl",
+        "DreamerV3-lmbda",
+    ],
+)
+def test_valid_assignment_of_a_newly_checked_attribute_is_taken(subject, name, value, expected):
+    module, _ = BY_NAME[subject].build()
+    setattr(module, name, value)
+    stored = getattr(module, name)
+    assert float(stored) == expected and type(float(stored)) is float
+    if name == "imagination_horizon":
+        assert isinstance(stored, int)
+    if name == "target_entropy":  # a buffer, written in place
+        assert "target_entropy" in module.state_dict()

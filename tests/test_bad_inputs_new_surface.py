@@ -192,3 +192,15 @@ def _gaussian_actor(action_size: int):
     return ProbabilisticActor(
         module, in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True
     )
+
+
+def test_attraction_kl_samples_are_checked_on_assignment_as_at_construction():
+    from tests.test_bad_inputs import assert_assignment_refused
+
+    with pytest.raises(ValueError, match=r"samples must be in \[1, inf\]"):
+        rlloss.AttractionKL(_gaussian_actor(2), samples=0)
+    addon = rlloss.AttractionKL(_gaussian_actor(2), samples=2)
+    assert_assignment_refused(addon, "samples", 0)
+    assert_assignment_refused(addon, "samples", 1.5)
+    addon.samples = 4
+    assert addon.samples == 4

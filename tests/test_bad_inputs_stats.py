@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -409,3 +410,53 @@ def test_normalizer_refuses_a_state_of_another_size():
 )
 def test_normalizer_refuses_wrong_shapes(reward, done, pattern):
     expect_error(ValueError, pattern, lambda: RewardNormalizer(num_envs=3)(reward, done))
+
+
+@pytest.mark.parametrize(
+    "name, value", [("gamma", 1.5), ("gamma", math.nan), ("eps", -1e-8)], ids=str
+)
+def test_normalizer_checks_gamma_and_eps_on_assignment_as_at_construction(name, value):
+    """Issue 49's sweep: the constructor's ranges hold for a later assignment too."""
+    from tests.test_bad_inputs import assert_assignment_refused
+
+    normalizer = RewardNormalizer(num_envs=2, gamma=0.9)
+    assert_assignment_refused(normalizer, name, value)
+    normalizer.gamma = 0.5
+    assert normalizer.gamma == 0.5
+
+
+@pytest.mark.parametrize(
+    "build, name, value",
+    [
+        (lambda: rlloss.SoftUpdate(dqn(), tau=0.01), "eps", 1.5),
+        (lambda: rlloss.SoftUpdate(dqn(), tau=0.01), "eps", -0.1),
+        (
+            lambda: rlloss.HardUpdate(dqn(), value_network_update_interval=10),
+            "value_network_update_interval",
+            0,
+        ),
+        (
+            lambda: rlloss.HardUpdate(dqn(), value_network_update_interval=10),
+            "value_network_update_interval",
+            2.5,
+        ),
+        (lambda: KLEarlyStopping(0.01), "target_kl", 0.0),
+        (lambda: KLEarlyStopping(0.01), "factor", -1.0),
+    ],
+    ids=[
+        "soft-eps-1.5",
+        "soft-eps-neg",
+        "hard-interval-0",
+        "hard-interval-2.5",
+        "early-target_kl-0",
+        "early-factor-neg",
+    ],
+)
+def test_updater_and_early_stopping_settings_are_checked_on_assignment(build, name, value):
+    """Issue 49's sweep: the constructor's ranges hold for a later assignment too."""
+    from tests.test_bad_inputs import assert_assignment_refused
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        owner = build()
+    assert_assignment_refused(owner, name, value)

@@ -230,3 +230,29 @@ def test_reward_and_done_shapes_table(reward, done):
     )
     torch.testing.assert_close(advantage, reference[0])
     torch.testing.assert_close(target, reference[1])
+
+
+@pytest.mark.parametrize("name", ["MAPPOLoss", "IPPOLoss"])
+def test_signature_names_every_torchrl_keyword_with_its_default(name):
+    """No catch-all: every keyword of TorchRL 0.14.1's class (its own and those its
+    ``**kwargs`` reach, ClipPPOLoss's and PPOLoss's) is named with TorchRL's default and kind."""
+    import inspect
+
+    from torchrl.objectives.multiagent import mappo as torchrl_mappo
+
+    ours = inspect.signature(getattr(rlloss, name).__init__).parameters
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours.values())
+    theirs = {}
+    for cls in (
+        getattr(torchrl_mappo, name),
+        torchrl_objectives.ClipPPOLoss,
+        torchrl_objectives.PPOLoss,
+    ):
+        for key, parameter in inspect.signature(cls.__init__).parameters.items():
+            if parameter.kind is not inspect.Parameter.VAR_KEYWORD:
+                theirs.setdefault(key, parameter)
+    for key, parameter in theirs.items():
+        assert key in ours, key
+        assert ours[key].kind == parameter.kind, key
+        assert ours[key].default == parameter.default, key
+    assert list(ours)[:7] == list(theirs)[:7]  # TorchRL's MAPPO keywords first, in its order

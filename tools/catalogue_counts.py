@@ -32,6 +32,7 @@ ALIASES = {  # a row's short prefix -> the class
     "DreamerV3Model": "DreamerV3ModelLoss",
     "DreamerV3Value": "DreamerV3ValueLoss",
     "DreamerV3Actor": "DreamerV3ActorLoss",
+    "DreamerV3": "DreamerV3Loss",
     "WorldModel": "WorldModelLoss",
     "PILCO": "ExponentialQuadraticCost",
     "SFT": "SFTLoss",
@@ -41,6 +42,11 @@ BY_TEST = {
     "mc_advantage_selector": "MCAdvantageSelector",
     "mc_advantage": "MCAdvantage",
     "qmixer": "QMixerLoss",
+    "mappo_value_norm": "MAPPOLoss",
+    "world_model_loss": "WorldModelLoss",
+    "rnd_observation": "RNDLoss",
+    "lambda_continue": "DreamerV3ModelLoss",
+    "pilco": "ExponentialQuadraticCost",
 }
 
 

@@ -12,7 +12,8 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import Coefficient, check_in_range
+from rlloss._call_errors import CALL_ERRORS, explained
+from rlloss._checks import Coefficient
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss
 
@@ -59,6 +60,7 @@ class RNDLoss(SupervisedLoss):
 
     out_keys = ["loss_predictor"]
     update_fraction = Coefficient(low=0.0, high=1.0)
+    obs_clip = Coefficient(low=0.0, low_open=True)  # checked on assignment too
 
     def __init__(
         self,
@@ -74,15 +76,13 @@ class RNDLoss(SupervisedLoss):
             raise ValueError(
                 f"update_fraction must be in the [0, 1] interval, got {update_fraction}."
             )
-        check_in_range("obs_clip", obs_clip, 0.0, low_open=True)
         super().__init__(reduction)
         self._register_networks(
             plain=True, predictor_network=predictor_network, target_network=target_network
         )
         self.target_network.requires_grad_(False)
         self.obs_rms = obs_rms
-        self.obs_clip = obs_clip
-        self._register_coefficients(update_fraction=update_fraction)
+        self._register_coefficients(obs_clip=obs_clip, update_fraction=update_fraction)
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -95,9 +95,14 @@ class RNDLoss(SupervisedLoss):
         return observation
 
     def _error(self, observation: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            target = self.target_network(observation)
-        return rlf.distillation_error(self.predictor_network(observation), target)
+        try:
+            with torch.no_grad():
+                target = self.target_network(observation)
+            prediction = self.predictor_network(observation)
+        except CALL_ERRORS as error:  # an observation of another size: name it and both sizes
+            key = self.tensor_keys.observation
+            raise explained(error, self.predictor_network, [key], [observation], {}) from error
+        return rlf.distillation_error(prediction, target)
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -14,6 +14,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
+from rlloss._checks import check_class_indices, checks_enabled
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss, check_target, zero_padded
@@ -107,7 +108,7 @@ class BCLoss(SupervisedLoss):
             expert = zero_padded(expert, pad)  # no NaN of a padded element in the gradient
         if isinstance(kind, str) and pad is None:  # reduced by the formula when nothing masks
             prediction = self._checked_prediction(tensordict, expert)
-            loss = self._reduce_formula(rlf.action_error, tensordict, prediction, expert, kind)
+            loss = self._reduce_formula(self._action_error, tensordict, prediction, expert, kind)
         else:
             loss = self._elementwise_loss(tensordict, expert, kind)
             loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
@@ -137,7 +138,22 @@ class BCLoss(SupervisedLoss):
         prediction = self._checked_prediction(batch, expert)
         if callable(kind):
             return kind(prediction, expert)
-        return rlf.action_error(prediction, expert, kind)
+        return self._action_error(prediction, expert, kind)
+
+    def _action_error(
+        self, prediction: torch.Tensor, expert: torch.Tensor, kind: str, reduction: str = "none"
+    ) -> torch.Tensor:
+        """:func:`rlloss.functional.action_error`; class indices outside the actor's outputs
+        raise a ``ValueError`` naming the entry (found by the cross-entropy's own range check on
+        the CPU, no host sync; on an accelerator, which asserts instead, by a check that runs
+        with :func:`rlloss.set_checks`)."""
+        if kind == "cross_entropy" and checks_enabled():
+            check_class_indices("BCLoss", self.tensor_keys.action, expert, prediction.shape[-1])
+        try:
+            return rlf.action_error(prediction, expert, kind, reduction)
+        except IndexError:
+            check_class_indices("BCLoss", self.tensor_keys.action, expert, prediction.shape[-1])
+            raise
 
     def _prediction(self, batch: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
         """The actor's output at ``tensor_keys.action`` (or, with TorchRL's warning, at

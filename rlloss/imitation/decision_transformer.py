@@ -78,6 +78,7 @@ class DTLoss(_SequenceModelLoss):
     """
 
     out_keys = ["loss"]
+    _choices = {**_SequenceModelLoss._choices, "loss_function": DISTANCES}
 
     def __init__(
         self,
@@ -155,7 +156,8 @@ class OnlineDTLoss(_SequenceModelLoss):
     """
 
     out_keys = ["loss_log_likelihood", "loss_entropy", "loss_alpha", "alpha", "entropy"]
-    target_entropy = Coefficient(buffer=True)  # a number assigned later is written in place
+    target_entropy = Coefficient(finite=True, buffer=True)  # a later number: written in place
+    samples_mc_entropy = Coefficient(low=1, integer=True)
 
     def __init__(
         self,
@@ -171,15 +173,16 @@ class OnlineDTLoss(_SequenceModelLoss):
         scalar_output_mode: str | None = None,
     ) -> None:
         check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
-        check_in_range("samples_mc_entropy", samples_mc_entropy, 1, integer=True)
+        OnlineDTLoss.samples_mc_entropy.check(samples_mc_entropy)
         super().__init__(actor_network, reduction)
         device = next(iter(actor_network.parameters()), torch.empty(0)).device
         self._register_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, device)
         if isinstance(target_entropy, str):
             check_choice("target_entropy", target_entropy, ("auto",))
             target_entropy = self._auto_target_entropy(actor_network)
-        self._register_coefficients(device=device, target_entropy=float(target_entropy))
-        self.samples_mc_entropy = int(samples_mc_entropy)
+        self._register_coefficients(
+            device=device, target_entropy=target_entropy, samples_mc_entropy=samples_mc_entropy
+        )
         mode = self._scalar_output_mode(scalar_output_mode)
         self.scalar_output_mode = _warn_unreduced_scalars(self, mode)
         self._actor_call = DistributionCall(actor_network)

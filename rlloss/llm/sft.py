@@ -55,7 +55,7 @@ class SFTLoss(ChatHistoryLoss):
 
         ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")
 
-    beta = Coefficient()
+    beta = Coefficient(low=0.0, low_open=True)  # MinorSFT: beta > 0
     kl_to_ref_coeff = Coefficient(low=0.0)
 
     def __init__(

@@ -10,10 +10,13 @@ All You Need in the StarCraft Multi-Agent Challenge?", arXiv:2011.09533 (IPPO).
 from __future__ import annotations
 
 import torch
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss.onpolicy.advantage import check_value_norm
+from rlloss._keywords import torchrl_keywords
+from rlloss.estimators.value_norm import ValueNormalizer
+from rlloss.onpolicy.advantage import check_value_norm, update_value_norm
 from rlloss.onpolicy.ppo import ClipPPOLoss
 
 
@@ -28,7 +31,9 @@ class MAPPOLoss(ClipPPOLoss):
     - ``entropy_coeff=0.01``;
     - ``value_norm``: an optional TorchRL ``ValueNorm`` (``PopArtValueNorm(shape=1)``, the
       paper's, or ``RunningValueNorm``): each critic loss first updates it with the value
-      targets, then regresses the normalised prediction onto the normalised target (and clips
+      targets of the valid steps (a padded batch's padding does not move its statistics; the
+      valid rows are selected by boolean indexing, a host sync, as ``advantage_norm``'s), then
+      regresses the normalised prediction onto the normalised target (and clips
       around the normalised old value with ``clip_value``): the critic's loss keeps one scale
       while the returns grow (Yu et al., arXiv:2103.01955, Table 13).
 
@@ -41,7 +46,15 @@ class MAPPOLoss(ClipPPOLoss):
         value_norm: a TorchRL ``ValueNorm``, or ``None``.
         entropy_coeff, normalize_advantage, normalize_advantage_exclude_dims: as
             :class:`rlloss.PPOLoss`, with the defaults above.
-        Other arguments as :class:`rlloss.ClipPPOLoss`.
+        clip_epsilon, dual_clip, clip_value: as :class:`rlloss.ClipPPOLoss`.
+        entropy_bonus, samples_mc_entropy, critic_coeff, loss_critic_type, advantage_norm,
+            separate_losses, reduction, delay_actor, max_importance_ratio, device,
+            log_explained_variance, functional, diagnostics, vf_clip_param,
+            policy_loss_addons, value_normalizer, normalize_advantage_global, process_group:
+            as :class:`rlloss.PPOLoss`.
+        gamma, advantage_key, value_target_key, value_key, entropy_coef, critic_coef:
+            TorchRL's removed keywords, refused with TorchRL's error (``gamma`` goes to
+            ``make_value_estimator``, the keys to ``set_keys``).
 
     Example:
         >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
@@ -57,32 +70,101 @@ class MAPPOLoss(ClipPPOLoss):
         critic_network: nn.Module | None = None,
         *,
         value_norm: nn.Module | None = None,
-        entropy_coeff: float | dict = 0.01,
+        entropy_coeff: float | dict[NestedKey, float] = 0.01,
         normalize_advantage: bool = True,
         normalize_advantage_exclude_dims: tuple[int, ...] = (-2,),
-        **kwargs,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | str | None = None,
+        log_explained_variance: bool = True,
+        advantage_key: str | None = None,
+        value_target_key: str | None = None,
+        value_key: str | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        entropy_coef: float | None = None,
+        critic_coef: float | None = None,
+        dual_clip: float | None = None,
+        diagnostics: bool = True,
+        vf_clip_param: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        normalize_advantage_global: bool = False,
+        process_group=None,
     ) -> None:
+        translated = {
+            "actor": actor,
+            "critic": critic,
+            "gamma": gamma,
+            "advantage_key": advantage_key,
+            "value_target_key": value_target_key,
+            "value_key": value_key,
+            "entropy_coef": entropy_coef,
+            "critic_coef": critic_coef,
+        }
+        given = torchrl_keywords(
+            self,
+            {name: value for name, value in translated.items() if value is not None},
+            accepted=(),
+            translated=tuple(translated),
+        )
         super().__init__(
-            actor_network,
-            critic_network,
+            given.get("actor_network", actor_network),
+            given.get("critic_network", critic_network),
+            clip_epsilon=clip_epsilon,
+            dual_clip=dual_clip,
+            clip_value=clip_value,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,
+            log_explained_variance=log_explained_variance,
+            diagnostics=diagnostics,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
             normalize_advantage=normalize_advantage,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            vf_clip_param=vf_clip_param,
+            functional=functional,
+            device=device,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
+            normalize_advantage_global=normalize_advantage_global,
+            process_group=process_group,
             normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
-            **kwargs,
+            advantage_norm=advantage_norm,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
         )
         check_value_norm(type(self).__name__, "value_norm", value_norm, ("update", "normalize"))
         self.value_norm = value_norm  # a submodule: its statistics are in state_dict
 
     def _critic_inputs(
-        self, target: torch.Tensor, value: torch.Tensor, old_value: torch.Tensor | None
+        self,
+        target: torch.Tensor,
+        value: torch.Tensor,
+        old_value: torch.Tensor | None,
+        mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The critic regression in ``value_norm``'s units, its statistics first updated with
-        the (real-scale) value targets, as TorchRL's ``_critic_loss_inputs``."""
-        target, value, old_value = super()._critic_inputs(target, value, old_value)
+        the (real-scale) value targets of the valid steps, as TorchRL's
+        ``_critic_loss_inputs`` (which also folds in the padding)."""
+        target, value, old_value = super()._critic_inputs(target, value, old_value, mask)
         norm = self.value_norm
         if norm is None:
             return target, value, old_value
-        norm.update(target)
+        update_value_norm(norm, target, mask)
         old_value = None if old_value is None else norm.normalize(old_value)
         return norm.normalize(target.detach()), norm.normalize(value), old_value
 

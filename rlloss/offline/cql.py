@@ -11,10 +11,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import (
-    Coefficient,
-    check_in_range,
-)
+from rlloss._checks import Coefficient
 from rlloss._networks import (
     entry,
     log_prob_of,
@@ -104,6 +101,7 @@ class CQLLoss(ContinuousSoftActorCritic):
 
     temperature = Coefficient(low=0.0, low_open=True)
     min_q_weight = Coefficient(low=0.0)
+    num_random = Coefficient(low=1, integer=True)
 
     def __init__(
         self,
@@ -119,12 +117,13 @@ class CQLLoss(ContinuousSoftActorCritic):
         lagrange_thresh: float = 0.0,
         **options,
     ) -> None:
-        check_in_range("num_random", num_random, 1, integer=True)
+        CQLLoss.num_random.check(num_random)
         super().__init__(actor_network, qvalue_network, **options)
-        self._register_coefficients(temperature=temperature, min_q_weight=min_q_weight)
+        self._register_coefficients(
+            temperature=temperature, min_q_weight=min_q_weight, num_random=num_random
+        )
         self.max_q_backup = max_q_backup
         self.deterministic_backup = deterministic_backup
-        self.num_random = int(num_random)
         self.with_lagrange = with_lagrange
         self.target_action_gap = float(lagrange_thresh)
         if with_lagrange:

@@ -80,6 +80,7 @@ class IQLLoss(TDTargetLoss):
         state_action_value: NestedKey = "state_action_value"  # written by the Q networks
 
     _actor_loss_key = "loss_actor"
+    _choices = {**TDTargetLoss._choices, "scalar_output_mode": ("exclude", "non_tensor")}
     temperature = Coefficient(low=0.0)
     expectile = Coefficient(low=0.0, high=1.0)
 

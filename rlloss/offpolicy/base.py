@@ -98,6 +98,12 @@ class TDTargetLoss(LossModule):
     default_value_estimator = ValueEstimators.TD0
     _one_step_targets_only = False  # True: TD(1) / TD(lambda) estimators are refused
     gamma = Coefficient(low=0.0, high=1.0)
+    _choices = {
+        **LossModule._choices,
+        "loss_function": DISTANCES,
+        "use_prioritized_weights": (True, False, "auto"),
+        "priority_weighting": PRIORITY_WEIGHTINGS,
+    }
 
     def __init__(
         self,

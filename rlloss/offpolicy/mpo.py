@@ -116,6 +116,7 @@ class MPOLoss(MaximumAPosteriori):
     epsilon_mean = Coefficient(low=0.0, low_open=True)
     epsilon_stddev = Coefficient(low=0.0, low_open=True)
     epsilon_penalty = Coefficient(low=0.0, low_open=True)
+    num_samples = Coefficient(low=1, integer=True)
 
     def __init__(
         self,
@@ -141,15 +142,15 @@ class MPOLoss(MaximumAPosteriori):
     ) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
-        check_in_range("num_samples", num_samples, 1, integer=True)
+        MPOLoss.num_samples.check(num_samples)
         super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
         self._register_coefficients(
             epsilon=epsilon,
             epsilon_mean=epsilon_mean,
             epsilon_stddev=epsilon_stddev,
             epsilon_penalty=epsilon_penalty,
+            num_samples=num_samples,
         )
-        self.num_samples = num_samples
         self.per_dim_constraining = per_dim_constraining
         self.action_penalization = action_penalization
         self._check_qvalue_reads_action()

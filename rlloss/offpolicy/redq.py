@@ -15,9 +15,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import (
-    check_in_range,
-)
+from rlloss._checks import Coefficient
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
@@ -102,6 +100,7 @@ class REDQLoss(ContinuousSoftActorCritic):
                 aggregate = composite_lp_aggregate(nowarn=True)
                 self.sample_log_prob = "sample_log_prob" if aggregate else "action_log_prob"
 
+    sub_sample_len = Coefficient(low=1, integer=True)  # checked on assignment too
     out_keys = [
         "loss_actor",
         "loss_qvalue",
@@ -129,7 +128,7 @@ class REDQLoss(ContinuousSoftActorCritic):
         **options,
     ) -> None:
         options = torchrl_keywords(self, options, _REDQ_OPTIONS)
-        check_in_range("sub_sample_len", sub_sample_len, 1, integer=True)
+        REDQLoss.sub_sample_len.check(sub_sample_len)
         super().__init__(
             actor_network,
             qvalue_network,
@@ -140,7 +139,8 @@ class REDQLoss(ContinuousSoftActorCritic):
             max_alpha=max_alpha,
             **options,
         )
-        self.sub_sample_len = max(1, min(int(sub_sample_len), self.num_qvalue_nets - 1))
+        sub_sample_len = max(1, min(int(sub_sample_len), self.num_qvalue_nets - 1))
+        self._register_coefficients(sub_sample_len=sub_sample_len)
         self.gSDE = gSDE
 
     @property

@@ -75,6 +75,7 @@ class _SoftActorCritic(TDTargetLoss):
     # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
     _ties_shared_layers = False
     _actor_loss_key = "loss_actor"
+    _choices = {**TDTargetLoss._choices, "scalar_output_mode": ("exclude", "non_tensor")}
     # ``exp(log_alpha)``: a parameter, or a buffer with ``fixed_alpha``; bounds on it, None:
     # unbounded; the temperature loss's target (NaN: read from the first batch)
     log_alpha = Coefficient(buffer=True)

@@ -8,9 +8,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import (
-    check_in_range,
-)
+from rlloss._checks import Coefficient
 from rlloss._keywords import torchrl_keywords
 from rlloss.offpolicy.soft_actor_critic import (
     SOFT_ACTOR_CRITIC_OPTIONS,
@@ -66,6 +64,8 @@ class TQCLoss(ContinuousSoftActorCritic):
 
     _one_step_targets_only = True  # the targets are per atom
 
+    top_quantiles_to_drop_per_net = Coefficient(low=0, integer=True)  # on assignment too
+
     def __init__(
         self,
         actor_network: nn.Module,
@@ -82,9 +82,9 @@ class TQCLoss(ContinuousSoftActorCritic):
                 f"TQCLoss: top_quantiles_to_drop_per_net must be greater than or equal to zero, "
                 f"got {drop}."
             )
-        check_in_range("top_quantiles_to_drop_per_net", drop, 0, integer=True)
+        TQCLoss.top_quantiles_to_drop_per_net.check(drop)
         super().__init__(actor_network, qvalue_network, num_qvalue_nets=num_qvalue_nets, **options)
-        self.top_quantiles_to_drop_per_net = int(drop)
+        self._register_coefficients(top_quantiles_to_drop_per_net=drop)
 
     # TorchRL's names for the two losses and the target
     actor_loss = ContinuousSoftActorCritic.loss_actor

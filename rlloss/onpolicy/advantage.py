@@ -96,10 +96,18 @@ def norm_scaled_advantage(
     into the norm's statistics when given. With a padding mask the valid rows are selected by
     boolean indexing, a host sync (a ``ValueNorm`` takes no weights)."""
     if value_target is not None:
-        if mask is not None:
-            value_target = value_target[_row_mask(mask, value_target)]
-        advantage_norm.update(value_target)
+        update_value_norm(advantage_norm, value_target, mask)
     return advantage / advantage_norm.scale()
+
+
+def update_value_norm(norm: nn.Module, value_target: torch.Tensor, mask: torch.Tensor | None):
+    """Fold the value targets of the valid steps into a TorchRL ``ValueNorm``'s statistics
+    (``norm.update``), so that they do not depend on how much padding the batch holds. With a
+    padding mask the valid rows are selected by boolean indexing, a host sync (a ``ValueNorm``
+    takes no weights); without one, the targets as they are (TorchRL's call)."""
+    if mask is not None:
+        value_target = value_target[_row_mask(mask, value_target)]
+    norm.update(value_target)
 
 
 def _row_mask(mask: torch.Tensor, value_target: torch.Tensor) -> torch.Tensor:

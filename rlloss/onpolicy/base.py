@@ -25,6 +25,7 @@ from rlloss._checks import (
     batch_mask,
     check_choice,
     check_network,
+    network_output_message,
     next_key,
 )
 from rlloss._ensembles import FrozenPolicy
@@ -89,6 +90,7 @@ class OnPolicyLoss(LossModule):
     _actor_loss_key = "loss_objective"  # TorchRL's name of the policy's loss, per family
     _value_network_name = "critic_network"
     _heads_per_advantage = False  # PPO: a composite action's entropy per advantage element
+    _choices = {**LossModule._choices, "loss_critic_type": DISTANCES}
     entropy_coeff = Coefficient(low=0.0, buffer=True)  # 0.0 with a per-head map
     critic_coeff = Coefficient(low=0.0, buffer=True)  # None without a critic loss
     clip_value = Coefficient(low=0.0, low_open=True, buffer=True)  # None: no value clipping
@@ -394,9 +396,25 @@ class OnPolicyLoss(LossModule):
             batch = batch.detach()
         batch = self._with_actor_features(batch)
         if params is None:
-            return self._critic_call(batch)[self._tensor_keys.value]
+            return self._critic_output(self._critic_call(batch))
         with params.to_module(self.critic_network):
-            return self._critic_call(batch)[self._tensor_keys.value]
+            return self._critic_output(self._critic_call(batch))
+
+    def _critic_output(self, outputs) -> torch.Tensor:
+        """The critic's value ``tensor_keys.value`` among its ``outputs``; a ``KeyError`` naming
+        the network, what it writes and the ``set_keys`` call when it writes another key."""
+        try:
+            return outputs[self._tensor_keys.value]
+        except KeyError:
+            raise MissingKeyError(
+                network_output_message(
+                    type(self).__name__,
+                    self._value_network_name,
+                    "value",
+                    self.tensor_keys.value,
+                    self.critic_network.out_keys,
+                )
+            ) from None
 
     def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
         """The batch, with the actor trunk's outputs added when the critic reads some that the
@@ -434,7 +452,8 @@ class OnPolicyLoss(LossModule):
         normalised first (the critic's output is in normalised units)."""
         target = self._get(batch, "value_target")
         old_value = None if self.clip_value is None else self._old_value(batch)
-        target, value, old_value = self._critic_inputs(target, self._critic_value(batch), old_value)
+        value = self._critic_value(batch)
+        target, value, old_value = self._critic_inputs(target, value, old_value, mask)
         info = {}
         if self.log_explained_variance and self.diagnostics:
             info["explained_variance"] = rlf.explained_variance(value, target, mask, dim=0)
@@ -454,12 +473,16 @@ class OnPolicyLoss(LossModule):
         return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
 
     def _critic_inputs(
-        self, target: torch.Tensor, value: torch.Tensor, old_value: torch.Tensor | None
+        self,
+        target: torch.Tensor,
+        value: torch.Tensor,
+        old_value: torch.Tensor | None,
+        mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The critic regression's target, prediction and old value, in the units it learns
         in: with a ``value_normalizer`` the critic outputs normalised values, so the target and
         the old value are normalised (TorchRL's ``_critic_loss_inputs`` hook; MAPPO's
-        ``value_norm`` overrides it)."""
+        ``value_norm`` overrides it and learns from the valid steps of ``mask``)."""
         if self.value_normalizer is not None:
             target = self.value_normalizer.normalize(target)
             old_value = None if old_value is None else self.value_normalizer.normalize(old_value)

@@ -11,7 +11,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlloss._checks import check_choice, check_in_range, check_same_shape, state_dict_mismatch
+from rlloss._checks import (
+    Coefficient,
+    CoefficientOwner,
+    check_choice,
+    check_in_range,
+    check_same_shape,
+    state_dict_mismatch,
+)
 from rlloss.functional import discounted_returns
 from rlloss.training.distributed import all_moments, check_process_group
 from rlloss.training.moments import (
@@ -25,7 +32,7 @@ from rlloss.training.moments import (
 NORMALIZER_MODES = ("running", "buffer")
 
 
-class RewardNormalizer(nn.Module):
+class RewardNormalizer(CoefficientOwner, nn.Module):
     """Divide rewards by the running standard deviation of per-environment discounted returns.
 
     For each environment ``R_t = gamma * R_{t-1} + r_t``, restarted from 0 after the step where
@@ -87,6 +94,9 @@ class RewardNormalizer(nn.Module):
         >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
     """
 
+    gamma = Coefficient(low=0.0, high=1.0)
+    eps = Coefficient(low=0.0)
+
     def __init__(
         self,
         num_envs: int,
@@ -101,11 +111,8 @@ class RewardNormalizer(nn.Module):
         check_process_group("RewardNormalizer", process_group)
         self.process_group = process_group
         check_in_range("num_envs", num_envs, 1, integer=True)
-        check_in_range("gamma", gamma, 0.0, 1.0)
-        check_in_range("eps", eps, 0.0)
+        self._register_coefficients(gamma=gamma, eps=eps)  # checked on assignment too
         self.num_envs = int(num_envs)
-        self.gamma = float(gamma)
-        self.eps = float(eps)
         self.register_buffer("returns", torch.zeros(self.num_envs, dtype=torch.float64))
         # shape [1], not []: inductor (torch 2.13, CPU) drops in-place writes to 0-dim float64
         # buffers (see ValueNormalizer); 0-dim states saved earlier load as shape [1]

@@ -434,13 +434,16 @@ class KLEarlyStopping:
         >>> early_stopping.reset()  # before the next update
     """
 
+    # checked on assignment as at construction
+    target_kl = Coefficient(low=0.0, high=math.inf, low_open=True, high_open=True)
+    factor = Coefficient(low=0.0, high=math.inf, low_open=True, high_open=True)
+
     def __init__(self, target_kl: float, factor: float = 1.5, process_group=None) -> None:
         check_process_group("KLEarlyStopping", process_group)
         self.process_group = process_group
         check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)
         check_in_range("factor", factor, 0.0, math.inf, low_open=True, high_open=True)
-        self.target_kl = float(target_kl)
-        self.factor = float(factor)
+        self.target_kl, self.factor = target_kl, factor
         self.num_nonfinite = 0
         self.reset()
 

@@ -16,7 +16,7 @@ from torchrl.objectives import HardUpdate as _TorchRLHardUpdate
 from torchrl.objectives import SoftUpdate as _TorchRLSoftUpdate
 
 from rlloss import _compat
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, check_in_range
 
 
 class _FusedPairs:
@@ -77,6 +77,8 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
         >>> ...; optimizer.step(); updater.step()
     """
 
+    eps = Coefficient(low=0.0, high=1.0, high_open=True)  # checked on assignment too
+
     def __init__(self, loss_module, *, eps: float | None = None, tau: float | None = None) -> None:
         if tau is not None:
             check_in_range("tau", tau, 0.0, 1.0, low_open=True)
@@ -92,6 +94,8 @@ class HardUpdate(_FusedStep, _TorchRLHardUpdate):
     """A copy of the online networks into the targets every ``value_network_update_interval``
     steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call.
     ``value_network_update_interval`` is a whole number >= 1."""
+
+    value_network_update_interval = Coefficient(low=1, integer=True)  # on assignment too
 
     def __init__(self, loss_module, *, value_network_update_interval: int = 1000) -> None:
         interval = value_network_update_interval

@@ -17,7 +17,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_choice
+from rlloss._checks import Coefficient, check_choice
 from rlloss._networks import NetworkCall
 from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
@@ -57,6 +57,7 @@ class DreamerModelLoss(WorldModelLossBase):
         """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
         "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
     )
+    _choices = {**WorldModelLossBase._choices, "reco_loss": DISTANCES, "reward_loss": DISTANCES}
 
     def __init__(
         self,
@@ -185,6 +186,9 @@ class DreamerValueLoss(LossModule):
 
         value: NestedKey = "state_value"  # written by the value network
 
+    gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
+    _choices = {**LossModule._choices, "value_loss": DISTANCES}
+
     def __init__(
         self,
         value_model: nn.Module,
@@ -195,8 +199,9 @@ class DreamerValueLoss(LossModule):
         super().__init__()
         value_loss = value_loss or "l2"
         check_choice("value_loss", value_loss, DISTANCES)
+        self._register_coefficients(gamma=gamma)
         self.value_model = value_model
-        self.value_loss, self.gamma, self.discount_loss = value_loss, gamma, discount_loss
+        self.value_loss, self.discount_loss = value_loss, discount_loss
         self._value_call = NetworkCall(value_model)
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:

@@ -19,7 +19,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_choice, check_in_range
+from rlloss._checks import Coefficient, MissingKeyError, check_choice, next_key
 from rlloss._networks import NetworkCall
 from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 from rlloss.world_models.base import (
@@ -88,6 +88,11 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         "reward reward_logits true_reward prior_logits posterior_logits "
         "pixels reco_pixels continue_pred done terminated",
     )
+    # checked at construction and on assignment (the lambda_* weights: by the base)
+    _choices = {**WorldModelLossBase._choices, "kl_mode": KL_MODES, "reco_loss": ("l1", "l2")}
+    kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
+    unimix = Coefficient(low=0.0, high=1.0, high_open=True)
+    continue_target_scale = Coefficient(low=0.0, high=1.0, low_open=True)
 
     def __init__(
         self,
@@ -113,20 +118,21 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     ) -> None:
         check_choice("kl_mode", kl_mode, KL_MODES)
         check_choice("reco_loss", reco_loss, ("l1", "l2"))
-        check_in_range("unimix", unimix, 0.0, 1.0, high_open=True)
-        if not 0 < continue_target_scale <= 1:
+        if not 0 < continue_target_scale <= 1:  # TorchRL's words
             raise ValueError("continue_target_scale must be in (0, 1].")
+        DreamerV3ModelLoss.unimix.check(unimix)
+        DreamerV3ModelLoss.kl_alpha.check(kl_alpha)
         weights = {"lambda_kl": lambda_kl, "lambda_reco": lambda_reco}
         weights.update(lambda_reward=lambda_reward, lambda_continue=lambda_continue)
         weights.update(lambda_dynamic=lambda_dynamic, lambda_representation=lambda_representation)
         super().__init__(world_model, global_average=global_average, **weights)
-        self.kl_mode, self.unimix, self.kl_alpha, self.free_bits = (
-            kl_mode,
-            unimix,
-            kl_alpha,
-            free_bits,
+        self.kl_mode = kl_mode
+        self._register_coefficients(
+            unimix=unimix,
+            kl_alpha=kl_alpha,
+            continue_target_scale=continue_target_scale,
         )
-        self.continue_target_scale = continue_target_scale
+        self.free_bits = free_bits  # any number: a floor of 0 or below clamps nothing
         self.reco_loss, self.reco_symlog = reco_loss, reco_symlog
         self.reward_two_hot, self.num_reward_bins = reward_two_hot, num_reward_bins
         self.detach_output = detach_output
@@ -188,11 +194,20 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         if not self.lambda_continue > 0:
             return {}
         logit = self._read(output, "continue_pred", nested=True)
+        if logit is None:  # TorchRL drops the continuation loss silently
+            key = next_key(self.tensor_keys.continue_pred)
+            raise MissingKeyError(
+                f"{type(self).__name__}: lambda_continue={self.lambda_continue} asks for the "
+                f"continuation loss, but the world model's output has no {key!r} (tensor_keys."
+                f"continue_pred); keys present: {list(output.keys(True, True))}. Make the world "
+                "model write its continuation logit there (or remap it with "
+                "set_keys(continue_pred=...)), or pass lambda_continue=0."
+            )
         ended = self._read(output, "terminated", nested=True)
         if ended is None:
             ended = self._read(output, "done", nested=True)
-        if logit is None or ended is None:
-            return {}
+        if ended is None:
+            self._get(output, "terminated", nested=True)  # the missing-key error
         target = (~ended.bool()).to(logit.dtype) * self.continue_target_scale
         loss = F.binary_cross_entropy_with_logits(logit.squeeze(-1), target.squeeze(-1))
         return {"loss_model_continue": self.lambda_continue * loss.unsqueeze(-1)}
@@ -258,6 +273,9 @@ class DreamerV3ValueLoss(LossModule):
     value_model: nn.Module
     value_model_params: TensorDictParams
     target_value_model_params: TensorDictParams
+    gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
+    slow_critic_regularization = Coefficient(low=0.0)
+    _choices = {**LossModule._choices, "value_loss": VALUE_LOSSES}
 
     def __init__(
         self,
@@ -272,17 +290,22 @@ class DreamerV3ValueLoss(LossModule):
     ) -> None:
         super().__init__()
         self.reduction = self._check_reduction(reduction)
-        if slow_critic_regularization < 0:
-            raise ValueError("slow_critic_regularization must be non-negative.")
+        if slow_critic_regularization < 0:  # TorchRL's words
+            raise ValueError(
+                "slow_critic_regularization must be non-negative, got "
+                f"{slow_critic_regularization}."
+            )
         if value_loss not in VALUE_LOSSES:
             raise ValueError(f"value_loss must be 'symlog_mse' or 'two_hot', got '{value_loss}'")
-        self.slow_critic_regularization = slow_critic_regularization
+        self._register_coefficients(
+            gamma=gamma, slow_critic_regularization=slow_critic_regularization
+        )
         self.convert_to_functional(
             value_model, "value_model", create_target_params=bool(slow_critic_regularization)
         )
         self._value_call = NetworkCall(value_model)
         self._logits_calls: dict = {}  # the network up to its logits, by logits key
-        self.value_loss, self.gamma, self.discount_loss = value_loss, gamma, discount_loss
+        self.value_loss, self.discount_loss = value_loss, discount_loss
         self.__dict__["_actor_loss"] = actor_loss  # not a submodule: its parameters are its own
         self.register_buffer("value_bins", rlf.symexp_bins(num_value_bins))
 

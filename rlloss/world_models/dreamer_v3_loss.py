@@ -13,7 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss._checks import check_in_range, next_key
+from rlloss._checks import Coefficient, next_key
 from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
 
 
@@ -52,6 +52,11 @@ class DreamerV3Loss(LossModule):
         "state belief is_init replay_context",
     )
 
+    # checked at construction and on assignment
+    replay_value_loss_weight = Coefficient(low=0.0)
+    continuation_horizon = Coefficient(low=1.0)
+    lmbda = Coefficient(low=0.0, high=1.0)  # the estimators' range
+
     def __init__(
         self,
         model_loss: nn.Module,
@@ -63,14 +68,18 @@ class DreamerV3Loss(LossModule):
         lmbda: float = 0.95,
     ) -> None:
         super().__init__()
-        if replay_value_loss_weight < 0:
-            raise ValueError("replay_value_loss_weight must be non-negative.")
+        if replay_value_loss_weight < 0:  # TorchRL's words
+            raise ValueError(
+                f"replay_value_loss_weight must be non-negative, got {replay_value_loss_weight}."
+            )
         if replay_value_loss_weight and model_loss.detach_output:
             raise ValueError("Replay-value learning requires model_loss.detach_output=False.")
-        check_in_range("continuation_horizon", continuation_horizon, 1.0)
+        self._register_coefficients(
+            replay_value_loss_weight=replay_value_loss_weight,
+            continuation_horizon=continuation_horizon,
+            lmbda=lmbda,
+        )
         self.model_loss, self.actor_loss, self.value_loss = model_loss, actor_loss, value_loss
-        self.replay_value_loss_weight = replay_value_loss_weight
-        self.continuation_horizon, self.lmbda = continuation_horizon, lmbda
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         pass

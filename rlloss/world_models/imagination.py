@@ -17,7 +17,7 @@ from torchrl.objectives.utils import ValueEstimators, hold_out_net
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range, next_key
+from rlloss._checks import Coefficient, CoefficientOwner, next_key
 from rlloss._networks import DistributionCall, NetworkCall, _plan, _run
 from rlloss.common import LossModule
 
@@ -156,6 +156,7 @@ class ImaginationLoss(LossModule):
     default_value_estimator = ValueEstimators.TDLambda
     actor_model: nn.Module
     value_model: nn.Module
+    imagination_horizon = Coefficient(low=1, integer=True)  # checked on assignment too
 
     def __init__(
         self,
@@ -170,12 +171,12 @@ class ImaginationLoss(LossModule):
     ) -> None:
         if gamma is not None or lmbda is not None:
             raise TypeError(GAMMA_LMBDA_ERROR)
-        check_in_range("imagination_horizon", imagination_horizon, 1, integer=True)
+        ImaginationLoss.imagination_horizon.check(imagination_horizon)
         super().__init__()
         self.actor_model = actor_model
         self.__dict__["value_model"] = value_model  # trained by the value loss, not this one
         self.model_based_env = model_based_env
-        self.imagination_horizon = int(imagination_horizon)
+        self._register_coefficients(imagination_horizon=imagination_horizon)
         self.discount_loss = discount_loss
         self._value_call = NetworkCall(value_model)
         self._rollout = TensorImagination(model_based_env, actor_model)
@@ -246,10 +247,14 @@ class ImaginationLoss(LossModule):
         return rlf.imagination_weights(continuation, gamma).detach()
 
 
-class ReturnPercentiles(nn.Module):
+class ReturnPercentiles(CoefficientOwner, nn.Module):
     """Moving averages of the low and high percentiles of the imagined returns and the scale
     ``max(min_scale, high - low)`` (DreamerV3 eq. 12): buffers ``low`` and ``high`` (``[1]``),
-    updated in place by :meth:`update` without a host sync."""
+    updated in place by :meth:`update` without a host sync. ``rate`` and ``min_scale`` are
+    checked on assignment as at construction."""
+
+    rate = Coefficient(low=0.0, high=1.0)
+    min_scale = Coefficient(low=0.0, low_open=True)
 
     def __init__(
         self, quantiles: tuple[float, float] = (0.05, 0.95), rate: float = 0.01, min_scale=1.0
@@ -258,9 +263,10 @@ class ReturnPercentiles(nn.Module):
         low, high = quantiles
         if not 0 <= low < high <= 1:
             raise ValueError(f"quantiles must satisfy 0 <= low < high <= 1, got {quantiles}.")
-        check_in_range("return_normalization_rate", rate, 0.0, 1.0)
-        check_in_range("return_normalization_min_scale", min_scale, 0.0, low_open=True)
-        self.quantiles, self.rate, self.min_scale = (float(low), float(high)), rate, min_scale
+        ReturnPercentiles.rate.check(rate, "return_normalization_rate")
+        ReturnPercentiles.min_scale.check(min_scale, "return_normalization_min_scale")
+        self._register_coefficients(rate=rate, min_scale=min_scale)
+        self.quantiles = (float(low), float(high))
         self.register_buffer("low", torch.zeros(1))
         self.register_buffer("high", torch.zeros(1))
 

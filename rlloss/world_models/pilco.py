@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from rlloss import functional as rlf
+from rlloss._checks import checks_enabled
 from rlloss.common import LossModule, accepts_tensor_arguments
 
 
@@ -34,7 +35,12 @@ class ExponentialQuadraticCost(LossModule):
             TensorDict of batch size ``[*B]``).
 
     Differences from TorchRL: a bad ``reduction`` or a target / weight matrix of the wrong shape
-    is refused by the constructor (TorchRL raises on the first forward, or inside ``linalg``).
+    is refused by the constructor (TorchRL raises on the first forward, or inside ``linalg``);
+    weights that are not symmetric positive semi-definite (``-I``: a cost that falls away from
+    the target) are refused at construction and on assignment (``cost.weights = W``), checked
+    on the host then (TorchRL returns a number). The state covariance is data: with
+    :func:`rlloss.set_checks` on, one that is not symmetric positive semi-definite is refused
+    too (a host sync, so off by default).
 
     Example:
         >>> cost = ExponentialQuadraticCost(target=torch.zeros(4), reduction="none")
@@ -61,6 +67,13 @@ class ExponentialQuadraticCost(LossModule):
         _check_target_and_weights(target, weights)
         self.register_buffer("target", target)
         self.register_buffer("weights", weights)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("target", "weights") and "_buffers" in self.__dict__:
+            target = value if name == "target" else self._buffers.get("target")
+            weights = value if name == "weights" else self._buffers.get("weights")
+            _check_target_and_weights(target, weights)  # as at construction
+        super().__setattr__(name, value)
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -89,8 +102,21 @@ class ExponentialQuadraticCost(LossModule):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The expected cost, reduced; a TensorDict with ``tensor_keys.loss_cost``."""
         mean, covariance = self._get(tensordict, "loc"), self._get(tensordict, "scale")
+        if checks_enabled():
+            check_positive_semidefinite(
+                f"ExponentialQuadraticCost: the state covariance {self.tensor_keys.scale!r}",
+                covariance,
+                "Store a covariance of the form L @ L.T (variances >= 0).",
+            )
         target, weights = self._target_and_weights(mean)
-        cost = rlf.expected_saturating_cost(mean, covariance, target, weights)
+        try:
+            cost = rlf.expected_saturating_cost(mean, covariance, target, weights)
+        except torch.linalg.LinAlgError as error:  # I + S W not positive definite
+            raise ValueError(
+                f"ExponentialQuadraticCost: the state covariance {self.tensor_keys.scale!r} "
+                "must be symmetric positive semi-definite (I + S W could not be factorised; "
+                f"linalg raised: {error}). rlloss.set_checks(True) checks every covariance."
+            ) from error
         loss = rlf.reduce(cost, self.reduction)
         batch_size = cost.shape if self.reduction == "none" else torch.Size([])
         return TensorDict({self.tensor_keys.loss_cost: loss}, batch_size=batch_size)
@@ -109,8 +135,36 @@ def _check_target_and_weights(target, weights) -> None:
                 "ExponentialQuadraticCost: weights must be a square matrix [D, D] (the "
                 f"precision of the cost), got {getattr(weights, 'shape', weights)!r}."
             )
+    if weights is not None:
+        check_positive_semidefinite(
+            "ExponentialQuadraticCost: weights",
+            weights,
+            "Pass W = A @ A.T or a non-negative diagonal, e.g. torch.eye(D).",
+        )
     if target is not None and weights is not None and weights.shape[0] != target.shape[0]:
         raise ValueError(
             f"ExponentialQuadraticCost: target has {target.shape[0]} dimensions but weights "
             f"are {tuple(weights.shape)}; they must describe the same state size."
+        )
+
+
+def check_positive_semidefinite(name: str, matrix: torch.Tensor, fix: str) -> None:
+    """Refuse a matrix (or a batch of them) that is not symmetric positive semi-definite,
+    within a rounding tolerance relative to its largest entry; reads it on the host (at
+    construction, or with :func:`rlloss.set_checks` on)."""
+    matrix = matrix.detach().double()
+    scale = float(matrix.abs().amax()) if matrix.numel() else 0.0
+    tolerance = 1e-6 * max(scale, 1e-12)
+    if not torch.isfinite(matrix).all():
+        raise ValueError(f"{name} must be finite, got a matrix holding nan or inf.")
+    if not torch.allclose(matrix, matrix.mT, rtol=0.0, atol=tolerance):
+        raise ValueError(
+            f"{name} must be a symmetric positive semi-definite matrix; it is not symmetric "
+            "(pass (W + W.T) / 2)."
+        )
+    smallest = float(torch.linalg.eigvalsh(matrix).amin())
+    if smallest < -tolerance:
+        raise ValueError(
+            f"{name} must be a symmetric positive semi-definite matrix; its smallest eigenvalue "
+            f"is {smallest:.4g}. {fix}"
         )

@@ -53,6 +53,10 @@ class WorldModelLoss(WorldModelLossBase):
         "reward true_reward done true_done terminated true_terminated "
         "observation reconstructed_observation predicted_latent target_latent",
     )
+    _choices = {
+        **WorldModelLossBase._choices,
+        **{f"{name}_loss": DISTANCES for name in SUB_LOSSES},
+    }
 
     def __init__(
         self,
@@ -100,7 +104,10 @@ class WorldModelLoss(WorldModelLossBase):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The active losses, each a 0-dim tensor."""
         labels = ("reward",) if "reward" in self.losses else ()
-        optional = ("done", "terminated") if "done" in self.losses else ()
+        if "done" in self.losses:  # the real done is required (TorchRL's rename), terminated not
+            labels, optional = (*labels, "done"), ("terminated",)
+        else:
+            optional = ()
         output = self._run_world_model(tensordict, labels, optional)
         entries = {
             "reward": ("reward", "true_reward", True),
