@@ -136,20 +136,19 @@ class DPOLoss(PreferenceLoss):
         margin = rlf.dpo_log_ratio_margin(
             chosen.total, rejected.total, ref_chosen.total, ref_rejected.total
         )
+        beta, eps = self._coefficient_values(margin, "beta", "label_smoothing")
         if self.loss_type == "sigmoid":
-            loss = rlf.dpo_sigmoid_loss(margin, self.beta, self.label_smoothing)
+            loss = rlf.dpo_sigmoid_loss(margin, beta, eps)
         elif self.loss_type == "robust":
-            loss = rlf.robust_dpo_loss(margin, self.beta, self.label_smoothing)
+            loss = rlf.robust_dpo_loss(margin, beta, eps)
         elif self.loss_type == "hinge":
-            loss = rlf.dpo_hinge_loss(margin, self.beta)
+            loss = rlf.dpo_hinge_loss(margin, beta)
         else:
             chosen_ratio = chosen.total - ref_chosen.total.detach()
             rejected_ratio = rejected.total - ref_rejected.total.detach()
-            loss = rlf.ipo_loss(
-                chosen_ratio, rejected_ratio, chosen.length, rejected.length, self.beta
-            )
-        reward_chosen = self.beta * (chosen.total - ref_chosen.total).detach()
-        reward_rejected = self.beta * (rejected.total - ref_rejected.total).detach()
+            loss = rlf.ipo_loss(chosen_ratio, rejected_ratio, chosen.length, rejected.length, beta)
+        reward_chosen = beta * (chosen.total - ref_chosen.total).detach()
+        reward_rejected = beta * (rejected.total - ref_rejected.total).detach()
         return self._output(
             {
                 "loss_dpo": rlf.reduce(loss, self.reduction),

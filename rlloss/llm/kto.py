@@ -128,10 +128,10 @@ class KTOLoss(PreferenceLoss):
             kl_policy, kl_reference = self._sequence_log_probs(tensordict, "kl_response")
         z0 = rlf.kto_reference_point(kl_policy.total, kl_reference.total)
         log_ratio = policy.total - reference.total.detach()
-        loss = rlf.kto_loss(
-            log_ratio, desirable, z0, self.beta, self.desirable_weight, self.undesirable_weight
-        )
-        reward = self.beta * log_ratio.detach()
+        names = ("beta", "desirable_weight", "undesirable_weight")
+        beta, weight_desirable, weight_undesirable = self._coefficient_values(log_ratio, *names)
+        loss = rlf.kto_loss(log_ratio, desirable, z0, beta, weight_desirable, weight_undesirable)
+        reward = beta * log_ratio.detach()
         return self._output(
             {
                 "loss_kto": rlf.reduce(loss, self.reduction),

@@ -143,6 +143,11 @@ class PreferenceLoss(LossModule):
         token = per_token(type(self).__name__, "ref_log_probs", key, stored, mask)
         return torch.where(mask, token.to(like), 0.0).sum(-1)
 
+    def _coefficient_values(self, like: torch.Tensor, *names: str) -> tuple:
+        """The coefficient buffers ``names`` in ``like``'s dtype: float32 buffers would round
+        the arithmetic of a float64 batch (``1 / (2 beta)``, ``1 - eps``)."""
+        return tuple(getattr(self, name).to(like.dtype) for name in names)
+
     def _output(self, values: dict) -> TensorDict:
         return TensorDict(values, batch_size=[])
 

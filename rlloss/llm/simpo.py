@@ -107,12 +107,11 @@ class SimPOLoss(PreferenceLoss):
         """``loss_simpo`` and the reward diagnostics of a batch of pairs."""
         chosen = self._policy_log_probs(self._response(tensordict, "chosen"))[0]
         rejected = self._policy_log_probs(self._response(tensordict, "rejected"))[0]
-        loss = rlf.simpo_loss(
-            chosen.mean, rejected.mean, self.beta, self.gamma, self.label_smoothing
-        )
+        beta, gamma, eps = self._coefficient_values(chosen.total, "beta", "gamma", "label_smoothing")
+        loss = rlf.simpo_loss(chosen.mean, rejected.mean, beta, gamma, eps)
         return self._output(
             {
                 "loss_simpo": rlf.reduce(loss, self.reduction),
-                **reward_diagnostics(self.beta * chosen.mean, self.beta * rejected.mean),
+                **reward_diagnostics(beta * chosen.mean, beta * rejected.mean),
             }
         )

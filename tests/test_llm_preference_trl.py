@@ -1,0 +1,141 @@
+"""Parity of DPOLoss (sigmoid, ipo, hinge, robust), SimPOLoss and KTOLoss with TRL 1.16's own
+loss code (:mod:`tests.trl_reference`) on the same model and the same batch: loss values and
+the gradients of the model's parameters.
+
+The model is :class:`tests.preference_nets.CausalBigram`: rlloss reads it through TorchRL's
+wrapper contract (the distribution of each position's own token), TRL through a causal LM's
+logits (position ``j`` predicting ``j + 1``); both see the same token log-probs. Chosen and
+rejected responses differ in length, rows are padded on both sides and the stored reference
+log-probs are ``NaN`` on the padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlloss.llm import DPOLoss, KTOLoss, SimPOLoss
+from tests import trl_reference
+from tests.preference_nets import CausalBigram, kto_batch, pair_batch, response_mask
+
+trl_reference.trl_root()  # skips this module without TRL 1.16
+
+TOLERANCE = dict(atol=1e-10, rtol=1e-10)  # float64 throughout
+
+
+def stored(value: float) -> float:
+    """A coefficient as the loss holds it: a float32 buffer (so TRL is given the same
+    number, ``0.1`` being ``0.100000001...`` there)."""
+    return float(torch.tensor(value))
+
+
+def stacked(batch, names) -> dict:
+    """TRL's layout: the responses ``names`` stacked on the batch dim, right padded to one
+    length, their completion masks, and their reference log-probs summed over the mask."""
+    parts = [batch[name] for name in names]
+    length = max(p["tokens", "full"].shape[-1] for p in parts)
+    pad = lambda t: torch.nn.functional.pad(t, (0, length - t.shape[-1]))  # noqa: E731
+    ids = torch.cat([pad(p["tokens", "full"]) for p in parts])
+    masks = [response_mask(p) for p in parts]
+    refs = [
+        torch.where(m, p["ref_log_probs", "full"], 0.0).sum(-1)
+        for p, m in zip(parts, masks, strict=True)
+    ]
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.cat([pad(p["masks", "all_attention_mask"]) for p in parts]),
+        "completion_mask": torch.cat([pad(m) for m in masks]).long(),
+        "refs": refs,
+    }
+
+
+def gradient(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return model.logits.weight.grad.clone()
+
+
+def record(request, name, ours, theirs, our_grad, their_grad):
+    """Compare and keep the max abs differences for the report (``-s`` prints them)."""
+    value_diff = (ours - theirs).abs().max().item()
+    grad_diff = (our_grad - their_grad).abs().max().item()
+    print(f"\nTRL parity {name}: value {value_diff:.2e}, grad {grad_diff:.2e}")
+    torch.testing.assert_close(ours, theirs, **TOLERANCE)
+    torch.testing.assert_close(our_grad, their_grad, **TOLERANCE)
+    assert their_grad.abs().max() > 0
+
+
+@pytest.mark.parametrize(
+    "loss_type, beta, eps",
+    [
+        ("sigmoid", 0.1, 0.0),
+        ("sigmoid", 1.0, 0.0),
+        ("ipo", 0.1, 0.0),
+        ("ipo", 0.5, 0.0),
+        ("hinge", 0.1, 0.0),
+        ("hinge", 0.5, 0.0),
+        ("robust", 0.1, 0.1),
+        ("robust", 0.5, 0.3),
+    ],
+)
+def test_dpo_matches_trl(request, loss_type, beta, eps):
+    model, batch = CausalBigram(), pair_batch()
+    loss = DPOLoss(model, beta=beta, loss_type=loss_type, label_smoothing=eps)
+    ours = loss(batch.clone())["loss_dpo"]
+    our_grad = gradient(model, ours)
+    inputs = stacked(batch, ("chosen", "rejected"))
+    ref_chosen, ref_rejected = inputs.pop("refs")
+    inputs.update(ref_chosen_logps=ref_chosen, ref_rejected_logps=ref_rejected)
+    theirs = trl_reference.dpo_loss(
+        trl_reference.FusedHeadModel(model.lm_logits), inputs, loss_type, stored(beta), stored(eps)
+    )
+    their_grad = gradient(model, theirs)
+    record(request, f"DPO {loss_type} beta={beta} eps={eps}", ours, theirs, our_grad, their_grad)
+
+
+@pytest.mark.parametrize("beta, gamma, eps", [(2.0, 1.0, 0.0), (2.5, 0.5, 0.0), (0.1, 0.5, 0.2)])
+def test_simpo_matches_trl(request, beta, gamma, eps):
+    model, batch = CausalBigram(), pair_batch(seed=3)
+    ours = SimPOLoss(model, beta=beta, gamma=gamma, label_smoothing=eps)(batch.clone())
+    our_grad = gradient(model, ours["loss_simpo"])
+    inputs = stacked(batch, ("chosen", "rejected"))
+    labels = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)
+    theirs = trl_reference.simpo_loss(
+        model.lm_logits(inputs["input_ids"]), labels, *map(stored, (beta, gamma, eps))
+    )
+    their_grad = gradient(model, theirs)
+    name = f"SimPO beta={beta} gamma={gamma} eps={eps}"
+    record(request, name, ours["loss_simpo"], theirs, our_grad, their_grad)
+
+
+@pytest.mark.parametrize(
+    "beta, weights", [(0.1, (1.0, 1.0)), (1.0, (1.0, 1.33)), (0.5, (2.0, 0.5))]
+)
+def test_kto_matches_trl(request, beta, weights):
+    model, batch = CausalBigram(), kto_batch()
+    loss = KTOLoss(model, beta=beta, desirable_weight=weights[0], undesirable_weight=weights[1])
+    ours = loss(batch.clone())
+    our_grad = gradient(model, ours["loss_kto"])
+    main, kl = stacked(batch, ("response",)), stacked(batch, ("kl_response",))
+    inputs = {
+        "input_ids": main["input_ids"],
+        "attention_mask": main["attention_mask"],
+        "completion_mask": main["completion_mask"],
+        "KL_input_ids": kl["input_ids"],
+        "KL_attention_mask": kl["attention_mask"],
+        "KL_completion_mask": kl["completion_mask"],
+        "label": batch["label"],
+        "ref_logps": main["refs"][0],
+        "ref_KL_logps": kl["refs"][0],
+    }
+    fused = trl_reference.FusedHeadModel(model.lm_logits)
+    theirs = trl_reference.kto_loss(fused, inputs, stored(beta), tuple(map(stored, weights)))
+    their_grad = gradient(model, theirs)
+    assert ours["kl"] > 0  # the reference point is not floored on this batch
+    record(
+        request,
+        f"KTO beta={beta} weights={weights}",
+        ours["loss_kto"],
+        theirs,
+        our_grad,
+        their_grad,
+    )
