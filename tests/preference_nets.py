@@ -74,23 +74,23 @@ def response_mask(td: TensorDict, strategy: str = "sft") -> torch.Tensor:
     return attention & (torch.arange(attention.shape[-1]) >= td["tokens", "prompt"].shape[-1])
 
 
-def pair_batch(batch: int = 3, seed: int = 0) -> TensorDict:
+def pair_batch(batch: int = 3, seed: int = 0, dtype=torch.float64) -> TensorDict:
     """Chosen (10 tokens) and rejected (7 tokens) responses to the same prompts."""
     return TensorDict(
-        chosen=responses(batch, 10, seed=seed),
-        rejected=responses(batch, 7, seed=seed + 1),
+        chosen=responses(batch, 10, seed=seed, dtype=dtype),
+        rejected=responses(batch, 7, seed=seed + 1, dtype=dtype),
         batch_size=[batch],
     )
 
 
-def kto_batch(batch: int = 4, seed: int = 0) -> TensorDict:
+def kto_batch(batch: int = 4, seed: int = 0, dtype=torch.float64) -> TensorDict:
     """Responses labelled desirable or not, and mismatched responses for KTO's reference
     point (the reference of the mismatched ones below the policy's on average)."""
     labels = torch.arange(batch) % 2 == 0
-    mismatched = responses(batch, 9, seed=seed + 7)
+    mismatched = responses(batch, 9, seed=seed + 7, dtype=dtype)
     mismatched["ref_log_probs", "full"] -= 2.5
     return TensorDict(
-        response=responses(batch, 9, seed=seed),
+        response=responses(batch, 9, seed=seed, dtype=dtype),
         kl_response=mismatched,
         label=labels,
         batch_size=[batch],
