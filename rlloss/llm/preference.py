@@ -86,7 +86,11 @@ class PreferenceLoss(LossModule):
         tokens = read_padded(response, self.tensor_keys.tokens, padding_value=0)
         if tokens is None:
             key = self.tensor_keys.tokens
-            raise MissingKeyError(missing_key_message(owner, "tokens", key, response))
+            raise MissingKeyError(
+                missing_key_message(owner, "tokens", key, response)
+                + " In history mode, store the chats' tokens with the responses (the "
+                "wrapper's output when it scores them once, or History.apply_chat_template)."
+            )
         if tokens.shape != mask.shape:
             raise ValueError(
                 f"{owner}: the tokens {self.tensor_keys.tokens!r} have shape "

@@ -107,7 +107,9 @@ class SimPOLoss(PreferenceLoss):
         """``loss_simpo`` and the reward diagnostics of a batch of pairs."""
         chosen = self._policy_log_probs(self._response(tensordict, "chosen"))[0]
         rejected = self._policy_log_probs(self._response(tensordict, "rejected"))[0]
-        beta, gamma, eps = self._coefficient_values(chosen.total, "beta", "gamma", "label_smoothing")
+        beta, gamma, eps = self._coefficient_values(
+            chosen.total, "beta", "gamma", "label_smoothing"
+        )
         loss = rlf.simpo_loss(chosen.mean, rejected.mean, beta, gamma, eps)
         return self._output(
             {
