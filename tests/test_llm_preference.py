@@ -365,3 +365,62 @@ def test_explicit_signatures():
         assert all(p.annotation is not p.empty for n, p in params.items() if n != "self"), cls
     with pytest.raises(TypeError):
         DPOLoss(CausalBigram(), gamma=0.5)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def frozen_call(method, mode):
+    """``method`` marked as the actors' (``tests/test_llm_memory.py``'s ``watch_actor``) for a
+    network called under ``torch.no_grad``."""
+
+    def marked(*args, **kwargs):
+        mode.in_actor = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            mode.in_actor = False
+
+    return marked
+
+
+@pytest.mark.parametrize("with_reference_network", [False, True])
+def test_no_vocabulary_sized_tensor_beyond_the_actors(with_reference_network):
+    """The memory contract of ``tests/test_llm_memory.py``: no ``[batch, tokens, vocab]``
+    tensor outside the actors' calls, in the forward; in the backward, only the gradients of
+    the actor's logits (one per response entry: two)."""
+    pytest.importorskip("transformers")
+    from tests.llm_nets import tiny_actor, token_batch
+    from tests.test_llm_memory import (
+        ACTOR_METHODS,
+        BATCH,
+        TOKENS,
+        WIDE_VOCAB,
+        VocabTensors,
+        check,
+        watch_actor,
+    )
+
+    actor = tiny_actor(vocab=WIDE_VOCAB)
+    reference = tiny_actor(seed=1, vocab=WIDE_VOCAB) if with_reference_network else None
+    parts = {}
+    for seed, name in enumerate(("chosen", "rejected")):
+        part = token_batch(batch=BATCH, length=TOKENS, seed=seed)
+        part["ref_log_probs", "full"] = part["next", "ref_log_probs", "full"]
+        parts[name] = part.exclude("next", "advantage", "log_probs")
+    batch = TensorDict(parts, batch_size=[BATCH])
+    loss = DPOLoss(actor, reference_network=reference)
+    mode = VocabTensors(BATCH * TOKENS * WIDE_VOCAB)
+    watch_actor(actor, mode)
+    if reference is not None:  # called without gradient: no autograd node to track
+        for name in ACTOR_METHODS:
+            method = getattr(reference, name, None)
+            if method is not None:
+                setattr(reference, name, frozen_call(method, mode))
+    with mode:
+        loss(batch)["loss_dpo"].backward()
+    for network in (actor, reference):
+        for name in ACTOR_METHODS:
+            if network is not None:
+                network.__dict__.pop(name, None)
+    check(mode.found, logits_gradients=2)
