@@ -96,13 +96,29 @@ SMOKE_FRAMES = {
     "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
     "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
+    "dpo_tiny_transformer": 64,  # preference pairs: two DPO steps (after 2 SFT steps)
     "dreamer_pointmass": 200,  # 4 episodes (2 random): 2 world-model + 3 DreamerV3 updates
 }
 # Extra flags of a tutorial's smoke run.
-SMOKE_ARGS = {"dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
-                                    "--eval-episodes", "2"]}
+SMOKE_ARGS = {
+    "dpo_tiny_transformer": ["--sft-steps", "2"],
+    "dreamer_pointmass": [
+        "--train-every",
+        "50",
+        "--pretrain",
+        "2",
+        "--prefill",
+        "100",
+        "--eval-episodes",
+        "2",
+    ],
+}
 # Tutorials that need an optional extra: the module it installs and the extra.
-NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
+NEEDS_EXTRA = {
+    "mappo_vmas": ("vmas", "marl"),
+    "grpo_tiny_transformer": ("transformers", "llm"),
+    "dpo_tiny_transformer": ("transformers", "llm"),
+}
 
 
 # The smokes of the default run; the others are slow.
@@ -154,6 +170,31 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     rlloss_returns = (tmp_path / "rlloss" / "returns.csv").read_text()
     assert rlloss_returns.count("\n") > 10  # episodes finished
     assert (tmp_path / "torchrl" / "returns.csv").read_text() == rlloss_returns
+
+
+@SLOW
+@pytest.mark.parametrize(
+    "flags", [["--variant", "simpo"], ["--loss-type", "robust"]], ids=["simpo", "robust"]
+)
+def test_dpo_tutorial_variants(flags, tmp_path):
+    """``dpo_tiny_transformer.py --variant simpo`` (SimPOLoss) and ``--loss-type robust``
+    train end to end and print the preference accuracy and the rewards after SFT and after the
+    preference phase, each in [0, 1]."""
+    pytest.importorskip("transformers", reason="pip install '.[llm]'")
+    script = TUTORIALS_DIR / "dpo_tiny_transformer.py"
+    stdout = run_tutorial(script, tmp_path, "--sft-steps", "2", *flags, frames=64)
+    values = dict(
+        line.split("=", 1)
+        for line in stdout.splitlines()
+        if "_reward=" in line or "_accuracy=" in line
+    )
+    names = {
+        f"{phase}_{name}"
+        for phase in ("sft", "dpo")
+        for name in ("preference_accuracy", "reward", "greedy_reward")
+    }
+    assert set(values) == names
+    assert all(0.0 <= float(v) <= 1.0 for v in values.values()), values
 
 
 @SLOW
@@ -336,6 +377,8 @@ def test_dreamer_tutorial_swaps_to_torchrl(tmp_path):
     swapped.write_text(swap["source"])
     stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pointmass"], frames=200)
     assert "updates=5 " in stdout, stdout[-2000:]
+
+
 @SLOW
 def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
     """``offline_dataset.py`` with two behaviour policies (uniform actions, then SAC after 1,100
@@ -346,9 +389,17 @@ def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
     policies = json.loads((data / "dataset.json").read_text())["policies"]
     assert [p["agent_frames"] for p in policies] == [0, 1100]
     assert [p["episodes"] for p in policies] == [10, 10]
-    stdout = run_tutorial(TUTORIALS_DIR / "dt_offline.py", tmp_path / "dt", "--dataset",
-                          str(data / "dataset"), "--eval-every", "8", "--eval-episodes", "2",
-                          frames=8)
+    stdout = run_tutorial(
+        TUTORIALS_DIR / "dt_offline.py",
+        tmp_path / "dt",
+        "--dataset",
+        str(data / "dataset"),
+        "--eval-every",
+        "8",
+        "--eval-episodes",
+        "2",
+        frames=8,
+    )
     prompted = [line for line in stdout.splitlines() if line.startswith("return_at_target[")]
     targets = sorted(p["mean_return"] for p in policies)
     assert [float(line[17:].split("]")[0]) for line in prompted] == pytest.approx(targets, abs=0.05)

@@ -71,9 +71,7 @@ parser = helpers.tutorial_parser(
     __doc__, "runs/dpo_tiny_transformer", 6_400, "preference pairs of the DPO phase (32 a step)"
 )
 parser.add_argument("--variant", choices=["dpo", "simpo"], default="dpo", help="DPO or SimPO")
-parser.add_argument(
-    "--loss-type", choices=["sigmoid", "ipo", "hinge", "robust"], default="sigmoid"
-)
+parser.add_argument("--loss-type", choices=["sigmoid", "ipo", "hinge", "robust"], default="sigmoid")
 parser.add_argument("--sft-steps", type=int, default=20, help="SFT steps of 64 chats")
 parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate for DPO")
 parser.add_argument("--beta", type=float, default=0.5, help="DPO's beta")
