@@ -424,3 +424,13 @@ def test_no_vocabulary_sized_tensor_beyond_the_actors(with_reference_network):
             if network is not None:
                 network.__dict__.pop(name, None)
     check(mode.found, logits_gradients=2)
+
+
+@pytest.mark.parametrize("module", ["dpo", "simpo", "kto"])
+def test_docstring_examples_run(module):
+    """The classes' "Examples:" sections run as written (doctest)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"rlloss.llm.{module}"))
+    assert result.attempted > 0 and result.failed == 0, result

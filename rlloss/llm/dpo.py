@@ -55,6 +55,19 @@ class DPOLoss(PreferenceLoss):
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (``[*B]``) over the pairs.
         device: where the coefficients live.
 
+    The keys (``loss.set_keys(name=key)``; ``tokens`` and ``ref_log_probs`` inside each
+    response entry):
+
+    | name | default | read | shape |
+    |---|---|---|---|
+    | ``chosen`` | ``"chosen"`` | the preferred responses | TensorDict ``[*B]`` |
+    | ``rejected`` | ``"rejected"`` | the dispreferred responses | TensorDict ``[*B]`` |
+    | ``tokens`` | ``("tokens", "full")`` | the token ids | ``[*B, T]`` |
+    | ``ref_log_probs`` | ``("ref_log_probs", "full")`` | if no reference network | ``[*B(, T)]`` |
+
+    Written: ``loss_dpo`` (``[]``, ``[*B]`` with ``reduction="none"``), ``reward_chosen``,
+    ``reward_rejected``, ``reward_margin``, ``reward_accuracy`` (``[]``).
+
     Differences from TorchRL: TorchRL 0.14 has no preference loss. TRL 1.16's ``sigmoid``
     ignores ``label_smoothing``; here it is conservative DPO's (equal to TRL's at 0).
 
@@ -70,7 +83,8 @@ class DPOLoss(PreferenceLoss):
         ...     def _get_sft_dist(self, td):
         ...         tokens = td["tokens", "full"]
         ...         mask = torch.arange(tokens.shape[-1]) >= td["tokens", "prompt"].shape[-1]
-        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask.expand_as(tokens))
+        ...         mask = mask.expand_as(tokens)
+        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask)
         >>> def responses(seed):
         ...     g = torch.Generator().manual_seed(seed)
         ...     full = torch.randint(8, (4, 6), generator=g)

@@ -41,6 +41,20 @@ class KTOLoss(PreferenceLoss):
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` over the examples.
         device: where the coefficients live.
 
+    The keys (``loss.set_keys(name=key)``; ``tokens`` and ``ref_log_probs`` inside each
+    response entry):
+
+    | name | default | read | shape |
+    |---|---|---|---|
+    | ``response`` | ``"response"`` | the labelled responses | TensorDict ``[*B]`` |
+    | ``label`` | ``"label"`` | desirable or not | bool ``[*B(, 1)]`` |
+    | ``kl_response`` | ``"kl_response"`` | mismatched responses (``z_0``) | TensorDict |
+    | ``tokens`` | ``("tokens", "full")`` | the token ids | ``[*B, T]`` |
+    | ``ref_log_probs`` | ``("ref_log_probs", "full")`` | if no reference network | ``[*B(, T)]`` |
+
+    Written: ``loss_kto`` (``[]``, ``[*B]`` with ``reduction="none"``), ``kl``,
+    ``reward_chosen``, ``reward_rejected`` (``[]``).
+
     Differences from TorchRL: TorchRL 0.14 has no preference loss. TRL averages ``z_0`` over
     the ranks (a gather); here it is the batch's on each process.
 
@@ -56,7 +70,8 @@ class KTOLoss(PreferenceLoss):
         ...     def _get_sft_dist(self, td):
         ...         tokens = td["tokens", "full"]
         ...         mask = torch.arange(tokens.shape[-1]) >= td["tokens", "prompt"].shape[-1]
-        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask.expand_as(tokens))
+        ...         mask = mask.expand_as(tokens)
+        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask)
         >>> def responses(seed):
         ...     g = torch.Generator().manual_seed(seed)
         ...     full = torch.randint(8, (4, 6), generator=g)

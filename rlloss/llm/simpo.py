@@ -37,6 +37,17 @@ class SimPOLoss(PreferenceLoss):
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` over the pairs.
         device: where the coefficients live.
 
+    The keys (``loss.set_keys(name=key)``; ``tokens`` inside each response entry):
+
+    | name | default | read | shape |
+    |---|---|---|---|
+    | ``chosen`` | ``"chosen"`` | the preferred responses | TensorDict ``[*B]`` |
+    | ``rejected`` | ``"rejected"`` | the dispreferred responses | TensorDict ``[*B]`` |
+    | ``tokens`` | ``("tokens", "full")`` | the token ids | ``[*B, T]`` |
+
+    Written: ``loss_simpo`` (``[]``, ``[*B]`` with ``reduction="none"``), ``reward_chosen``,
+    ``reward_rejected``, ``reward_margin``, ``reward_accuracy`` (``[]``).
+
     Differences from TorchRL: TorchRL 0.14 has no preference loss.
 
     Examples:
@@ -51,7 +62,8 @@ class SimPOLoss(PreferenceLoss):
         ...     def _get_sft_dist(self, td):
         ...         tokens = td["tokens", "full"]
         ...         mask = torch.arange(tokens.shape[-1]) >= td["tokens", "prompt"].shape[-1]
-        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask.expand_as(tokens))
+        ...         mask = mask.expand_as(tokens)
+        ...         return LLMMaskedCategorical(logits=self.logits(tokens), mask=mask)
         >>> def responses(seed):
         ...     full = torch.randint(8, (4, 6), generator=torch.Generator().manual_seed(seed))
         ...     return TensorDict(tokens={"full": full, "prompt": full[:, :2]}, batch_size=[4])
