@@ -19,7 +19,12 @@ from tests.preference_nets import CausalBigram, kto_batch, pair_batch, response_
 
 trl_reference.trl_root()  # skips this module without TRL 1.16
 
-TOLERANCE = dict(atol=1e-10, rtol=1e-10)  # float64 throughout
+# float64: equal to rounding; float32: the two libraries sum in other orders
+TOLERANCES = {
+    torch.float64: dict(atol=1e-10, rtol=1e-10),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+}
+DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 
 def stored(value: float) -> float:
@@ -55,12 +60,13 @@ def gradient(model, loss):
 
 
 def record(request, name, ours, theirs, our_grad, their_grad):
+    tolerance = TOLERANCES[ours.dtype]
     """Compare and keep the max abs differences for the report (``-s`` prints them)."""
     value_diff = (ours - theirs).abs().max().item()
     grad_diff = (our_grad - their_grad).abs().max().item()
-    print(f"\nTRL parity {name}: value {value_diff:.2e}, grad {grad_diff:.2e}")
-    torch.testing.assert_close(ours, theirs, **TOLERANCE)
-    torch.testing.assert_close(our_grad, their_grad, **TOLERANCE)
+    print(f"\nTRL parity {name} {ours.dtype}: value {value_diff:.2e}, grad {grad_diff:.2e}")
+    torch.testing.assert_close(ours, theirs, **tolerance)
+    torch.testing.assert_close(our_grad, their_grad, **tolerance)
     assert their_grad.abs().max() > 0
 
 
@@ -77,8 +83,9 @@ def record(request, name, ours, theirs, our_grad, their_grad):
         ("robust", 0.5, 0.3),
     ],
 )
-def test_dpo_matches_trl(request, loss_type, beta, eps):
-    model, batch = CausalBigram(), pair_batch()
+@DTYPES
+def test_dpo_matches_trl(request, dtype, loss_type, beta, eps):
+    model, batch = CausalBigram(dtype=dtype), pair_batch(dtype=dtype)
     loss = DPOLoss(model, beta=beta, loss_type=loss_type, label_smoothing=eps)
     ours = loss(batch.clone())["loss_dpo"]
     our_grad = gradient(model, ours)
@@ -93,8 +100,9 @@ def test_dpo_matches_trl(request, loss_type, beta, eps):
 
 
 @pytest.mark.parametrize("beta, gamma, eps", [(2.0, 1.0, 0.0), (2.5, 0.5, 0.0), (0.1, 0.5, 0.2)])
-def test_simpo_matches_trl(request, beta, gamma, eps):
-    model, batch = CausalBigram(), pair_batch(seed=3)
+@DTYPES
+def test_simpo_matches_trl(request, dtype, beta, gamma, eps):
+    model, batch = CausalBigram(dtype=dtype), pair_batch(seed=3, dtype=dtype)
     ours = SimPOLoss(model, beta=beta, gamma=gamma, label_smoothing=eps)(batch.clone())
     our_grad = gradient(model, ours["loss_simpo"])
     inputs = stacked(batch, ("chosen", "rejected"))
@@ -110,8 +118,9 @@ def test_simpo_matches_trl(request, beta, gamma, eps):
 @pytest.mark.parametrize(
     "beta, weights", [(0.1, (1.0, 1.0)), (1.0, (1.0, 1.33)), (0.5, (2.0, 0.5))]
 )
-def test_kto_matches_trl(request, beta, weights):
-    model, batch = CausalBigram(), kto_batch()
+@DTYPES
+def test_kto_matches_trl(request, dtype, beta, weights):
+    model, batch = CausalBigram(dtype=dtype), kto_batch(dtype=dtype)
     loss = KTOLoss(model, beta=beta, desirable_weight=weights[0], undesirable_weight=weights[1])
     ours = loss(batch.clone())
     our_grad = gradient(model, ours["loss_kto"])
