@@ -28,18 +28,30 @@ accuracy**, the fraction of 256 held-out pairs (correct reversal, near miss) who
 answer the model finds the more likely (``log pi(chosen) > log pi(rejected)``). The pad and
 end-of-sequence tokens are suppressed while sampling (fixed-length answers).
 
-Budget: 20 SFT steps and 6,400 pairs (200 DPO steps): about 45 s of CPU time on one thread
-(``cpu_time=``), 2 to 3 minutes of wall time on the shared 2-core machine of these results.
+Budget: 20 SFT steps and 6,400 pairs (200 DPO steps): 42 to 52 s of CPU time on one thread
+(``cpu_time=``).
 
 Results (the defaults, DPO ``sigmoid``, seeds 0, 1, 2; on the 256 evaluation strings or pairs):
 
-===========================================  ==============  ==============  ==============
-measure                                      seed 0          seed 1          seed 2
-===========================================  ==============  ==============  ==============
-preference accuracy, after SFT / after DPO   RESULTS
-reward, sampled, after SFT / after DPO
-reward, greedy, after SFT / after DPO
-===========================================  ==============  ==============  ==============
+==========================================  ===============  ===============  ===============
+measure (after SFT / after DPO)             seed 0           seed 1           seed 2
+==========================================  ===============  ===============  ===============
+preference accuracy (256 held-out pairs)    0.797 / 0.988    0.875 / 1.000    0.863 / 0.957
+reward, one sampled completion              0.199 / 0.604    0.263 / 0.759    0.205 / 0.422
+reward, greedy completion                   0.471 / 0.878    0.554 / 0.984    0.472 / 0.654
+==========================================  ===============  ===============  ===============
+
+DPO on pairs that only say "the correct reversal beats this near miss" raises the preference
+accuracy on held-out pairs to 0.96-1.00 and, with it, the task reward of the model's own
+completions: sampled from 0.20-0.26 to 0.42-0.76, greedy from 0.47-0.55 to 0.65-0.98, with no
+reward model and no sampling during training. CPU time (``cpu_time=``) 42 to 52 s a run; wall
+time 3.5 to 6 minutes on the shared 2-core machine.
+
+TRL's loss in the same loop: ``tests/test_llm_preference_trl.py`` trains a tiny Qwen2 for 5
+Adam steps once with ``DPOLoss`` through TorchRL's wrapper and once with TRL 1.16's
+``DPOTrainer._compute_loss`` (``sigmoid`` and ``ipo``): equal losses at every step, weights
+within 1e-14 after the 5 steps (float64). The tutorial itself imports no TRL (its trainer
+modules need ``accelerate`` and ``datasets``).
 
 Run:
     pip install ".[llm,tutorials]"
