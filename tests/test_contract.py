@@ -296,6 +296,31 @@ def llm_row(name: str, **kwargs) -> Row:
     )
 
 
+def preference_row(name: str, loss_key: str, renamable: tuple, **kwargs) -> Row:
+    """A preference loss on the causal bigram stand-in (tests/preference_nets.py), float32;
+    a ``reference_network`` keyword gets a second bigram, which no gradient may reach."""
+    from tests.preference_nets import CausalBigram, kto_batch, pair_batch
+
+    def build():
+        if "reference_network" in kwargs:
+            kwargs["reference_network"] = CausalBigram(seed=1, dtype=torch.float32)
+        return getattr(rlloss, name)(CausalBigram(dtype=torch.float32), **kwargs)
+
+    make_batch = kto_batch if name == "KTOLoss" else pair_batch
+
+    def batch():  # the padding's NaN reference log-probs zeroed: batch == batch must hold
+        td = make_batch(seed=int(torch.randint(100, ())), dtype=torch.float32)
+        return td.apply(lambda t: t.nan_to_num() if t.is_floating_point() else t)
+
+    return Row(
+        build=build,
+        batch=batch,
+        routes={loss_key: ("actor_network",)},
+        renamable=renamable,
+        coefficient="beta",
+    )
+
+
 def chat_setup():
     """A tiny Qwen2 (tests/llm_nets.py), its tokenizer and two chats with a perturbed copy's
     log-probs as the reference's and the teacher's; built once."""
@@ -583,6 +608,15 @@ LOSSES = {
     "GSPOLoss": llm_row("GSPOLoss"),
     "SFTLoss": chat_row("SFTLoss", "loss_sft", ("ref_log_prob",), kl_to_ref_coeff=0.1),
     "DistillationLoss": chat_row("DistillationLoss", "loss_distill", ("teacher_log_prob",)),
+    "DPOLoss": preference_row("DPOLoss", "loss_dpo", ("chosen", "rejected")),
+    "DPOLoss-ipo-reference-network": preference_row(
+        "DPOLoss", "loss_dpo", ("chosen",), loss_type="ipo", reference_network=True
+    ),
+    "DPOLoss-robust": preference_row(
+        "DPOLoss", "loss_dpo", ("rejected",), loss_type="robust", label_smoothing=0.1
+    ),
+    "SimPOLoss": preference_row("SimPOLoss", "loss_simpo", ("chosen", "rejected")),
+    "KTOLoss": preference_row("KTOLoss", "loss_kto", ("response", "label", "kl_response")),
 }
 
 

@@ -96,6 +96,7 @@ SMOKE_FRAMES = {
     "dt_offline": 64,  # a transformer step, and each evaluation episode 200 transformer calls
     "mappo_vmas": 6000,  # one iteration: 60 VMAS environments x 100 steps
     "grpo_tiny_transformer": 256,  # sampled completions: two GRPO updates (after 20 SFT steps)
+    "dpo_tiny_transformer": 64,  # preference pairs: two DPO steps (after 2 SFT steps)
     "dreamer_pointmass": 200,  # 4 episodes (2 random): 2 world-model + 3 DreamerV3 updates
 }
 # The MuJoCo tutorials: PPO's smoke is one 2,048-step rollout and its 320 updates; SAC's and
@@ -104,6 +105,7 @@ MUJOCO = {"ppo_mujoco": 2048, "sac_mujoco": 600, "td3_mujoco": 600}
 SMOKE_FRAMES.update(MUJOCO)
 # Extra flags of a tutorial's smoke run.
 SMOKE_ARGS = {
+    "dpo_tiny_transformer": ["--sft-steps", "2"],
     "dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
                           "--eval-episodes", "2"],
     **dict.fromkeys(MUJOCO, ["--eval-episodes", "2"]),
@@ -111,7 +113,11 @@ SMOKE_ARGS = {
                     ["--eval-episodes", "2", "--learning-starts", "300"]),
 }
 # Tutorials that need an optional extra: the module it installs and the extra.
-NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
+NEEDS_EXTRA = {
+    "mappo_vmas": ("vmas", "marl"),
+    "grpo_tiny_transformer": ("transformers", "llm"),
+    "dpo_tiny_transformer": ("transformers", "llm"),
+}
 
 
 # The smokes of the default run; the others are slow.
@@ -177,6 +183,31 @@ def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     rlloss_returns = (tmp_path / "rlloss" / "returns.csv").read_text()
     assert rlloss_returns.count("\n") > 10  # episodes finished
     assert (tmp_path / "torchrl" / "returns.csv").read_text() == rlloss_returns
+
+
+@SLOW
+@pytest.mark.parametrize(
+    "flags", [["--variant", "simpo"], ["--loss-type", "robust"]], ids=["simpo", "robust"]
+)
+def test_dpo_tutorial_variants(flags, tmp_path):
+    """``dpo_tiny_transformer.py --variant simpo`` (SimPOLoss) and ``--loss-type robust``
+    train end to end and print the preference accuracy and the rewards after SFT and after the
+    preference phase, each in [0, 1]."""
+    pytest.importorskip("transformers", reason="pip install '.[llm]'")
+    script = TUTORIALS_DIR / "dpo_tiny_transformer.py"
+    stdout = run_tutorial(script, tmp_path, "--sft-steps", "2", *flags, frames=64)
+    values = dict(
+        line.split("=", 1)
+        for line in stdout.splitlines()
+        if "_reward=" in line or "_accuracy=" in line
+    )
+    names = {
+        f"{phase}_{name}"
+        for phase in ("sft", "dpo")
+        for name in ("preference_accuracy", "reward", "greedy_reward")
+    }
+    assert set(values) == names
+    assert all(0.0 <= float(v) <= 1.0 for v in values.values()), values
 
 
 @SLOW

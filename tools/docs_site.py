@@ -88,6 +88,9 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
         "GSPOLoss",
         "SFTLoss",
         "DistillationLoss",
+        "DPOLoss",
+        "SimPOLoss",
+        "KTOLoss",
         "MCAdvantage",
         "MCAdvantageSelector",
     ),
@@ -134,6 +137,7 @@ FUNCTIONAL_TITLES = {
     "mpo": "MPO",
     "reduce": "Reductions",
     "world_models": "World models",
+    "preference": "Preference optimisation",
 }
 
 # Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).

@@ -89,6 +89,16 @@ from rlloss.functional.policy import (
     surrogate,
     unit_gaussian_kl,
 )
+from rlloss.functional.preference import (
+    dpo_hinge_loss,
+    dpo_log_ratio_margin,
+    dpo_sigmoid_loss,
+    ipo_loss,
+    kto_loss,
+    kto_reference_point,
+    robust_dpo_loss,
+    simpo_loss,
+)
 from rlloss.functional.q import (
     alpha_temperature_loss,
     categorical_entropy,
@@ -181,6 +191,14 @@ __all__ = [
     "minor_sft_loss",
     "sequence_log_likelihood",
     "sequence_log_ratio",
+    "dpo_hinge_loss",
+    "dpo_log_ratio_margin",
+    "dpo_sigmoid_loss",
+    "ipo_loss",
+    "kto_loss",
+    "kto_reference_point",
+    "robust_dpo_loss",
+    "simpo_loss",
     "action_penalty_cost",
     "action_squared_error",
     "adaptive_kl_beta",

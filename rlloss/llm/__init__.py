@@ -2,18 +2,24 @@
 
 from rlloss.llm.advantage import MCAdvantage
 from rlloss.llm.distillation import DistillationLoss
+from rlloss.llm.dpo import DPOLoss
 from rlloss.llm.grpo import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss
+from rlloss.llm.kto import KTOLoss
 from rlloss.llm.selection import MCAdvantageSelector
 from rlloss.llm.sft import SFTLoss
+from rlloss.llm.simpo import SimPOLoss
 
 __all__ = [
     "CISPOLoss",
     "DAPO",
     "DistillationLoss",
+    "DPOLoss",
     "DrGRPOLoss",
     "GRPOLoss",
     "GSPOLoss",
+    "KTOLoss",
     "MCAdvantage",
     "MCAdvantageSelector",
     "SFTLoss",
+    "SimPOLoss",
 ]
