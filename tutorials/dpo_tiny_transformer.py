@@ -47,6 +47,19 @@ completions: sampled from 0.20-0.26 to 0.42-0.76, greedy from 0.47-0.55 to 0.65-
 reward model and no sampling during training. CPU time (``cpu_time=``) 42 to 52 s a run; wall
 time 3.5 to 6 minutes on the shared 2-core machine.
 
+The other losses, the same budget (after the preference phase: preference accuracy / sampled
+reward / greedy reward; after SFT as above). ``simpo`` is ``--variant simpo`` (``SimPOLoss``,
+no reference); the others ``--loss-type`` (``robust`` with ``label_smoothing=0.1``):
+
+========  =====================  =====================  =====================
+run       seed 0                 seed 1                 seed 2
+========  =====================  =====================  =====================
+simpo     0.996 / 0.729 / 0.938  0.996 / 0.851 / 0.981  1.000 / 0.416 / 0.648
+ipo       1.000 / 0.643 / 0.988
+hinge     1.000 / 0.609 / 0.988
+robust    0.980 / 0.700 / 0.816
+========  =====================  =====================  =====================
+
 TRL's loss in the same loop: ``tests/test_llm_preference_trl.py`` trains a tiny Qwen2 for 5
 Adam steps once with ``DPOLoss`` through TorchRL's wrapper and once with TRL 1.16's
 ``DPOTrainer._compute_loss`` (``sigmoid`` and ``ipo``): equal losses at every step, weights
