@@ -563,8 +563,6 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> tuple[list[float], fl
     for r in reversed(range(size)):
         out[r] = (a[r][size] - sum(a[r][c] * out[c] for c in range(r + 1, size))) / a[r][r]
     return out, det
-
-
 # --------------------------------------------------------------------------- LLM post-training
 
 

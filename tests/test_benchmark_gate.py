@@ -110,8 +110,6 @@ def test_the_gate_stops_a_grpo_step_that_averages_the_kl_over_the_response_only(
     setup = CASES["GRPOLoss"](4, 0)
     report, _ = gate(setup, ["torchrl", "plain"], 1e-5, compiled=False)
     assert not report["plain"]["ok"]
-
-
 @pytest.mark.parametrize("case", list(imitation.CASES))
 def test_the_imitation_cases_agree_with_torchrl(case):
     """rlloss, TorchRL and the hand-written plain torch agree on the imitation and exploration

@@ -371,7 +371,9 @@ def test_sac_target_entropy_counts_the_action_dims_of_one_agent():
     """``target_entropy="auto"`` with BenchMARL's group action spec (a Composite holding
     ``("agents", "action")`` of shape ``[n_agents, D]``): ``-D``, TorchRL's value (was
     ``-n_agents * D``); without a spec, from the batch, the same."""
-    spec = Composite({"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))})
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
     theirs = torchrl.objectives.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
     theirs.set_keys(action=("agents", "action"))
     ours = rlloss.SACLoss(stochastic_actor(), qvalue(), action_spec=spec)
@@ -388,7 +390,9 @@ def test_sac_with_a_critic_run_whole_matches_torchrl(share):
     with the same ensemble weights and random state, TorchRL's values."""
     torch.manual_seed(0)
     actor, critic = stochastic_actor(), whole_batch_critic(share)
-    spec = Composite({"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))})
+    spec = Composite(
+        {"agents": Composite({"action": Bounded(-1.0, 1.0, (N, ACT))}, shape=(N,))}
+    )
     ours = rlloss.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
     theirs = torchrl.objectives.SACLoss(actor, critic, num_qvalue_nets=2, action_spec=spec)
     with torch.no_grad():  # TorchRL initialises its ensemble members in its own way

@@ -99,18 +99,8 @@ SMOKE_FRAMES = {
     "dreamer_pointmass": 200,  # 4 episodes (2 random): 2 world-model + 3 DreamerV3 updates
 }
 # Extra flags of a tutorial's smoke run.
-SMOKE_ARGS = {
-    "dreamer_pointmass": [
-        "--train-every",
-        "50",
-        "--pretrain",
-        "2",
-        "--prefill",
-        "100",
-        "--eval-episodes",
-        "2",
-    ]
-}
+SMOKE_ARGS = {"dreamer_pointmass": ["--train-every", "50", "--pretrain", "2", "--prefill", "100",
+                                    "--eval-episodes", "2"]}
 # Tutorials that need an optional extra: the module it installs and the extra.
 NEEDS_EXTRA = {"mappo_vmas": ("vmas", "marl"), "grpo_tiny_transformer": ("transformers", "llm")}
 
@@ -346,8 +336,6 @@ def test_dreamer_tutorial_swaps_to_torchrl(tmp_path):
     swapped.write_text(swap["source"])
     stdout = run_tutorial(swapped, tmp_path, *SMOKE_ARGS["dreamer_pointmass"], frames=200)
     assert "updates=5 " in stdout, stdout[-2000:]
-
-
 @SLOW
 def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
     """``offline_dataset.py`` with two behaviour policies (uniform actions, then SAC after 1,100
@@ -358,17 +346,9 @@ def test_dt_tutorial_prompted_on_a_mixed_dataset(tmp_path):
     policies = json.loads((data / "dataset.json").read_text())["policies"]
     assert [p["agent_frames"] for p in policies] == [0, 1100]
     assert [p["episodes"] for p in policies] == [10, 10]
-    stdout = run_tutorial(
-        TUTORIALS_DIR / "dt_offline.py",
-        tmp_path / "dt",
-        "--dataset",
-        str(data / "dataset"),
-        "--eval-every",
-        "8",
-        "--eval-episodes",
-        "2",
-        frames=8,
-    )
+    stdout = run_tutorial(TUTORIALS_DIR / "dt_offline.py", tmp_path / "dt", "--dataset",
+                          str(data / "dataset"), "--eval-every", "8", "--eval-episodes", "2",
+                          frames=8)
     prompted = [line for line in stdout.splitlines() if line.startswith("return_at_target[")]
     targets = sorted(p["mean_return"] for p in policies)
     assert [float(line[17:].split("]")[0]) for line in prompted] == pytest.approx(targets, abs=0.05)
