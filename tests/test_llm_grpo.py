@@ -304,3 +304,36 @@ def test_compiles_fullgraph_without_recompiling(name):
                 for loss in (eager, twin):
                     loss.clip_epsilon_high = 0.3
             torch.testing.assert_close(compiled(twin, batch), total(eager, batch))
+
+
+@pytest.mark.parametrize("name", ["GRPOLoss", "CISPOLoss", "GSPOLoss"])
+def test_diagnostics_with_a_trust_mask_average_the_tokens_the_loss_counts(actor, name):
+    """With ``kl_mask_threshold``, ``clip_fraction``, ``kl_approx`` and ``entropy`` are means
+    over the tokens the trust mask keeps (those the loss counts), not over the actor's mask:
+    checked against the means computed by hand, which differ from the actor-mask means."""
+    batch = token_batch(spread=0.0)
+    threshold = 0.3
+    loss = getattr(rl_llm, name)(actor, clip_epsilon=(0.2, 0.2), kl_mask_threshold=threshold)
+    out = loss(batch.clone())
+    dist = actor._get_sft_dist(batch.clone())
+    log_prob = dist.log_prob(batch["tokens", "full"]).detach()
+    old = batch["log_probs", "full"]
+    mask = dist.mask
+    keep = mask & (0.5 * (log_prob - old).square() <= threshold)
+    assert 0 < keep.sum() < mask.sum()
+    log_ratio = torch.where(mask, log_prob - old, 0.0)
+    if name == "GSPOLoss":
+        sequence = log_ratio.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+        log_ratio_for_clip = torch.where(mask, sequence.expand_as(log_ratio), 0.0)
+    else:
+        log_ratio_for_clip = log_ratio
+    clipped = (log_ratio_for_clip.abs() > 0) & (
+        (log_ratio_for_clip < torch.log1p(torch.tensor(-0.2)))
+        | (log_ratio_for_clip > torch.log1p(torch.tensor(0.2)))
+    )
+    logits = dist.logits.detach()
+    entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+    torch.testing.assert_close(out.clip_fraction, clipped[keep].float().mean())
+    torch.testing.assert_close(out.kl_approx, -log_ratio[keep].mean())
+    torch.testing.assert_close(out.entropy, entropy[keep].mean())
+    assert not torch.allclose(out.entropy, entropy[mask].mean())
