@@ -337,3 +337,40 @@ def test_diagnostics_with_a_trust_mask_average_the_tokens_the_loss_counts(actor,
     torch.testing.assert_close(out.kl_approx, -log_ratio[keep].mean())
     torch.testing.assert_close(out.entropy, entropy[keep].mean())
     assert not torch.allclose(out.entropy, entropy[mask].mean())
+
+
+@pytest.mark.parametrize(
+    ("name", "torchrl_name"),
+    [
+        ("GRPOLoss", "GRPOLoss"),
+        ("DAPO", "DAPO"),
+        ("CISPOLoss", "CISPOLoss"),
+        ("DrGRPOLoss", "GRPOLoss"),
+        ("GSPOLoss", "GRPOLoss"),
+        ("SFTLoss", "SFTLoss"),
+        ("DistillationLoss", "DistillationLoss"),
+        ("MCAdvantage", "MCAdvantage"),
+    ],
+)
+def test_signature_names_every_torchrl_keyword(name, torchrl_name):
+    """No catch-all; every keyword of TorchRL 0.14.1's class named, of the same kind, in the
+    same order, with the same default (Dr. GRPO's and GSPO's documented defaults aside, and
+    rlloss's own keywords after TorchRL's)."""
+    import inspect
+
+    ours = inspect.signature(getattr(rl_llm, name).__init__).parameters
+    theirs = inspect.signature(getattr(torchrl_llm, torchrl_name).__init__).parameters
+    assert all(p.kind is not p.VAR_KEYWORD for p in ours.values()), name
+    named = [k for k, p in theirs.items() if p.kind is not p.VAR_KEYWORD]
+    assert list(ours)[: len(named)] == named
+    own_defaults = {
+        "DrGRPOLoss": {"aggregation": "seq_sum_constant"},
+        "GSPOLoss": {"clip_epsilon": (3e-4, 4e-4), "aggregation": "prompt_mean"},
+    }.get(name, {})
+    for key in named:
+        assert ours[key].kind is theirs[key].kind, key
+        expected = own_defaults.get(key, theirs[key].default)
+        assert ours[key].default == expected, (key, ours[key].default, expected)
+    for key in list(ours)[len(named) :]:
+        assert ours[key].kind is inspect.Parameter.KEYWORD_ONLY and key != "self"
+        assert ours[key].annotation is not inspect.Parameter.empty, key

@@ -46,17 +46,28 @@ class GRPOLoss(LossModule):
 
     Keyword Args:
         clip_epsilon: ``eps`` or ``(eps_low, eps_high)`` (DAPO's clip-higher, e.g. (0.2, 0.28)).
-        kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it.
+        kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it
+            from the loss; the diagnostics ``clip_fraction``, ``kl_approx``, ``entropy`` and
+            ``ESS`` are then means over the tokens kept (those the loss counts).
         aggregation, max_tokens: see above.
         entropy_bonus, entropy_coeff: the entropy term ``loss_entropy = -coeff H`` per token,
-            aggregated as the objective.
+            aggregated as the objective. ``samples_mc_entropy``: TorchRL's, unused (the
+            entropy is exact, from the logits).
+        gamma, clip_value: TorchRL's, accepted and unused.
+        reduction: ``"none"`` gives per-token losses as ``aggregation="none"``.
         kl_to_ref_coeff: k3 KL to the reference policy (``("next", "ref_log_probs", "full")``).
         kl_to_inference_coeff: k3 KL to the sampling policy.
+        device: where the clip bounds (buffers) live.
         masking_strategy: ``"sft"`` (response tokens), ``"rlhf"`` (assistant turns),
             ``"generic"`` (every attended token).
-        sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
         ref_log_prob_padding_side, ref_log_prob_padding_value: how a ragged reference
             log-prob entry is padded.
+        sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
+
+    Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``, ``N``
+    the tokens (``"token_mean"``) or sequences (the other aggregations) of the whole
+    optimisation batch, divides every loss term by the global count (see :meth:`forward` and
+    the guide "GRPO on several processes").
 
     The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
     ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.

@@ -33,7 +33,9 @@ class SFTLoss(ChatHistoryLoss):
     ``loss_sft = -(1/|y|) sum_t log pi(y_t)`` per sequence over the assistant tokens (the sum
     with ``normalize_by_seq_length=False``), reduced by ``reduction``; with
     ``loss_function="minor_sft"``, ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` (MinorSFT),
-    the reference log-probs read from ``("next", "ref_log_probs", "full")``. With
+    the reference log-probs read from ``("next", "ref_log_probs", "full")`` (set to 0 outside
+    the assistant tokens before any arithmetic: a value or NaN at a prompt position changes
+    nothing), ``beta > 0``. With
     ``kl_to_ref_coeff``, ``loss_kl_to_ref`` is the k3 estimate of ``KL(pi || pi_ref)`` over the
     sequences' tokens. The assistant mask comes from ``("masks", "all_assistant_mask")`` when
     the batch has it, else from the tokenizer's chat template.
@@ -45,6 +47,9 @@ class SFTLoss(ChatHistoryLoss):
         tokenizer_kwargs: for ``History.apply_chat_template`` (``chat_template_name``...).
         reduction, normalize_by_seq_length, kl_to_ref_coeff, loss_function, beta, device: as
             TorchRL's.
+
+    Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``
+    (:meth:`forward`).
     """
 
     output_type = SFTLossOutput
