@@ -276,3 +276,27 @@ def test_fsdp2_sharded_qwen2_equals_one_process(ranks, one_process, check):
         _report(f"{check} rank {rank}", ours, whole)
     mean = sum(ours["loss"] for ours in results) / WORLD
     torch.testing.assert_close(mean, whole["loss"], **GRADS)
+
+
+@pytest.mark.slow  # two processes under torchrun
+@pytest.mark.parametrize("shard", ["fsdp", "ddp"])
+def test_guide_script_runs_under_torchrun(shard):
+    """``docs/guides/grpo_several_processes.py`` under ``torchrun --standalone
+    --nproc-per-node 2`` (gloo, loopback) trains two steps end to end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(root / "docs/guides/grpo_several_processes.py")]
+    command += ["--shard", shard, "--steps", "2", "--prompts", "2"]
+    result = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=JOIN_TIMEOUT_S * 3, cwd=root
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert f"processes=2 shard={shard}" in lines, result.stdout[-2000:]
+    assert any(line.startswith("final_reward=") for line in lines)
