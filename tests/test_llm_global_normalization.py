@@ -242,3 +242,12 @@ def test_chat_losses_refuse_a_normaliser_without_a_mean(chats):
         loss = getattr(rl_llm, name)(actor, tokenizer=tokenizer, reduction="sum")
         with pytest.raises(ValueError, match="reduction='sum'.*use reduction='mean'"):
             loss(batch, num_items_in_batch=8)
+
+
+def test_an_empty_micro_batch_is_refused_with_the_keyword_too():
+    """The call with ``num_items_in_batch`` runs the same batch checks as the plain call."""
+    actor, whole, _, count = grpo_setup("tokens")
+    loss = rl_llm.GRPOLoss(actor)
+    for call in ({}, {"num_items_in_batch": count}):
+        with pytest.raises(ValueError, match="the batch is empty"):
+            loss(whole[:0], **call)
