@@ -288,16 +288,14 @@ def aggregate_tokens(
     if aggregation == "none":
         return valid
     if aggregation == "token_mean":
-        total, count = valid.sum(), mask.sum().clamp_min(1)
-    elif aggregation == "prompt_mean":
+        return valid.sum() / (mask.sum().clamp_min(1) if num_items is None else num_items)
+    if aggregation == "prompt_mean":
         per_sequence = valid.sum(-1) / mask.sum(-1).clamp_min(1)
-        total, count = per_sequence.sum(), per_sequence.numel()
     elif aggregation == "seq_sum_constant":
-        constant = value.shape[-1] if max_tokens is None else max_tokens
-        total, count = (valid.sum(-1) / constant).sum(), valid[..., 0].numel()
+        per_sequence = valid.sum(-1) / (value.shape[-1] if max_tokens is None else max_tokens)
     else:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
-    return total / (count if num_items is None else num_items)
+    return per_sequence.mean() if num_items is None else per_sequence.sum() / num_items
 
 
 def masked_token_ess(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
