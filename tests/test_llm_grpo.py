@@ -350,6 +350,7 @@ def test_diagnostics_with_a_trust_mask_average_the_tokens_the_loss_counts(actor,
         ("SFTLoss", "SFTLoss"),
         ("DistillationLoss", "DistillationLoss"),
         ("MCAdvantage", "MCAdvantage"),
+        ("MCAdvantageSelector", "MCAdvantageSelector"),
     ],
 )
 def test_signature_names_every_torchrl_keyword(name, torchrl_name):
