@@ -28,7 +28,9 @@ def accepts_tensor_arguments(forward):
         if not args and not kwargs and direct:
             check_batch(self, tensordict)
             return forward(self, tensordict)
-        if is_tensor_collection(tensordict):
+        if is_tensor_collection(tensordict):  # a TensorDict with keywords of the call
+            if isinstance(tensordict, TensorDictBase):
+                check_batch(self, tensordict)
             return forward(self, tensordict, *args, **kwargs)
         values = {}
         positional = list(args) if tensordict is None else [tensordict, *args]

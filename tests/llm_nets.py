@@ -116,13 +116,33 @@ CHATS = [
 ]
 
 
-def chat_batch(tokenizer):
-    """Two chats (system, user, assistant) in TorchRL's layout for SFT, lazily stacked."""
+def varied_chats(shapes, seed: int = 0) -> list:
+    """One chat (system, user, assistant) per ``(user words, assistant words)`` of ``shapes``,
+    random words of the tiny vocabulary: chats of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+
+    def words(n):
+        return " ".join(f"t{int(i)}" for i in torch.randint(2, VOCAB, (n,), generator=g))
+
+    return [
+        [
+            {"role": "system", "content": "t2 t3"},
+            {"role": "user", "content": words(user)},
+            {"role": "assistant", "content": words(assistant)},
+        ]
+        for user, assistant in shapes
+    ]
+
+
+def chat_batch(tokenizer, chats=None):
+    """Chats (system, user, assistant; default the two of ``CHATS``) in TorchRL's layout for
+    SFT, lazily stacked."""
     from tensordict import lazy_stack
     from torchrl.data import History
     from torchrl.modules.llm.policies.common import ChatHistory, Text
 
-    history = History.from_chats(CHATS)
+    chats = CHATS if chats is None else chats
+    history = History.from_chats(chats)
     prompt = history[:, :-1].apply_chat_template(
         tokenizer=tokenizer, chat_template_name="qwen", add_generation_prompt=True
     )
@@ -134,11 +154,11 @@ def chat_batch(tokenizer):
         text=Text(prompt=prompt, response=response, full=full),
         history=ChatHistory(full=history, prompt=history[..., :-1], response=history[..., -1:]),
         next=TensorDict(
-            reward=torch.zeros(2, 1),
-            done=torch.zeros(2, dtype=torch.bool),
+            reward=torch.zeros(len(chats), 1),
+            done=torch.zeros(len(chats), dtype=torch.bool),
             history=ChatHistory(prompt=history),
         ),
-        batch_size=(2,),
+        batch_size=(len(chats),),
     )
     return lazy_stack(list(batch.unbind(0)))
 
@@ -205,3 +225,64 @@ class TokenActor(torch.nn.Module):
         prompt = tensordict["tokens", "prompt"].shape[-1]
         response = torch.arange(attention.shape[-1], device=attention.device) >= prompt
         return self._dist(tensordict, attention & response)
+
+
+class ResponseTokenActor(TokenActor):
+    """:class:`TokenActor` whose ``"sft"`` mask is the batch's ``("masks",
+    "all_assistant_mask")`` (the response of each left-padded sequence, whatever its length)."""
+
+    def _get_sft_dist(self, tensordict):
+        return self._dist(tensordict, tensordict["masks", "all_assistant_mask"])
+
+
+def ragged_token_batch(actor, shapes, seed: int = 0, spread: float = 0.2) -> list:
+    """One sequence per ``(prompt length, response length)`` of ``shapes``, as a list of
+    ``[1, L]`` batches for :func:`left_padded`: tokens, the response mask, sampling and
+    reference log-probs (``actor``'s plus noise of std ``spread``, NaN on the prompt as
+    TorchRL writes them), and a per-token advantage."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for prompt, response in shapes:
+        tokens = torch.randint(2, VOCAB, (1, prompt + response), generator=g)
+        with torch.no_grad():
+            log_prob = actor.logits(tokens).log_softmax(-1).gather(-1, tokens[..., None])[..., 0]
+        assistant = torch.arange(prompt + response)[None] >= prompt
+        old = log_prob + spread * torch.randn(log_prob.shape, generator=g)
+        ref = log_prob + spread * torch.randn(log_prob.shape, generator=g)
+        out.append(
+            {
+                "tokens": tokens,
+                "assistant": assistant,
+                "old": torch.where(assistant, old, torch.nan),
+                "ref": torch.where(assistant, ref, torch.nan),
+                "advantage": torch.randn(1, prompt + response, generator=g),
+            }
+        )
+    return out
+
+
+def left_padded(sequences: list) -> TensorDict:
+    """The sequences of :func:`ragged_token_batch` left padded to the longest, in TorchRL's
+    token layout (``("tokens", "full")``, ``("masks", ...)``, ``("log_probs", "full")``,
+    ``("next", "ref_log_probs", "full")``, ``"advantage"`` ``[B, T, 1]``)."""
+    width = max(seq["tokens"].shape[-1] for seq in sequences)
+
+    def pad(name, value):
+        rows = []
+        for seq in sequences:
+            entry = seq[name]
+            fill = torch.full((1, width - entry.shape[-1]), value, dtype=entry.dtype)
+            rows.append(torch.cat([fill, entry], -1))
+        return torch.cat(rows)
+
+    attention = pad("tokens", -1) >= 0
+    return TensorDict(
+        {
+            "tokens": {"full": pad("tokens", 0)},
+            "masks": {"all_attention_mask": attention, "all_assistant_mask": pad("assistant", 0)},
+            "log_probs": {"full": pad("old", 0.0)},
+            "next": {"ref_log_probs": {"full": pad("ref", 0.0)}},
+            "advantage": pad("advantage", 0.0)[..., None],
+        },
+        [len(sequences)],
+    )

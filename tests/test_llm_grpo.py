@@ -271,14 +271,20 @@ def test_forward_and_backward_read_no_tensor_on_the_host(name):
     from tests.test_contract import HostReads
 
     loss = getattr(rl_llm, name)(
-        _LinearTokenActor(), kl_to_ref_coeff=0.1, kl_to_inference_coeff=0.1, kl_mask_threshold=1.0
+        _LinearTokenActor(),
+        kl_to_ref_coeff=0.1,
+        kl_to_inference_coeff=0.1,
+        kl_mask_threshold=1.0,
+        max_tokens=16,  # Dr. GRPO's constant, needed with a global normaliser
     )
     batch = token_batch()
     loss(batch.clone())
-    with HostReads() as reads:
-        out = loss(batch.clone())
-        sum(out.get(k) for k in LOSS_KEYS).backward()
-    assert not reads.seen
+    count = torch.tensor(17.0)  # a global normaliser is never read on the host either
+    for call in ({}, {"num_items_in_batch": count}):
+        with HostReads() as reads:
+            out = loss(batch.clone(), **call)
+            sum(out.get(k) for k in LOSS_KEYS).backward()
+        assert not reads.seen, call
 
 
 @pytest.mark.slow
@@ -304,3 +310,74 @@ def test_compiles_fullgraph_without_recompiling(name):
                 for loss in (eager, twin):
                     loss.clip_epsilon_high = 0.3
             torch.testing.assert_close(compiled(twin, batch), total(eager, batch))
+
+
+@pytest.mark.parametrize("name", ["GRPOLoss", "CISPOLoss", "GSPOLoss"])
+def test_diagnostics_with_a_trust_mask_average_the_tokens_the_loss_counts(actor, name):
+    """With ``kl_mask_threshold``, ``clip_fraction``, ``kl_approx`` and ``entropy`` are means
+    over the tokens the trust mask keeps (those the loss counts), not over the actor's mask:
+    checked against the means computed by hand, which differ from the actor-mask means."""
+    batch = token_batch(spread=0.0)
+    threshold = 0.3
+    loss = getattr(rl_llm, name)(actor, clip_epsilon=(0.2, 0.2), kl_mask_threshold=threshold)
+    out = loss(batch.clone())
+    dist = actor._get_sft_dist(batch.clone())
+    log_prob = dist.log_prob(batch["tokens", "full"]).detach()
+    old = batch["log_probs", "full"]
+    mask = dist.mask
+    keep = mask & (0.5 * (log_prob - old).square() <= threshold)
+    assert 0 < keep.sum() < mask.sum()
+    log_ratio = torch.where(mask, log_prob - old, 0.0)
+    if name == "GSPOLoss":
+        sequence = log_ratio.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+        log_ratio_for_clip = torch.where(mask, sequence.expand_as(log_ratio), 0.0)
+    else:
+        log_ratio_for_clip = log_ratio
+    clipped = (log_ratio_for_clip.abs() > 0) & (
+        (log_ratio_for_clip < torch.log1p(torch.tensor(-0.2)))
+        | (log_ratio_for_clip > torch.log1p(torch.tensor(0.2)))
+    )
+    logits = dist.logits.detach()
+    entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+    torch.testing.assert_close(out.clip_fraction, clipped[keep].float().mean())
+    torch.testing.assert_close(out.kl_approx, -log_ratio[keep].mean())
+    torch.testing.assert_close(out.entropy, entropy[keep].mean())
+    assert not torch.allclose(out.entropy, entropy[mask].mean())
+
+
+@pytest.mark.parametrize(
+    ("name", "torchrl_name"),
+    [
+        ("GRPOLoss", "GRPOLoss"),
+        ("DAPO", "DAPO"),
+        ("CISPOLoss", "CISPOLoss"),
+        ("DrGRPOLoss", "GRPOLoss"),
+        ("GSPOLoss", "GRPOLoss"),
+        ("SFTLoss", "SFTLoss"),
+        ("DistillationLoss", "DistillationLoss"),
+        ("MCAdvantage", "MCAdvantage"),
+        ("MCAdvantageSelector", "MCAdvantageSelector"),
+    ],
+)
+def test_signature_names_every_torchrl_keyword(name, torchrl_name):
+    """No catch-all; every keyword of TorchRL 0.14.1's class named, of the same kind, in the
+    same order, with the same default (Dr. GRPO's and GSPO's documented defaults aside, and
+    rlloss's own keywords after TorchRL's)."""
+    import inspect
+
+    ours = inspect.signature(getattr(rl_llm, name).__init__).parameters
+    theirs = inspect.signature(getattr(torchrl_llm, torchrl_name).__init__).parameters
+    assert all(p.kind is not p.VAR_KEYWORD for p in ours.values()), name
+    named = [k for k, p in theirs.items() if p.kind is not p.VAR_KEYWORD]
+    assert list(ours)[: len(named)] == named
+    own_defaults = {
+        "DrGRPOLoss": {"aggregation": "seq_sum_constant"},
+        "GSPOLoss": {"clip_epsilon": (3e-4, 4e-4), "aggregation": "prompt_mean"},
+    }.get(name, {})
+    for key in named:
+        assert ours[key].kind is theirs[key].kind, key
+        expected = own_defaults.get(key, theirs[key].default)
+        assert ours[key].default == expected, (key, ours[key].default, expected)
+    for key in list(ours)[len(named) :]:
+        assert ours[key].kind is inspect.Parameter.KEYWORD_ONLY and key != "self"
+        assert ours[key].annotation is not inspect.Parameter.empty, key

@@ -223,3 +223,34 @@ def test_bad_writes_are_named():
         MCAdvantageSelector("best")
     with pytest.raises(ValueError, match="one scalar per candidate"):
         MCAdvantageSelector().select(TensorDict({"return": torch.zeros(3, 2)}, [3]), group_size=2)
+
+
+@pytest.mark.parametrize("trajectory_return", [None, "sum"])
+def test_scale_false_centres_without_dividing_by_the_std(trajectory_return):
+    """``MCAdvantage(..., scale=False)``: Dr. GRPO's advantage, ``R_i - mean_g R`` (TRL's
+    ``scale_rewards="none"``), equal to ``group_relative_advantage(..., scale=False)``;
+    ``scale=True`` (default) is TorchRL's. Per-step rewards: every step of the group centred
+    on the mean of all the group's steps."""
+    from rlloss.functional import group_relative_advantage
+
+    rewards = [[0.0, 1.0], [3.0], [2.0, 0.5, 1.0]]
+    trajs = [_traj(7, r) for r in rewards]
+    keywords = dict(grpo_size=3, prompt_key="group_id", trajectory_return=trajectory_return)
+    unscaled = MCAdvantage(**keywords, scale=False)
+    transforms = (unscaled, MCAdvantage(**keywords), TorchRLMCAdvantage(**keywords))
+    outs = [[t.inv(traj.clone()) for traj in trajs][-1] for t in transforms]
+    if trajectory_return is None:
+        flat = torch.tensor([v for r in rewards for v in r])
+        expected = flat - flat.mean()
+        got = outs[0]["advantage"].reshape(-1)
+    else:
+        returns = torch.tensor([sum(r) for r in rewards])
+        expected = returns - returns.mean()
+        ends = torch.tensor([len(r) for r in rewards]).cumsum(0) - 1
+        got = outs[0]["advantage"].reshape(-1)[ends]
+        torch.testing.assert_close(got, group_relative_advantage(returns, scale=False, dim=0))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(outs[1]["advantage"], outs[2]["advantage"])  # TorchRL's default
+    assert not torch.allclose(outs[0]["advantage"], outs[1]["advantage"])
+    with pytest.raises(TypeError, match="scale must be True"):
+        MCAdvantage(grpo_size=3, scale="none")

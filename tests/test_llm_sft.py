@@ -116,3 +116,60 @@ def test_tokenizer_kwargs_dict_is_left_as_given(setup):
     assert loss.tokenizer_kwargs["return_assistant_tokens_mask"] is True
     torchrl_llm.SFTLoss(actor, tokenizer_kwargs=kwargs)
     assert "return_assistant_tokens_mask" in kwargs  # TorchRL's: the caller's dict changed
+
+
+def _with_reference_outside_the_answers(batch, loss, fill):
+    """``batch`` with its reference log-probs replaced by ``fill(shape)`` off the assistant
+    tokens (``RetrieveLogProb(assistant_only=True)`` writes zeros there)."""
+    from tensordict import lazy_stack
+
+    from rlloss.llm.base import chat_masks
+
+    key = ("next", "ref_log_probs", "full")
+    assistant, attention = chat_masks("test", loss, batch)
+    masks = [a & m for a, m in zip(assistant, attention, strict=True)]
+    rows = []
+    for row, mask in zip(batch.unbind(0), masks, strict=True):
+        row = row.clone()
+        ref = row[key]
+        row[key] = torch.where(mask.bool(), ref, fill(ref.shape))
+        rows.append(row)
+    return lazy_stack(rows)
+
+
+@pytest.mark.parametrize("loss_function", ["sft", "minor_sft"])
+def test_reference_log_probs_outside_the_assistant_mask_do_not_count(setup, loss_function):
+    """NaN or any value at the prompt positions of the reference log-probs reaches neither
+    ``loss_sft`` (MinorSFT), ``loss_kl_to_ref`` nor the gradient: the loss equals the one
+    with zeros there (TorchRL's RetrieveLogProb layout, where it equals TorchRL's)."""
+    actor, tokenizer, batch = setup
+    kl = 0.5 if loss_function == "sft" else None
+    loss = rl_llm.SFTLoss(
+        actor,
+        loss_function=loss_function,
+        kl_to_ref_coeff=kl,
+        tokenizer_kwargs={"chat_template_name": "qwen"},
+    )
+    reference, reference_grad = run(loss, batch, actor.model)
+    fills = {"nan": lambda s: torch.full(s, torch.nan), "noise": lambda s: torch.randn(s) - 3.0}
+    for name, fill in fills.items():
+        shifted = _with_reference_outside_the_answers(batch, loss, fill)
+        ours, grad = run(loss, shifted, actor.model)
+        for key in ("loss_sft", "loss_kl_to_ref", "kl_to_ref"):
+            if reference.get(key) is not None:
+                torch.testing.assert_close(ours.get(key), reference.get(key), msg=f"{name} {key}")
+        for a, b in zip(grad, reference_grad, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+def test_minor_sft_beta_must_be_positive(setup):
+    """``beta`` scales MinorSFT's implicit reward: 0 or a negative value (which would reward
+    moving away from the demonstration) is refused at construction and on assignment."""
+    actor, tokenizer, _ = setup
+    for beta in (-1.0, 0.0):
+        with pytest.raises(ValueError, match=r"beta.*\(0"):
+            rl_llm.SFTLoss(actor, loss_function="minor_sft", beta=beta)
+    loss = rl_llm.SFTLoss(actor, loss_function="minor_sft", beta=0.2)
+    with pytest.raises(ValueError, match=r"beta.*\(0"):
+        loss.beta = -1.0
+    assert loss.beta == 0.2

@@ -264,6 +264,7 @@ def aggregate_tokens(
     mask: torch.Tensor,
     aggregation: str = "token_mean",
     max_tokens: int | None = None,
+    num_items: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss ``[*B, T]`` over its valid tokens.
 
@@ -276,18 +277,25 @@ def aggregate_tokens(
       (default: ``T``), then the mean over the sequences (Dr. GRPO, arXiv:2503.20783, sec. 3.2:
       no per-sequence length normalisation).
     - ``"none"``: the per-token loss, 0 on masked tokens.
+
+    ``num_items``: the mean's denominator instead of this batch's own count: a number of valid
+    tokens for ``"token_mean"``, of sequences for the two others (a number or a 0-dim tensor;
+    ``None``: the batch's own). Sums over the parts of a batch, each divided by the whole
+    batch's count, add up to the whole batch's mean (gradient accumulation).
     """
     check_same_shape(value=value, mask=mask)
     valid = torch.where(mask, value, 0.0)
     if aggregation == "none":
         return valid
     if aggregation == "token_mean":
-        return valid.sum() / mask.sum().clamp_min(1)
+        return valid.sum() / (mask.sum().clamp_min(1) if num_items is None else num_items)
     if aggregation == "prompt_mean":
-        return (valid.sum(-1) / mask.sum(-1).clamp_min(1)).mean()
-    if aggregation == "seq_sum_constant":
-        return (valid.sum(-1) / (value.shape[-1] if max_tokens is None else max_tokens)).mean()
-    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
+        per_sequence = valid.sum(-1) / mask.sum(-1).clamp_min(1)
+    elif aggregation == "seq_sum_constant":
+        per_sequence = valid.sum(-1) / (value.shape[-1] if max_tokens is None else max_tokens)
+    else:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
+    return per_sequence.mean() if num_items is None else per_sequence.sum() / num_items
 
 
 def masked_token_ess(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

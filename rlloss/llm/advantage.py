@@ -143,14 +143,15 @@ def cat_trajectories(tds: list[TensorDictBase]) -> TensorDictBase:
         return lazy_stack([step for td in tds for step in td.unbind(0)], 0)
 
 
-def per_step_advantage(reward: torch.Tensor) -> torch.Tensor:
+def per_step_advantage(reward: torch.Tensor, scale: bool = True) -> torch.Tensor:
     """Every step's reward normalised over all the group's rewards (a ragged, nested reward
-    over all its values), with the reward's structure."""
+    over all its values), with the reward's structure; ``scale=False``: centred only."""
     if not reward.is_nested:
-        flat = rlf.group_relative_advantage(reward.reshape(-1), eps=EPS, dim=0)
+        flat = rlf.group_relative_advantage(reward.reshape(-1), scale=scale, eps=EPS, dim=0)
         return flat.reshape(reward.shape)
     pieces = reward.unbind()
-    flat = rlf.group_relative_advantage(torch.cat([p.reshape(-1) for p in pieces]), eps=EPS, dim=0)
+    values = torch.cat([p.reshape(-1) for p in pieces])
+    flat = rlf.group_relative_advantage(values, scale=scale, eps=EPS, dim=0)
     parts = flat.split([p.numel() for p in pieces])
     return torch.nested.as_nested_tensor(
         [a.reshape(p.shape) for a, p in zip(parts, pieces, strict=True)], layout=torch.jagged
@@ -171,6 +172,11 @@ class MCAdvantage(Transform):
       group's ``G`` trajectories (dense per-step rewards).
     - ``"sum"`` / ``"max"`` / ``"mean"``: each trajectory's return, normalised over the group,
       ``(R_i - mean R) / std R``, broadcast to its steps (outcome rewards).
+
+    ``scale=False`` (rlloss's keyword; TorchRL's class always scales): the advantage is only
+    centred, ``R_i - mean R`` (``rlloss.functional.group_relative_advantage(..., scale=False)``,
+    TRL's ``scale_rewards="none"``): Dr. GRPO's advantage (Liu et al., arXiv:2503.20783,
+    sec. 3.2), for :class:`~rlloss.llm.DrGRPOLoss`.
 
     With a trajectory return, ``keep_return_bounds=(low, high)`` drops a group whose mean
     return is outside the open interval (DAPO's dynamic sampling), and
@@ -200,6 +206,7 @@ class MCAdvantage(Transform):
         candidate_group_size: int | None = None,
         candidate_selection_min_size: int | None = None,
         candidate_selector: MCAdvantageSelector | None = None,
+        scale: bool = True,
     ):
         sizes = check_group_sizes(
             grpo_size,
@@ -215,6 +222,12 @@ class MCAdvantage(Transform):
         self.candidate_group_size, self.candidate_selection_min_size = sizes[:2]
         self.keep_return_bounds = sizes[2]
         self.candidate_selector = candidate_selector or MCAdvantageSelector()
+        if not isinstance(scale, bool):
+            raise TypeError(
+                f"MCAdvantage: scale must be True (divide by the group's std, GRPO) or False "
+                f"(centre only, Dr. GRPO), got {scale!r}."
+            )
+        self.scale = scale
         self.queues = {}
         self._stats = {}
         self._state_lock = contextlib.nullcontext()
@@ -360,7 +373,7 @@ class MCAdvantage(Transform):
         self.completed_groups += 1
         self.written_groups += 1
         reward = group_td.get(self.rewards_key, as_nested_tensor=True)
-        group_td.set(self.advantage_key, per_step_advantage(reward))
+        group_td.set(self.advantage_key, per_step_advantage(reward, self.scale))
         return group_td
 
     def _write_selected(self, trajs: list[TensorDictBase]) -> TensorDictBase | None:
@@ -388,7 +401,7 @@ class MCAdvantage(Transform):
             [float(r) for r in returns], list(range(len(chosen))), self.keep_return_bounds
         ):
             return None
-        advantage = rlf.group_relative_advantage(returns, eps=EPS, dim=0)
+        advantage = rlf.group_relative_advantage(returns, scale=self.scale, eps=EPS, dim=0)
         for index, adv in zip(chosen, advantage.unbind(0), strict=True):
             trajs[index].set(self.advantage_key, adv.expand(rewards[index].shape).clone())
         return cat_trajectories([trajs[index] for index in chosen])

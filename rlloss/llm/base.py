@@ -15,9 +15,11 @@ import contextlib
 import dataclasses
 
 import torch
+import torch.distributed as dist
 from tensordict import NestedKey, TensorDictBase
 from torch.nn.utils.rnn import pad_sequence
 
+from rlloss import functional as rlf
 from rlloss.common import LossModule
 
 MASKING_STRATEGIES = ("sft", "rlhf", "generic")
@@ -95,6 +97,45 @@ def token_advantage(owner: str, key, advantage: torch.Tensor, mask: torch.Tensor
         ) from None
 
 
+def data_parallel_size() -> int:
+    """The number of ranks whose gradients DDP or FSDP average: the default process group's
+    size when ``torch.distributed`` is initialised, else 1."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def per_rank_count(owner: str, num_items_in_batch) -> torch.Tensor | float | None:
+    """A loss's denominator from the global count ``num_items_in_batch`` (tokens or sequences
+    over every micro-batch of every rank): the count divided by :func:`data_parallel_size`, so
+    that the gradients DDP / FSDP average over the ranks, summed over the micro-batches, are
+    the whole batch's. ``None`` stays ``None`` (the batch's own count). No value of a tensor is
+    read (no host sync)."""
+    if num_items_in_batch is None:
+        return None
+    if isinstance(num_items_in_batch, torch.Tensor):
+        if num_items_in_batch.numel() != 1 or num_items_in_batch.requires_grad:
+            raise ValueError(
+                f"{owner}: num_items_in_batch must be a number or a one-element tensor without "
+                f"gradient, got a tensor of shape {tuple(num_items_in_batch.shape)} (requires "
+                f"grad: {num_items_in_batch.requires_grad}): pass the count of tokens (or "
+                "sequences) of the whole batch, e.g. all_sum(mask.sum()) summed over the "
+                "micro-batches."
+            )
+        return num_items_in_batch.reshape(()) / data_parallel_size()
+    if isinstance(num_items_in_batch, bool) or not isinstance(num_items_in_batch, (int, float)):
+        raise TypeError(
+            f"{owner}: num_items_in_batch must be a number or a one-element tensor, got "
+            f"{type(num_items_in_batch).__name__}."
+        )
+    if not num_items_in_batch > 0:
+        raise ValueError(
+            f"{owner}: num_items_in_batch must be > 0 (the count of tokens or sequences of "
+            f"the whole batch), got {num_items_in_batch}."
+        )
+    return num_items_in_batch / data_parallel_size()
+
+
 def runtime_device(module, tensordict: TensorDictBase, fallback: torch.Tensor, *values):
     """Where a call runs: the batch's device, else the first tensor among ``values`` (lists
     searched), else the module's first parameter or buffer, else ``fallback``'s."""
@@ -148,6 +189,24 @@ class ChatHistoryLoss(LossModule):
         self.reduction = self._check_reduction(reduction)
         self.normalize_by_seq_length = normalize_by_seq_length
         self.register_buffer("_device_fallback", torch.empty(0, device=device), persistent=False)
+
+    def _per_rank_count(self, num_items_in_batch):
+        """The denominator of the mean over sequences (:func:`per_rank_count`); refused with
+        a reduction other than ``"mean"``."""
+        if num_items_in_batch is not None and self.reduction != "mean":
+            raise ValueError(
+                f"{type(self).__name__}: num_items_in_batch was given with "
+                f"reduction={self.reduction!r}; it replaces the count of the mean: use "
+                "reduction='mean'."
+            )
+        return per_rank_count(type(self).__name__, num_items_in_batch)
+
+    def _reduce(self, per_sequence: torch.Tensor, count=None) -> torch.Tensor:
+        """A per-sequence loss reduced by ``reduction``; with a global ``count``, its sum over
+        this batch's sequences divided by it."""
+        if count is None:
+            return rlf.reduce(per_sequence, self.reduction)
+        return per_sequence.sum() / count
 
 
 def chat_masks(owner: str, loss, tensordict: TensorDictBase, need_assistant: bool = True):

@@ -78,9 +78,24 @@ class DistillationLoss(ChatHistoryLoss):
         return ["loss_distill", "kl_to_teacher"]
 
     @accepts_tensor_arguments
-    def forward(self, tensordict: TensorDictBase) -> DistillationLossOutput:
-        """``loss_distill`` and the detached mean per-sequence KL, ``kl_to_teacher``."""
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        num_items_in_batch: int | float | torch.Tensor | None = None,
+    ) -> DistillationLossOutput:
+        """``loss_distill`` and the detached mean per-sequence KL, ``kl_to_teacher``.
+
+        ``num_items_in_batch`` (``reduction="mean"`` only): the count that replaces this
+        batch's number of sequences in the mean, over the whole optimisation batch (every
+        micro-batch of every rank): its number of sequences, or with
+        ``normalize_by_seq_length=False`` its number of distilled tokens. ``loss_distill`` is
+        then this batch's sum over its sequences divided by ``num_items_in_batch /
+        world_size`` (the default process group's size): summed over micro-batches, with
+        gradients averaged over ranks by DDP or FSDP, it is the whole batch's;
+        ``kl_to_teacher`` stays this batch's mean."""
         owner = type(self).__name__
+        count = self._per_rank_count(num_items_in_batch)
         assistant, attention = chat_masks(owner, self, tensordict, self.assistant_only)
         masks = attention
         if self.assistant_only:
@@ -106,7 +121,7 @@ class DistillationLoss(ChatHistoryLoss):
         if self.normalize_by_seq_length:
             per_sequence = per_sequence / mask.sum(-1).clamp_min(1)
         return self.output_type(
-            loss_distill=rlf.reduce(per_sequence, self.reduction),
+            loss_distill=self._reduce(per_sequence, count),
             kl_to_teacher=per_sequence.detach().mean(),
             batch_size=[],
         )

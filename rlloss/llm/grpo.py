@@ -11,6 +11,7 @@ arXiv:2507.18071 (GSPO). The formulas are :mod:`rlloss.functional.llm`'s.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 from tensordict import NestedKey, TensorDictBase
@@ -22,6 +23,7 @@ from rlloss._checks import Coefficient, check_choice
 from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.llm.base import (
     check_masking_strategy,
+    per_rank_count,
     per_token,
     read_padded,
     token_advantage,
@@ -44,17 +46,28 @@ class GRPOLoss(LossModule):
 
     Keyword Args:
         clip_epsilon: ``eps`` or ``(eps_low, eps_high)`` (DAPO's clip-higher, e.g. (0.2, 0.28)).
-        kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it.
+        kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it
+            from the loss; the diagnostics ``clip_fraction``, ``kl_approx``, ``entropy`` and
+            ``ESS`` are then means over the tokens kept (those the loss counts).
         aggregation, max_tokens: see above.
         entropy_bonus, entropy_coeff: the entropy term ``loss_entropy = -coeff H`` per token,
-            aggregated as the objective.
+            aggregated as the objective. ``samples_mc_entropy``: TorchRL's, unused (the
+            entropy is exact, from the logits).
+        gamma, clip_value: TorchRL's, accepted and unused.
+        reduction: ``"none"`` gives per-token losses as ``aggregation="none"``.
         kl_to_ref_coeff: k3 KL to the reference policy (``("next", "ref_log_probs", "full")``).
         kl_to_inference_coeff: k3 KL to the sampling policy.
+        device: where the clip bounds (buffers) live.
         masking_strategy: ``"sft"`` (response tokens), ``"rlhf"`` (assistant turns),
             ``"generic"`` (every attended token).
-        sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
         ref_log_prob_padding_side, ref_log_prob_padding_value: how a ragged reference
             log-prob entry is padded.
+        sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
+
+    Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``, ``N``
+    the tokens (``"token_mean"``) or sequences (the other aggregations) of the whole
+    optimisation batch, divides every loss term by the global count (see :meth:`forward` and
+    the guide "GRPO on several processes").
 
     The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
     ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.
@@ -79,34 +92,54 @@ class GRPOLoss(LossModule):
     kl_to_ref_coeff = Coefficient(low=0.0)
     kl_to_inference_coeff = Coefficient(low=0.0)
     max_tokens = Coefficient(low=1, integer=True)
-    _sequence_ratio_default = False
     # the tokens counted are the actor's token mask's (and kl_mask_threshold's); the batch's
     # loss_mask_key masks are not read (docs/differences.md)
     _reads_loss_mask = False
 
-    def __init__(self, actor_network=None, *, clip_epsilon=0.2, aggregation="token_mean", **kw):
+    def __init__(
+        self,
+        actor_network: torch.nn.Module | None = None,
+        *,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        kl_mask_threshold: float | None = None,
+        aggregation: str | None = "token_mean",
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        kl_to_ref_coeff: float | None = None,
+        kl_to_inference_coeff: float | None = None,
+        device: torch.device | None = None,
+        masking_strategy: Literal["sft", "rlhf", "generic"] = "sft",
+        ref_log_prob_padding_side: Literal["left", "right"] = "left",
+        ref_log_prob_padding_value: float = 0.0,
+        max_tokens: int | None = None,
+        sequence_ratio: bool = False,
+    ):
+        """``gamma`` and ``clip_value`` are accepted and unused, as in TorchRL's class;
+        ``max_tokens`` and ``sequence_ratio`` are rlloss's."""
         super().__init__()
         self.actor_network = actor_network
         low, high = _clip_pair(clip_epsilon)
-        device = kw.pop("device", None)
         self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
         check_choice("aggregation", aggregation or "token_mean", AGGREGATIONS)
         self.aggregation = aggregation or "token_mean"
-        self.reduction = self._check_reduction(kw.pop("reduction", None))
-        self.masking_strategy = check_masking_strategy(kw.pop("masking_strategy", "sft"))
-        self.entropy_bonus = kw.pop("entropy_bonus", True)
-        self.samples_mc_entropy = kw.pop("samples_mc_entropy", 1)
-        self.sequence_ratio = kw.pop("sequence_ratio", self._sequence_ratio_default)
-        self.ref_log_prob_padding_side = kw.pop("ref_log_prob_padding_side", "left")
-        self.ref_log_prob_padding_value = kw.pop("ref_log_prob_padding_value", 0.0)
+        self.reduction = self._check_reduction(reduction)
+        self.masking_strategy = check_masking_strategy(masking_strategy)
+        self.entropy_bonus = entropy_bonus
+        self.samples_mc_entropy = samples_mc_entropy
+        self.sequence_ratio = sequence_ratio
+        self.ref_log_prob_padding_side = ref_log_prob_padding_side
+        self.ref_log_prob_padding_value = ref_log_prob_padding_value
         self._register_coefficients(
-            entropy_coeff=kw.pop("entropy_coeff", 0.01),
-            kl_mask_threshold=kw.pop("kl_mask_threshold", None),
-            kl_to_ref_coeff=kw.pop("kl_to_ref_coeff", None),
-            kl_to_inference_coeff=kw.pop("kl_to_inference_coeff", None),
-            max_tokens=kw.pop("max_tokens", None),
+            entropy_coeff=entropy_coeff,
+            kl_mask_threshold=kl_mask_threshold,
+            kl_to_ref_coeff=kl_to_ref_coeff,
+            kl_to_inference_coeff=kl_to_inference_coeff,
+            max_tokens=max_tokens,
         )
-        _ignore_torchrl_keywords(type(self).__name__, kw)
 
     @property
     def in_keys(self) -> list:
@@ -141,10 +174,26 @@ class GRPOLoss(LossModule):
         return action
 
     @accepts_tensor_arguments
-    def forward(self, tensordict: TensorDictBase) -> LLMLossOutput:
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        num_items_in_batch: int | float | torch.Tensor | None = None,
+    ) -> LLMLossOutput:
         """The losses (``loss_objective``, ``loss_entropy``, ``loss_kl_to_ref``,
-        ``loss_kl_to_inference``) and diagnostics of one batch of sampled sequences."""
+        ``loss_kl_to_inference``) and diagnostics of one batch of sampled sequences.
+
+        ``num_items_in_batch``: the count the aggregation divides by, over the whole
+        optimisation batch (every micro-batch of every rank): its valid tokens for
+        ``"token_mean"``, its sequences for ``"prompt_mean"`` and ``"seq_sum_constant"``
+        (then ``max_tokens`` must be set). Each loss term is then this batch's sum divided by
+        ``num_items_in_batch / world_size`` (the default process group's size, 1 without
+        ``torch.distributed``): summed over micro-batches, with gradients averaged over ranks
+        by DDP or FSDP, it is the whole batch's loss and gradient. The KL terms are then
+        aggregated as the objective (over the tokens the loss counts), and every diagnostic
+        stays this batch's mean. ``None`` (default): this batch's own count (TorchRL's)."""
         owner = type(self).__name__
+        count = self._per_rank_count(num_items_in_batch)
         action = self._tokens(tensordict)
         advantage = read_padded(tensordict, self.tensor_keys.advantage)
         if advantage is None:
@@ -157,24 +206,46 @@ class GRPOLoss(LossModule):
             loss_mask = mask & rlf.kl_trust_mask(log_prob, old_log_prob, self.kl_mask_threshold)
         log_weight = rlf.gspo_token_log_ratio(log_ratio, mask) if self.sequence_ratio else log_ratio
         gain, clipped = self._objective(log_weight, advantage)
-        out = {"loss_objective": self._aggregate(-gain, loss_mask)}
-        count = mask.sum().clamp_min(1)  # the diagnostics' token count, summed once
-        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), mask, count)
-        out["kl_approx"] = _valid_mean(-log_ratio.detach(), mask, count)
-        ess_count = count if loss_mask is mask else loss_mask.sum()  # both NaN with no token
-        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / ess_count
+        out = {"loss_objective": self._aggregate(-gain, loss_mask, count)}
+        tokens = loss_mask.sum()  # the diagnostics average the tokens the loss counts
+        divisor = tokens.clamp_min(1)
+        out["clip_fraction"] = _valid_mean(clipped.to(gain.dtype), loss_mask, divisor)
+        out["kl_approx"] = _valid_mean(-log_ratio.detach(), loss_mask, divisor)
+        out["ESS"] = rlf.masked_token_ess(log_ratio, loss_mask) / tokens  # NaN with no token
         if self.entropy_bonus:
-            out["entropy"] = _valid_mean(entropy.detach(), mask, count)
-            out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, loss_mask)
+            out["entropy"] = _valid_mean(entropy.detach(), loss_mask, divisor)
+            loss_entropy = -self.entropy_coeff * entropy
+            out["loss_entropy"] = self._aggregate(loss_entropy, loss_mask, count)
         if self.kl_to_ref_coeff is not None and self.kl_to_ref_coeff > 0:
             out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl_term(
-                tensordict, "ref_log_probs", log_prob, loss_mask, self.kl_to_ref_coeff
+                tensordict, "ref_log_probs", log_prob, loss_mask, self.kl_to_ref_coeff, count
             )
-        if self.kl_to_inference_coeff is not None:
+        coeff = self.kl_to_inference_coeff
+        if coeff is not None:
             out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl_term(
-                tensordict, "sample_log_prob", log_prob, loss_mask, self.kl_to_inference_coeff
+                tensordict, "sample_log_prob", log_prob, loss_mask, coeff, count
             )
         return _compat.output_tensorclass(self.output_type, out)
+
+    def _per_rank_count(self, num_items_in_batch):
+        """The denominator of the loss terms (:func:`rlloss.llm.base.per_rank_count`), with
+        the aggregations that cannot take one refused."""
+        if num_items_in_batch is None:
+            return None
+        owner = type(self).__name__
+        if self.aggregation == "none" or self.reduction == "none":
+            raise ValueError(
+                f"{owner}: num_items_in_batch was given with aggregation={self.aggregation!r}, "
+                f"reduction={self.reduction!r}: a per-token loss has no denominator; use "
+                "'token_mean', 'prompt_mean' or 'seq_sum_constant'."
+            )
+        if self.aggregation == "seq_sum_constant" and self.max_tokens is None:
+            raise ValueError(
+                f"{owner}: num_items_in_batch with aggregation='seq_sum_constant' needs "
+                "max_tokens: the default constant, each batch's padded length, differs "
+                "between micro-batches; set max_tokens (e.g. the generation budget)."
+            )
+        return per_rank_count(owner, num_items_in_batch)
 
     def _token_log_probs(self, tensordict: TensorDictBase, action: torch.Tensor):
         """The current token log-probs and entropies (``None`` without the entropy bonus) and
@@ -220,19 +291,21 @@ class GRPOLoss(LossModule):
         gain = rlf.clipped_surrogate(log_weight, advantage, low, high)
         return gain, rlf.clipped(log_weight.detach(), low, high)
 
-    def _aggregate(self, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _aggregate(self, value: torch.Tensor, mask: torch.Tensor, count=None) -> torch.Tensor:
         if self.aggregation == "none" or self.reduction == "none":
             return rlf.aggregate_tokens(value, mask, "none").unsqueeze(-1)
-        return rlf.aggregate_tokens(value, mask, self.aggregation, self.max_tokens)
+        return rlf.aggregate_tokens(value, mask, self.aggregation, self.max_tokens, count)
 
     def _aggregate_loss_value(self, value, mask, tensordict=None) -> torch.Tensor:
         """TorchRL's name: ``value`` ``[*B, T, 1]`` or ``[*B, T]`` aggregated over ``mask``."""
         value = per_token(type(self).__name__, "loss", "value", value, mask)
         return self._aggregate(value, mask)
 
-    def _kl_term(self, tensordict, name, cur, mask, coeff):
+    def _kl_term(self, tensordict, name, cur, mask, coeff, count=None):
         """``coeff`` times the k3 estimate of ``KL(pi || pi_other)`` (``pi_other``: the
-        entry ``name``), averaged over every position of the padded batch as TorchRL does."""
+        entry ``name``), averaged over every position of the padded batch as TorchRL does;
+        with a global ``count``, aggregated as the objective over ``mask`` (the diagnostic:
+        this batch's mean over ``mask``)."""
         key = getattr(self.tensor_keys, name)
         side, fill = self.ref_log_prob_padding_side, self.ref_log_prob_padding_value
         other = read_padded(tensordict, key, side, fill)
@@ -244,8 +317,12 @@ class GRPOLoss(LossModule):
             )
         other = per_token(type(self).__name__, name, key, other, cur)
         diff = torch.where(mask, other, 0.0) - torch.where(mask, cur, 0.0)
-        kl = rlf.kl_k3(diff).mean()
-        return coeff * kl, kl.detach()
+        if count is None:
+            kl = rlf.kl_k3(diff).mean()
+            return coeff * kl, kl.detach()
+        per_token_kl = rlf.kl_k3(diff)
+        local = _valid_mean(per_token_kl.detach(), mask, mask.sum().clamp_min(1))
+        return coeff * self._aggregate(per_token_kl, mask, count), local
 
 
 class DAPO(GRPOLoss):
@@ -276,10 +353,51 @@ class DrGRPOLoss(GRPOLoss):
     constant (``max_tokens``, default the padded length), then the mean over the sequences
     (``aggregation="seq_sum_constant"``). Its other half, no std in the group advantage, is the
     advantage's: ``MCAdvantage(..., scale=False)`` or
-    :func:`rlloss.functional.group_relative_advantage` with ``scale=False``."""
+    :func:`rlloss.functional.group_relative_advantage` with ``scale=False``. Same keywords as
+    :class:`GRPOLoss`, another default aggregation."""
 
-    def __init__(self, actor_network=None, *, aggregation="seq_sum_constant", **kwargs):
-        super().__init__(actor_network, aggregation=aggregation, **kwargs)
+    def __init__(
+        self,
+        actor_network: torch.nn.Module | None = None,
+        *,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        kl_mask_threshold: float | None = None,
+        aggregation: str | None = "seq_sum_constant",
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        kl_to_ref_coeff: float | None = None,
+        kl_to_inference_coeff: float | None = None,
+        device: torch.device | None = None,
+        masking_strategy: Literal["sft", "rlhf", "generic"] = "sft",
+        ref_log_prob_padding_side: Literal["left", "right"] = "left",
+        ref_log_prob_padding_value: float = 0.0,
+        max_tokens: int | None = None,
+        sequence_ratio: bool = False,
+    ):
+        super().__init__(
+            actor_network,
+            clip_epsilon=clip_epsilon,
+            kl_mask_threshold=kl_mask_threshold,
+            aggregation=aggregation,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            gamma=gamma,
+            reduction=reduction,
+            clip_value=clip_value,
+            kl_to_ref_coeff=kl_to_ref_coeff,
+            kl_to_inference_coeff=kl_to_inference_coeff,
+            device=device,
+            masking_strategy=masking_strategy,
+            ref_log_prob_padding_side=ref_log_prob_padding_side,
+            ref_log_prob_padding_value=ref_log_prob_padding_value,
+            max_tokens=max_tokens,
+            sequence_ratio=sequence_ratio,
+        )
 
 
 class GSPOLoss(GRPOLoss):
@@ -287,14 +405,51 @@ class GSPOLoss(GRPOLoss):
     of a sequence is ``s = exp(mean_t log r_t)`` over its valid tokens (eq. 7), clipped per
     sequence; computed as GSPO-token (eq. 13), whose gradient is GSPO's when the advantage is
     one per sequence. The paper's clip range is small: default ``clip_epsilon=(3e-4, 4e-4)``;
-    the default aggregation is the mean over sequences (``"prompt_mean"``)."""
-
-    _sequence_ratio_default = True
+    the default aggregation is the mean over sequences (``"prompt_mean"``). Same keywords as
+    :class:`GRPOLoss`, other defaults."""
 
     def __init__(
-        self, actor_network=None, *, clip_epsilon=(3e-4, 4e-4), aggregation="prompt_mean", **kw
+        self,
+        actor_network: torch.nn.Module | None = None,
+        *,
+        clip_epsilon: float | tuple[float, float] = (3e-4, 4e-4),
+        kl_mask_threshold: float | None = None,
+        aggregation: str | None = "prompt_mean",
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        kl_to_ref_coeff: float | None = None,
+        kl_to_inference_coeff: float | None = None,
+        device: torch.device | None = None,
+        masking_strategy: Literal["sft", "rlhf", "generic"] = "sft",
+        ref_log_prob_padding_side: Literal["left", "right"] = "left",
+        ref_log_prob_padding_value: float = 0.0,
+        max_tokens: int | None = None,
+        sequence_ratio: bool = True,
     ):
-        super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kw)
+        super().__init__(
+            actor_network,
+            clip_epsilon=clip_epsilon,
+            kl_mask_threshold=kl_mask_threshold,
+            aggregation=aggregation,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            gamma=gamma,
+            reduction=reduction,
+            clip_value=clip_value,
+            kl_to_ref_coeff=kl_to_ref_coeff,
+            kl_to_inference_coeff=kl_to_inference_coeff,
+            device=device,
+            masking_strategy=masking_strategy,
+            ref_log_prob_padding_side=ref_log_prob_padding_side,
+            ref_log_prob_padding_value=ref_log_prob_padding_value,
+            max_tokens=max_tokens,
+            sequence_ratio=sequence_ratio,
+        )
 
 
 def _clip_pair(clip_epsilon) -> tuple[float, float]:
@@ -312,18 +467,3 @@ def _valid_mean(value: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) ->
     """The mean of ``value`` over ``mask``'s ``count`` tokens (``aggregate_tokens``' token
     mean, its count given)."""
     return torch.where(mask, value, 0.0).sum() / count
-
-
-def _ignore_torchrl_keywords(owner: str, kwargs: dict) -> None:
-    """TorchRL's keywords that do nothing in an LLM loss (``gamma``, ``clip_value``); any other
-    is refused with the list of the valid ones."""
-    for name in ("gamma", "clip_value"):
-        kwargs.pop(name, None)
-    if kwargs:
-        raise TypeError(
-            f"{owner} got unexpected keyword arguments {sorted(kwargs)}; it takes clip_epsilon, "
-            "aggregation, max_tokens, kl_mask_threshold, entropy_bonus, samples_mc_entropy, "
-            "entropy_coeff, reduction, kl_to_ref_coeff, kl_to_inference_coeff, masking_strategy, "
-            "sequence_ratio, ref_log_prob_padding_side, ref_log_prob_padding_value, device, "
-            "gamma and clip_value (the last two unused, as in TorchRL)."
-        )

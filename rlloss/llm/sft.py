@@ -33,7 +33,9 @@ class SFTLoss(ChatHistoryLoss):
     ``loss_sft = -(1/|y|) sum_t log pi(y_t)`` per sequence over the assistant tokens (the sum
     with ``normalize_by_seq_length=False``), reduced by ``reduction``; with
     ``loss_function="minor_sft"``, ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` (MinorSFT),
-    the reference log-probs read from ``("next", "ref_log_probs", "full")``. With
+    the reference log-probs read from ``("next", "ref_log_probs", "full")`` (set to 0 outside
+    the assistant tokens before any arithmetic: a value or NaN at a prompt position changes
+    nothing), ``beta > 0``. With
     ``kl_to_ref_coeff``, ``loss_kl_to_ref`` is the k3 estimate of ``KL(pi || pi_ref)`` over the
     sequences' tokens. The assistant mask comes from ``("masks", "all_assistant_mask")`` when
     the batch has it, else from the tokenizer's chat template.
@@ -45,6 +47,9 @@ class SFTLoss(ChatHistoryLoss):
         tokenizer_kwargs: for ``History.apply_chat_template`` (``chat_template_name``...).
         reduction, normalize_by_seq_length, kl_to_ref_coeff, loss_function, beta, device: as
             TorchRL's.
+
+    Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``
+    (:meth:`forward`).
     """
 
     output_type = SFTLossOutput
@@ -100,31 +105,51 @@ class SFTLoss(ChatHistoryLoss):
         return ["loss_sft", *kl]
 
     @accepts_tensor_arguments
-    def forward(self, tensordict: TensorDictBase) -> SFTLossOutput:
-        """``loss_sft`` (and ``loss_kl_to_ref``, ``kl_to_ref`` with a KL coefficient)."""
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        num_items_in_batch: int | float | torch.Tensor | None = None,
+    ) -> SFTLossOutput:
+        """``loss_sft`` (and ``loss_kl_to_ref``, ``kl_to_ref`` with a KL coefficient).
+
+        ``num_items_in_batch`` (``reduction="mean"`` only): the count that replaces this
+        batch's number of sequences in the mean, over the whole optimisation batch (every
+        micro-batch of every rank): its number of sequences, or with
+        ``normalize_by_seq_length=False`` its number of assistant tokens (the token-level
+        mean). Each loss term is this batch's sum over its sequences divided by
+        ``num_items_in_batch / world_size`` (the default process group's size): summed over
+        micro-batches, with gradients averaged over ranks by DDP or FSDP, it is the whole
+        batch's. ``loss_kl_to_ref`` is then each sequence's k3 sum over its assistant tokens
+        (divided by their number with ``normalize_by_seq_length``) aggregated the same way;
+        ``kl_to_ref`` stays this batch's mean."""
+        count = self._per_rank_count(num_items_in_batch)
         log_prob, mask, valid = self._assistant_log_probs(tensordict)
         normalize = self.normalize_by_seq_length
         log_likelihood = rlf.sequence_log_likelihood(log_prob, mask, normalize)
         out = {}
         ref = None
         if self.loss_function == "minor_sft" or self.kl_to_ref_coeff is not None:
-            ref = self._ref_log_probs(tensordict, log_prob)
+            # masked before any arithmetic: a reference scored on the whole chat (or NaN on
+            # the prompt) changes nothing
+            ref = torch.where(mask, self._ref_log_probs(tensordict, log_prob), 0.0)
         if self.loss_function == "sft":
-            out["loss_sft"] = rlf.reduce(-log_likelihood, self.reduction)
+            loss = -log_likelihood
         else:
-            # TorchRL sums the reference log-probs over every token, normalised by the number
-            # of assistant tokens
-            ref_total = ref.sum(-1)
-            if normalize:
-                ref_total = ref_total / mask.sum(-1).clamp_min(1)
-            loss = rlf.minor_sft_loss(log_likelihood, ref_total.to(log_likelihood), self.beta)
-            out["loss_sft"] = rlf.reduce(loss, self.reduction)
+            ref_likelihood = rlf.sequence_log_likelihood(ref.to(log_prob), mask, normalize)
+            loss = rlf.minor_sft_loss(log_likelihood, ref_likelihood, self.beta)
+        out["loss_sft"] = self._reduce(loss, count)
         if self.kl_to_ref_coeff is not None:
             grad = contextlib.nullcontext() if self.loss_function == "sft" else torch.no_grad()
             with grad:
                 cur = torch.where(mask, log_prob, 0.0)
-                kl = rlf.reduce(rlf.kl_k3(ref.to(cur) - cur), "mean", mask=valid)
-            out["loss_kl_to_ref"], out["kl_to_ref"] = self.kl_to_ref_coeff * kl, kl.detach()
+                per_token = rlf.kl_k3(ref.to(cur) - cur)
+                kl = rlf.reduce(per_token, "mean", mask=valid)
+                loss_kl = kl
+                if count is not None:
+                    per_sequence = rlf.sequence_log_likelihood(per_token, mask, normalize)
+                    loss_kl = self._reduce(per_sequence, count)
+            out["loss_kl_to_ref"], out["kl_to_ref"] = self.kl_to_ref_coeff * loss_kl, kl.detach()
         return self.output_type(**out, batch_size=[])
 
     def _assistant_log_probs(self, tensordict: TensorDictBase):

@@ -127,6 +127,32 @@ def test_aggregate_tokens(shape, aggregation):
     torch.testing.assert_close(none, torch.where(mask, value, 0.0))
 
 
+@pytest.mark.parametrize("aggregation", ["token_mean", "prompt_mean", "seq_sum_constant"])
+def test_aggregate_tokens_with_a_global_count_sums_over_parts(aggregation):
+    """``num_items``: the sum of the batch's terms (tokens, or per-sequence means / constant
+    sums) over the given count, written out by hand; the rows cut in 3 parts, each over the
+    whole batch's count, add up to the whole batch's default mean."""
+    _, _, mask, value = batch((7, 6), 6)
+    value = torch.where(mask, value, torch.nan)
+    pairs = zip(value.tolist(), mask.tolist(), strict=True)
+    rows = [[v for v, m in zip(vs, ms, strict=True) if m] for vs, ms in pairs]
+    if aggregation == "token_mean":
+        terms, count = [v for row in rows for v in row], int(mask.sum())
+    elif aggregation == "prompt_mean":
+        terms, count = [sum(row) / max(len(row), 1) for row in rows], len(rows)
+    else:
+        terms, count = [sum(row) / 10 for row in rows], len(rows)
+    out = aggregate_tokens(value, mask, aggregation, max_tokens=10, num_items=2.5)
+    assert math.isclose(out.item(), sum(terms) / 2.5, rel_tol=1e-10)
+    parts = [(0, 1), (1, 5), (5, 7)]
+    pieces = [
+        aggregate_tokens(value[a:b], mask[a:b], aggregation, 10, torch.tensor(float(count)))
+        for a, b in parts
+    ]
+    whole = aggregate_tokens(value, mask, aggregation, max_tokens=10)
+    torch.testing.assert_close(sum(pieces), whole, rtol=1e-12, atol=1e-12)
+
+
 def test_aggregate_tokens_dr_grpo_constant_and_empty_rows():
     value, mask = torch.ones(2, 4), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]).bool()
     assert aggregate_tokens(value, mask, "seq_sum_constant", max_tokens=8).item() == 2 / 8 / 2
