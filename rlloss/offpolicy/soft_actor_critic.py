@@ -24,34 +24,15 @@ from rlloss._checks import (
     check_network,
 )
 from rlloss._ensembles import ensemble_architecture
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
     entry,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
 
-# The keywords TorchRL's SAC-family losses share besides the networks (with rlloss's replay
-# options), and the temperature bounds some of them take: each loss's accepted set is built from
-# these (``rlloss._keywords.torchrl_keywords`` refuses the others).
-SOFT_ACTOR_CRITIC_OPTIONS = frozenset(
-    {
-        "action_spec",
-        "fixed_alpha",
-        "target_entropy",
-        "separate_losses",
-        "reduction",
-        "deactivate_vmap",
-        "scalar_output_mode",
-        "use_prioritized_weights",
-        "priority_weighting",
-    }
-)
-TEMPERATURE_BOUNDS = frozenset({"alpha_init", "min_alpha", "max_alpha"})
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
-_TORCHRL_ONLY = ("priority_key", "deactivate_vmap")  # translated by rlloss._keywords
 
 
 class _SoftActorCritic(TDTargetLoss):
@@ -102,7 +83,6 @@ class _SoftActorCritic(TDTargetLoss):
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
-        replay = torchrl_keywords(self, replay, REPLAY_KEYWORDS, _TORCHRL_ONLY)
         super().__init__(loss_function=loss_function, **replay)
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))

@@ -22,6 +22,7 @@ from rlloss._networks import as_list
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
 
+
 class _PolicyGradientLoss(OnPolicyLoss):
     """The shared objective: ``-mean(log pi(a|s) A)`` under ``_actor_loss_key``."""
 
@@ -259,7 +260,6 @@ def _requires_grad(value) -> bool:
     if isinstance(value, torch.Tensor):
         return value.requires_grad
     return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
-
 
 
 def both_networks(owner: str, actor_network, critic_network, actor, critic) -> None:

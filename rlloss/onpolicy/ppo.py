@@ -21,9 +21,9 @@ from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list, stored_log_prob, sum_heads
+from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
 from rlloss.onpolicy.constants import KLAdaptationConstants, LogClipBounds
-from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.training.distributed import all_mean
 
 if TYPE_CHECKING:
