@@ -28,6 +28,12 @@ class DiscreteCQLLoss(QLearningLoss):
     and ``target_value``); ``forward`` writes the per-sample squared TD error (``[*B, 1]``) into
     the batch for prioritized replay.
 
+    Args:
+        value_network, loss_function, delay_value, gamma, action_space, reduction, double_dqn,
+            priority_key, use_prioritized_weights, priority_weighting, separate_losses,
+            policy_loss_addons: as :class:`rlloss.DQNLoss` (TorchRL's ``DiscreteCQLLoss``
+            names the first six).
+
     Differences from TorchRL: the predicted action values are not written back into the
     caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
     here computes them itself).

@@ -56,8 +56,9 @@ class IQLLoss(TDTargetLoss):
         temperature: ``beta`` of the weights, >= 0 (default 1.0).
         expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
         scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
+            separate_losses, priority_key, deactivate_vmap: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.

@@ -69,6 +69,8 @@ class TDTargetLoss(LossModule):
         policy_loss_addons: extra terms on ``loss_actor`` for the losses with an actor
             (:mod:`rlloss.addons`), reduced as ``loss_actor`` (padding masks, replay weights)
             and reported as ``addon_<name>``.
+        separate_losses: TorchRL's flag: the critic loss sends no gradient into weights it shares
+            with the actor (rlloss's critics share none, see :class:`rlloss.SACLoss`).
         priority_key: TorchRL's removed keyword: a ``RuntimeError`` when given (set the key with
             ``set_keys(priority=...)``).
         deactivate_vmap: TorchRL's flag, kept as an attribute; no effect (rlloss's ensembles

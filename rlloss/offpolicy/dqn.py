@@ -36,7 +36,8 @@ class DQNLoss(QLearningLoss):
     Args:
         value_network: a TorchRL ``QValueActor`` or any module writing ``action_value``
             (``[*B, num_actions]``).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
+            separate_losses, policy_loss_addons, priority_key: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``).
         delay_value: keep a target copy of the network (update it with TorchRL's ``SoftUpdate``
             or ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
@@ -59,7 +60,8 @@ class DQNLoss(QLearningLoss):
 
 
 class DDQNLoss(DQNLoss):
-    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias."""
+    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias;
+    its keywords are :class:`DQNLoss`'s but ``delay_value`` and ``double_dqn`` (both ``True``)."""
 
     def __init__(
         self,

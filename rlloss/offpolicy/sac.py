@@ -84,7 +84,8 @@ class SACLoss(ContinuousSoftActorCritic):
         delay_value: a target copy of ``value_network`` (SAC v1); ignored without one, as
             TorchRL does.
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
+            separate_losses, priority_key, deactivate_vmap: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass

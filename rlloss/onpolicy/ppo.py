@@ -44,7 +44,8 @@ class PPOLoss(OnPolicyLoss):
         entropy_bonus: add ``loss_entropy``.
         samples_mc_entropy: samples of the Monte-Carlo entropy estimate, used when the
             distribution has no closed-form entropy (e.g. TanhNormal).
-        entropy_coeff: entropy weight (a buffer: ``loss.entropy_coeff = x`` is in place).
+        entropy_coeff: entropy weight, 0.01 by default (``None``); a buffer:
+            ``loss.entropy_coeff = x`` is in place. A map head -> weight for a composite action.
         log_explained_variance: report ``explained_variance`` of the critic (variances over the
             batch's first dim, as TorchRL's: ``[1]`` for ``[B, 1]`` values, ``[T, 1]`` for ``[B, T,
             1]``, ``[n_agents, 1]`` for per-agent values ``[B, n_agents, 1]``).
@@ -103,6 +104,13 @@ class PPOLoss(OnPolicyLoss):
         max_importance_ratio: cap of the behaviour ratio ``pi / pi_behav``, applied by lifting
             the behaviour log-prob (:func:`rlloss.functional.capped_log_weight`), so capped
             samples keep a rescaled gradient (``None``: no cap; PPO-EWMA's code uses 100).
+        gamma: TorchRL's removed keyword: a ``TypeError`` when given (pass it to
+            ``make_value_estimator``).
+        advantage_key, value_target_key, value_key: TorchRL's removed keywords: a
+            ``RuntimeError`` when given (``set_keys(advantage=...)``...).
+        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        entropy_coef, critic_coef: removed by TorchRL v0.11 for ``entropy_coeff`` and
+            ``critic_coeff``: a ``TypeError`` whenever given.
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
