@@ -114,9 +114,7 @@ def test_every_parameter_is_annotated(name):
 @pytest.mark.parametrize("name", SHARED)
 def test_torchrl_keywords_named_with_torchrl_default_and_kind(name):
     wrong = [
-        reason
-        for reason in _mismatches(name)
-        if (name, reason.split(":")[0]) not in EXCEPTIONS
+        reason for reason in _mismatches(name) if (name, reason.split(":")[0]) not in EXCEPTIONS
     ]
     assert not wrong, f"{name} differs from TorchRL 0.14.1's: {wrong}"
 

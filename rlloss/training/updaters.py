@@ -77,7 +77,9 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
         >>> ...; optimizer.step(); updater.step()
     """
 
-    def __init__(self, loss_module, *, eps: float | None = None, tau: float | None = None) -> None:
+    def __init__(
+        self, loss_module: torch.nn.Module, *, eps: float | None = None, tau: float | None = None
+    ) -> None:
         if tau is not None:
             check_in_range("tau", tau, 0.0, 1.0, low_open=True)
         if eps is not None:
@@ -93,7 +95,9 @@ class HardUpdate(_FusedStep, _TorchRLHardUpdate):
     steps: TorchRL's ``HardUpdate`` (same arguments and counter) in one fused call.
     ``value_network_update_interval`` is a whole number >= 1."""
 
-    def __init__(self, loss_module, *, value_network_update_interval: int = 1000) -> None:
+    def __init__(
+        self, loss_module: torch.nn.Module, *, value_network_update_interval: int = 1000
+    ) -> None:
         interval = value_network_update_interval
         check_in_range("value_network_update_interval", interval, 1, integer=True)
         super().__init__(loss_module, value_network_update_interval=interval)
