@@ -5,6 +5,7 @@ the same name named with TorchRL's default and kind (keyword-only or not), or li
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -125,3 +126,78 @@ def test_each_exception_is_needed_and_documented(name, keyword):
         f"{name}.{keyword} now matches TorchRL: drop its EXCEPTIONS row."
     )
     assert f"`{name}`" in _DIFFERENCES and f"`{keyword}`" in _DIFFERENCES
+
+
+# ------------------------------------------------- TorchRL's translated keywords, now named
+def _builders() -> dict:
+    """Class name -> ``build(**kwargs)`` with tiny networks (the contract table's)."""
+    from tests import test_distributional_dqn, test_sac, test_tqc
+    from tests.test_contract import cql_row, dqn_row, iql_row, ppo_row, sac_row, td3_row
+
+    def on_policy(name, **kw):
+        return ppo_row(name, **kw).build()
+
+    def sac_family(name, critic=test_sac.qvalue):
+        return lambda **kw: getattr(rlloss, name)(test_sac.actor(), critic(), **kw)
+
+    return {
+        **{name: functools.partial(on_policy, name) for name in _ON_POLICY},
+        "DQNLoss": lambda **kw: dqn_row(**kw).build(),
+        "DistributionalDQNLoss": lambda **kw: rlloss.DistributionalDQNLoss(
+            test_distributional_dqn.c51_actor(), **kw
+        ),
+        "TD3Loss": lambda **kw: td3_row(**kw).build(),
+        "TD3BCLoss": lambda **kw: td3_row(name="TD3BCLoss", **kw).build(),
+        "SACLoss": lambda **kw: sac_row(**kw).build(),
+        "DiscreteSACLoss": lambda **kw: sac_row(discrete=True, **kw).build(),
+        "REDQLoss": sac_family("REDQLoss"),
+        "CrossQLoss": sac_family("CrossQLoss"),
+        "TQCLoss": sac_family("TQCLoss", test_tqc.quantile_critic),
+        "IQLLoss": lambda **kw: iql_row(**kw).build(),
+        "DiscreteIQLLoss": lambda **kw: iql_row(discrete=True, **kw).build(),
+        "CQLLoss": lambda **kw: cql_row(**kw).build(),
+    }
+
+
+_ON_POLICY = ("PPOLoss", "ClipPPOLoss", "KLPENPPOLoss", "RPOLoss", "A2CLoss")
+_PRIORITY_KEY = ("DQNLoss", "DistributionalDQNLoss", "TD3Loss", "TD3BCLoss", "SACLoss")
+_PRIORITY_KEY += ("DiscreteSACLoss", "REDQLoss", "CrossQLoss", "IQLLoss", "DiscreteIQLLoss")
+_DEACTIVATE_VMAP = ("TD3Loss", "TD3BCLoss", "SACLoss", "DiscreteSACLoss", "REDQLoss")
+_DEACTIVATE_VMAP += ("CrossQLoss", "TQCLoss", "IQLLoss", "CQLLoss")
+
+
+@pytest.mark.parametrize("name", _ON_POLICY)
+@pytest.mark.parametrize(
+    ("keywords", "error", "message"),
+    [
+        ({"gamma": 0.9}, TypeError, "make_value_estimator"),
+        ({"advantage_key": "adv"}, RuntimeError, r"set_keys\(advantage='adv'\)"),
+        ({"value_target_key": "vt"}, RuntimeError, r"set_keys\(value_target='vt'\)"),
+        ({"entropy_coef": None}, TypeError, "'entropy_coef' has been removed in torchrl v0.11"),
+        ({"critic_coef": 0.5}, TypeError, "'critic_coef' has been removed in torchrl v0.11"),
+    ],
+)
+def test_on_policy_torchrl_keywords_keep_torchrl_errors(name, keywords, error, message):
+    """Named in the signature now, TorchRL's removed keywords still raise TorchRL's errors
+    (``entropy_coef=None`` too: TorchRL raises whatever the value)."""
+    with pytest.raises(error, match=message):
+        _builders()[name](**keywords)
+
+
+@pytest.mark.parametrize("name", _PRIORITY_KEY)
+def test_priority_key_keeps_torchrl_error(name):
+    with pytest.raises(RuntimeError, match=rf"{name}: .*set_keys\(priority='p'\)"):
+        _builders()[name](priority_key="p")
+
+
+@pytest.mark.parametrize("name", _DEACTIVATE_VMAP)
+def test_deactivate_vmap_is_kept_as_given(name):
+    build = _builders()[name]
+    assert build().deactivate_vmap is False
+    assert build(deactivate_vmap=True).deactivate_vmap is True
+
+
+def test_on_policy_entropy_coeff_none_is_torchrl_default():
+    build = _builders()["ClipPPOLoss"]
+    assert float(build(entropy_coeff=None).entropy_coeff) == pytest.approx(0.01)
+    assert float(build().entropy_coeff) == pytest.approx(0.01)
