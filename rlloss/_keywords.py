@@ -34,12 +34,26 @@ TORCHRL_KEYWORDS: dict[str, tuple[str, object]] = {
 }
 
 
+class NotGiven:
+    """The type of :data:`NOT_GIVEN`, the default of the keywords TorchRL removed
+    (``entropy_coef``, ``critic_coef``): TorchRL raises whenever one is given, ``None``
+    included, so ``None`` cannot mark "not given"."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
+
+
 def torchrl_keywords(module, given: dict, accepted, translated=()) -> dict:
     """The keywords of ``given`` that ``module``'s class takes as they are (``accepted``), with
     TorchRL's keywords it lists in ``translated`` applied as :data:`TORCHRL_KEYWORDS` says
     (aliases renamed when not ``None``, refusals raised when given, ignored keywords set on
-    ``module``); any other keyword raises Python's ``TypeError`` (listing ``accepted``)."""
+    ``module``); any other keyword raises Python's ``TypeError`` (listing ``accepted``). A
+    keyword whose value is :data:`NOT_GIVEN` counts as not given."""
     owner = type(module).__name__
+    given = {name: value for name, value in given.items() if value is not NOT_GIVEN}
     taken = {}
     for name, value in given.items():
         if name in accepted:
@@ -74,15 +88,21 @@ def _apply_torchrl_keyword(owner: str, name: str, value, taken: dict) -> None:
         raise TypeError(f"{owner}: {detail}")
 
 
-def given_networks(module, actor_network, critic_network, torchrl: dict) -> tuple:
+def given_networks(module, actor_network, critic_network, actor, critic, torchrl: dict) -> tuple:
     """An on-policy loss's two networks, given as such or under TorchRL's ``actor=`` /
     ``critic=`` aliases (BenchMARL's MAPPO and IPPO use only those); the actor is required.
-    ``torchrl``: the other keywords, which must be none (Python's ``TypeError`` otherwise)."""
+    ``torchrl``: the class's other TorchRL keywords of :data:`TORCHRL_KEYWORDS`, applied."""
     given = torchrl_keywords(
         module,
-        {"actor_network": actor_network, "critic_network": critic_network, **torchrl},
+        {
+            "actor_network": actor_network,
+            "critic_network": critic_network,
+            "actor": actor,
+            "critic": critic,
+            **torchrl,
+        },
         accepted=("actor_network", "critic_network"),
-        translated=("actor", "critic"),
+        translated=("actor", "critic", *torchrl),
     )
     if given["actor_network"] is None:
         raise TypeError(

@@ -3,6 +3,8 @@ estimators and the on-policy losses share."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -13,6 +15,9 @@ from rlloss.training.moments import (
     merged_moments,
     moments_scale,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 
 class ValueNormalizer(nn.Module):
@@ -68,7 +73,10 @@ class ValueNormalizer(nn.Module):
     """
 
     def __init__(
-        self, eps: float = 1e-8, clip_threshold: float | None = 5.0, process_group=None
+        self,
+        eps: float = 1e-8,
+        clip_threshold: float | None = 5.0,
+        process_group: ProcessGroup | None = None,
     ) -> None:
         super().__init__()
         check_process_group("ValueNormalizer", process_group)

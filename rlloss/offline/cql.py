@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
@@ -108,6 +109,16 @@ class CQLLoss(ContinuousSoftActorCritic):
         actor_network: nn.Module,
         qvalue_network: nn.Module | list[nn.Module],
         *,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
         temperature: float = 1.0,
         min_q_weight: float = 1.0,
         max_q_backup: bool = False,
@@ -115,10 +126,42 @@ class CQLLoss(ContinuousSoftActorCritic):
         num_random: int = 10,
         with_lagrange: bool = False,
         lagrange_thresh: float = 0.0,
-        **options,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        num_qvalue_nets: int = 2,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        skip_done_states: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
         CQLLoss.num_random.check(num_random)
-        super().__init__(actor_network, qvalue_network, **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            action_spec=action_spec,
+            fixed_alpha=fixed_alpha,
+            target_entropy=target_entropy,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            skip_done_states=skip_done_states,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            scalar_output_mode=scalar_output_mode,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(
             temperature=temperature, min_q_weight=min_q_weight, num_random=num_random
         )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -26,6 +28,12 @@ class DiscreteCQLLoss(QLearningLoss):
     and ``target_value``); ``forward`` writes the per-sample squared TD error (``[*B, 1]``) into
     the batch for prioritized replay.
 
+    Args:
+        value_network, loss_function, delay_value, gamma, action_space, reduction, double_dqn,
+            priority_key, use_prioritized_weights, priority_weighting, separate_losses,
+            policy_loss_addons: as :class:`rlloss.DQNLoss` (TorchRL's ``DiscreteCQLLoss``
+            names the first six).
+
     Differences from TorchRL: the predicted action values are not written back into the
     caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
     here computes them itself).
@@ -39,10 +47,34 @@ class DiscreteCQLLoss(QLearningLoss):
     out_keys = ["loss_qvalue", "loss_cql", "td_error", "pred_value", "target_value"]
 
     def __init__(
-        self, value_network: nn.Module, *, loss_function: str = "l2", delay_value=True, **kwargs
+        self,
+        value_network: nn.Module,
+        *,
+        loss_function: str = "l2",
+        delay_value: bool = True,
+        gamma: float | None = None,
+        action_space: str | TensorSpec | None = None,
+        reduction: str | None = None,
+        double_dqn: bool = False,
+        priority_key: NestedKey | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         super().__init__(
-            value_network, loss_function=loss_function, delay_value=delay_value, **kwargs
+            value_network,
+            loss_function=loss_function,
+            delay_value=delay_value,
+            gamma=gamma,
+            action_space=action_space,
+            reduction=reduction,
+            double_dqn=double_dqn,
+            priority_key=priority_key,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
         )
 
     def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:

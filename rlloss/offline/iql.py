@@ -15,18 +15,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_network
 from rlloss._ensembles import ensemble_architecture
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import (
     ACTION_SPACES,
-    REPLAY_KEYWORDS,
     TDTargetLoss,
 )
 
@@ -57,8 +56,9 @@ class IQLLoss(TDTargetLoss):
         temperature: ``beta`` of the weights, >= 0 (default 1.0).
         expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
         scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
+            separate_losses, priority_key, deactivate_vmap: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
@@ -94,19 +94,33 @@ class IQLLoss(TDTargetLoss):
         loss_function: str = "smooth_l1",
         temperature: float = 1.0,
         expectile: float = 0.5,
+        gamma: float | None = None,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
         scalar_output_mode: str | None = None,
-        **replay,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
         owner = type(self).__name__
         check_network(owner, "actor_network", actor_network)
         check_network(owner, "qvalue_network", qvalue_network, ensemble=True)
         check_network(owner, "value_network", value_network)
-        replay = torchrl_keywords(
-            self, replay, REPLAY_KEYWORDS, ("priority_key", "deactivate_vmap")
-        )
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(temperature=temperature, expectile=expectile)
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.delay_qvalue = True  # TorchRL's attribute: the Q networks always have targets
@@ -210,10 +224,47 @@ class DiscreteIQLLoss(IQLLoss):
         >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
     """
 
-    def __init__(self, actor_network, qvalue_network, value_network, *, action_space=None, **kw):
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        value_network: nn.Module,
+        *,
+        action_space: str | TensorSpec | None = None,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        temperature: float = 1.0,
+        expectile: float = 0.5,
+        gamma: float | None = None,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
+    ) -> None:
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
-        super().__init__(actor_network, qvalue_network, value_network, **kw)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value_network,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            temperature=temperature,
+            expectile=expectile,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            scalar_output_mode=scalar_output_mode,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.action_space = action_space if action_space is not None else "one-hot"
 
     def _q_values(self, batch: TensorDictBase, **kwargs) -> torch.Tensor:

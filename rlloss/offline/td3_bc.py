@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
@@ -34,8 +37,49 @@ class TD3BCLoss(TwinDelayedLoss):
 
     alpha = Coefficient(low=0.0, low_open=True)
 
-    def __init__(self, actor_network, qvalue_network, *, alpha: float = 2.5, **kwargs) -> None:
-        super().__init__(actor_network, qvalue_network, **kwargs)
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
+        *,
+        action_spec: TensorSpec | None = None,
+        bounds: tuple[float, float] | None = None,
+        num_qvalue_nets: int = 2,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        alpha: float = 2.5,
+        loss_function: str = "smooth_l1",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        gamma: float | None = None,
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
+    ) -> None:
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            action_spec=action_spec,
+            bounds=bounds,
+            num_qvalue_nets=num_qvalue_nets,
+            policy_noise=policy_noise,
+            noise_clip=noise_clip,
+            loss_function=loss_function,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(alpha=alpha)
 
     @property

@@ -42,6 +42,7 @@ from rlloss._ensembles import (
     reinitialised,
     shared_parameters,
 )
+from rlloss._keywords import torchrl_keywords
 from rlloss.common import LossModule, fill_padding
 from rlloss.estimators.base import DEFAULT_GAMMA
 from rlloss.estimators.registry import build_value_estimator
@@ -51,17 +52,6 @@ PRIORITY_WEIGHTINGS = ("mean", "normalized")
 # The default of a padding mask argument: not read yet, so read from the batch (None, the
 # other possible value, means "read: nothing is padded").
 READ_FROM_BATCH = object()
-# TDTargetLoss's keywords besides loss_function, which its subclasses pass on
-REPLAY_KEYWORDS = frozenset(
-    {
-        "gamma",
-        "reduction",
-        "use_prioritized_weights",
-        "priority_weighting",
-        "separate_losses",
-        "policy_loss_addons",
-    }
-)
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 
@@ -82,6 +72,12 @@ class TDTargetLoss(LossModule):
         policy_loss_addons: extra terms on ``loss_actor`` for the losses with an actor
             (:mod:`rlloss.addons`), reduced as ``loss_actor`` (padding masks, replay weights)
             and reported as ``addon_<name>``.
+        separate_losses: TorchRL's flag: the critic loss sends no gradient into weights it shares
+            with the actor (rlloss's critics share none, see :class:`rlloss.SACLoss`).
+        priority_key: TorchRL's removed keyword: a ``RuntimeError`` when given (set the key with
+            ``set_keys(priority=...)``).
+        deactivate_vmap: TorchRL's flag, kept as an attribute; no effect (rlloss's ensembles
+            give the same numbers either way).
     """
 
     @dataclasses.dataclass
@@ -115,8 +111,13 @@ class TDTargetLoss(LossModule):
         priority_weighting: str = "mean",
         separate_losses: bool = False,
         policy_loss_addons: list | None = None,
+        priority_key: NestedKey | None = None,
+        deactivate_vmap: bool = False,
     ) -> None:
         super().__init__()
+        # TorchRL's keywords: priority_key refused (set_keys), deactivate_vmap kept, no effect
+        torchrl = {"priority_key": priority_key, "deactivate_vmap": deactivate_vmap}
+        torchrl_keywords(self, torchrl, accepted=(), translated=tuple(torchrl))
         self._register_policy_addons(policy_loss_addons)
         # TorchRL's flag: keep the critic loss's gradient off weights shared with the actor
         # (rlloss's critics never share the actor's weights: see the README's differences)

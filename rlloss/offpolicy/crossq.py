@@ -10,24 +10,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss._checks import (
     check_concatenable,
     next_key,
 )
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
     inputs_at_action,
 )
-from rlloss.offpolicy.soft_actor_critic import (
-    SOFT_ACTOR_CRITIC_OPTIONS,
-    TEMPERATURE_BOUNDS,
-    ContinuousSoftActorCritic,
-)
-
-# TorchRL's CrossQLoss keywords passed on to the base (no target networks: no delay_*, no gamma)
-_CROSSQ_OPTIONS = SOFT_ACTOR_CRITIC_OPTIONS | TEMPERATURE_BOUNDS | {"priority_key"}
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 
 class CrossQLoss(ContinuousSoftActorCritic):
@@ -112,16 +105,39 @@ class CrossQLoss(ContinuousSoftActorCritic):
         *,
         num_qvalue_nets: int = 2,
         loss_function: str = "smooth_l1",
-        **options,
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
     ) -> None:
-        options = torchrl_keywords(self, options, _CROSSQ_OPTIONS)
         super().__init__(
             actor_network,
             qvalue_network,
+            delay_qvalue=False,
             num_qvalue_nets=num_qvalue_nets,
             loss_function=loss_function,
-            delay_qvalue=False,
-            **options,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            action_spec=action_spec,
+            fixed_alpha=fixed_alpha,
+            target_entropy=target_entropy,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            scalar_output_mode=scalar_output_mode,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
         )
 
     @property

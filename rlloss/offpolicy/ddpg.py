@@ -68,11 +68,24 @@ class DDPGLoss(DeterministicActorCritic):
         loss_function: str = "l2",
         delay_actor: bool = False,
         delay_value: bool = True,
-        **replay,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "value_network", value_network)
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.delay_value = delay_value
         self.actor_network = actor_network
         self.value_network = value_network

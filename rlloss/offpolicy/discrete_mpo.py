@@ -81,12 +81,33 @@ class DiscreteMPOLoss(MaximumAPosteriori):
         init_log_alpha: float = 3.0,
         alpha_max: float | None = None,
         alpha_scale: float = 1.0,
-        **options,
+        loss_function: str = "l2",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         if alpha_max is not None:
             check_in_range("alpha_max", alpha_max, 0.0, low_open=True)
         check_in_range("alpha_scale", alpha_scale, 0.0, low_open=True)
-        super().__init__(actor_network, qvalue_network, value="action_value", **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value="action_value",
+            loss_function=loss_function,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(epsilon=epsilon, epsilon_policy=epsilon_policy)
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None

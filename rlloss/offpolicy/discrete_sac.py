@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._checks import (
@@ -66,11 +67,28 @@ class DiscreteSACLoss(_SoftActorCritic):
         actor_network: nn.Module,
         qvalue_network: nn.Module | list[nn.Module],
         *,
-        action_space=None,
+        action_space: str | TensorSpec | None = None,
         num_actions: int | None = None,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
         target_entropy_weight: float = 0.98,
         target_entropy: str | float = "auto",
-        **options,
+        delay_qvalue: bool = True,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
+        delay_actor: bool = False,
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
@@ -79,7 +97,29 @@ class DiscreteSACLoss(_SoftActorCritic):
                 raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
             check_in_range("num_actions", num_actions, 1, integer=True)
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
-        super().__init__(actor_network, qvalue_network, value="action_value", **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value="action_value",
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            fixed_alpha=fixed_alpha,
+            delay_qvalue=delay_qvalue,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            skip_done_states=skip_done_states,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            scalar_output_mode=scalar_output_mode,
+            gamma=gamma,
+            delay_actor=delay_actor,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.num_actions = num_actions
         self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}

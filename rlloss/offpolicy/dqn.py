@@ -13,11 +13,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import check_atoms, check_support
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import entry
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
@@ -36,7 +36,8 @@ class DQNLoss(QLearningLoss):
     Args:
         value_network: a TorchRL ``QValueActor`` or any module writing ``action_value``
             (``[*B, num_actions]``).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
+        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
+            separate_losses, policy_loss_addons, priority_key: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``).
         delay_value: keep a target copy of the network (update it with TorchRL's ``SoftUpdate``
             or ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
@@ -59,10 +60,37 @@ class DQNLoss(QLearningLoss):
 
 
 class DDQNLoss(DQNLoss):
-    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias."""
+    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias;
+    its keywords are :class:`DQNLoss`'s but ``delay_value`` and ``double_dqn`` (both ``True``)."""
 
-    def __init__(self, value_network: nn.Module, **kwargs) -> None:
-        super().__init__(value_network, double_dqn=True, delay_value=True, **kwargs)
+    def __init__(
+        self,
+        value_network: nn.Module,
+        *,
+        loss_function: str = "l2",
+        gamma: float | None = None,
+        action_space: str | TensorSpec | None = None,
+        priority_key: NestedKey | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
+    ) -> None:
+        super().__init__(
+            value_network,
+            loss_function=loss_function,
+            delay_value=True,
+            double_dqn=True,
+            gamma=gamma,
+            action_space=action_space,
+            priority_key=priority_key,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+        )
 
 
 class DistributionalDQNLoss(DQNLoss):
@@ -119,17 +147,17 @@ class DistributionalDQNLoss(DQNLoss):
         *,
         gamma: float | None = None,
         delay_value: bool = True,
+        priority_key: NestedKey | None = None,
         reduction: str | None = None,
         use_prioritized_weights: bool | str = "auto",
         priority_weighting: str = "mean",
-        **torchrl,
     ) -> None:
-        torchrl_keywords(self, torchrl, accepted=(), translated=("priority_key",))
         check_support(type(self).__name__, getattr(value_network, "support", None))
         super().__init__(
             value_network,
             delay_value=delay_value,
             gamma=gamma,
+            priority_key=priority_key,
             reduction=reduction,
             use_prioritized_weights=use_prioritized_weights,
             priority_weighting=priority_weighting,

@@ -54,11 +54,24 @@ class MaximumAPosteriori(TDTargetLoss):
         loss_function: str = "l2",
         delay_actor: bool = True,
         delay_qvalue: bool = True,
-        **replay,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network)
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.delay_actor, self.delay_qvalue = delay_actor, delay_qvalue
         self._dual_names: list[str] = []
         self._dual_bounds: dict[str, float | None] = {}  # the parameter's cap, from a maximum

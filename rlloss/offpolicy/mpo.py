@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.data import Bounded, Composite
+from torchrl.data import Bounded, Composite, TensorSpec
 from torchrl.modules import IndependentNormal, TanhNormal
 
 from rlloss import functional as rlf
@@ -137,13 +137,34 @@ class MPOLoss(MaximumAPosteriori):
         alpha_stddev_scale: float = 1.0,
         action_penalization: bool = False,
         epsilon_penalty: float = 1e-3,
-        action_spec=None,
-        **options,
+        action_spec: TensorSpec | None = None,
+        loss_function: str = "l2",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int):
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
         MPOLoss.num_samples.check(num_samples)
-        super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value="state_action_value",
+            loss_function=loss_function,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(
             epsilon=epsilon,
             epsilon_mean=epsilon_mean,

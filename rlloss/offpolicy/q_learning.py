@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 from torchrl.modules import QValueActor
 
 from rlloss import _compat
@@ -49,15 +50,30 @@ class QLearningLoss(TDTargetLoss):
         loss_function: str = "l2",
         delay_value: bool = True,
         double_dqn: bool = False,
-        action_space: str | None = None,
-        **replay,
+        gamma: float | None = None,
+        action_space: str | TensorSpec | None = None,
+        priority_key: NestedKey | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
     ) -> None:
         if isinstance(value_network, nn.Module) and not hasattr(value_network, "in_keys"):
             # TorchRL's convenience: a plain network of the observation becomes a QValueActor
             space = action_space if isinstance(action_space, str) else "one-hot"
             value_network = QValueActor(value_network, in_keys=["observation"], action_space=space)
         check_network(type(self).__name__, "value_network", value_network)
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            priority_key=priority_key,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+        )
         if isinstance(action_space, str):
             check_choice("action_space", action_space, ACTION_SPACES)
         if double_dqn and not delay_value:

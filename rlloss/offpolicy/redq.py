@@ -12,29 +12,19 @@ from tensordict.nn import (
 )
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     entry,
     stacked_inputs,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.soft_actor_critic import (
-    SOFT_ACTOR_CRITIC_OPTIONS,
-    ContinuousSoftActorCritic,
-)
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
-# TorchRL's REDQLoss keywords passed on to the base, besides those REDQLoss names
-_REDQ_OPTIONS = SOFT_ACTOR_CRITIC_OPTIONS | {
-    "delay_qvalue",
-    "gamma",
-    "priority_key",
-    "policy_loss_addons",
-}
 _EPS_GSDE = "_eps_gSDE"  # the gSDE noise entry TorchRL's REDQ sets to zeros for the actor
 
 
@@ -124,10 +114,21 @@ class REDQLoss(ContinuousSoftActorCritic):
         alpha_init: float = 1.0,
         min_alpha: float = 0.1,
         max_alpha: float = 10.0,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_qvalue: bool = True,
         gSDE: bool = False,
-        **options,
+        gamma: float | None = None,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
-        options = torchrl_keywords(self, options, _REDQ_OPTIONS)
         REDQLoss.sub_sample_len.check(sub_sample_len)
         super().__init__(
             actor_network,
@@ -137,7 +138,19 @@ class REDQLoss(ContinuousSoftActorCritic):
             alpha_init=alpha_init,
             min_alpha=min_alpha,
             max_alpha=max_alpha,
-            **options,
+            action_spec=action_spec,
+            fixed_alpha=fixed_alpha,
+            target_entropy=target_entropy,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            scalar_output_mode=scalar_output_mode,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
         )
         sub_sample_len = max(1, min(int(sub_sample_len), self.num_qvalue_nets - 1))
         self._register_coefficients(sub_sample_len=sub_sample_len)

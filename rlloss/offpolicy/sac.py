@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._networks import NetworkCall, entry
@@ -83,7 +84,8 @@ class SACLoss(ContinuousSoftActorCritic):
         delay_value: a target copy of ``value_network`` (SAC v1); ignored without one, as
             TorchRL does.
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
+            separate_losses, priority_key, deactivate_vmap: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
@@ -104,10 +106,52 @@ class SACLoss(ContinuousSoftActorCritic):
         qvalue_network: nn.Module | list[nn.Module],
         value_network: nn.Module | None = None,
         *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
         delay_value: bool = True,
-        **options,
+        gamma: float | None = None,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        scalar_output_mode: str | None = None,
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
-        super().__init__(actor_network, qvalue_network, **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            action_spec=action_spec,
+            fixed_alpha=fixed_alpha,
+            target_entropy=target_entropy,
+            delay_actor=delay_actor,
+            delay_qvalue=delay_qvalue,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            skip_done_states=skip_done_states,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            scalar_output_mode=scalar_output_mode,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.value_network = value_network
         self.delay_value = delay_value
         self._backup = SoftQBackup if value_network is None else StateValueBackup

@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.data import Composite
+from torchrl.data import Composite, TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -24,34 +24,15 @@ from rlloss._checks import (
     check_network,
 )
 from rlloss._ensembles import ensemble_architecture
-from rlloss._keywords import torchrl_keywords
 from rlloss._networks import (
     DistributionCall,
     entry,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import REPLAY_KEYWORDS, TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
 
-# The keywords TorchRL's SAC-family losses share besides the networks (with rlloss's replay
-# options), and the temperature bounds some of them take: each loss's accepted set is built from
-# these (``rlloss._keywords.torchrl_keywords`` refuses the others).
-SOFT_ACTOR_CRITIC_OPTIONS = frozenset(
-    {
-        "action_spec",
-        "fixed_alpha",
-        "target_entropy",
-        "separate_losses",
-        "reduction",
-        "deactivate_vmap",
-        "scalar_output_mode",
-        "use_prioritized_weights",
-        "priority_weighting",
-    }
-)
-TEMPERATURE_BOUNDS = frozenset({"alpha_init", "min_alpha", "max_alpha"})
 _OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
-_TORCHRL_ONLY = ("priority_key", "deactivate_vmap")  # translated by rlloss._keywords
 
 
 class _SoftActorCritic(TDTargetLoss):
@@ -99,12 +80,28 @@ class _SoftActorCritic(TDTargetLoss):
         delay_actor: bool = False,
         skip_done_states: bool = False,
         scalar_output_mode: str | None = None,
-        **replay,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
+        priority_key: NestedKey | None = None,
+        deactivate_vmap: bool = False,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
-        replay = torchrl_keywords(self, replay, REPLAY_KEYWORDS, _TORCHRL_ONLY)
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+            priority_key=priority_key,
+            deactivate_vmap=deactivate_vmap,
+        )
         if scalar_output_mode is not None:
             check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
         self.scalar_output_mode = scalar_output_mode or "exclude"
@@ -256,11 +253,50 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
         actor_network: nn.Module,
         qvalue_network: nn.Module | list[nn.Module],
         *,
-        action_spec=None,
+        action_spec: TensorSpec | None = None,
         target_entropy: str | float = "auto",
-        **options,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
+        delay_qvalue: bool = True,
+        delay_actor: bool = False,
+        skip_done_states: bool = False,
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        separate_losses: bool = False,
+        policy_loss_addons: list | None = None,
+        priority_key: NestedKey | None = None,
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(actor_network, qvalue_network, value="state_action_value", **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value="state_action_value",
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            fixed_alpha=fixed_alpha,
+            delay_qvalue=delay_qvalue,
+            delay_actor=delay_actor,
+            skip_done_states=skip_done_states,
+            scalar_output_mode=scalar_output_mode,
+            gamma=gamma,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
+            policy_loss_addons=policy_loss_addons,
+            priority_key=priority_key,
+            deactivate_vmap=deactivate_vmap,
+        )
         sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
         if len(sample_keys) == 1:
             self.set_keys(action=sample_keys[0])

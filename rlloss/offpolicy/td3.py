@@ -26,8 +26,9 @@ class TD3Loss(TwinDelayedLoss):
         action_spec / bounds: the action bounds for the smoothed target action (exactly one).
         num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
         delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
+        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
+            separate_losses, priority_key, deactivate_vmap: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``

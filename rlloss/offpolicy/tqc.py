@@ -6,23 +6,11 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from torch import nn
+from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
-from rlloss._keywords import torchrl_keywords
-from rlloss.offpolicy.soft_actor_critic import (
-    SOFT_ACTOR_CRITIC_OPTIONS,
-    TEMPERATURE_BOUNDS,
-    ContinuousSoftActorCritic,
-)
-
-# TorchRL's TQCLoss keywords passed on to the base; SACLoss's others (loss_function,
-# value_network, gamma...) have no meaning here and are refused.
-_TQC_OPTIONS = (
-    SOFT_ACTOR_CRITIC_OPTIONS
-    | TEMPERATURE_BOUNDS
-    | {"delay_qvalue", "skip_done_states", "policy_loss_addons"}
-)
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 
 class TQCLoss(ContinuousSoftActorCritic):
@@ -73,9 +61,22 @@ class TQCLoss(ContinuousSoftActorCritic):
         *,
         num_qvalue_nets: int = 5,
         top_quantiles_to_drop_per_net: int = 2,
-        **options,
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_qvalue: bool = True,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        skip_done_states: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        scalar_output_mode: str | None = None,
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
-        options = torchrl_keywords(self, options, _TQC_OPTIONS)
         drop = top_quantiles_to_drop_per_net
         if isinstance(drop, (int, float)) and drop < 0:  # TorchRL's words
             raise ValueError(
@@ -83,7 +84,26 @@ class TQCLoss(ContinuousSoftActorCritic):
                 f"got {drop}."
             )
         TQCLoss.top_quantiles_to_drop_per_net.check(drop)
-        super().__init__(actor_network, qvalue_network, num_qvalue_nets=num_qvalue_nets, **options)
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            num_qvalue_nets=num_qvalue_nets,
+            alpha_init=alpha_init,
+            min_alpha=min_alpha,
+            max_alpha=max_alpha,
+            action_spec=action_spec,
+            fixed_alpha=fixed_alpha,
+            target_entropy=target_entropy,
+            delay_qvalue=delay_qvalue,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            skip_done_states=skip_done_states,
+            use_prioritized_weights=use_prioritized_weights,
+            scalar_output_mode=scalar_output_mode,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self._register_coefficients(top_quantiles_to_drop_per_net=drop)
 
     # TorchRL's names for the two losses and the target

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
-from torchrl.data import Bounded, Composite
+from torchrl.data import Bounded, Composite, TensorSpec
 
 from rlloss import _compat
 from rlloss import functional as rlf
@@ -63,19 +63,36 @@ class TwinDelayedLoss(DeterministicActorCritic):
         actor_network: nn.Module,
         qvalue_network: nn.Module | list[nn.Module],
         *,
-        action_spec=None,
-        bounds: tuple | None = None,
+        action_spec: TensorSpec | None = None,
+        bounds: tuple[float, float] | None = None,
         num_qvalue_nets: int = 2,
         policy_noise: float = 0.2,
         noise_clip: float = 0.5,
         loss_function: str = "smooth_l1",
         delay_actor: bool = True,
         delay_qvalue: bool = True,
-        **replay,
+        gamma: float | None = None,
+        priority_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        deactivate_vmap: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        priority_weighting: str = "mean",
+        policy_loss_addons: list | None = None,
     ) -> None:
         check_network(type(self).__name__, "actor_network", actor_network)
         check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
-        super().__init__(loss_function=loss_function, **replay)
+        super().__init__(
+            loss_function=loss_function,
+            gamma=gamma,
+            priority_key=priority_key,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_weighting=priority_weighting,
+            policy_loss_addons=policy_loss_addons,
+        )
         self.delay_qvalue = delay_qvalue
         low, high = action_bounds(action_spec, bounds)
         device = next(actor_network.parameters()).device

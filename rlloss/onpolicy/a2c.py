@@ -11,58 +11,22 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._keywords import torchrl_keywords
+from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list
+from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
-
-_NETWORKS = frozenset({"actor_network", "critic_network"})
-# OnPolicyLoss keywords that TorchRL's A2CLoss and ReinforceLoss take too, passed on as they are
-_PASSED_ON = frozenset(
-    {
-        "loss_critic_type",
-        "separate_losses",
-        "functional",
-        "reduction",
-        "clip_value",
-        "policy_loss_addons",
-        "value_normalizer",
-        "diagnostics",
-    }
-)
-# TorchRL's keywords of both classes that rlloss translates (see rlloss._keywords)
-_TORCHRL_ONLY = frozenset({"actor", "critic", "gamma", "advantage_key", "value_target_key"})
 
 
 class _PolicyGradientLoss(OnPolicyLoss):
     """The shared objective: ``-mean(log pi(a|s) A)`` under ``_actor_loss_key``."""
 
     _actor_loss_key = "loss_objective"
-
-    def __init__(
-        self,
-        actor_network: nn.Module | None,
-        critic_network: nn.Module | None,
-        given: dict,
-        *,
-        accepted: frozenset | set = frozenset(),
-        translated: frozenset | set = frozenset(),
-        **settings,
-    ) -> None:
-        """TorchRL's ``A2CLoss`` / ``ReinforceLoss`` call: the networks and the keywords
-        ``given`` through :func:`torchrl_arguments` (the class's own ``accepted`` and
-        ``translated`` ones besides those of both), then :class:`OnPolicyLoss` with the
-        class's ``settings`` and no explained variance (TorchRL's two classes log none)."""
-        actor_network, critic_network, given = torchrl_arguments(
-            self, actor_network, critic_network, given, accepted=accepted, translated=translated
-        )
-        super().__init__(
-            actor_network, critic_network, log_explained_variance=False, **settings, **given
-        )
 
     def _objective_out_keys(self) -> list[str]:
         return [self._actor_loss_key]
@@ -132,20 +96,52 @@ class A2CLoss(_PolicyGradientLoss):
         critic_network: nn.Module | None = None,
         *,
         entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
         entropy_coeff: float | None = None,
         critic_coeff: float | None = 1.0,
-        **kwargs,
+        loss_critic_type: str = "smooth_l1",
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        entropy_coef: NotGiven = NOT_GIVEN,
+        critic_coef: NotGiven = NOT_GIVEN,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        diagnostics: bool = True,
     ) -> None:
+        both_networks(type(self).__name__, actor_network, critic_network, actor, critic)
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff
         super().__init__(
             actor_network,
             critic_network,
-            kwargs,
-            accepted={"samples_mc_entropy", "advantage_norm"},
-            translated={"entropy_coef", "critic_coef"},
             entropy_bonus=bool(entropy_bonus and entropy_coeff),
+            samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,
+            log_explained_variance=False,  # TorchRL's A2CLoss logs none
             critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            reduction=reduction,
+            clip_value=clip_value,
+            entropy_coef=entropy_coef,
+            critic_coef=critic_coef,
+            diagnostics=diagnostics,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
 
     @property
@@ -200,10 +196,40 @@ class ReinforceLoss(_PolicyGradientLoss):
         critic_network: nn.Module | None = None,
         *,
         delay_value: bool = False,
-        **kwargs,
+        loss_critic_type: str = "smooth_l1",
+        gamma: float | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        separate_losses: bool = False,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        diagnostics: bool = True,
     ) -> None:
+        both_networks(type(self).__name__, actor_network, critic_network, actor, critic)
         super().__init__(
-            actor_network, critic_network, kwargs, entropy_bonus=False, critic_coeff=1.0
+            actor_network,
+            critic_network,
+            entropy_bonus=False,
+            log_explained_variance=False,  # TorchRL's ReinforceLoss logs none
+            critic_coeff=1.0,
+            loss_critic_type=loss_critic_type,
+            gamma=gamma,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            separate_losses=separate_losses,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            reduction=reduction,
+            clip_value=clip_value,
+            diagnostics=diagnostics,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
         )
         if delay_value and not self.functional:  # TorchRL's refusal
             raise RuntimeError(
@@ -236,26 +262,8 @@ def _requires_grad(value) -> bool:
     return any(leaf.requires_grad for leaf in value.values(True, True))  # a composite action
 
 
-def torchrl_arguments(
-    loss: OnPolicyLoss,
-    actor_network: nn.Module | None,
-    critic_network: nn.Module | None,
-    kwargs: dict,
-    *,
-    accepted: frozenset | set = frozenset(),
-    translated: frozenset | set = frozenset(),
-) -> tuple[nn.Module, nn.Module, dict]:
-    """The two networks and the other keywords of TorchRL's ``A2CLoss`` / ``ReinforceLoss``
-    call, through TorchRL's keyword table (:func:`rlloss._keywords.torchrl_keywords`: the
-    ``actor=`` / ``critic=`` aliases...) over the keywords both classes take, plus the class's
-    own ``accepted`` and ``translated`` ones; both networks are required, as in TorchRL."""
-    kwargs = torchrl_keywords(
-        loss,
-        {"actor_network": actor_network, "critic_network": critic_network, **kwargs},
-        accepted=_NETWORKS | _PASSED_ON | accepted,
-        translated=_TORCHRL_ONLY | translated,
-    )
-    actor_network, critic_network = kwargs.pop("actor_network"), kwargs.pop("critic_network")
-    if actor_network is None or critic_network is None:
-        raise TypeError("Missing positional arguments actor_network or critic_network.")
-    return actor_network, critic_network, kwargs
+def both_networks(owner: str, actor_network, critic_network, actor, critic) -> None:
+    """TorchRL's check of ``A2CLoss`` / ``ReinforceLoss``: both networks are required, given
+    as such or under the ``actor=`` / ``critic=`` aliases."""
+    if (actor_network is None and actor is None) or (critic_network is None and critic is None):
+        raise TypeError(f"{owner}: Missing positional arguments actor_network or critic_network.")

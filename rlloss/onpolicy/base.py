@@ -8,6 +8,7 @@ objective.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
@@ -29,7 +30,7 @@ from rlloss._checks import (
     next_key,
 )
 from rlloss._ensembles import FrozenPolicy
-from rlloss._keywords import given_networks
+from rlloss._keywords import NOT_GIVEN, NotGiven, given_networks
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
@@ -54,6 +55,9 @@ from rlloss.onpolicy.advantage import (
 )
 from rlloss.onpolicy.entropy import entropy_coefficients, entropy_loss
 from rlloss.training.distributed import check_process_group
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 
 def as_scalar_output(loss: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -105,29 +109,47 @@ class OnPolicyLoss(LossModule):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coeff: float | dict[NestedKey, float] = 0.01,
+        entropy_coeff: float | dict[NestedKey, float] | None = None,
         log_explained_variance: bool = True,
-        diagnostics: bool = True,
         critic_coeff: float | None = None,
         loss_critic_type: str = "smooth_l1",
         normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
         separate_losses: bool = False,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
         reduction: str | None = None,
         clip_value: float | None = None,
-        vf_clip_param: float | None = None,
-        functional: bool = True,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
         device: torch.device | str | None = None,
+        entropy_coef: NotGiven = NOT_GIVEN,
+        critic_coef: NotGiven = NOT_GIVEN,
+        diagnostics: bool = True,
+        vf_clip_param: float | None = None,
         policy_loss_addons: list | None = None,
         value_normalizer: ValueNormalizer | None = None,
         normalize_advantage_global: bool = False,
-        process_group=None,
-        normalize_advantage_exclude_dims: tuple[int, ...] = (),
-        advantage_norm: nn.Module | None = None,
-        delay_actor: bool = False,
-        max_importance_ratio: float | None = None,
-        **torchrl,
+        process_group: ProcessGroup | None = None,
     ) -> None:
-        actor_network, critic_network = given_networks(self, actor_network, critic_network, torchrl)
+        torchrl = {
+            "gamma": gamma,
+            "advantage_key": advantage_key,
+            "value_target_key": value_target_key,
+            "value_key": value_key,
+            "critic_coef": critic_coef,
+            "entropy_coef": entropy_coef,
+        }
+        actor_network, critic_network = given_networks(
+            self, actor_network, critic_network, actor, critic, torchrl
+        )
+        entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff  # TorchRL's default
         super().__init__()
         critic_coeff = self._check_networks(actor_network, critic_network, critic_coeff)
         entropy_coeff, self._entropy_coeff_map = entropy_coefficients(entropy_coeff)

@@ -8,6 +8,7 @@ summing every ``loss_*`` entry gives the training objective.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
@@ -18,10 +19,15 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
+from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list, stored_log_prob, sum_heads
+from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
 from rlloss.onpolicy.constants import KLAdaptationConstants, LogClipBounds
 from rlloss.training.distributed import all_mean
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 
 class PPOLoss(OnPolicyLoss):
@@ -38,7 +44,8 @@ class PPOLoss(OnPolicyLoss):
         entropy_bonus: add ``loss_entropy``.
         samples_mc_entropy: samples of the Monte-Carlo entropy estimate, used when the
             distribution has no closed-form entropy (e.g. TanhNormal).
-        entropy_coeff: entropy weight (a buffer: ``loss.entropy_coeff = x`` is in place).
+        entropy_coeff: entropy weight, 0.01 by default (``None``); a buffer:
+            ``loss.entropy_coeff = x`` is in place. A map head -> weight for a composite action.
         log_explained_variance: report ``explained_variance`` of the critic (variances over the
             batch's first dim, as TorchRL's: ``[1]`` for ``[B, 1]`` values, ``[T, 1]`` for ``[B, T,
             1]``, ``[n_agents, 1]`` for per-agent values ``[B, n_agents, 1]``).
@@ -97,6 +104,13 @@ class PPOLoss(OnPolicyLoss):
         max_importance_ratio: cap of the behaviour ratio ``pi / pi_behav``, applied by lifting
             the behaviour log-prob (:func:`rlloss.functional.capped_log_weight`), so capped
             samples keep a rescaled gradient (``None``: no cap; PPO-EWMA's code uses 100).
+        gamma: TorchRL's removed keyword: a ``TypeError`` when given (pass it to
+            ``make_value_estimator``).
+        advantage_key, value_target_key, value_key: TorchRL's removed keywords: a
+            ``RuntimeError`` when given (``set_keys(advantage=...)``...).
+        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        entropy_coef, critic_coef: removed by TorchRL v0.11 for ``entropy_coeff`` and
+            ``critic_coeff``: a ``TypeError`` whenever given.
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
@@ -228,9 +242,37 @@ class ClipPPOLoss(PPOLoss):
         critic_network: nn.Module | None = None,
         *,
         clip_epsilon: float | tuple[float, float] = 0.2,
-        dual_clip: float | None = None,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | dict[NestedKey, float] | None = None,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
         clip_value: bool | float | None = None,
-        **kwargs,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | str | None = None,
+        log_explained_variance: bool = True,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        entropy_coef: NotGiven = NOT_GIVEN,
+        critic_coef: NotGiven = NOT_GIVEN,
+        diagnostics: bool = True,
+        vf_clip_param: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        normalize_advantage_global: bool = False,
+        process_group: ProcessGroup | None = None,
+        dual_clip: float | None = None,
     ) -> None:
         asymmetric = isinstance(clip_epsilon, (tuple, list))
         if isinstance(clip_value, bool):
@@ -240,7 +282,40 @@ class ClipPPOLoss(PPOLoss):
                     "tuple; pass a float, e.g. clip_value=0.2."
                 )
             clip_value = clip_epsilon if clip_value else None
-        super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
+            device=device,
+            log_explained_variance=log_explained_variance,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            entropy_coef=entropy_coef,
+            critic_coef=critic_coef,
+            diagnostics=diagnostics,
+            vf_clip_param=vf_clip_param,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
+            normalize_advantage_global=normalize_advantage_global,
+            process_group=process_group,
+        )
         device = self.entropy_coeff.device
         self._asymmetric_clip = asymmetric
         if asymmetric:
@@ -340,12 +415,74 @@ class KLPENPPOLoss(PPOLoss):
         increment: float = 2.0,
         decrement: float = 0.5,
         samples_mc_kl: int = 1,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | dict[NestedKey, float] | None = None,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | str | None = None,
+        log_explained_variance: bool = True,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        entropy_coef: NotGiven = NOT_GIVEN,
+        critic_coef: NotGiven = NOT_GIVEN,
+        diagnostics: bool = True,
+        vf_clip_param: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        normalize_advantage_global: bool = False,
+        process_group: ProcessGroup | None = None,
         adaptive_beta: bool = True,
         beta_min: float | None = None,
         beta_max: float | None = None,
-        **kwargs,
     ) -> None:
-        super().__init__(actor_network, critic_network, **kwargs)
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
+            device=device,
+            log_explained_variance=log_explained_variance,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            entropy_coef=entropy_coef,
+            critic_coef=critic_coef,
+            diagnostics=diagnostics,
+            vf_clip_param=vf_clip_param,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
+            normalize_advantage_global=normalize_advantage_global,
+            process_group=process_group,
+        )
         self._register_coefficients(
             self.entropy_coeff.device,
             dtarg=dtarg,
@@ -461,9 +598,75 @@ class RPOLoss(ClipPPOLoss):
         *,
         rpo_alpha: float = 0.5,
         noise_in_actor: bool = False,
-        **kwargs,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | dict[NestedKey, float] | None = None,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | str | None = None,
+        log_explained_variance: bool = True,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        functional: bool = True,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        entropy_coef: NotGiven = NOT_GIVEN,
+        critic_coef: NotGiven = NOT_GIVEN,
+        diagnostics: bool = True,
+        vf_clip_param: float | None = None,
+        policy_loss_addons: list | None = None,
+        value_normalizer: ValueNormalizer | None = None,
+        normalize_advantage_global: bool = False,
+        process_group: ProcessGroup | None = None,
+        dual_clip: float | None = None,
     ) -> None:
-        super().__init__(actor_network, critic_network, **kwargs)
+        super().__init__(
+            actor_network,
+            critic_network,
+            clip_epsilon=clip_epsilon,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
+            device=device,
+            log_explained_variance=log_explained_variance,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            entropy_coef=entropy_coef,
+            critic_coef=critic_coef,
+            diagnostics=diagnostics,
+            vf_clip_param=vf_clip_param,
+            policy_loss_addons=policy_loss_addons,
+            value_normalizer=value_normalizer,
+            normalize_advantage_global=normalize_advantage_global,
+            process_group=process_group,
+            dual_clip=dual_clip,
+        )
         self._register_coefficients(self.entropy_coeff.device, rpo_alpha=rpo_alpha)
         self.noise_in_actor = noise_in_actor
         if not noise_in_actor:

@@ -8,6 +8,8 @@ rewards by the standard deviation of those returns. The rewards are scaled, neve
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -28,6 +30,9 @@ from rlloss.training.moments import (
     moments_scale,
     upgraded_state,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 NORMALIZER_MODES = ("running", "buffer")
 
@@ -103,7 +108,7 @@ class RewardNormalizer(CoefficientOwner, nn.Module):
         gamma: float = 0.99,
         eps: float = 1e-8,
         mode: str = "running",
-        process_group=None,
+        process_group: ProcessGroup | None = None,
     ) -> None:
         super().__init__()
         check_choice("mode", mode, NORMALIZER_MODES)

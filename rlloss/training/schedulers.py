@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -26,6 +27,9 @@ from rlloss._checks import (
     check_state_entries,
 )
 from rlloss.training.distributed import all_mean, check_process_group
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 SCHEDULE_KINDS = ("step", "interp")
 
@@ -149,7 +153,7 @@ class KLAdaptiveLR(LRScheduler):
         *,
         target_kl: float | None = None,
         factor: float | None = None,
-        process_group=None,
+        process_group: ProcessGroup | None = None,
     ) -> None:
         check_process_group("KLAdaptiveLR", process_group)
         self.process_group = process_group
@@ -438,7 +442,9 @@ class KLEarlyStopping:
     target_kl = Coefficient(low=0.0, high=math.inf, low_open=True, high_open=True)
     factor = Coefficient(low=0.0, high=math.inf, low_open=True, high_open=True)
 
-    def __init__(self, target_kl: float, factor: float = 1.5, process_group=None) -> None:
+    def __init__(
+        self, target_kl: float, factor: float = 1.5, process_group: ProcessGroup | None = None
+    ) -> None:
         check_process_group("KLEarlyStopping", process_group)
         self.process_group = process_group
         check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)

@@ -42,12 +42,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
 from rlloss._compat import sample_is_a_gather, stored_items, whole_storage
+
+if TYPE_CHECKING:
+    from torchrl.data import ReplayBuffer
+    from torchrl.objectives.utils import TargetNetUpdater
 
 LOSS_PREFIX = "loss"
 
@@ -98,8 +103,8 @@ class Update:
         loss_module: nn.Module,
         optimizer: torch.optim.Optimizer,
         *,
-        target_updater=None,
-        replay_buffer=None,
+        target_updater: TargetNetUpdater | None = None,
+        replay_buffer: ReplayBuffer | None = None,
         loss_keys: Sequence[str] | None = None,
         compile: bool | dict = True,
         cuda_graph: bool = False,

@@ -79,7 +79,9 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
 
     eps = Coefficient(low=0.0, high=1.0, high_open=True)  # checked on assignment too
 
-    def __init__(self, loss_module, *, eps: float | None = None, tau: float | None = None) -> None:
+    def __init__(
+        self, loss_module: torch.nn.Module, *, eps: float | None = None, tau: float | None = None
+    ) -> None:
         if tau is not None:
             check_in_range("tau", tau, 0.0, 1.0, low_open=True)
         if eps is not None:
@@ -97,7 +99,9 @@ class HardUpdate(_FusedStep, _TorchRLHardUpdate):
 
     value_network_update_interval = Coefficient(low=1, integer=True)  # on assignment too
 
-    def __init__(self, loss_module, *, value_network_update_interval: int = 1000) -> None:
+    def __init__(
+        self, loss_module: torch.nn.Module, *, value_network_update_interval: int = 1000
+    ) -> None:
         interval = value_network_update_interval
         check_in_range("value_network_update_interval", interval, 1, integer=True)
         super().__init__(loss_module, value_network_update_interval=interval)

@@ -9,6 +9,7 @@ REINFORCE with the critic as baseline), with an entropy bonus.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -21,6 +22,9 @@ from rlloss._checks import Coefficient
 from rlloss._networks import DistributionCall, NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.world_models.imagination import ImaginationLoss, ReturnPercentiles, trailing_like
+
+if TYPE_CHECKING:
+    from torchrl.envs.model_based import ModelBasedEnvBase
 
 
 class DreamerV3ActorLoss(ImaginationLoss):
@@ -86,7 +90,7 @@ class DreamerV3ActorLoss(ImaginationLoss):
         self,
         actor_model: nn.Module,
         value_model: nn.Module,
-        model_based_env,
+        model_based_env: ModelBasedEnvBase,
         *,
         continuation_model: nn.Module | None = None,
         imagination_horizon: int = 15,

@@ -5,6 +5,8 @@ losses (``ImaginationLoss``, ``ReturnPercentiles``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
@@ -20,6 +22,9 @@ from rlloss import functional as rlf
 from rlloss._checks import Coefficient, CoefficientOwner, next_key
 from rlloss._networks import DistributionCall, NetworkCall, _plan, _run
 from rlloss.common import LossModule
+
+if TYPE_CHECKING:
+    from torchrl.envs.model_based import ModelBasedEnvBase
 
 GAMMA_LMBDA_ERROR = (
     "Passing gamma / lambda parameters through the loss constructor is a deprecated feature. "
@@ -162,7 +167,7 @@ class ImaginationLoss(LossModule):
         self,
         actor_model: nn.Module,
         value_model: nn.Module,
-        model_based_env,
+        model_based_env: ModelBasedEnvBase,
         *,
         imagination_horizon: int = 15,
         discount_loss: bool = True,
