@@ -328,7 +328,10 @@ def test_vtrace_average_adv_standardises_the_advantage():
 
 def multi_agent_batch(agents=3):
     flags = torch.zeros(2, 4, 1, dtype=torch.bool)
-    agent_td = lambda: TensorDict({"obs": torch.randn(2, 4, agents, OBS)}, [2, 4, agents])  # noqa: E731
+
+    def agent_td():
+        return TensorDict({"obs": torch.randn(2, 4, agents, OBS)}, [2, 4, agents])
+
     return TensorDict(
         {
             "agents": agent_td(),

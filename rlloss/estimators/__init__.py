@@ -1,5 +1,7 @@
 """Value estimators: ``GAE``, ``TD0Estimator``, ``TD1Estimator``, ``TDLambdaEstimator``,
-``VTrace``, ``MultiAgentGAE``, the value normaliser they share (``ValueNormalizer``), and the builder behind ``make_value_estimator``.
+``VTrace``, ``MultiAgentGAE``, the value normaliser they share (``ValueNormalizer``), and the
+builder behind ``make_value_estimator``. The shifted value call is :mod:`rlloss.estimators.shifted`,
+the value-call options' checks :mod:`rlloss.estimators.options`.
 
 The shared reading and writing of a batch is :class:`~rlloss.estimators.base.ValueEstimator`;
 each estimator adds only its ``estimate`` (a call into :mod:`rlloss.functional.returns`).
