@@ -45,6 +45,17 @@ def explained(error: Exception, network, in_keys: list, inputs: list, batch) -> 
     return new
 
 
+def missing_output_error(owner: str, network: str, name: str, key, written) -> MissingKeyError:
+    """The ``KeyError`` raised when a network's outputs lack the entry ``tensor_keys.<name>`` the
+    loss reads from them: the network, the key, what it writes and the ``set_keys`` call."""
+    written = [k for k in written if k != key]
+    suggested = repr(written[0]) if len(written) == 1 else "<the key it writes>"
+    return MissingKeyError(
+        f"{owner}: the {network} wrote no entry {key!r} (tensor_keys.{name}); it writes "
+        f"{written}. If that is its {name}, remap it with loss.set_keys({name}={suggested})."
+    )
+
+
 def _keys(batch) -> list:
     if isinstance(batch, TensorDictBase):
         return list(batch.keys(include_nested=True, leaves_only=True))

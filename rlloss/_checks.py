@@ -33,18 +33,6 @@ def missing_key_message(owner: str, name: str, key: NestedKey, tensordict: Tenso
     )
 
 
-def network_output_message(owner: str, network: str, name: str, key: NestedKey, out_keys) -> str:
-    """The text of the ``KeyError`` raised when a network's outputs lack the entry the loss
-    reads from them: the owner, the network, the key, what the network writes and the
-    ``set_keys`` call that points the loss at it."""
-    written = list(out_keys)
-    suggested = repr(out_keys[0]) if len(out_keys) == 1 else "<the key it writes>"
-    return (
-        f"{owner}: the {network} wrote no entry {key!r} (tensor_keys.{name}); it writes "
-        f"{written}. If that is its {name}, remap it with loss.set_keys({name}={suggested})."
-    )
-
-
 def next_key(key: NestedKey, nested: bool = True) -> NestedKey:
     """``("next", *key)`` when ``nested``, else ``key``."""
     if not nested:
@@ -448,20 +436,6 @@ def check_finite(owner: str, tensordict: TensorDictBase, valid: torch.Tensor | N
                 "function, a normaliser) or drop those steps; rlloss.set_checks(False) turns "
                 "this check off."
             )
-
-
-def check_class_indices(owner: str, key: NestedKey, index: torch.Tensor, classes: int) -> None:
-    """Refuse integer class indices (``index``) outside ``[0, classes)``, naming the entry, the
-    range and the values found. Reads the tensor: called on an error path, or with
-    :func:`set_checks` on."""
-    low, high = int(index.min()), int(index.max())
-    if low < 0 or high >= classes:
-        raise ValueError(
-            f"{owner}: the entry {key!r} holds action indices from {low} to {high}, but the "
-            f"network gives {classes} actions (logits of size {classes}), so indices must lie "
-            f"in [0, {classes}). Store the index of the action taken, or give the network one "
-            "output per action."
-        )
 
 
 def check_state_entries(owner: str, state_dict: dict, expected) -> None:

@@ -14,7 +14,7 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import check_class_indices, checks_enabled
+from rlloss._checks import checks_enabled
 from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss, check_target, zero_padded
@@ -198,3 +198,17 @@ class BCLoss(SupervisedLoss):
                 "(e.g. loss_function='l1'), not a distribution-based (NLL) or cross-entropy loss."
             )
         return ~pad
+
+
+def check_class_indices(owner: str, key, index: torch.Tensor, classes: int) -> None:
+    """Refuse integer class indices (``index``) outside ``[0, classes)``, naming the entry, the
+    range and the values found. Reads the tensor: called on an error path, or with
+    :func:`rlloss.set_checks` on."""
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or high >= classes:
+        raise ValueError(
+            f"{owner}: the entry {key!r} holds action indices from {low} to {high}, but the "
+            f"network gives {classes} actions (logits of size {classes}), so indices must lie "
+            f"in [0, {classes}). Store the index of the action taken, or give the network one "
+            "output per action."
+        )

@@ -20,13 +20,13 @@ from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
+from rlloss._call_errors import missing_output_error
 from rlloss._checks import (
     Coefficient,
     MissingKeyError,
     batch_mask,
     check_choice,
     check_network,
-    network_output_message,
     next_key,
 )
 from rlloss._ensembles import FrozenPolicy
@@ -418,25 +418,16 @@ class OnPolicyLoss(LossModule):
             batch = batch.detach()
         batch = self._with_actor_features(batch)
         if params is None:
-            return self._critic_output(self._critic_call(batch))
-        with params.to_module(self.critic_network):
-            return self._critic_output(self._critic_call(batch))
-
-    def _critic_output(self, outputs) -> torch.Tensor:
-        """The critic's value ``tensor_keys.value`` among its ``outputs``; a ``KeyError`` naming
-        the network, what it writes and the ``set_keys`` call when it writes another key."""
-        try:
-            return outputs[self._tensor_keys.value]
-        except KeyError:
-            raise MissingKeyError(
-                network_output_message(
-                    type(self).__name__,
-                    self._value_network_name,
-                    "value",
-                    self.tensor_keys.value,
-                    self.critic_network.out_keys,
-                )
-            ) from None
+            outputs = self._critic_call(batch)
+        else:
+            with params.to_module(self.critic_network):
+                outputs = self._critic_call(batch)
+        value = outputs.get(self._tensor_keys.value, None)
+        if value is None:  # a critic writing another key: named, with the set_keys call
+            key, written = self.tensor_keys.value, self.critic_network.out_keys
+            owner, network = type(self).__name__, self._value_network_name
+            raise missing_output_error(owner, network, "value", key, written)
+        return value
 
     def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
         """The batch, with the actor trunk's outputs added when the critic reads some that the

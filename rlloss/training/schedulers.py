@@ -449,7 +449,7 @@ class KLEarlyStopping:
         self.process_group = process_group
         check_in_range("target_kl", target_kl, 0.0, math.inf, low_open=True, high_open=True)
         check_in_range("factor", factor, 0.0, math.inf, low_open=True, high_open=True)
-        self.target_kl, self.factor = target_kl, factor
+        self.target_kl, self.factor = float(target_kl), float(factor)
         self.num_nonfinite = 0
         self.reset()
 
