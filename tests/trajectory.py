@@ -78,13 +78,16 @@ def assert_same_trajectory(
     updater: Callable[[nn.Module], object] | None = None,
     seeded: bool = False,
     after_step: Callable[[nn.Module], None] | None = None,
+    tolerance: float = TOLERANCE,
+    float32: bool = False,
 ) -> None:
-    """Train ``ours`` and ``theirs`` (converted to float64 here) side by side on ``batches``
-    (converted too) and compare every parameter, paired in registration order, within
-    ``TOLERANCE``; also that training moved them (a trajectory that stays put compares
-    nothing)."""
-    ours, theirs = ours.double(), theirs.double()
-    batches = [float64(batch) for batch in batches]
+    """Train ``ours`` and ``theirs`` (converted to float64 here, unless ``float32``: a loss
+    that computes in float32 whatever its inputs) side by side on ``batches`` (converted too)
+    and compare every parameter, paired in registration order, within ``tolerance``; also that
+    training moved them (a trajectory that stays put compares nothing)."""
+    if not float32:
+        ours, theirs = ours.double(), theirs.double()
+        batches = [float64(batch) for batch in batches]
     before = [p.detach().clone() for p in ours.parameters()]
     common = dict(steps=steps, lr=lr, updater=updater, seeded=seeded, after_step=after_step)
     mine = trained_parameters(ours, batches, **common)
@@ -94,6 +97,8 @@ def assert_same_trajectory(
     moved = 0.0
     for name, start, a, b in zip(names, before, mine, reference, strict=True):
         assert a.shape == b.shape, (name, a.shape, b.shape)
-        torch.testing.assert_close(a, b, rtol=0.0, atol=TOLERANCE, msg=name)
+        torch.testing.assert_close(
+            a, b, rtol=0.0, atol=tolerance, msg=lambda message, name=name: f"{name}: {message}"
+        )
         moved = max(moved, float((a - start).abs().max()))
-    assert moved > 100 * TOLERANCE, f"training moved no parameter by more than {moved:g}"
+    assert moved > 100 * tolerance, f"training moved no parameter by more than {moved:g}"
