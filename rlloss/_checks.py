@@ -341,7 +341,7 @@ def set_checks(enabled: bool) -> ChecksSetting:
     device: **one host sync per entry and call**, which is why it is off by default. Under
     ``torch.compile`` the scan is skipped (a sync would break the graph): debug in eager mode.
 
-    Example:
+    Examples:
         >>> rlloss.set_checks(True)  # on from now on
         >>> loss(batch)  # ValueError: ... ('next', 'reward') holds nan at index (3, 0) ...
         >>> with rlloss.set_checks(True):  # on for this block only

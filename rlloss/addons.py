@@ -159,7 +159,7 @@ class BehaviorCloning(PolicyLossAddon):
         mode: ``"auto"``, ``"log_likelihood"`` or ``"squared_error"``.
         name: the output entry is ``addon_<name>`` (default ``addon_behavior_cloning``).
 
-    Example:
+    Examples:
         >>> bc = BehaviorCloning(coefficient=0.1, action_key=("expert", "action"))
         >>> loss = SACLoss(actor, qvalue, policy_loss_addons=[bc])
         >>> out = loss(batch)  # out["loss_actor"] includes 0.1 * mean(-log pi(a*|s))
@@ -239,7 +239,7 @@ class AttractionKL(PolicyLossAddon):
     keeps the smallest of ``KL_i - log w_i``: give one add-on per prior to sum them instead); the
     KL is per sample and reduced by the loss (PyTorchRL takes its batch mean).
 
-    Example:
+    Examples:
         >>> prior = copy.deepcopy(actor)  # e.g. a pretrained policy
         >>> loss = ClipPPOLoss(actor, critic, policy_loss_addons=[AttractionKL(prior, 0.05)])
     """

@@ -113,7 +113,7 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
         - TorchRL's private ``_sum_tree`` / ``_min_tree`` do not exist (one tensor, ``_trees``);
           ``_max_priority`` gives the index holding the largest priority now.
 
-    Example:
+    Examples:
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         >>> sampler = PrioritizedSampler(1000, alpha=0.6, beta=0.4)
         >>> buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler,

@@ -52,7 +52,7 @@ class RandomSampler(OnDeviceSampler, TorchRLRandomSampler):
     ``SamplerWithoutReplacement(**kwargs)``, as TorchRL's ``RandomSampler`` does (that sampler
     reads its permutation on the host: a compiled update samples it eagerly, outside the graph).
 
-    Example:
+    Examples:
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         >>> buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10**6, device="cuda"),
         ...                                 sampler=RandomSampler(), batch_size=256)

@@ -18,7 +18,7 @@ class GAE(ValueEstimator):
     V(s)``; ``average_gae=True`` standardises the advantage over the batch, or within the groups
     of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
 
-    Example:
+    Examples:
         >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
         >>> rollout = gae(rollout)  # rollout: [num_envs, T]
     """
@@ -54,7 +54,7 @@ class MultiAgentGAE(GAE):
     ``average_gae=True`` standardises each agent's advantages on their own (over the other
     dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 
-    Example:
+    Examples:
         >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
     """
 

@@ -11,7 +11,7 @@ class TD0Estimator(ValueEstimator):
     """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``, ``advantage =
     value_target - V(s)``.
 
-    Example:
+    Examples:
         >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
         >>> batch = estimator(batch)  # batch["advantage"], batch["value_target"]
     """
@@ -24,7 +24,7 @@ class TD0Estimator(ValueEstimator):
 class TDLambdaEstimator(ValueEstimator):
     """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
 
-    Example:
+    Examples:
         >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
     """
 
@@ -44,7 +44,7 @@ class TD1Estimator(TDLambdaEstimator):
     """TD(1): the discounted return to the end of the batch, bootstrapped there
     (:class:`TDLambdaEstimator` with ``lmbda=1``).
 
-    Example:
+    Examples:
         >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
     """
 

@@ -60,7 +60,7 @@ class ValueNormalizer(nn.Module):
     :meth:`denormalize` is the exact inverse of :meth:`normalize` within the bounds (skrl's
     omits ``eps``).
 
-    Example:
+    Examples:
         >>> vn = ValueNormalizer()
         >>> loss = ClipPPOLoss(actor, critic, value_normalizer=vn)
         >>> loss.value_estimator(rollout)  # GAE on de-normalised values; vn learns the returns

@@ -25,7 +25,7 @@ class VTrace(ValueEstimator):
     policy (or its mode) instead of the action taken; rlloss scores the taken action
     (``tensor_keys.action``), as the paper's ratio is defined.
 
-    Example:
+    Examples:
         >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
     """
 

@@ -45,7 +45,7 @@ class RNDLoss(SupervisedLoss):
         update_fraction: the probability that a sample enters the loss, in [0, 1] (default
             0.25); drawn on the device, without a host sync.
 
-    Example:
+    Examples:
         >>> rnd = RNDLoss(predictor, target)
         >>> batch["next", "reward"] += 0.5 * normalizer(rnd.intrinsic_reward(batch), done)
         >>> (ppo(batch)["loss_objective"] + rnd(batch)["loss_predictor"]).backward()

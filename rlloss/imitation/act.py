@@ -49,7 +49,7 @@ class ACTLoss(SupervisedLoss):
             not recompile a compiled loss.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B]``).
 
-    Example:
+    Examples:
         >>> loss = ACTLoss(TensorDictModule(ACTModel(14, 7, 10), ["observation",
         ...     "action_chunk"], ["action_pred", "mu", "log_var"]))
         >>> loss(chunks)["loss_act"].backward()

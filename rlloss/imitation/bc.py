@@ -53,7 +53,7 @@ class BCLoss(SupervisedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``; with a padding mask,
             ``"none"`` gives the valid elements flat (TorchRL's convention, a host sync).
 
-    Example:
+    Examples:
         >>> loss = BCLoss(actor, loss_function="l1")
         >>> loss.set_keys(action=("vla_action", "chunk"), pad_mask="action_is_pad")
         >>> loss(demonstrations)["loss_bc"].backward()

@@ -72,7 +72,7 @@ class DTLoss(_SequenceModelLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         device: accepted for TorchRL's signature; the loss follows its actor's device.
 
-    Example:
+    Examples:
         >>> loss = DTLoss(actor)
         >>> loss(trajectory_chunks)["loss"].backward()
     """
@@ -148,7 +148,7 @@ class OnlineDTLoss(_SequenceModelLoss):
         scalar_output_mode: with ``reduction="none"``: ``"exclude"`` (default, with TorchRL's
             warning when not given) or ``"non_tensor"``.
 
-    Example:
+    Examples:
         >>> loss = OnlineDTLoss(actor, target_entropy="auto")
         >>> out = loss(trajectory_chunks)
         >>> (out["loss_log_likelihood"] + out["loss_entropy"] + out["loss_alpha"]).backward()

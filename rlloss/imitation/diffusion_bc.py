@@ -42,7 +42,7 @@ class DiffusionBCLoss(SupervisedLoss):
             ``alphas_cumprod`` (``[num_steps]``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, D]``).
 
-    Example:
+    Examples:
         >>> loss = DiffusionBCLoss(DiffusionActor(action_dim=2, obs_dim=4, num_steps=100))
         >>> loss(demonstrations)["loss_diffusion_bc"].backward()
     """

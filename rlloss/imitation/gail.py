@@ -49,7 +49,7 @@ class GAILLoss(SupervisedLoss):
         gp_lambda: the penalty's weight, >= 0 (default 10).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, 1]``).
 
-    Example:
+    Examples:
         >>> gail = GAILLoss(discriminator, use_grad_penalty=True)
         >>> gail(expert_and_policy_pairs)["loss"].backward()
         >>> rollout["next", "reward"] = gail.reward(rollout)  # then PPO on the rollout

@@ -43,7 +43,7 @@ class MAPPOLoss(ClipPPOLoss):
             :class:`rlloss.PPOLoss`, with the defaults above.
         Other arguments as :class:`rlloss.ClipPPOLoss`.
 
-    Example:
+    Examples:
         >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
         >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
         >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
@@ -93,7 +93,7 @@ class IPPOLoss(MAPPOLoss):
     keywords and defaults (de Witt et al., arXiv:2011.09533). ``value_norm`` is rarely used
     here.
 
-    Example:
+    Examples:
         >>> loss = IPPOLoss(actor, critic)
         >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
     """

@@ -59,7 +59,7 @@ class QMixerLoss(QLearningLoss):
     Differences from TorchRL: ``gamma`` is accepted (TorchRL's raises, ``make_value_estimator``
     sets it there); ``reduction`` and prioritized-replay weights apply to the loss.
 
-    Example:
+    Examples:
         >>> mixer = TensorDictModule(QMixer(state_shape=(16,), mixing_embed_dim=32, n_agents=3),
         ...                          in_keys=[("agents", "chosen_action_value"), "state"],
         ...                          out_keys=["chosen_action_value"])

@@ -84,7 +84,7 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``alpha_prime_loss`` need no earlier call; prioritized-replay weights apply to every loss;
     ``loss_alpha_prime`` follows ``reduction`` (TorchRL's is always a mean).
 
-    Example:
+    Examples:
         >>> loss = CQLLoss(actor, qvalue, action_spec=env.action_spec, with_lagrange=True,
         ...                lagrange_thresh=5.0)
         >>> updater = SoftUpdate(loss, tau=0.005)

@@ -30,7 +30,7 @@ class DiscreteCQLLoss(QLearningLoss):
     caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
     here computes them itself).
 
-    Example:
+    Examples:
         >>> loss = DiscreteCQLLoss(QValueActor(net, in_keys=["observation"], spec=spec))
         >>> out = loss(offline_batch)
         >>> (out["loss_qvalue"] + alpha * out["loss_cql"]).backward()

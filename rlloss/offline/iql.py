@@ -63,7 +63,7 @@ class IQLLoss(TDTargetLoss):
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
 
-    Example:
+    Examples:
         >>> loss = IQLLoss(actor, qvalue, value, expectile=0.7, temperature=3.0)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(offline_batch)
@@ -205,7 +205,7 @@ class DiscreteIQLLoss(IQLLoss):
             decides either way), or a TorchRL spec.
         Other arguments as :class:`IQLLoss`.
 
-    Example:
+    Examples:
         >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
     """
 

@@ -26,7 +26,7 @@ class TD3BCLoss(TwinDelayedLoss):
         alpha: the weight of the RL term, > 0 (default 2.5, the paper's).
         Other arguments as :class:`rlloss.TD3Loss`.
 
-    Example:
+    Examples:
         >>> loss = TD3BCLoss(actor, qvalue, action_spec=env.action_spec, alpha=2.5)
         >>> out = loss(offline_batch)
         >>> (out["loss_actor"] + out["loss_qvalue"]).backward()

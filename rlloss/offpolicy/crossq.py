@@ -83,7 +83,7 @@ class CrossQLoss(ContinuousSoftActorCritic):
     not clamped away from ±1 (see :class:`rlloss.SACLoss`); ``target_entropy="auto"`` without a
     spec reads the action size from the first batch (TorchRL raises).
 
-    Example:
+    Examples:
         >>> class Critic(nn.Module):  # BatchRenorm on the input and after the hidden layer
         ...     def __init__(self, n):
         ...         super().__init__()

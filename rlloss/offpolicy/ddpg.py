@@ -40,7 +40,7 @@ class DDPGLoss(DeterministicActorCritic):
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.
 
-    Example:
+    Examples:
         >>> loss = DDPGLoss(actor, critic)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch); (out["loss_actor"] + out["loss_value"]).backward()

@@ -44,7 +44,7 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     pi_target)``), ``q_mean`` (``Q_target(s, .)`` over states and actions). ``forward`` writes
     ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
-    Example:
+    Examples:
         >>> loss = DiscreteMPOLoss(actor, qvalue)
         >>> out = loss(batch)
     """

@@ -48,7 +48,7 @@ class DiscreteSACLoss(_SoftActorCritic):
     ``alpha`` and ``entropy`` are returned with ``reduction="none"`` too; actions of
     probability 0 contribute exactly 0 to the soft value (TorchRL puts ``log 1e-8`` there).
 
-    Example:
+    Examples:
         >>> loss = DiscreteSACLoss(actor, [q1, q2], num_actions=4, action_space="categorical")
         >>> out = loss(batch)
     """

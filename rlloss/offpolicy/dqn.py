@@ -50,7 +50,7 @@ class DQNLoss(QLearningLoss):
     with a warning; only one-step (n-step through
     ``steps_to_next_obs``) targets are built, so ``make_value_estimator`` takes ``TD0`` only.
 
-    Example:
+    Examples:
         >>> loss = DQNLoss(QValueActor(net, in_keys=["observation"], spec=spec), double_dqn=True)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch); out["loss"].backward(); optimizer.step(); updater.step()
@@ -97,7 +97,7 @@ class DistributionalDQNLoss(DQNLoss):
     for a multi-one-hot action space (TorchRL takes the argmax of the actor's multi-one-hot
     action); nothing is moved to the CPU and no ``.item()`` is read (no host sync).
 
-    Example:
+    Examples:
         >>> actor = DistributionalQValueActor(net, support=torch.linspace(0, 500, 51),
         ...                                   action_space="categorical", in_keys=["observation"])
         >>> loss = DistributionalDQNLoss(actor, gamma=0.99)

@@ -95,7 +95,7 @@ class MPOLoss(MaximumAPosteriori):
     (of the E-step's sampled actions), and ``penalty_temperature`` with action penalisation.
     ``forward`` writes ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
-    Example:
+    Examples:
         >>> loss = MPOLoss(actor, qvalue, action_spec=env.action_spec)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> optimizer = torch.optim.Adam([

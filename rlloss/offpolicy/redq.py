@@ -84,7 +84,7 @@ class REDQLoss(ContinuousSoftActorCritic):
     ±1 (see :class:`rlloss.SACLoss`); ``target_entropy="auto"`` without a spec reads the action
     dim from the first batch (TorchRL raises).
 
-    Example:
+    Examples:
         >>> loss = REDQLoss(actor, qvalue, num_qvalue_nets=10, sub_sample_len=2)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)

@@ -91,7 +91,7 @@ class SACLoss(ContinuousSoftActorCritic):
     ``reduction="none"`` too; the tanh is not clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
     pre-tanh value, finite at the bounds.
 
-    Example:
+    Examples:
         >>> loss = SACLoss(actor, [qvalue_1, qvalue_2], action_spec=env.action_spec)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)

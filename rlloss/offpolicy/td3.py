@@ -37,7 +37,7 @@ class TD3Loss(TwinDelayedLoss):
     the original weights' min and max); ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.
 
-    Example:
+    Examples:
         >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
         >>> critic_loss, _ = loss.loss_qvalue(batch)
         >>> if step % 2 == 0:

@@ -57,7 +57,7 @@ class TQCLoss(ContinuousSoftActorCritic):
     terminal next states too and their next value is discarded by ``terminated``, NaN-safe
     (TorchRL does not run it there, so its random stream differs).
 
-    Example:
+    Examples:
         >>> loss = TQCLoss(actor, quantile_critic, num_qvalue_nets=5, action_spec=spec)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)

@@ -118,7 +118,7 @@ class A2CLoss(_PolicyGradientLoss):
         advantage_norm: a TorchRL ``ValueNorm`` dividing the advantage by its scale (see
             :class:`rlloss.PPOLoss`).
 
-    Example:
+    Examples:
         >>> loss = A2CLoss(actor, critic, entropy_coeff=0.01)
         >>> out = loss(batch)  # GAE runs first when the batch has no advantage
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
@@ -183,7 +183,7 @@ class ReinforceLoss(_PolicyGradientLoss):
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
         diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
 
-    Example:
+    Examples:
         >>> loss = ReinforceLoss(actor, critic)
         >>> loss.make_value_estimator(ValueEstimators.TD1, gamma=0.99)
         >>> out = loss(batch)

@@ -105,7 +105,7 @@ class PPOLoss(OnPolicyLoss):
     treating ``done`` as termination. ``advantage_norm`` with a padding mask selects the valid
     value targets by boolean indexing (a host sync, as TorchRL's); without one, no sync.
 
-    Example:
+    Examples:
         >>> loss = PPOLoss(actor, critic)
         >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
@@ -204,7 +204,7 @@ class ClipPPOLoss(PPOLoss):
         clip_value: value clipping radius; ``True`` uses ``clip_epsilon`` (symmetric only).
         Other arguments as :class:`PPOLoss`.
 
-    Example:
+    Examples:
         >>> loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.0)
         >>> out = loss(batch)
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
@@ -315,7 +315,7 @@ class KLPENPPOLoss(PPOLoss):
     in eval mode, and with a host sync (``if kl.mean() > ...``); rlloss's update is a
     ``torch.where`` on the buffer. TorchRL's ``kl`` output is per sample; rlloss's is the mean.
 
-    Example:
+    Examples:
         >>> loss = KLPENPPOLoss(actor, critic, dtarg=0.01, beta=1.0)
         >>> out = loss(batch)  # batch holds loc/scale (or logits) of the collecting policy
         >>> out["beta"], out["kl"]
@@ -440,7 +440,7 @@ class RPOLoss(ClipPPOLoss):
             applies the noise (skrl's style).
         Other arguments as :class:`ClipPPOLoss`.
 
-    Example:
+    Examples:
         >>> loss = RPOLoss(actor, critic, rpo_alpha=0.5)
     """
 

@@ -82,7 +82,7 @@ class RewardNormalizer(nn.Module):
         process_group: the ``torch.distributed`` group whose returns are pooled (default: the
             default group when initialised, else none).
 
-    Example:
+    Examples:
         >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
         >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
     """

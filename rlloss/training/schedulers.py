@@ -130,7 +130,7 @@ class KLAdaptiveLR(LRScheduler):
         process_group: the ``torch.distributed`` group to average the KL over (default: the
             default group when initialised, else none).
 
-    Example:
+    Examples:
         >>> scheduler = KLAdaptiveLR(optimizer, kl_threshold=0.01)
         >>> for epoch in range(epochs):
         ...     kls = [train_minibatch(batch) for batch in minibatches]
@@ -276,7 +276,7 @@ class PiecewiseSchedule:
         breakpoints: ``[(step, value), ...]`` with strictly increasing steps.
         kind: ``"step"`` or ``"interp"``.
 
-    Example:
+    Examples:
         >>> lr = PiecewiseSchedule([(0, 3e-4), (1_000_000, 0.0)])
         >>> entropy = PiecewiseSchedule([(0, 0.01), (200_000, 0.001)], kind="step")
         >>> lr.apply(frames, optimizer)
@@ -421,7 +421,7 @@ class KLEarlyStopping:
         stop_kl: the KL (a float) that triggered the stop, ``None`` until then.
         num_nonfinite: how many non-finite KLs were seen (over every update).
 
-    Example:
+    Examples:
         >>> early_stopping = KLEarlyStopping(target_kl=0.01)
         >>> for epoch in range(epochs):
         ...     for batch in minibatches:

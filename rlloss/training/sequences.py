@@ -87,7 +87,7 @@ def chunk_sequences(
     Returns:
         The chunks, a new TensorDict of batch size ``[N, seq_len]``.
 
-    Example:
+    Examples:
         >>> rollout = GAE(gamma=0.99, lmbda=0.95, value_network=critic)(rollout)  # [B, T]
         >>> chunks = chunk_sequences(rollout, 16, state_keys=recurrent_state_keys(actor, critic))
         >>> with set_recurrent_mode(True):

@@ -72,7 +72,7 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
 
     ``tau`` must lie in (0, 1] (``eps`` in [0, 1)): 0 would never move the targets.
 
-    Example:
+    Examples:
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> ...; optimizer.step(); updater.step()
     """

@@ -48,7 +48,7 @@ class DreamerModelLoss(WorldModelLossBase):
         lambda_kl, lambda_reco, lambda_reward: weights (>= 0); reco_loss, reward_loss: the
             distances (``"l2"``); free_nats: 3; delayed_clamp, global_average: ``False``.
 
-    Example:
+    Examples:
         >>> loss = DreamerModelLoss(world_model)
         >>> losses, posterior = loss(sequences)
     """
@@ -136,7 +136,7 @@ class DreamerActorLoss(ImaginationLoss):
     Differences from TorchRL: ``lambda_target`` is the lambda-return of eq. 6; TorchRL 0.14.1
     computes ``r_t + gamma v_{t+1}`` for every estimator (see docs/differences.md).
 
-    Example:
+    Examples:
         >>> actor_loss = DreamerActorLoss(actor, value, dreamer_env, imagination_horizon=15)
         >>> losses, imagined = actor_loss(posterior_states)
     """
@@ -174,7 +174,7 @@ class DreamerValueLoss(LossModule):
     TorchRL's ``DreamerValueLoss`` with the same keywords, keys and outputs; ``forward`` returns
     ``(losses, fake_data)``.
 
-    Example:
+    Examples:
         >>> value_loss = DreamerValueLoss(value, gamma=0.99)
         >>> losses, _ = value_loss(imagined)
     """

@@ -72,7 +72,7 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     the probabilities), so a categorical with a probability under ``1e-8`` has a finite KL and
     gradient where TorchRL's separate mode gives NaN.
 
-    Example:
+    Examples:
         >>> loss = DreamerV3ModelLoss(world_model, num_reward_bins=255)
         >>> losses, posterior = loss(sequences)  # [B, T] real transitions
         >>> sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
@@ -237,7 +237,7 @@ class DreamerV3ValueLoss(LossModule):
     Differences from TorchRL: the discount read from ``actor_loss`` stays a tensor (TorchRL reads
     it with ``.item()``, a device sync, on every call).
 
-    Example:
+    Examples:
         >>> value_loss = DreamerV3ValueLoss(value, actor_loss=actor_loss)
         >>> losses, _ = value_loss(imagined.detach())
     """

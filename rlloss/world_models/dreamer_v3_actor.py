@@ -59,7 +59,7 @@ class DreamerV3ActorLoss(ImaginationLoss):
     of eq. 7 (TorchRL 0.14.1 computes ``r_t + gamma v_{t+1}`` there, see docs/differences.md);
     the percentiles are read from a sort (no ``torch.quantile`` host-side check of its levels).
 
-    Example:
+    Examples:
         >>> actor_loss = DreamerV3ActorLoss(actor, value, dreamer_env, imagination_horizon=15)
         >>> actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=0.997, lmbda=0.95)
         >>> losses, imagined = actor_loss(posterior_states)  # [N] latent states

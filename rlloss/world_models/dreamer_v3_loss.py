@@ -40,7 +40,7 @@ class DreamerV3Loss(LossModule):
         replay_value_loss_weight: >= 0 (0.3); continuation_horizon: the replay returns' horizon
             (discount ``1 - 1 / horizon``, 333); lmbda: their lambda (0.95).
 
-    Example:
+    Examples:
         >>> loss = DreamerV3Loss(model_loss, actor_loss, value_loss)
         >>> out = loss(sequences)
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()

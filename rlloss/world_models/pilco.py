@@ -36,7 +36,7 @@ class ExponentialQuadraticCost(LossModule):
     Differences from TorchRL: a bad ``reduction`` or a target / weight matrix of the wrong shape
     is refused by the constructor (TorchRL raises on the first forward, or inside ``linalg``).
 
-    Example:
+    Examples:
         >>> cost = ExponentialQuadraticCost(target=torch.zeros(4), reduction="none")
         >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [B])
         >>> cost(td)["loss_cost"]  # [B], each in [0, 1]

@@ -42,7 +42,7 @@ class WorldModelLoss(WorldModelLossBase):
         reward_loss, done_loss, reconstruction_loss, latent_loss: distances (``"l2"``).
         reward_weight, done_weight, reconstruction_weight, latent_weight: weights (1.0, >= 0).
 
-    Example:
+    Examples:
         >>> loss = WorldModelLoss(world_model, losses=["reward", "done"])
         >>> loss(batch)["loss_reward"].backward()
     """
