@@ -85,11 +85,42 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``loss_alpha_prime`` follows ``reduction`` (TorchRL's is always a mean).
 
     Examples:
-        >>> loss = CQLLoss(actor, qvalue, action_spec=env.action_spec, with_lagrange=True,
-        ...                lagrange_thresh=5.0)
-        >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(offline_batch)
-        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import CQLLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = CQLLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), with_lagrange=False)
+        >>> out = loss(batch)
+        >>> (
+        ...     out["loss_actor"] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
+        ... ).backward()
     """
 
     @dataclasses.dataclass

@@ -41,9 +41,37 @@ class DDPGLoss(DeterministicActorCritic):
     ``separate_losses`` is not supported.
 
     Examples:
-        >>> loss = DDPGLoss(actor, critic)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> from rlloss import DDPGLoss, SoftUpdate
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     ["action"],
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DDPGLoss(actor, qvalue)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(batch); (out["loss_actor"] + out["loss_value"]).backward()
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_value"]).backward()
+        >>> updater.step()
     """
 
     @dataclasses.dataclass

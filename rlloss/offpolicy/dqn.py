@@ -51,15 +51,72 @@ class DQNLoss(QLearningLoss):
     ``steps_to_next_obs``) targets are built, so ``make_value_estimator`` takes ``TD0`` only.
 
     Examples:
-        >>> loss = DQNLoss(QValueActor(net, in_keys=["observation"], spec=spec), double_dqn=True)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DQNLoss, SoftUpdate
+        >>> qnet = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DQNLoss(qnet, delay_value=True, double_dqn=True)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(batch); out["loss"].backward(); optimizer.step(); updater.step()
-        >>> replay_buffer.update_tensordict_priority(batch)
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
+        >>> optimizer.step()
+        >>> updater.step()
+        >>> print(
+        ...     batch["td_error"].shape
+        ... )  # written for prioritized replay: update_tensordict_priority
     """
 
 
 class DDQNLoss(DQNLoss):
-    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias."""
+    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DDQNLoss, SoftUpdate
+        >>> qnet = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DDQNLoss(qnet)  # DQNLoss(qnet, delay_value=True, double_dqn=True)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
+        >>> optimizer.step()
+        >>> updater.step()
+        >>> print(
+        ...     batch["td_error"].shape
+        ... )  # written for prioritized replay: update_tensordict_priority
+    """
 
     def __init__(self, value_network: nn.Module, **kwargs) -> None:
         super().__init__(value_network, double_dqn=True, delay_value=True, **kwargs)
@@ -98,10 +155,33 @@ class DistributionalDQNLoss(DQNLoss):
     action); nothing is moved to the CPU and no ``.item()`` is read (no host sync).
 
     Examples:
-        >>> actor = DistributionalQValueActor(net, support=torch.linspace(0, 500, 51),
-        ...                                   action_space="categorical", in_keys=["observation"])
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import OneHot
+        >>> from torchrl.modules import DistributionalQValueActor
+        >>> from rlloss import DistributionalDQNLoss
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Linear(3, 2 * 11), torch.nn.Unflatten(-1, (11, 2)), torch.nn.LogSoftmax(-2)
+        ... )  # log-probabilities of 11 atoms, 2 actions
+        >>> actor = DistributionalQValueActor(
+        ...     net, support=torch.linspace(-10, 10, 11), spec=OneHot(2), in_keys=["observation"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.nn.functional.one_hot(torch.randint(2, (8,)), 2),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DistributionalDQNLoss(actor, gamma=0.99)
-        >>> out = loss(batch); out["loss"].backward()
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
     """
 
     @dataclasses.dataclass

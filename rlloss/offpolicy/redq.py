@@ -85,10 +85,42 @@ class REDQLoss(ContinuousSoftActorCritic):
     dim from the first batch (TorchRL raises).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import REDQLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = REDQLoss(actor, qvalue, num_qvalue_nets=10, sub_sample_len=2)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        >>> updater.step()  # after the optimizer's step
     """
 
     @dataclasses.dataclass

@@ -38,8 +38,36 @@ class TD3Loss(TwinDelayedLoss):
     ``separate_losses`` is not supported.
 
     Examples:
-        >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
-        >>> critic_loss, _ = loss.loss_qvalue(batch)
-        >>> if step % 2 == 0:
-        ...     actor_loss, _ = loss.loss_actor(batch)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> from rlloss import TD3Loss
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     ["action"],
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = TD3Loss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), num_qvalue_nets=2)
+        >>> for step in range(2):
+        ...     critic_loss, _ = loss.loss_qvalue(batch)
+        ...     if step % 2 == 0:  # the delayed policy update
+        ...         actor_loss, _ = loss.loss_actor(batch)
     """

@@ -119,8 +119,28 @@ class A2CLoss(_PolicyGradientLoss):
             :class:`rlloss.PPOLoss`).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import A2CLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = A2CLoss(actor, critic, entropy_coeff=0.01)
-        >>> out = loss(batch)  # GAE runs first when the batch has no advantage
+        >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
@@ -184,9 +204,28 @@ class ReinforceLoss(_PolicyGradientLoss):
         diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ReinforceLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = ReinforceLoss(actor, critic)
-        >>> loss.make_value_estimator(ValueEstimators.TD1, gamma=0.99)
-        >>> out = loss(batch)
+        >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> (out["loss_actor"] + out["loss_value"]).backward()
     """
 

@@ -106,6 +106,26 @@ class PPOLoss(OnPolicyLoss):
     value targets by boolean indexing (a host sync, as TorchRL's); without one, no sync.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import PPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = PPOLoss(actor, critic)
         >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
@@ -205,6 +225,26 @@ class ClipPPOLoss(PPOLoss):
         Other arguments as :class:`PPOLoss`.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.0)
         >>> out = loss(batch)
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
@@ -316,9 +356,31 @@ class KLPENPPOLoss(PPOLoss):
     ``torch.where`` on the buffer. TorchRL's ``kl`` output is per sample; rlloss's is the mean.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import KLPENPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     logits=torch.zeros(8, 2),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = KLPENPPOLoss(actor, critic, dtarg=0.01, beta=1.0)
-        >>> out = loss(batch)  # batch holds loc/scale (or logits) of the collecting policy
-        >>> out["beta"], out["kl"]
+        >>> out = loss(batch)  # batch holds the logits (or loc/scale) of the collecting policy
+        >>> out["loss_objective"].backward()
+        >>> print(out["beta"], out["kl"])
     """
 
     beta = Coefficient(low=0.0, buffer=True)
@@ -441,7 +503,33 @@ class RPOLoss(ClipPPOLoss):
         Other arguments as :class:`ClipPPOLoss`.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import RPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.rand(8, 1) * 1.8 - 0.9,
+        ...     action_log_prob=torch.zeros(8),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = RPOLoss(actor, critic, rpo_alpha=0.5)
+        >>> out = loss(batch)  # the mean perturbed by U(-0.5, 0.5) noise before the log-probability
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
     @dataclasses.dataclass
