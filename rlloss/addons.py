@@ -240,8 +240,37 @@ class AttractionKL(PolicyLossAddon):
     KL is per sample and reduced by the loss (PyTorchRL takes its batch mean).
 
     Examples:
+        >>> import copy
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import AttractionKL, ClipPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "action": torch.randint(2, (4, 16)),
+        ...         "action_log_prob": torch.full((4, 16), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> prior = copy.deepcopy(actor)  # e.g. a pretrained policy
         >>> loss = ClipPPOLoss(actor, critic, policy_loss_addons=[AttractionKL(prior, 0.05)])
+        >>> out = loss(rollout)  # out["loss_objective"] includes 0.05 * KL(pi || prior)
+        >>> print(out["addon_attraction_kl"])
     """
 
     def __init__(

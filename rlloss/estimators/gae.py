@@ -19,8 +19,26 @@ class GAE(ValueEstimator):
     of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
 
     Examples:
-        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        >>> rollout = gae(rollout)  # rollout: [num_envs, T]
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
+        >>> from rlloss import GAE
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
+        >>> estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(self, *, gamma: float, lmbda: float, average_gae: bool = False, **kwargs) -> None:
@@ -55,7 +73,41 @@ class MultiAgentGAE(GAE):
     dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import MultiAgentGAE
+        >>> critic = TensorDictModule(
+        ...     torch.nn.Linear(3, 1), [("agents", "observation")], [("agents", "state_value")]
+        ... )
+        >>> def step():
+        ...     return {
+        ...         "agents": TensorDict(
+        ...             observation=torch.randn(4, 16, 2, 3),
+        ...             reward=torch.randn(4, 16, 2, 1),
+        ...             batch_size=[4, 16, 2],
+        ...         )
+        ...     }
+        >>> batch = TensorDict(
+        ...     {
+        ...         **step(),
+        ...         "next": {
+        ...             **step(),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )
         >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> gae.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     reward=("agents", "reward"),
+        ...     advantage=("agents", "advantage"),
+        ...     value_target=("agents", "value_target"),
+        ... )
+        >>> batch = gae(batch)  # one advantage per agent, the env's done broadcast over the agents
+        >>> print(batch["agents", "advantage"].shape)  # [4, 16, 2, 1]
     """
 
     def __init__(self, *, agent_dim: int = -2, **kwargs) -> None:

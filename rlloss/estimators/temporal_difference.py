@@ -12,8 +12,26 @@ class TD0Estimator(ValueEstimator):
     value_target - V(s)``.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
+        >>> from rlloss import TD0Estimator
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
-        >>> batch = estimator(batch)  # batch["advantage"], batch["value_target"]
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def estimate(self, *, reward, value, next_value, done, terminated, gamma, time_dim):
@@ -25,7 +43,26 @@ class TDLambdaEstimator(ValueEstimator):
     """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
+        >>> from rlloss import TDLambdaEstimator
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(self, *, gamma: float, lmbda: float, **kwargs) -> None:
@@ -45,7 +82,26 @@ class TD1Estimator(TDLambdaEstimator):
     (:class:`TDLambdaEstimator` with ``lmbda=1``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
+        >>> from rlloss import TD1Estimator
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(self, *, gamma: float, **kwargs) -> None:

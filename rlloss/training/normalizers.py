@@ -83,8 +83,14 @@ class RewardNormalizer(nn.Module):
             default group when initialised, else none).
 
     Examples:
+        >>> import torch
+        >>> from rlloss import RewardNormalizer
         >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
-        >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
+        >>> for step in range(3):  # one call per env step, rewards of shape [num_envs, 1]
+        ...     reward, done = torch.randn(8, 1), torch.zeros(8, 1, dtype=torch.bool)
+        ...     scaled = normalizer(
+        ...         reward, done
+        ...     )  # divided by the running std of the discounted return
     """
 
     def __init__(
