@@ -160,9 +160,42 @@ class BehaviorCloning(PolicyLossAddon):
         name: the output entry is ``addon_<name>`` (default ``addon_behavior_cloning``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import BehaviorCloning, SACLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> batch["expert", "action"] = torch.rand(8, 1) * 2 - 1  # a demonstrator's actions
         >>> bc = BehaviorCloning(coefficient=0.1, action_key=("expert", "action"))
-        >>> loss = SACLoss(actor, qvalue, policy_loss_addons=[bc])
+        >>> loss = SACLoss(actor, qvalue, policy_loss_addons=[bc], action_spec=Bounded(-1, 1, (1,)))
         >>> out = loss(batch)  # out["loss_actor"] includes 0.1 * mean(-log pi(a*|s))
+        >>> print(out["addon_behavior_cloning"])
     """
 
     def __init__(

@@ -64,9 +64,41 @@ class IQLLoss(TDTargetLoss):
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import IQLLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> value = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = IQLLoss(actor, qvalue, value, expectile=0.7, temperature=3.0)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(offline_batch)
+        >>> out = loss(batch)  # an offline batch: the dataset's actions
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
 
@@ -206,7 +238,36 @@ class DiscreteIQLLoss(IQLLoss):
         Other arguments as :class:`IQLLoss`.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import DiscreteIQLLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(
+        ...     torch.nn.Linear(3, 4), ["observation"], ["state_action_value"]
+        ... )
+        >>> value = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
 
     def __init__(self, actor_network, qvalue_network, value_network, *, action_space=None, **kw):

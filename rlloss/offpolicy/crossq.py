@@ -84,15 +84,48 @@ class CrossQLoss(ContinuousSoftActorCritic):
     spec reads the action size from the first batch (TorchRL raises).
 
     Examples:
-        >>> class Critic(nn.Module):  # BatchRenorm on the input and after the hidden layer
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import BatchRenorm1d, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import CrossQLoss
+        >>> class Critic(torch.nn.Module):  # BatchRenorm on the input and after the hidden layer
         ...     def __init__(self, n):
         ...         super().__init__()
-        ...         self.net = nn.Sequential(BatchRenorm1d(n), nn.Linear(n, 256), nn.ReLU(),
-        ...                                  BatchRenorm1d(256), nn.Linear(256, 1))
+        ...         self.net = torch.nn.Sequential(
+        ...             BatchRenorm1d(n),
+        ...             torch.nn.Linear(n, 16),
+        ...             torch.nn.ReLU(),
+        ...             BatchRenorm1d(16),
+        ...             torch.nn.Linear(16, 1),
+        ...         )
         ...     def forward(self, observation, action):
         ...         return self.net(torch.cat([observation, action], -1))
-        >>> qvalue = ValueOperator(Critic(obs + act), in_keys=["observation", "action"])
-        >>> loss = CrossQLoss(actor, qvalue, action_spec=env.action_spec)
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(Critic(3 + 1), in_keys=["observation", "action"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = CrossQLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)))
         >>> out = loss(batch)  # no updater: CrossQ has no target network
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
     """

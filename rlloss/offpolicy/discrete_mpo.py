@@ -45,8 +45,33 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from rlloss import DiscreteMPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["action_value"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DiscreteMPOLoss(actor, qvalue)
         >>> out = loss(batch)
+        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
     @dataclasses.dataclass

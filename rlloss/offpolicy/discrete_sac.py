@@ -49,8 +49,35 @@ class DiscreteSACLoss(_SoftActorCritic):
     probability 0 contribute exactly 0 to the soft value (TorchRL puts ``log 1e-8`` there).
 
     Examples:
-        >>> loss = DiscreteSACLoss(actor, [q1, q2], num_actions=4, action_space="categorical")
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from rlloss import DiscreteSACLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["action_value"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DiscreteSACLoss(
+        ...     actor, qvalue, num_actions=4, num_qvalue_nets=2, action_space="categorical"
+        ... )
         >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
     """
 
     @dataclasses.dataclass

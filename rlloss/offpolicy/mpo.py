@@ -96,13 +96,49 @@ class MPOLoss(MaximumAPosteriori):
     ``forward`` writes ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
     Examples:
-        >>> loss = MPOLoss(actor, qvalue, action_spec=env.action_spec)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import MPOLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = MPOLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), num_samples=4)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> optimizer = torch.optim.Adam([
-        ...     {"params": [*actor.parameters(), *qvalue.parameters()], "lr": 1e-4},
-        ...     {"params": list(loss.dual_parameters()), "lr": 1e-2}])
+        >>> optimizer = torch.optim.Adam(
+        ...     [
+        ...         {"params": [*actor.parameters(), *qvalue.parameters()], "lr": 1e-4},
+        ...         {"params": list(loss.dual_parameters()), "lr": 1e-2},
+        ...     ]
+        ... )  # the Lagrange multipliers
         >>> out = loss(batch)
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+        >>> optimizer.step()
+        >>> updater.step()
     """
 
     @dataclasses.dataclass
