@@ -46,7 +46,35 @@ class RNDLoss(SupervisedLoss):
             0.25); drawn on the device, without a host sync.
 
     Examples:
-        >>> rnd = RNDLoss(predictor, target)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, RewardNormalizer, RNDLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> ppo = ClipPPOLoss(actor, ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"]))
+        >>> rnd = RNDLoss(torch.nn.Linear(3, 8), torch.nn.Linear(3, 8))  # predictor, random target
+        >>> normalizer = RewardNormalizer(num_envs=4, gamma=0.99)
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 3),
+        ...         "action": torch.randint(2, (4,)),
+        ...         "action_log_prob": torch.full((4,), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 3),
+        ...             "reward": torch.randn(4, 1),
+        ...             "done": torch.zeros(4, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4],
+        ... )
+        >>> done = batch["next", "done"]
         >>> batch["next", "reward"] += 0.5 * normalizer(rnd.intrinsic_reward(batch), done)
         >>> (ppo(batch)["loss_objective"] + rnd(batch)["loss_predictor"]).backward()
     """

@@ -50,8 +50,35 @@ class ACTLoss(SupervisedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B]``).
 
     Examples:
-        >>> loss = ACTLoss(TensorDictModule(ACTModel(14, 7, 10), ["observation",
-        ...     "action_chunk"], ["action_pred", "mu", "log_var"]))
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.models import ACTModel
+        >>> from rlloss import ACTLoss
+        >>> policy = ACTModel(
+        ...     obs_dim=4,
+        ...     action_dim=2,
+        ...     chunk_size=5,
+        ...     hidden_dim=16,
+        ...     nheads=2,
+        ...     num_encoder_layers=1,
+        ...     num_decoder_layers=1,
+        ...     latent_dim=4,
+        ... )
+        >>> loss = ACTLoss(
+        ...     TensorDictModule(
+        ...         policy,
+        ...         ["observation", ("vla_action", "chunk")],
+        ...         ["action_pred", "mu", "log_var"],
+        ...     )
+        ... )
+        >>> chunks = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 4),
+        ...         ("vla_action", "chunk"): torch.randn(8, 5, 2),
+        ...     },  # the next 5 actions
+        ...     [8],
+        ... )
         >>> loss(chunks)["loss_act"].backward()
     """
 

@@ -54,6 +54,23 @@ class BCLoss(SupervisedLoss):
             ``"none"`` gives the valid elements flat (TorchRL's convention, a host sync).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import BCLoss
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     [("vla_action", "chunk")],
+        ... )
+        >>> demonstrations = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         ("vla_action", "chunk"): torch.rand(8, 2) * 2 - 1,
+        ...         "action_is_pad": torch.zeros(8, 2, dtype=torch.bool),
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = BCLoss(actor, loss_function="l1")
         >>> loss.set_keys(action=("vla_action", "chunk"), pad_mask="action_is_pad")
         >>> loss(demonstrations)["loss_bc"].backward()

@@ -73,6 +73,17 @@ class DTLoss(_SequenceModelLoss):
         device: accepted for TorchRL's signature; the loss follows its actor's device.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import DTLoss
+        ... # a transformer's head, here linear: the context (a state and its return-to-go) -> the action
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh()), ["context"], ["action"]
+        ... )  # the prediction replaces the action
+        >>> trajectory_chunks = TensorDict(
+        ...     context=torch.randn(4, 6, 4), action=torch.rand(4, 6, 2) * 2 - 1, batch_size=[4, 6]
+        ... )
         >>> loss = DTLoss(actor)
         >>> loss(trajectory_chunks)["loss"].backward()
     """
@@ -149,6 +160,25 @@ class OnlineDTLoss(_SequenceModelLoss):
             warning when not given) or ``"non_tensor"``.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import ProbabilisticActor, TanhNormal
+        >>> from rlloss import OnlineDTLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(4, 4), NormalParamExtractor()),
+        ...         ["context"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ...     spec=Bounded(-1, 1, (2,)),
+        ... )
+        >>> trajectory_chunks = TensorDict(
+        ...     context=torch.randn(4, 6, 4), action=torch.rand(4, 6, 2) * 2 - 1, batch_size=[4, 6]
+        ... )
         >>> loss = OnlineDTLoss(actor, target_entropy="auto")
         >>> out = loss(trajectory_chunks)
         >>> (out["loss_log_likelihood"] + out["loss_entropy"] + out["loss_alpha"]).backward()

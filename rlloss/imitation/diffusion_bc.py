@@ -43,8 +43,15 @@ class DiffusionBCLoss(SupervisedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, D]``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import DiffusionActor
+        >>> from rlloss import DiffusionBCLoss
+        >>> demonstrations = TensorDict(
+        ...     observation=torch.randn(8, 4), action=torch.rand(8, 2) * 2 - 1, batch_size=[8]
+        ... )
         >>> loss = DiffusionBCLoss(DiffusionActor(action_dim=2, obs_dim=4, num_steps=100))
-        >>> loss(demonstrations)["loss_diffusion_bc"].backward()
+        >>> loss(demonstrations)["loss_diffusion_bc"].backward()  # the noise prediction's error
     """
 
     @dataclasses.dataclass

@@ -50,8 +50,31 @@ class GAILLoss(SupervisedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, 1]``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import GAILLoss
+        >>> discriminator = TensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[16]),
+        ...         ["observation", "action"],
+        ...         ["score"],
+        ...     ),
+        ...     TensorDictModule(torch.nn.Sigmoid(), ["score"], ["d_logits"]),
+        ... )  # D(s, a) in (0, 1)
+        >>> expert_and_policy_pairs = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.rand(8, 1),  # the expert's
+        ...     collector_observation=torch.randn(8, 3),
+        ...     collector_action=torch.rand(8, 1),  # the policy's
+        ...     batch_size=[8],
+        ... )
         >>> gail = GAILLoss(discriminator, use_grad_penalty=True)
         >>> gail(expert_and_policy_pairs)["loss"].backward()
+        >>> rollout = TensorDict(
+        ...     observation=torch.randn(16, 3), action=torch.rand(16, 1), batch_size=[16]
+        ... )
         >>> rollout["next", "reward"] = gail.reward(rollout)  # then PPO on the rollout
     """
 

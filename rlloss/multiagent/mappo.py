@@ -44,9 +44,52 @@ class MAPPOLoss(ClipPPOLoss):
         Other arguments as :class:`rlloss.ClipPPOLoss`.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+        >>> from torchrl.modules.value_norm import PopArtValueNorm
+        >>> from rlloss import MAPPOLoss
+        >>> actor = ProbabilisticActor(  # 3 agents, 4 observations, 2 discrete actions each
+        ...     TensorDictModule(
+        ...         MultiAgentMLP(4, 2, 3, centralized=False, share_params=True),
+        ...         [("agents", "observation")],
+        ...         [("agents", "logits")],
+        ...     ),
+        ...     in_keys={"logits": ("agents", "logits")},
+        ...     out_keys=[("agents", "action")],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = TensorDictModule(
+        ...     MultiAgentMLP(4, 1, 3, centralized=True, share_params=True),
+        ...     [("agents", "observation")],
+        ...     [("agents", "state_value")],
+        ... )
+        >>> def agents():
+        ...     return TensorDict(observation=torch.randn(8, 3, 4), batch_size=[8, 3])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "agents": agents(),
+        ...         "next": {
+        ...             "agents": agents(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> with torch.no_grad():
+        ...     actor(batch)  # the collection: ("agents", "action") and its log-probability
         >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
-        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        >>> loss.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     action=("agents", "action"),
+        ...     sample_log_prob=("agents", "action_log_prob"),
+        ... )
         >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
     default_value_estimator = ValueEstimators.MAGAE
@@ -94,6 +137,49 @@ class IPPOLoss(MAPPOLoss):
     here.
 
     Examples:
-        >>> loss = IPPOLoss(actor, critic)
-        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+        >>> from rlloss import IPPOLoss
+        >>> actor = ProbabilisticActor(  # 3 agents, 4 observations, 2 discrete actions each
+        ...     TensorDictModule(
+        ...         MultiAgentMLP(4, 2, 3, centralized=False, share_params=True),
+        ...         [("agents", "observation")],
+        ...         [("agents", "logits")],
+        ...     ),
+        ...     in_keys={"logits": ("agents", "logits")},
+        ...     out_keys=[("agents", "action")],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = TensorDictModule(
+        ...     MultiAgentMLP(4, 1, 3, centralized=False, share_params=True),
+        ...     [("agents", "observation")],
+        ...     [("agents", "state_value")],
+        ... )
+        >>> def agents():
+        ...     return TensorDict(observation=torch.randn(8, 3, 4), batch_size=[8, 3])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "agents": agents(),
+        ...         "next": {
+        ...             "agents": agents(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> with torch.no_grad():
+        ...     actor(batch)  # the collection: ("agents", "action") and its log-probability
+        >>> loss = IPPOLoss(actor, critic)  # each agent's critic sees its own observation
+        >>> loss.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     action=("agents", "action"),
+        ...     sample_log_prob=("agents", "action_log_prob"),
+        ... )
+        >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """

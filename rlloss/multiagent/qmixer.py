@@ -60,9 +60,50 @@ class QMixerLoss(QLearningLoss):
     sets it there); ``reduction`` and prioritized-replay weights apply to the loss.
 
     Examples:
-        >>> mixer = TensorDictModule(QMixer(state_shape=(16,), mixing_embed_dim=32, n_agents=3),
-        ...                          in_keys=[("agents", "chosen_action_value"), "state"],
-        ...                          out_keys=["chosen_action_value"])
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueModule, SafeSequential
+        >>> from torchrl.modules.models.multiagent import QMixer
+        >>> from rlloss import QMixerLoss, SoftUpdate
+        >>> qnet = SafeSequential(  # 3 agents, 5 observations, 4 actions each
+        ...     TensorDictModule(
+        ...         torch.nn.Linear(5, 4), [("agents", "observation")], [("agents", "action_value")]
+        ...     ),
+        ...     QValueModule(
+        ...         action_value_key=("agents", "action_value"),
+        ...         spec=Categorical(4),
+        ...         out_keys=[
+        ...             ("agents", "action"),
+        ...             ("agents", "action_value"),
+        ...             ("agents", "chosen_action_value"),
+        ...         ],
+        ...     ),
+        ... )
+        >>> mixer = TensorDictModule(
+        ...     QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=3, device="cpu"),
+        ...     in_keys=[("agents", "chosen_action_value"), "state"],
+        ...     out_keys=["chosen_action_value"],
+        ... )
+        >>> def step():
+        ...     return {
+        ...         "agents": TensorDict(observation=torch.randn(8, 3, 5), batch_size=[8, 3]),
+        ...         "state": torch.randn(8, 6),
+        ...     }
+        >>> batch = TensorDict(
+        ...     {
+        ...         **step(),
+        ...         "next": {
+        ...             **step(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> batch["agents", "action"] = torch.randint(4, (8, 3))
         >>> loss = QMixerLoss(qnet, mixer, action_space="categorical")
         >>> updater = SoftUpdate(loss, eps=0.995)
         >>> loss(batch)["loss"].backward()
