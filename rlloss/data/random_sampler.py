@@ -65,8 +65,8 @@ class RandomSampler(OnDeviceSampler, TorchRLRandomSampler):
         ... )
         >>> buffer.extend(TensorDict(observation=torch.randn(1000, 3), batch_size=[1000]))
         >>> batch = buffer.sample()  # indices drawn on the storage's device, no host sync
-        ... # with rlloss.compile_update(loss, optimizer, replay_buffer=buffer, cuda_graph=True),
-        ... # the sampling replays inside the recorded graph
+        >>> # with rlloss.compile_update(loss, optimizer, replay_buffer=buffer, cuda_graph=True),
+        >>> # the sampling replays inside the recorded graph
     """
 
     #: sampling has no host synchronisation and fixed shapes: a CUDA graph can record it.

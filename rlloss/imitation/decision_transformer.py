@@ -77,7 +77,7 @@ class DTLoss(_SequenceModelLoss):
         >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> from rlloss import DTLoss
-        ... # a transformer's head, here linear: the context (a state and its return-to-go) -> the action
+        >>> # a transformer's head (here linear): the context, a state and its return-to-go
         >>> actor = TensorDictModule(
         ...     torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh()), ["context"], ["action"]
         ... )  # the prediction replaces the action
