@@ -49,8 +49,58 @@ class DreamerModelLoss(WorldModelLossBase):
             distances (``"l2"``); free_nats: 3; delayed_clamp, global_average: ``False``.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP, WorldModelWrapper
+        >>> from rlloss import DreamerModelLoss
+        >>> class Gaussian(
+        ...     torch.nn.Module
+        ... ):  # a mean and a positive scale of the state (5) from the latent
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.linear = torch.nn.Linear(5 + 6, 2 * 5)
+        ...     def forward(self, state, belief):
+        ...         mean, raw = self.linear(torch.cat([state, belief], -1)).chunk(2, -1)
+        ...         return mean, torch.nn.functional.softplus(raw) + 0.1
+        >>> latent = ["state", "belief"]
+        >>> world_model = (
+        ...     WorldModelWrapper(  # TorchRL's layout: the modeler ending in the decoder, reward
+        ...         TensorDictSequential(
+        ...             TensorDictModule(
+        ...                 Gaussian(), latent, [("next", "prior_mean"), ("next", "prior_std")]
+        ...             ),
+        ...             TensorDictModule(
+        ...                 Gaussian(),
+        ...                 latent,
+        ...                 [("next", "posterior_mean"), ("next", "posterior_std")],
+        ...             ),
+        ...             TensorDictModule(
+        ...                 MLP(in_features=11, out_features=4, num_cells=[8]),
+        ...                 latent,
+        ...                 [("next", "reco_pixels")],
+        ...             ),
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...             latent,
+        ...             [("next", "reward")],
+        ...         ),
+        ...     )
+        ... )
+        >>> sequences = TensorDict(
+        ...     {
+        ...         "state": torch.randn(2, 3, 5),
+        ...         "belief": torch.randn(2, 3, 6),
+        ...         "next": {"pixels": torch.rand(2, 3, 4), "reward": torch.randn(2, 3, 1)},
+        ...     },
+        ...     [2, 3],
+        ... )
         >>> loss = DreamerModelLoss(world_model)
         >>> losses, posterior = loss(sequences)
+        >>> (
+        ...     losses["loss_model_kl"] + losses["loss_model_reco"] + losses["loss_model_reward"]
+        ... ).backward()
     """
 
     _AcceptedKeys = accepted_keys(
@@ -137,8 +187,64 @@ class DreamerActorLoss(ImaginationLoss):
     computes ``r_t + gamma v_{t+1}`` for every estimator (see docs/differences.md).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import (
+        ...     NormalParamExtractor,
+        ...     ProbabilisticTensorDictModule,
+        ...     ProbabilisticTensorDictSequential,
+        ...     TensorDictModule,
+        ... )
+        >>> from torchrl.data import Bounded, Composite, Unbounded
+        >>> from torchrl.envs.model_based import DreamerEnv
+        >>> from torchrl.modules import MLP, RSSMPrior, TanhNormal, WorldModelWrapper
+        >>> from rlloss import DreamerActorLoss
+        >>> prior = RSSMPrior(
+        ...     action_spec=Bounded(-1, 1, (2,)),
+        ...     hidden_dim=6,
+        ...     rnn_hidden_dim=6,
+        ...     state_dim=5,
+        ...     action_dim=2,
+        ... )  # latent: a state of 5, a belief of 6
+        >>> dreamer_env = DreamerEnv(
+        ...     WorldModelWrapper(
+        ...         TensorDictModule(
+        ...             prior, ["state", "belief", "action"], ["_", "_", "state", "belief"]
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...             ["state", "belief"],
+        ...             ["reward"],
+        ...         ),
+        ...     ),
+        ...     prior_shape=(5,),
+        ...     belief_shape=(6,),
+        ... )
+        >>> dreamer_env.observation_spec = Composite(state=Unbounded(5), belief=Unbounded(6))
+        >>> dreamer_env.state_spec = dreamer_env.observation_spec.clone()
+        >>> dreamer_env.action_spec, dreamer_env.reward_spec = Bounded(-1, 1, (2,)), Unbounded((1,))
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=11, out_features=4, num_cells=[8]),
+        ...         ["state", "belief"],
+        ...         ["params"],
+        ...     ),
+        ...     TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(
+        ...         in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal
+        ...     ),
+        ... )
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
         >>> actor_loss = DreamerActorLoss(actor, value, dreamer_env, imagination_horizon=15)
+        >>> posterior_states = TensorDict(
+        ...     state=torch.randn(4, 5), belief=torch.randn(4, 6), batch_size=[4]
+        ... )  # [N] latent states of the world model
         >>> losses, imagined = actor_loss(posterior_states)
+        >>> losses["loss_actor"].backward()
     """
 
     @dataclasses.dataclass
@@ -175,8 +281,25 @@ class DreamerValueLoss(LossModule):
     ``(losses, fake_data)``.
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import DreamerValueLoss
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
+        >>> imagined = TensorDict(  # what DreamerActorLoss returns: latent states and their targets
+        ...     state=torch.randn(4, 15, 5),
+        ...     belief=torch.randn(4, 15, 6),
+        ...     lambda_target=torch.randn(4, 15, 1),
+        ...     batch_size=[4, 15],
+        ... )
         >>> value_loss = DreamerValueLoss(value, gamma=0.99)
-        >>> losses, _ = value_loss(imagined)
+        >>> losses, _ = value_loss(imagined.detach())
+        >>> losses["loss_value"].backward()
     """
 
     @dataclasses.dataclass

@@ -73,8 +73,43 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     gradient where TorchRL's separate mode gives NaN.
 
     Examples:
-        >>> loss = DreamerV3ModelLoss(world_model, num_reward_bins=255)
-        >>> losses, posterior = loss(sequences)  # [B, T] real transitions
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import SymExpTwoHot
+        >>> from rlloss import DreamerV3ModelLoss
+        >>> class WorldModel(torch.nn.Module):  # latent: 3 categoricals of 5 classes, a belief of 6
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.prior, self.posterior = (
+        ...             torch.nn.Linear(21, 15),
+        ...             torch.nn.Linear(21 + 4, 15),
+        ...         )
+        ...         self.decoder, self.reward = torch.nn.Linear(21, 4), torch.nn.Linear(21, 255)
+        ...         self.decode = SymExpTwoHot(255)
+        ...     def forward(self, td):
+        ...         latent = torch.cat([td["state"], td["belief"]], -1)
+        ...         seen = torch.cat([latent, td["next", "pixels"]], -1)
+        ...         td["next", "prior_logits"] = self.prior(latent).unflatten(-1, (3, 5))
+        ...         td["next", "posterior_logits"] = self.posterior(seen).unflatten(-1, (3, 5))
+        ...         td["next", "reco_pixels"] = self.decoder(latent)
+        ...         td["next", "reward_logits"] = self.reward(latent)
+        ...         td["next", "reward"] = self.decode(td["next", "reward_logits"])
+        ...         return td
+        >>> sequences = TensorDict(  # [B, T] real transitions
+        ...     {
+        ...         "state": torch.randn(2, 4, 15),
+        ...         "belief": torch.randn(2, 4, 6),
+        ...         "next": {
+        ...             "pixels": torch.randn(2, 4, 4),
+        ...             "reward": torch.randn(2, 4, 1),
+        ...             "done": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [2, 4],
+        ... )
+        >>> loss = DreamerV3ModelLoss(WorldModel(), num_reward_bins=255)
+        >>> losses, posterior = loss(sequences)
         >>> sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
     """
 
@@ -238,8 +273,29 @@ class DreamerV3ValueLoss(LossModule):
     it with ``.item()``, a device sync, on every call).
 
     Examples:
-        >>> value_loss = DreamerV3ValueLoss(value, actor_loss=actor_loss)
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import DreamerV3ValueLoss
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
+        >>> imagined = (
+        ...     TensorDict(  # what DreamerV3ActorLoss returns: latent states and their targets
+        ...         state=torch.randn(4, 15, 15),
+        ...         belief=torch.randn(4, 15, 6),
+        ...         lambda_target=torch.randn(4, 15, 1),
+        ...         batch_size=[4, 15],
+        ...     )
+        ... )
+        >>> value_loss = DreamerV3ValueLoss(
+        ...     value
+        ... )  # actor_loss=...: the actor loss's targets and weights
         >>> losses, _ = value_loss(imagined.detach())
+        >>> losses["loss_value"].backward()
     """
 
     @dataclasses.dataclass

@@ -37,9 +37,16 @@ class ExponentialQuadraticCost(LossModule):
     is refused by the constructor (TorchRL raises on the first forward, or inside ``linalg``).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rlloss import ExponentialQuadraticCost
         >>> cost = ExponentialQuadraticCost(target=torch.zeros(4), reduction="none")
-        >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [B])
-        >>> cost(td)["loss_cost"]  # [B], each in [0, 1]
+        >>> m, S = (
+        ...     torch.randn(8, 4),
+        ...     torch.eye(4).expand(8, 4, 4) * 0.1,
+        ... )  # Gaussian states: mean, covariance
+        >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [8])
+        >>> print(cost(td)["loss_cost"])  # [8], each in [0, 1]: the expected saturating cost
     """
 
     @dataclasses.dataclass

@@ -43,8 +43,38 @@ class WorldModelLoss(WorldModelLossBase):
         reward_weight, done_weight, reconstruction_weight, latent_weight: weights (1.0, >= 0).
 
     Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import WorldModelLoss
+        >>> world_model = TensorDictSequential(  # predicts the next reward and done of (s, a)
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[8]),
+        ...         ["observation", "action"],
+        ...         [("next", "reward")],
+        ...     ),
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[8]),
+        ...         ["observation", "action"],
+        ...         [("next", "done")],
+        ...     ),
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randn(8, 1),
+        ...         "next": {
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = WorldModelLoss(world_model, losses=["reward", "done"])
-        >>> loss(batch)["loss_reward"].backward()
+        >>> out = loss(batch)
+        >>> (out["loss_reward"] + out["loss_done"]).backward()
     """
 
     _AcceptedKeys = accepted_keys(
