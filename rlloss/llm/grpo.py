@@ -58,6 +58,64 @@ class GRPOLoss(LossModule):
 
     The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
     ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import GRPOLoss
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = GRPOLoss(actor, clip_epsilon=0.2)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
     """
 
     output_type: type[LLMLossOutput] = GRPOLossOutput
