@@ -86,7 +86,7 @@ class ACTLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by ACTLoss."""
 
-        observation: NestedKey = "observation"
+        observation: NestedKey = "observation"  # the policy's input
         action_chunk: NestedKey = ACTION_CHUNK_KEY  # the demonstrated chunk [*B, T, D]
         action_pred: NestedKey = "action_pred"  # the policy's chunk
         mu: NestedKey = "mu"  # the CVAE encoder's mean

@@ -82,10 +82,10 @@ class GAILLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by GAILLoss."""
 
-        expert_action: NestedKey = "action"
-        expert_observation: NestedKey = "observation"
-        collector_action: NestedKey = "collector_action"
-        collector_observation: NestedKey = "collector_observation"
+        expert_action: NestedKey = "action"  # the demonstrated action
+        expert_observation: NestedKey = "observation"  # its observation
+        collector_action: NestedKey = "collector_action"  # the policy's action
+        collector_observation: NestedKey = "collector_observation"  # its observation
         discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator
 
     gp_lambda = Coefficient(low=0.0)

@@ -131,8 +131,8 @@ class ChatHistoryLoss(LossModule):
     class _AcceptedKeys:
         """history: the chat; log_probs: where the actor writes its token log-probs."""
 
-        history: NestedKey = ("history", "full")
-        log_probs: NestedKey = ("log_probs", "full")
+        history: NestedKey = ("history", "full")  # the chats (prompt and response)
+        log_probs: NestedKey = ("log_probs", "full")  # written: the actor's, [*B, T]
 
     def __init__(
         self, actor_network, tokenizer, tokenizer_kwargs, reduction, normalize_by_seq_length, device

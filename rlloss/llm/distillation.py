@@ -131,7 +131,7 @@ class DistillationLoss(ChatHistoryLoss):
     class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
         """teacher_log_prob: the teacher's token log-probs."""
 
-        teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")
+        teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")  # [*B, T]
 
     def __init__(
         self,

@@ -125,10 +125,10 @@ class GRPOLoss(LossModule):
         """advantage: per token or per sequence; action: the tokens; sample_log_prob: their
         log-probs at sampling; ref_log_probs: under the reference policy."""
 
-        advantage: NestedKey = "advantage"
-        action: NestedKey = ("tokens", "full")
-        sample_log_prob: NestedKey = ("log_probs", "full")
-        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")
+        advantage: NestedKey = "advantage"  # per sequence or token, [*B, 1]
+        action: NestedKey = ("tokens", "full")  # the tokens, [*B, T]
+        sample_log_prob: NestedKey = ("log_probs", "full")  # at sampling, [*B, T]
+        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")  # reference, [*B, T]
 
     clip_epsilon_low = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
     clip_epsilon_high = Coefficient(low=0.0, low_open=True, buffer=True)

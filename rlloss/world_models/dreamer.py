@@ -19,7 +19,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase, imagined_lambda_target
 from rlloss.world_models.imagination import ImaginationLoss
@@ -103,10 +103,18 @@ class DreamerModelLoss(WorldModelLossBase):
         ... ).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
-        "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by DreamerModelLoss, under "next"."""
+
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, T, 1]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        prior_mean: NestedKey = "prior_mean"  # the prior's mean (the model's), [*B, T, S]
+        prior_std: NestedKey = "prior_std"  # the prior's scale, [*B, T, S]
+        posterior_mean: NestedKey = "posterior_mean"  # the posterior's mean, [*B, T, S]
+        posterior_std: NestedKey = "posterior_std"  # the posterior's scale, [*B, T, S]
+        pixels: NestedKey = "pixels"  # the observation
+        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's
 
     def __init__(
         self,
@@ -251,11 +259,11 @@ class DreamerActorLoss(ImaginationLoss):
     class _AcceptedKeys:
         """Keys read by DreamerActorLoss (the start state is read under ``"state"``)."""
 
-        belief: NestedKey = "belief"
+        belief: NestedKey = "belief"  # the latent belief, [*B, H]
         reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s)
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
 
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]

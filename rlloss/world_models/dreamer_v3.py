@@ -21,7 +21,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_in_range
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.world_models.base import (
     WorldModelLossBase,
     imagined_lambda_target,
@@ -113,16 +113,20 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         >>> sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Keys read by DreamerV3ModelLoss, under ``"next"``, each defaulting to its name:
-        ``reward`` (the real reward, then the decoded prediction), ``reward_logits`` (the
-        two-hot reward logits), ``true_reward`` (where the real reward is moved), the prior and
-        posterior logits, ``pixels`` / ``reco_pixels`` (the observations and their
-        reconstructions: a key or a list of keys, one per reconstruction head),
-        ``continue_pred`` (the continuation logit), ``done``, ``terminated``.""",
-        "reward reward_logits true_reward prior_logits posterior_logits "
-        "pixels reco_pixels continue_pred done terminated",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by DreamerV3ModelLoss, under ``"next"``."""
+
+        reward: NestedKey = "reward"  # the real reward, then the decoded prediction, [*B, T, 1]
+        reward_logits: NestedKey = "reward_logits"  # the two-hot reward logits, [*B, T, bins]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        prior_logits: NestedKey = "prior_logits"  # the prior's logits, [*B, T, cats, classes]
+        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, same shape
+        pixels: NestedKey = "pixels"  # the observations: a key, or a list (one per head)
+        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions: a key or a list
+        continue_pred: NestedKey = "continue_pred"  # the continuation logit, [*B, T, 1]
+        done: NestedKey = "done"  # the episode ends
+        terminated: NestedKey = "terminated"  # the continuation target's zeros
 
     def __init__(
         self,
@@ -303,12 +307,12 @@ class DreamerV3ValueLoss(LossModule):
         """Keys read by DreamerV3ValueLoss (``reward``, ``done``, ``terminated`` under "next",
         for :meth:`replay_value_loss`)."""
 
-        value: NestedKey = "state_value"
-        value_logits: NestedKey = "state_value_logits"
-        discount_weight: NestedKey = "discount_weight"
-        reward: NestedKey = "reward"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits
+        discount_weight: NestedKey = "discount_weight"  # optional, [*B, T, 1]
+        reward: NestedKey = "reward"  # imagined reward
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
         bootstrap: NestedKey = "bootstrap"  # the first imagined return of each replay state
 
     value_model: nn.Module

@@ -131,14 +131,14 @@ class DreamerV3ActorLoss(ImaginationLoss):
     class _AcceptedKeys:
         """Keys read and written by DreamerV3ActorLoss."""
 
-        state: NestedKey = "state"
-        belief: NestedKey = "belief"
+        state: NestedKey = "state"  # the latent state, [*B, S]
+        belief: NestedKey = "belief"  # the latent belief, [*B, H]
         reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"
-        action: NestedKey = "action"
-        action_log_prob: NestedKey = "action_log_prob"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s)
+        action: NestedKey = "action"  # the actor's output
+        action_log_prob: NestedKey = "action_log_prob"  # the actor's output
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
         continuation: NestedKey = "continuation"  # written by continuation_model
         discount_weight: NestedKey = "discount_weight"  # written into the imagined data
 

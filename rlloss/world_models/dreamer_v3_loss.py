@@ -8,13 +8,15 @@ sequences, bootstrapped by the imagined returns.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss._checks import check_in_range, next_key
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 
 
 class DreamerV3Loss(LossModule):
@@ -155,11 +157,14 @@ class DreamerV3Loss(LossModule):
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Posterior feature keys (under "next"), the reset marker and the returned context;
-        each defaults to its name.""",
-        "state belief is_init replay_context",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Posterior feature keys (under "next"), the reset marker and the returned context."""
+
+        state: NestedKey = "state"  # the posterior's stochastic state, under "next"
+        belief: NestedKey = "belief"  # the posterior's deterministic belief, under "next"
+        is_init: NestedKey = "is_init"  # marks the first step of a sequence
+        replay_context: NestedKey = "replay_context"  # written: detached state and belief
 
     def __init__(
         self,

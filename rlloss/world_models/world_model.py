@@ -7,13 +7,16 @@ decoder) or the next latent state is regressed on the replayed transitions.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
-from rlloss.common import accepted_keys, accepts_tensor_arguments
+from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase
 
@@ -77,12 +80,21 @@ class WorldModelLoss(WorldModelLossBase):
         >>> (out["loss_reward"] + out["loss_done"]).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
+    @dataclasses.dataclass
+    class _AcceptedKeys:
         """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` and their ``true_``
-        forms under "next"); each defaults to its name.""",
-        "reward true_reward done true_done terminated true_terminated "
-        "observation reconstructed_observation predicted_latent target_latent",
-    )
+        forms under "next")."""
+
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        done: NestedKey = "done"  # the real done flag, then the model's prediction
+        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside
+        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction
+        true_terminated: NestedKey = "true_terminated"  # written: the real flag, moved aside
+        observation: NestedKey = "observation"  # the observation
+        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's
+        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent
+        target_latent: NestedKey = "target_latent"  # the encoder's next latent
 
     def __init__(
         self,
