@@ -56,7 +56,7 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
 
     Subclasses declare ``_AcceptedKeys`` (a dataclass: one field per key, with its default and a
     comment documenting it, from which the API page's keys table is generated: a comment
-    beginning ``written`` for a key the loss writes, the shape in brackets, ``[*B, 1]``),
+    beginning ``written:`` for a key the loss writes, the shape in brackets, ``[*B, 1]``),
     ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
     attribute holding the network a value estimator should call). Hyperparameters that are
     checked or scheduled are :class:`rlloss._checks.Coefficient` class attributes.

@@ -276,9 +276,11 @@ def key_rows(cls: type) -> list[KeyRow]:
     for field in dataclasses.fields(keys):
         doc = comments.get(field.name, "")
         low = doc.lower()
+        # "written: ..." (or "written into / for ..."): the class writes it; "written by the
+        # critic" is an entry its network writes and it reads
         role = (
             "written"
-            if low.startswith("written")
+            if re.match(r"written(:| into| for)", low)
             else "read or written"
             if low.startswith("read (or written")
             else "read"
