@@ -62,6 +62,54 @@ def test_api_pages_use_public_paths():
             assert name.rsplit(".", 1)[0] in {"rlloss", "rlloss.functional", "rlloss.data"}
 
 
+def _losses_and_estimators() -> list[type]:
+    return [
+        obj
+        for obj in (getattr(rlloss, name) for name in rlloss.__all__)
+        if isinstance(obj, type)
+        and issubclass(obj, (rlloss.LossModule, rlloss.ValueEstimator))
+        and obj not in (rlloss.LossModule, rlloss.ValueEstimator)
+    ]
+
+
+def test_every_loss_and_estimator_page_has_its_keys_table():
+    """Generated from ``_AcceptedKeys``: one row per key, each with its default and meaning."""
+    import dataclasses
+
+    classes = _losses_and_estimators()
+    assert len(classes) >= 50
+    for cls in classes:
+        page = _hook().ApiPage(f"api/{cls.__name__}.md", "", (), (f"rlloss.{cls.__name__}",))
+        markdown = page.markdown()
+        assert f"## Keys of `{cls.__name__}`" in markdown, cls
+        for field in dataclasses.fields(cls._AcceptedKeys):
+            row = re.search(
+                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written) \| "
+                rf".*? \| (.*) \|$",
+                markdown,
+                re.M,
+            )
+            assert row, (cls, field.name)
+            assert row.group(3).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+
+
+def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
+    rows = {row.name: row for row in _hook().key_rows(rlloss.ClipPPOLoss)}
+    assert rows["advantage"].role == "read" and rows["advantage"].shape == "[*B, 1]"
+    assert rows["sample_log_prob"].shape == "[*B]"
+    rows = {row.name: row for row in _hook().key_rows(rlloss.GAE)}
+    assert rows["advantage"].role == "written"
+    assert rows["value"].role == "read or written"
+    rows = {row.name: row for row in _hook().key_rows(rlloss.IQLLoss)}
+    assert rows["state_action_value"].role == "read"  # "written by the Q networks": read here
+    assert rows["priority"].role == "written"
+
+
+def test_loss_pages_link_their_tutorials():
+    markdown = _hook().ApiPage("api/ClipPPOLoss.md", "", (), ("rlloss.ClipPPOLoss",)).markdown()
+    assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown
+
+
 def test_readme_links_into_the_site_resolve():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     generated = {page.path for page in _hook().api_pages()} | {"api/index.md"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import io
@@ -314,20 +315,19 @@ def keys_markdown(cls: type) -> str:
     for row in rows:
         meaning = row.meaning.replace("|", "\\|") or "&nbsp;"
         shape = f"`{row.shape}`" if row.shape else "&nbsp;"
-        out.append(
-            f"| `{row.name}` | {_code(row.default)} | {row.role} | {shape} | {meaning} |"
-        )
+        out.append(f"| `{row.name}` | {_code(row.default)} | {row.role} | {shape} | {meaning} |")
     return "\n".join(out) + "\n"
 
 
 def tutorials_using(name: str) -> list[Tutorial]:
     """The tutorials whose source names ``name`` (as a word)."""
     word = re.compile(rf"\b{re.escape(name)}\b")
-    return [
-        entry
-        for entry in tutorial_entries()
-        if word.search((ROOT / "tutorials" / f"{entry.name}.py").read_text(encoding="utf-8"))
-    ]
+    return [entry for entry in tutorial_entries() if word.search(_tutorial_source(entry.name))]
+
+
+@functools.cache
+def _tutorial_source(name: str) -> str:
+    return (ROOT / "tutorials" / f"{name}.py").read_text(encoding="utf-8")
 
 
 def tutorials_markdown_for(name: str) -> str:
@@ -410,8 +410,10 @@ class Tutorial:
     figures: tuple[str, ...]  # repository paths of the learning curves
 
 
-def tutorial_entries() -> list[Tutorial]:
-    """One entry per ``tutorials/*.py`` (the ``_`` helpers left out), with its curves."""
+@functools.cache
+def tutorial_entries() -> tuple[Tutorial, ...]:
+    """One entry per ``tutorials/*.py`` (the ``_`` helpers left out), with its curves (read once
+    a build: ``on_config`` clears the cache)."""
     figures = sorted((ROOT / "benchmarks" / "results").glob("learning_*.png"))
     entries = []
     for path in sorted((ROOT / "tutorials").glob("[!_]*.py")):
@@ -422,7 +424,7 @@ def tutorial_entries() -> list[Tutorial]:
             if _figure_owner(f.stem.removeprefix("learning_"), path.stem) == path.stem
         )
         entries.append(Tutorial(path.stem, doc.split("\n\n", 1)[0].replace("\n", " "), mine))
-    return entries
+    return tuple(entries)
 
 
 def _figure_owner(run: str, tutorial: str) -> str | None:
@@ -461,6 +463,8 @@ _pages: list[ApiPage] = []
 
 
 def on_config(config, **kwargs):
+    tutorial_entries.cache_clear()
+    _tutorial_source.cache_clear()
     _pages[:] = api_pages()
     nav = config.get("nav") or []
     for i, entry in enumerate(nav):
