@@ -14,6 +14,7 @@ import functools
 import html
 import http.server
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -108,6 +109,40 @@ def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
 def test_loss_pages_link_their_tutorials():
     markdown = _hook().ApiPage("api/ClipPPOLoss.md", "", (), ("rlloss.ClipPPOLoss",)).markdown()
     assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown
+
+
+def _args_rows(obj) -> list[str]:
+    """The parameter rows the API page shows for ``obj``: its Google-style ``Args`` entries, as
+    mkdocstrings' parser (griffe) reads them, the ``__init__`` docstring merged into the class's."""
+    from griffe import Docstring
+
+    doc = inspect.getdoc(obj) or ""
+    if inspect.isclass(obj) and "__init__" in vars(obj) and obj.__init__.__doc__:
+        doc += "\n\n" + inspect.cleandoc(obj.__init__.__doc__)
+    rows = []
+    for section in Docstring(doc).parse("google", warnings=False):
+        if section.kind.value == "parameters":
+            rows += [parameter.name for parameter in section.value]
+    return rows
+
+
+def test_parameter_rows_are_parameters():
+    """Each ``Args`` entry is one parameter of the signature, so its row shows the signature's
+    type and default; while a class still takes a catch-all (``**kwargs``) a name it forwards
+    is accepted."""
+    pytest.importorskip("griffe")
+    wrong = []
+    for module in (rlloss, rlloss.functional, rlloss.data):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or not callable(obj):
+                continue
+            parameters = inspect.signature(obj).parameters
+            catch_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+            for row in _args_rows(obj):
+                if not row.isidentifier() or (row not in parameters and not catch_all):
+                    wrong.append(f"{module.__name__}.{name}: {row!r}")
+    assert wrong == []
 
 
 def test_readme_links_into_the_site_resolve():

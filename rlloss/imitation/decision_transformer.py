@@ -150,8 +150,9 @@ class OnlineDTLoss(_SequenceModelLoss):
     Args:
         actor_network: a ``ProbabilisticActor`` (with a ``spec`` for ``target_entropy="auto"``).
         alpha_init: the initial temperature, > 0 (default 1.0).
-        min_alpha, max_alpha: bounds of ``alpha`` (default ``None``); one alone bounds one side
+        min_alpha: bounds of ``alpha`` (default ``None``); one alone bounds one side
             (TorchRL's rule: the other becomes 0 or 1e9; a bound of 0 is no bound).
+        max_alpha: as ``min_alpha``.
         fixed_alpha: keep ``alpha`` at ``alpha_init`` (a buffer, not a parameter).
         target_entropy: ``H_target``, or ``"auto"``: ``-dim(A)`` from the actor's spec.
         samples_mc_entropy: draws of the entropy estimate, >= 1 (default 1).

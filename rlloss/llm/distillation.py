@@ -37,9 +37,14 @@ class DistillationLoss(ChatHistoryLoss):
     Args:
         actor_network: the student, a ``torchrl.modules.llm`` wrapper with ``generate=False``
             (or any module writing ``("log_probs", "full")``).
-        tokenizer, tokenizer_kwargs: to recover the masks from the chat template when the batch
+        tokenizer: to recover the masks from the chat template when the batch
             has no ``("masks", ...)`` entries.
-        kl_direction, reduction, normalize_by_seq_length, assistant_only, device: as TorchRL's.
+        tokenizer_kwargs: as ``tokenizer``.
+        kl_direction: as TorchRL's.
+        reduction: as TorchRL's.
+        normalize_by_seq_length: as TorchRL's.
+        assistant_only: as TorchRL's.
+        device: as TorchRL's.
 
     Examples:
         >>> import copy

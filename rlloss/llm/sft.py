@@ -43,8 +43,13 @@ class SFTLoss(ChatHistoryLoss):
             ``generate=False``, ``input_mode="history"``.
         tokenizer: defaults to the actor's.
         tokenizer_kwargs: for ``History.apply_chat_template`` (``chat_template_name``...).
-        reduction, normalize_by_seq_length, kl_to_ref_coeff, loss_function, beta, device: as
+        reduction: as
             TorchRL's.
+        normalize_by_seq_length: as ``reduction``.
+        kl_to_ref_coeff: as ``reduction``.
+        loss_function: as ``reduction``.
+        beta: as ``reduction``.
+        device: as ``reduction``.
 
     Examples:
         >>> import tensordict

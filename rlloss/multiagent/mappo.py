@@ -36,12 +36,16 @@ class MAPPOLoss(ClipPPOLoss):
     ``MultiAgentMLP(centralized=True)`` for MAPPO, ``centralized=False`` for IPPO.
 
     Args:
-        actor_network, critic_network: the per-agent policy and the critic (TorchRL's
+        actor_network: the per-agent policy and the critic (TorchRL's
             ``actor=`` / ``critic=`` aliases work too).
+        critic_network: as ``actor_network``.
         value_norm: a TorchRL ``ValueNorm``, or ``None``.
-        entropy_coeff, normalize_advantage, normalize_advantage_exclude_dims: as
+        entropy_coeff: as
             :class:`rlloss.PPOLoss`, with the defaults above.
-        Other arguments as :class:`rlloss.ClipPPOLoss`.
+        normalize_advantage: as ``entropy_coeff``.
+        normalize_advantage_exclude_dims: as ``entropy_coeff``.
+
+    The other keywords are as :class:`rlloss.ClipPPOLoss`.
 
     Examples:
         >>> import torch

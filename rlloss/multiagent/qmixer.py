@@ -53,8 +53,11 @@ class QMixerLoss(QLearningLoss):
             ``HardUpdate``; ``False`` bootstraps from the online ones, without gradient.
         action_space: ``"one-hot"`` or ``"categorical"`` (the action's dtype decides either
             way); default: the local network's.
-        gamma, reduction, use_prioritized_weights, priority_weighting: see
+        gamma: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: as ``gamma``.
+        use_prioritized_weights: as ``gamma``.
+        priority_weighting: as ``gamma``.
 
     Differences from TorchRL: ``gamma`` is accepted (TorchRL's raises, ``make_value_estimator``
     sets it there); ``reduction`` and prioritized-replay weights apply to the loss.

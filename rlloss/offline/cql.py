@@ -58,16 +58,30 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``alpha_prime_loss``, ``actor_loss``, ``actor_bc_loss``, ``alpha_loss``), each callable alone.
 
     Args:
-        actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, delay_actor, delay_qvalue: as
+        actor_network: as
             :class:`rlloss.SACLoss`.
+        qvalue_network: as ``actor_network``.
+        loss_function: as ``actor_network``.
+        alpha_init: as ``actor_network``.
+        min_alpha: as ``actor_network``.
+        max_alpha: as ``actor_network``.
+        fixed_alpha: as ``actor_network``.
+        action_spec: as ``actor_network``.
+        target_entropy: as ``actor_network``.
+        delay_actor: as ``actor_network``.
+        delay_qvalue: as ``actor_network``.
         num_qvalue_nets: Q networks, >= 1 (default 2; TorchRL's is fixed at 2).
         temperature: ``T`` of the log-sum-exp, > 0 (default 1.0).
         min_q_weight: the penalty's weight, >= 0 (default 1.0; the paper's ``alpha``).
-        max_q_backup, deterministic_backup: the target value (see above).
+        max_q_backup: the target value (see above).
+        deterministic_backup: the target value (see above).
         num_random: actions sampled per state and proposal (default 10).
-        with_lagrange, lagrange_thresh: the Lagrangian form (default off, threshold 0).
-        reduction, use_prioritized_weights, priority_weighting: see
+        with_lagrange: the Lagrangian form (default off, threshold 0).
+        lagrange_thresh: the Lagrangian form (default off, threshold 0).
+        reduction: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: as ``reduction``.
+        priority_weighting: as ``reduction``.
 
     The uniform actions cover the ``[low, high]`` of the actor's distribution when it has
     bounds (a TanhNormal's, however it is sampled; TorchRL's ``[-1, 1]`` whatever the bounds),

@@ -56,9 +56,14 @@ class IQLLoss(TDTargetLoss):
         loss_function: the Q regression distance (default ``"smooth_l1"``, TorchRL's).
         temperature: ``beta`` of the weights, >= 0 (default 1.0).
         expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
-        scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
+        scalar_output_mode: as :class:`rlloss.SACLoss`.
+        deactivate_vmap: as :class:`rlloss.SACLoss`.
+        separate_losses: as :class:`rlloss.SACLoss`.
+        gamma: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
@@ -235,7 +240,8 @@ class DiscreteIQLLoss(IQLLoss):
     Args:
         action_space: ``"one-hot"`` or ``"categorical"`` (TorchRL's keyword; the action's shape
             decides either way), or a TorchRL spec.
-        Other arguments as :class:`IQLLoss`.
+
+    The other keywords are as :class:`IQLLoss`.
 
     Examples:
         >>> import torch

@@ -24,7 +24,8 @@ class TD3BCLoss(TwinDelayedLoss):
 
     Args:
         alpha: the weight of the RL term, > 0 (default 2.5, the paper's).
-        Other arguments as :class:`rlloss.TD3Loss`.
+
+    The other keywords are as :class:`rlloss.TD3Loss`.
 
     Examples:
         >>> import torch

@@ -69,11 +69,20 @@ class CrossQLoss(ContinuousSoftActorCritic):
             those layers stay the actor's parameters in ``qvalue_network_params`` (detached
             views) and only the actor loss trains them (TorchRL's behaviour); without it (the
             default), the critics hold their own copies of them.
-        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction, scalar_output_mode, deactivate_vmap: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
+        alpha_init: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
             keywords). Targets: TD0 (default, n-step through ``steps_to_next_obs``), TD1 or
             TDLambda with ``make_value_estimator``.
-        use_prioritized_weights, priority_weighting: see
+        min_alpha: as ``alpha_init``.
+        max_alpha: as ``alpha_init``.
+        fixed_alpha: as ``alpha_init``.
+        action_spec: as ``alpha_init``.
+        target_entropy: as ``alpha_init``.
+        reduction: as ``alpha_init``.
+        scalar_output_mode: as ``alpha_init``.
+        deactivate_vmap: as ``alpha_init``.
+        use_prioritized_weights: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: as ``use_prioritized_weights``.
 
     Differences from TorchRL: prioritized-replay weights (``priority_weight``) weight the
     losses (TorchRL's CrossQ ignores them); the critics' modes are set for each pass without

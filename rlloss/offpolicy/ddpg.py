@@ -34,8 +34,13 @@ class DDPGLoss(DeterministicActorCritic):
             ``state_action_value`` (a TorchRL ``ValueOperator``).
         delay_actor: a target copy of the actor (TorchRL's default: no).
         delay_value: a target copy of the critic (default: yes).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
+        loss_function: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
             defaults to ``"l2"``).
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
+        policy_loss_addons: as ``loss_function``.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.

@@ -32,12 +32,15 @@ class DiscreteMPOLoss(MaximumAPosteriori):
         actor_network: a ``ProbabilisticActor`` over a categorical (``logits``): ``Categorical``
             or ``OneHotCategorical``.
         qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``).
-        epsilon, epsilon_policy: the E-step and M-step KL bounds (Acme's defaults).
-        init_log_temperature, init_log_alpha: initial dual parameters (softplus space).
-        alpha_max, alpha_scale: a cap on the KL multiplier and a factor on its dual loss
-            (pytorchrl's ``alpha_max`` / ``alpha_scale``; default uncapped, 1).
-        Other arguments: as :class:`rlloss.MPOLoss`. The taken action is an index or a one-hot (its
-        dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
+        epsilon: the E-step KL bound (Acme's default).
+        epsilon_policy: the M-step KL bound (Acme's default).
+        init_log_temperature: the initial temperature, a dual parameter (softplus space).
+        init_log_alpha: the initial KL multiplier, a dual parameter (softplus space).
+        alpha_max: a cap on the KL multiplier (pytorchrl's ``alpha_max``; default uncapped).
+        alpha_scale: a factor on the multiplier's dual loss (pytorchrl's; default 1).
+
+    The other keywords are as :class:`rlloss.MPOLoss`. The taken action is an index or a one-hot
+    (its dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
 
     Outputs: ``loss_actor``, ``loss_qvalue``, ``loss_temperature``, ``loss_alpha``; diagnostics
     ``temperature``, ``alpha``, ``kl`` (``KL(pi_target || pi)``), ``kl_q`` (``KL(q ||

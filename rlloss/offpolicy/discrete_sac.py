@@ -42,7 +42,8 @@ class DiscreteSACLoss(_SoftActorCritic):
         target_entropy: ``"auto"``, ``-log(1 / num_actions) * target_entropy_weight``, or a number.
         action_space: ``"one-hot"`` or ``"categorical"`` (or a spec); the action's dtype decides
             (integer: index, else one-hot).
-        Other arguments: as :class:`rlloss.SACLoss`.
+
+    The other keywords are as :class:`rlloss.SACLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``alpha`` and ``entropy`` are returned with ``reduction="none"`` too; actions of

@@ -36,8 +36,12 @@ class DQNLoss(QLearningLoss):
     Args:
         value_network: a TorchRL ``QValueActor`` or any module writing ``action_value``
             (``[*B, num_actions]``).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting: see
+        loss_function: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``).
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
         delay_value: keep a target copy of the network (update it with TorchRL's ``SoftUpdate``
             or ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
         double_dqn: double Q-learning (needs ``delay_value``).
@@ -142,8 +146,10 @@ class DistributionalDQNLoss(DQNLoss):
         gamma: the discount (TorchRL requires it; default 0.99 here).
         delay_value: keep a target copy of the network (update it with ``SoftUpdate`` /
             ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
-        reduction, use_prioritized_weights, priority_weighting: see
+        reduction: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: as ``reduction``.
+        priority_weighting: as ``reduction``.
 
     Only one-step (n-step through ``steps_to_next_obs``) targets exist for a return
     distribution: ``make_value_estimator`` takes ``TD0`` only, as in TorchRL.

@@ -71,20 +71,31 @@ class MPOLoss(MaximumAPosteriori):
         epsilon: the E-step KL bound. epsilon_mean, epsilon_stddev: the M-step bounds on
             ``KL_mean`` and ``KL_stddev``, per action dimension when ``per_dim_constraining``
             (Acme's values are per dimension), else on their sum over dimensions.
-        init_log_temperature, init_log_alpha_mean, init_log_alpha_stddev: initial dual
+        init_log_temperature: initial dual
             parameters (softplus space, Acme's defaults).
-        alpha_mean_max, alpha_stddev_max: caps on the mean and scale multipliers
+        init_log_alpha_mean: as ``init_log_temperature``.
+        init_log_alpha_stddev: as ``init_log_temperature``.
+        alpha_mean_max: caps on the mean and scale multipliers
             (pytorchrl's ``alpha_mean_max`` / ``alpha_var_max``; ``None``: uncapped), enforced
             by :meth:`clamp_duals` at every ``loss_actor`` call.
-        alpha_mean_scale, alpha_stddev_scale: factors on those multipliers' dual losses, i.e.
+        alpha_stddev_max: as ``alpha_mean_max``.
+        alpha_mean_scale: factors on those multipliers' dual losses, i.e.
             on their step sizes (pytorchrl's ``alpha_mean_scale`` / ``alpha_var_scale``;
             default 1).
-        action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
-        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
+        alpha_stddev_scale: as ``alpha_mean_scale``.
+        action_penalization: MO-MPO's action penalty (needs action bounds).
+        epsilon_penalty: MO-MPO's action penalty (needs action bounds).
+        delay_actor: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
+        delay_qvalue: as ``delay_actor``.
+        loss_function: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``); the
             importance weights weight the per-state actor and dual losses too.
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
+        policy_loss_addons: as ``loss_function``.
         action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the
             bounds and the action dimension; default: the actor's ``spec``.
 

@@ -71,12 +71,13 @@ class REDQLoss(ContinuousSoftActorCritic):
         num_qvalue_nets: ``N`` (default 10).
         sub_sample_len: ``M`` (default 2), an integer >= 1; as in TorchRL, at most ``N - 1``
             (and 1 when ``N = 1``).
-        min_alpha, max_alpha: bounds on alpha (default 0.1 and 10, TorchRL's); ``log_alpha``
+        min_alpha: bounds on alpha (default 0.1 and 10, TorchRL's); ``log_alpha``
             itself is not projected (TorchRL's REDQ; SACLoss projects it).
+        max_alpha: as ``min_alpha``.
         gSDE: give the actor zeros as ``_eps_gSDE`` (TorchRL's keyword).
-        Other arguments: as :class:`rlloss.SACLoss` (TorchRL's REDQ keywords; ``gamma`` and
-            ``make_value_estimator`` with TD0, TD1 or TDLambda, n-step through
-            ``steps_to_next_obs``).
+
+    The other keywords are as :class:`rlloss.SACLoss` (TorchRL's REDQ keywords; ``gamma`` and
+    ``make_value_estimator`` with TD0, TD1 or TDLambda, n-step through ``steps_to_next_obs``).
 
     Differences from TorchRL: prioritized-replay weights (``priority_weight``) weight the
     losses, as in every rlloss off-policy loss (TorchRL's REDQ ignores them); ``alpha`` and

@@ -68,9 +68,11 @@ class SACLoss(ContinuousSoftActorCritic):
         qvalue_network: a module reading the observation and ``action`` and writing
             ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (weights kept;
             copies of a single module are re-initialised).
-        num_qvalue_nets, loss_function: as in TorchRL.
+        num_qvalue_nets: as in TorchRL.
+        loss_function: as in TorchRL.
         alpha_init: initial temperature; ``fixed_alpha``: keep it (``log_alpha`` is a buffer).
-        min_alpha, max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        min_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
         action_spec: the action spec, for ``target_entropy="auto"`` (``-dim(A)``); without it
             the actor's ``spec``, else the batch's action shape at the first call.
         target_entropy: ``"auto"`` or a number.
@@ -83,8 +85,12 @@ class SACLoss(ContinuousSoftActorCritic):
         delay_value: a target copy of ``value_network`` (SAC v1); ignored without one, as
             TorchRL does.
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
+        gamma: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: as ``gamma``.
+        use_prioritized_weights: as ``gamma``.
+        priority_weighting: as ``gamma``.
+        policy_loss_addons: as ``gamma``.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with

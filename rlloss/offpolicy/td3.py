@@ -23,11 +23,20 @@ class TD3Loss(TwinDelayedLoss):
         qvalue_network: a module reading the observation and ``action`` and writing
             ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (their weights
             kept; copies of a single module are re-initialised).
-        action_spec / bounds: the action bounds for the smoothed target action (exactly one).
-        num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
-        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons:
-            see :class:`rlloss.offpolicy.TDTargetLoss`.
+        action_spec: a TorchRL ``Bounded`` spec: the bounds of the smoothed target action
+            (give it or ``bounds``, not both).
+        bounds: ``(low, high)``, the same bounds given directly.
+        num_qvalue_nets: as in TorchRL.
+        policy_noise: as in TorchRL.
+        noise_clip: as in TorchRL.
+        loss_function: as in TorchRL.
+        delay_actor: keep target copies (update them with ``SoftUpdate``).
+        delay_qvalue: keep target copies (update them with ``SoftUpdate``).
+        gamma: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``

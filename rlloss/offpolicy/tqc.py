@@ -48,8 +48,9 @@ class TQCLoss(ContinuousSoftActorCritic):
         num_qvalue_nets: the number of critics ``N`` (default 5).
         top_quantiles_to_drop_per_net: ``d``, the pooled atoms dropped per critic (default 2;
             ``d N`` in all, fewer than ``N M``).
-        Other arguments: as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
-        one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
+
+    The other keywords are as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
+    one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
 
     Differences from TorchRL: those of :class:`rlloss.SACLoss` (``priority_weighting``
     defaults to the PER paper's mean, ``alpha`` and ``entropy`` come with ``reduction="none"``

@@ -109,7 +109,8 @@ class A2CLoss(_PolicyGradientLoss):
         separate_losses: the critic loss sends no gradient into parameters it shares with the
             actor.
         functional: TorchRL's flag (see :class:`rlloss.PPOLoss`).
-        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        actor: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
         policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
@@ -197,8 +198,13 @@ class ReinforceLoss(_PolicyGradientLoss):
             TorchRL's ``SoftUpdate`` / ``HardUpdate``) and let the value estimator read ``V(s')``
             from it, as TorchRL does.
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
-        separate_losses, functional, actor, critic, reduction, clip_value: as
+        separate_losses: as
             :class:`A2CLoss`.
+        functional: as ``separate_losses``.
+        actor: as ``separate_losses``.
+        critic: as ``separate_losses``.
+        reduction: as ``separate_losses``.
+        clip_value: as ``separate_losses``.
         policy_loss_addons: extra terms on ``loss_actor`` (:mod:`rlloss.addons`).
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
         diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).

@@ -222,7 +222,8 @@ class ClipPPOLoss(PPOLoss):
         clip_epsilon: ``eps`` (symmetric) or ``(eps_low, eps_high)``.
         dual_clip: the dual-clip constant ``c > 1``, or ``None``.
         clip_value: value clipping radius; ``True`` uses ``clip_epsilon`` (symmetric only).
-        Other arguments as :class:`PPOLoss`.
+
+    The other keywords are as :class:`PPOLoss`.
 
     Examples:
         >>> import torch
@@ -342,12 +343,15 @@ class KLPENPPOLoss(PPOLoss):
 
     Args:
         dtarg: target KL. beta: initial beta (a buffer, in ``state_dict``).
-        increment, decrement: beta factors (``>= 1`` and ``<= 1``).
+        increment: the factor on beta when the KL is high (``>= 1``).
+        decrement: the factor on beta when the KL is low (``<= 1``).
         samples_mc_kl: draws of the Monte-Carlo KL.
         adaptive_beta: adapt beta in each forward; with ``False`` call :meth:`update_beta`
             yourself (e.g. once per epoch with the epoch's mean KL).
-        beta_min, beta_max: optional bounds on beta.
-        Other arguments as :class:`PPOLoss`.
+        beta_min: an optional lower bound on beta.
+        beta_max: an optional upper bound on beta.
+
+    The other keywords are as :class:`PPOLoss`.
 
     Differences from TorchRL: TorchRL multiplies beta in place after building ``beta * KL``, so
     the backward pass sees the updated beta while the reported loss used the old one; here the
@@ -500,7 +504,8 @@ class RPOLoss(ClipPPOLoss):
         noise_in_actor: instead of perturbing the location itself, write ``rpo_alpha`` into the
             batch (``[*B, 1]`` under ``tensor_keys.rpo_alpha``) for an actor that reads it and
             applies the noise (skrl's style).
-        Other arguments as :class:`ClipPPOLoss`.
+
+    The other keywords are as :class:`ClipPPOLoss`.
 
     Examples:
         >>> import torch

@@ -45,8 +45,14 @@ class DreamerModelLoss(WorldModelLossBase):
         world_model: TorchRL's ``WorldModelWrapper(world_modeler, reward_model)`` or any module
             writing the prior / posterior means and scales, ``reco_pixels`` and ``reward``
             under ``"next"``.
-        lambda_kl, lambda_reco, lambda_reward: weights (>= 0); reco_loss, reward_loss: the
-            distances (``"l2"``); free_nats: 3; delayed_clamp, global_average: ``False``.
+        lambda_kl: the KL term's weight (>= 0).
+        lambda_reco: the reconstruction's weight (>= 0).
+        lambda_reward: the reward prediction's weight (>= 0).
+        reco_loss: the reconstruction's distance (``"l2"``, ``"l1"``, ``"smooth_l1"``).
+        reward_loss: the reward prediction's distance.
+        free_nats: the free-bits floor of the KL (3).
+        delayed_clamp: clamp the batch-mean KL instead of each KL (``False``).
+        global_average: average the KL over the state dims too, not sum (``False``).
 
     Examples:
         >>> import torch

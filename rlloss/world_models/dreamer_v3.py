@@ -57,9 +57,13 @@ class DreamerV3ModelLoss(WorldModelLossBase):
         world_model: a module called on a shallow copy of the batch, writing the prior and
             posterior logits ``[B, T, C, K]``, the reconstructions and the reward prediction under
             ``"next"``.
-        lambda_kl, lambda_reco, lambda_reward, lambda_continue: weights (>= 0).
+        lambda_kl: weights (>= 0).
+        lambda_reco: weights (>= 0).
+        lambda_reward: weights (>= 0).
+        lambda_continue: weights (>= 0).
         kl_mode: ``"balanced"`` (default) or ``"separate"``.
-        lambda_dynamic, lambda_representation: the separate terms' weights (1.0, 0.1).
+        lambda_dynamic: the separate terms' weights (1.0, 0.1).
+        lambda_representation: the separate terms' weights (1.0, 0.1).
         unimix: uniform mixture of the categoricals in the separate KL, in [0, 1) (default 0).
         continue_target_scale: in (0, 1].
         kl_alpha: balancing weight alpha (0.8); free_bits: the free-bits threshold (1.0 nat).

@@ -42,8 +42,14 @@ class WorldModelLoss(WorldModelLossBase):
         world_model: a module called on the batch (TorchRL's ``WorldModel``).
         losses: which of ``"reward"``, ``"done"``, ``"reconstruction"``, ``"latent"`` (default
             ``["reward"]``).
-        reward_loss, done_loss, reconstruction_loss, latent_loss: distances (``"l2"``).
-        reward_weight, done_weight, reconstruction_weight, latent_weight: weights (1.0, >= 0).
+        reward_loss: distances (``"l2"``).
+        done_loss: distances (``"l2"``).
+        reconstruction_loss: distances (``"l2"``).
+        latent_loss: distances (``"l2"``).
+        reward_weight: weights (1.0, >= 0).
+        done_weight: weights (1.0, >= 0).
+        reconstruction_weight: weights (1.0, >= 0).
+        latent_weight: weights (1.0, >= 0).
 
     Examples:
         >>> import torch
