@@ -106,6 +106,16 @@ def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
     assert rows["priority"].role == "written"
 
 
+def test_every_loss_page_cites_its_paper():
+    citation = re.compile(r"arXiv:\d{4}\.\d{4,5}|NeurIPS \d{4}|\(\d{4}\b|\b(?:19|20)\d\d\)")
+    uncited = [
+        cls.__name__
+        for cls in _losses_and_estimators()
+        if issubclass(cls, rlloss.LossModule) and not citation.search(inspect.getdoc(cls) or "")
+    ]
+    assert uncited == []
+
+
 def test_loss_pages_link_their_tutorials():
     markdown = _hook().ApiPage("api/ClipPPOLoss.md", "", (), ("rlloss.ClipPPOLoss",)).markdown()
     assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown

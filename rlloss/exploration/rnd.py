@@ -33,6 +33,8 @@ class RNDLoss(SupervisedLoss):
 
     Keys (``set_keys``): ``observation`` (default ``("next", "observation")``).
 
+    Reference: Burda et al., "Exploration by Random Network Distillation", arXiv:1810.12894.
+
     Args:
         predictor_network: the trained network, observation ``[*B, O]`` -> features ``[*B, K]``.
         target_network: the random network, same signature, frozen.

@@ -43,6 +43,9 @@ class ACTLoss(SupervisedLoss):
     ``[*B, T]``, ``True`` on the padded steps of a chunk cut at an episode's end, left out of
     the reconstruction. The batch's ``loss_mask_key`` masks leave whole samples out.
 
+    Reference: Zhao et al., "Learning Fine-Grained Bimanual Manipulation with Low-Cost
+    Hardware", arXiv:2304.13705.
+
     Args:
         actor_network: the ACT policy (TorchRL's ``ACTModel`` in a ``TensorDictModule``).
         kl_weight: ``beta``, >= 0 (default 10.0, the paper's); a buffer, so a schedule does

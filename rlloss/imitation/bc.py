@@ -47,6 +47,9 @@ class BCLoss(SupervisedLoss):
     chunk ``[*B, H, D]``), left out of the loss. The batch's ``loss_mask_key`` masks (TorchRL's
     ``("collector", "mask")``...) apply too.
 
+    Reference: Pomerleau, "ALVINN: An Autonomous Land Vehicle in a Neural Network", NeurIPS 1988;
+    Bain and Sammut, "A Framework for Behavioural Cloning", Machine Intelligence 15 (1995).
+
     Args:
         actor_network: a TensorDict module (TorchRL ``Actor``, ``ProbabilisticActor``...).
         loss_function: see above (default ``None``: chosen from the actor and the action).

@@ -65,6 +65,9 @@ class DTLoss(_SequenceModelLoss):
 
     Keys (``set_keys``): ``action_target`` (``"action"``), ``action_pred`` (``"action"``).
 
+    Reference: Chen et al., "Decision Transformer: Reinforcement Learning via Sequence
+    Modeling", arXiv:2106.01345.
+
     Args:
         actor_network: a TensorDict module writing ``action_pred`` (a deterministic or
             ``TanhDelta`` actor over a transformer).

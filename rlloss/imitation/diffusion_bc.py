@@ -36,6 +36,10 @@ class DiffusionBCLoss(SupervisedLoss):
     Keys (``set_keys``): ``action`` (the clean demonstrated action, default ``"action"``),
     ``observation`` (default ``"observation"``).
 
+    Reference: Chi et al., "Diffusion Policy: Visuomotor Policy Learning via Action Diffusion",
+    arXiv:2303.04137; the noise-prediction loss of Ho et al., "Denoising Diffusion Probabilistic
+    Models", arXiv:2006.11239.
+
     Args:
         actor_network: TorchRL's ``DiffusionActor``, or a module whose ``.module`` holds
             ``score_network`` (``[a_t, s, t]`` -> ``eps``), ``num_steps`` and the schedule's

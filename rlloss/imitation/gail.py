@@ -41,6 +41,9 @@ class GAILLoss(SupervisedLoss):
     ``collector_observation`` (``"collector_observation"``), ``discriminator_pred``
     (``"d_logits"``).
 
+    Reference: Ho and Ermon, "Generative Adversarial Imitation Learning", arXiv:1606.03476; the
+    gradient penalty: Gulrajani et al., "Improved Training of Wasserstein GANs", arXiv:1704.00028.
+
     Args:
         discriminator_network: a TensorDict module, the pair -> ``D`` in (0, 1).
         use_grad_penalty: add the gradient penalty (default ``False``). It differentiates

@@ -38,6 +38,9 @@ class SFTLoss(ChatHistoryLoss):
     sequences' tokens. The assistant mask comes from ``("masks", "all_assistant_mask")`` when
     the batch has it, else from the tokenizer's chat template.
 
+    Reference: Ouyang et al., "Training language models to follow instructions with human
+    feedback", arXiv:2203.02155 (the supervised fine-tuning step).
+
     Args:
         actor_network: a ``torchrl.modules.llm`` wrapper (``TransformersWrapper``) with
             ``generate=False``, ``input_mode="history"``.

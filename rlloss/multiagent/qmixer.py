@@ -39,6 +39,10 @@ class QMixerLoss(QLearningLoss):
     into the batch for prioritized replay. TD(1) and TD(lambda) targets
     (``make_value_estimator``) read the batch's last dim as time.
 
+    Reference: Rashid et al., "QMIX: Monotonic Value Function Factorisation for Deep
+    Multi-Agent Reinforcement Learning", arXiv:1803.11485; Sunehag et al., "Value-Decomposition
+    Networks For Cooperative Multi-Agent Learning", arXiv:1706.05296 (VDN).
+
     Args:
         local_value_network: the agents' Q network, e.g. a ``QValueActor`` or a ``TensorDictModule``
             writing ``("agents", "action_value")`` followed by TorchRL's ``QValueModule``

@@ -57,6 +57,9 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``CQLLoss`` with the same keywords, keys, outputs and methods (``q_loss``, ``cql_loss``,
     ``alpha_prime_loss``, ``actor_loss``, ``actor_bc_loss``, ``alpha_loss``), each callable alone.
 
+    Reference: Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
+    arXiv:2006.04779.
+
     Args:
         actor_network: as
             :class:`rlloss.SACLoss`.

@@ -47,6 +47,9 @@ class IQLLoss(TDTargetLoss):
     networks are a stacked ensemble with target copies (update them with ``SoftUpdate``), the
     value network has none (TorchRL's neither).
 
+    Reference: Kostrikov, Nair and Levine, "Offline Reinforcement Learning with Implicit
+    Q-Learning", arXiv:2110.06169.
+
     Args:
         actor_network: a TorchRL ``ProbabilisticActor``.
         qvalue_network: a module reading the observation and ``action`` and writing
@@ -236,6 +239,9 @@ class DiscreteIQLLoss(IQLLoss):
     """IQL for discrete actions: the Q networks write ``state_action_value`` for every action
     (``[*B, num_actions]``, TorchRL's key) and are read at the dataset's action, an index or a
     one-hot (:func:`rlloss.functional.chosen_action_value`); the rest is :class:`IQLLoss`.
+
+    Reference: Kostrikov, Nair and Levine, "Offline Reinforcement Learning with Implicit
+    Q-Learning", arXiv:2110.06169.
 
     Args:
         action_space: ``"one-hot"`` or ``"categorical"`` (TorchRL's keyword; the action's shape

@@ -56,6 +56,9 @@ class CrossQLoss(ContinuousSoftActorCritic):
     the batch. ``qvalue_loss``, ``actor_loss`` and ``alpha_loss`` are TorchRL's methods, called in
     that order (the actor's pass reads the running statistics the joint pass updated).
 
+    Reference: Bhatt et al., "CrossQ: Batch Normalization in Deep Reinforcement Learning for
+    Greater Sample Efficiency and Simplicity" (ICLR 2024), arXiv:1902.05605.
+
     Args:
         actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
         qvalue_network: a module writing ``state_action_value`` (``[*B, 1]``), typically with

@@ -28,6 +28,9 @@ class DDPGLoss(DeterministicActorCritic):
     :meth:`loss_value` can be called separately; ``forward`` returns both and writes the squared
     TD error ``td_error`` (``[*B]``) into the batch for prioritized replay.
 
+    Reference: Lillicrap et al., "Continuous control with deep reinforcement learning",
+    arXiv:1509.02971.
+
     Args:
         actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
         value_network: a module reading the observation and ``action`` and writing

@@ -28,6 +28,9 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     ``CategoricalMPO``). Critic (expected SARSA, exact): ``L(Q(s, a), y)``, ``y = r + gamma^n (1
     - terminated) sum_a' pi_target(a'|s') Q_target(s', a')``.
 
+    Reference: Abdolmaleki et al., "Maximum a Posteriori Policy Optimisation", arXiv:1806.06920,
+    and "Relative Entropy Regularized Policy Iteration", arXiv:1812.02256.
+
     Args:
         actor_network: a ``ProbabilisticActor`` over a categorical (``logits``): ``Categorical``
             or ``OneHotCategorical``.

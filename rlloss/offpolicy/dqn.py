@@ -33,6 +33,10 @@ class DQNLoss(QLearningLoss):
     has it (prioritized replay) and the squared TD error is written into the input batch under
     ``td_error`` for ``replay_buffer.update_tensordict_priority(batch)``.
 
+    Reference: Mnih et al., "Human-level control through deep reinforcement learning", Nature
+    (2015); van Hasselt et al., "Deep Reinforcement Learning with Double Q-learning",
+    arXiv:1509.06461.
+
     Args:
         value_network: a TorchRL ``QValueActor`` or any module writing ``action_value``
             (``[*B, num_actions]``).
@@ -89,6 +93,9 @@ class DQNLoss(QLearningLoss):
 
 class DDQNLoss(DQNLoss):
     """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias.
+
+    Reference: van Hasselt, Guez and Silver, "Deep Reinforcement Learning with Double
+    Q-learning", arXiv:1509.06461.
 
     Examples:
         >>> import torch

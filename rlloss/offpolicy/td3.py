@@ -18,6 +18,9 @@ class TD3Loss(TwinDelayedLoss):
     both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)
     into the batch for prioritized replay.
 
+    Reference: Fujimoto, van Hoof and Meger, "Addressing Function Approximation Error in
+    Actor-Critic Methods", arXiv:1802.09477.
+
     Args:
         actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
         qvalue_network: a module reading the observation and ``action`` and writing

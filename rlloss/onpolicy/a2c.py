@@ -98,6 +98,9 @@ class A2CLoss(_PolicyGradientLoss):
     Padded sequence batches, composite action distributions and keyword-tensor calls work as in
     :class:`rlloss.PPOLoss`.
 
+    Reference: Mnih et al., "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783
+    (A3C; A2C is its synchronous variant).
+
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
         critic_network: a module writing ``state_value`` (a TorchRL ``ValueOperator``).
@@ -190,6 +193,9 @@ class ReinforceLoss(_PolicyGradientLoss):
     ``loss_value``; ``value_clip_fraction`` with ``clip_value``). The advantage is read from the
     batch or estimated on a copy of it (GAE by default; TD(0), TD(1), TD(lambda), VTrace
     through ``make_value_estimator``): Williams's Monte-Carlo return is the TD(1) estimator.
+
+    Reference: Williams, "Simple statistical gradient-following algorithms for connectionist
+    reinforcement learning", Machine Learning 8 (1992).
 
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).

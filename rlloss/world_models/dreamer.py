@@ -41,6 +41,9 @@ class DreamerModelLoss(WorldModelLossBase):
     TorchRL's ``DreamerModelLoss`` with the same keywords, keys and outputs (the real reward is
     moved to ``("next", true_reward)`` before the world model runs, as TorchRL does).
 
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
+
     Args:
         world_model: TorchRL's ``WorldModelWrapper(world_modeler, reward_model)`` or any module
             writing the prior / posterior means and scales, ``reco_pixels`` and ``reward``
@@ -200,6 +203,9 @@ class DreamerActorLoss(ImaginationLoss):
     Differences from TorchRL: ``lambda_target`` is the lambda-return of eq. 6; TorchRL 0.14.1
     computes ``r_t + gamma v_{t+1}`` for every estimator (see docs/differences.md).
 
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -293,6 +299,9 @@ class DreamerValueLoss(LossModule):
 
     TorchRL's ``DreamerValueLoss`` with the same keywords, keys and outputs; ``forward`` returns
     ``(losses, fake_data)``.
+
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
 
     Examples:
         >>> import torch

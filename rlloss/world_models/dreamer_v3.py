@@ -53,6 +53,9 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     to ``("next", true_reward)`` in the world model's input so that the model can write its
     prediction under ``("next", reward)``.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         world_model: a module called on a shallow copy of the batch, writing the prior and
             posterior logits ``[B, T, C, K]``, the reconstructions and the reward prediction under
@@ -266,6 +269,9 @@ class DreamerV3ValueLoss(LossModule):
     returns ``(losses, fake_data)``; the value network's parameters are ``value_model_params``
     (the network's own tensors, shared with the actor loss) and the slow critic's
     ``target_value_model_params``. :meth:`replay_value_loss` trains the critic on real sequences.
+
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
 
     Args:
         value_model: writes ``state_value`` (and ``state_value_logits`` for ``"two_hot"``).

@@ -45,6 +45,9 @@ class DreamerV3ActorLoss(ImaginationLoss):
 
     TorchRL's ``DreamerV3ActorLoss`` with the same keywords, keys and outputs.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         actor_model: a probabilistic actor over ``state`` and ``belief``.
         value_model: the critic (writes ``state_value``), shared with the value loss.

@@ -35,6 +35,9 @@ class DreamerV3Loss(LossModule):
     TorchRL's ``DreamerV3Loss`` with the same keywords, keys and outputs; the three losses may be
     rlloss's or TorchRL's.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         model_loss: a ``DreamerV3ModelLoss`` (``detach_output=False`` when the replay value
             weight is nonzero: the replay critic loss trains the representation).

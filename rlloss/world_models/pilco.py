@@ -26,6 +26,9 @@ class ExponentialQuadraticCost(LossModule):
     ``tensor_keys.loc`` and ``tensor_keys.scale`` (``("observation", "mean")`` and
     ``("observation", "var")``), the cost written under ``tensor_keys.loss_cost``.
 
+    Reference: Deisenroth and Rasmussen, "PILCO: A Model-Based and Data-Efficient Approach
+    to Policy Search" (ICML 2011), eq. 24-25.
+
     Args:
         target: the target state ``t``, ``[D]`` (default: the origin).
         weights: the symmetric positive semi-definite weight matrix ``W``, ``[D, D]`` (default:

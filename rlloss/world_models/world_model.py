@@ -38,6 +38,8 @@ class WorldModelLoss(WorldModelLossBase):
 
     TorchRL's ``WorldModelLoss`` with the same keywords, keys and outputs.
 
+    Reference: Ha and Schmidhuber, "World Models", arXiv:1803.10122.
+
     Args:
         world_model: a module called on the batch (TorchRL's ``WorldModel``).
         losses: which of ``"reward"``, ``"done"``, ``"reconstruction"``, ``"latent"`` (default
