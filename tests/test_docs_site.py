@@ -5,7 +5,7 @@ against ``rlloss.__all__``, ``rlloss.functional.__all__`` and ``rlloss.data.__al
 README's links into the site. The slow one builds the site with ``mkdocs build --strict``,
 serves it on 127.0.0.1 and opens it in headless Chromium (Debian's ``chromium``): the home page
 and ``ClipPPOLoss``'s API page as a reader sees them (title, navigation, the class signature,
-the search box), with a screenshot written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
+the search box, its example as a code block, its keys table, its tutorial link), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
 """
 
 from __future__ import annotations
@@ -114,6 +114,15 @@ def test_every_loss_page_cites_its_paper():
         if issubclass(cls, rlloss.LossModule) and not citation.search(inspect.getdoc(cls) or "")
     ]
     assert uncited == []
+
+
+def test_home_page_lists_every_loss():
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"\[rlloss\.(\w+)\]", home))
+    losses = {
+        cls.__name__ for cls in _losses_and_estimators() if issubclass(cls, rlloss.LossModule)
+    }
+    assert sorted(losses - listed) == []
 
 
 def test_loss_pages_link_their_tutorials():
@@ -260,6 +269,11 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         for name, url in (
             ("docs-home.png", f"{base}/"),
             ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
+            (
+                "docs-api-ClipPPOLoss-example.png",
+                f"{base}/api/ClipPPOLoss/#rlloss.ClipPPOLoss--examples",
+            ),
+            ("docs-api-ClipPPOLoss-keys.png", f"{base}/api/ClipPPOLoss/#keys-of-clipppoloss"),
         ):
             screenshots[name] = artifacts / name
             _chromium(
@@ -305,6 +319,17 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     for parameter in ("actor_network", "critic_network", "clip_epsilon", "dual_clip"):
         assert parameter in signature.group(1)
     assert "PPO with the clipped surrogate" in api_text
+    # its example rendered as code (a highlighted block, not a note), and its keys table
+    example = re.search(r"Examples:?</[^>]+>.*?<pre[^>]*>(.*?)</pre>", api, re.S)
+    assert example, "the example is a code block"
+    assert "from rlloss import ClipPPOLoss" in _text(example.group(1))
+    assert 'class="admonition' not in api.split("Examples", 1)[1].split("</pre>", 1)[0]
+    keys = re.search(r'id="keys-of-clipppoloss".*?<table>(.*?)</table>', api, re.S)
+    assert keys, "the keys table"
+    keys_text = _text(keys.group(1))
+    for entry in ("advantage", "value_target", "action_log_prob", "read", "[*B, 1]"):
+        assert entry in keys_text, entry
+    assert "tutorials/ppo_cartpole.py" in api_text  # the link to its tutorial
     assert re.search(r'<input[^>]*class="md-search__input"', api)
     assert "On-policy losses" in api_text  # the API section of the navigation
 
