@@ -269,16 +269,15 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         for name, url in (
             ("docs-home.png", f"{base}/"),
             ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
-            (
-                "docs-api-ClipPPOLoss-example.png",
-                f"{base}/api/ClipPPOLoss/#rlloss.ClipPPOLoss--examples",
-            ),
-            ("docs-api-ClipPPOLoss-keys.png", f"{base}/api/ClipPPOLoss/#keys-of-clipppoloss"),
+            # the whole page, down to its example, keys table and tutorials
+            ("docs-api-ClipPPOLoss-full.png", f"{base}/api/ClipPPOLoss/"),
         ):
             screenshots[name] = artifacts / name
             _chromium(
                 f"--screenshot={screenshots[name]}",
-                "--window-size=1280,900",
+                "--window-size=1280,3000"
+                if name.endswith("-full.png")
+                else "--window-size=1280,900",
                 url,
                 profile=tmp_path / f"profile-{name}",
             )

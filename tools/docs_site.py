@@ -157,7 +157,8 @@ class ApiPage:
 
     def markdown(self) -> str:
         if len(self.names) == 1:  # the object's own heading is the page's title
-            return f"::: {self.names[0]}\n" + class_extras_markdown(self.names[0])
+            up = "../" * self.path.count("/")  # from this page to docs/
+            return f"::: {self.names[0]}\n" + class_extras_markdown(self.names[0], up)
         sections = "\n\n".join(
             f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
         )
@@ -330,7 +331,7 @@ def _tutorial_source(name: str) -> str:
     return (ROOT / "tutorials" / f"{name}.py").read_text(encoding="utf-8")
 
 
-def tutorials_markdown_for(name: str) -> str:
+def tutorials_markdown_for(name: str, up: str = "../") -> str:
     entries = tutorials_using(name)
     if not entries:
         return ""
@@ -338,7 +339,7 @@ def tutorials_markdown_for(name: str) -> str:
     for entry in entries:
         curves = " (with its learning curves)" if entry.figures else ""
         out.append(
-            f"- [`tutorials/{entry.name}.py`](../tutorials.md#{_anchor(entry.name)}){curves}: "
+            f"- [`tutorials/{entry.name}.py`]({up}tutorials.md#{_anchor(entry.name)}){curves}: "
             f"{_code_spans(entry.summary)}"
         )
     return "\n".join(out) + "\n"
@@ -349,13 +350,14 @@ def _anchor(tutorial: str) -> str:
     return re.sub(r"[^\w-]", "", f"{tutorial}.py".lower())
 
 
-def class_extras_markdown(full: str) -> str:
-    """What follows a class's docstring on its page: its keys table and its tutorials."""
+def class_extras_markdown(full: str, up: str = "../") -> str:
+    """What follows a class's docstring on its page: its keys table and its tutorials (linked
+    through ``up``, the path from the page to ``docs/``)."""
     module_name, name = full.rsplit(".", 1)
     obj = getattr(importlib.import_module(module_name), name)
     if not inspect.isclass(obj):
         return ""
-    parts = [keys_markdown(obj), tutorials_markdown_for(name)]
+    parts = [keys_markdown(obj), tutorials_markdown_for(name, up)]
     return "".join(f"\n{part}" for part in parts if part)
 
 
