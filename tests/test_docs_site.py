@@ -116,6 +116,26 @@ def test_every_loss_page_cites_its_paper():
     assert uncited == []
 
 
+def test_differences_have_a_section_per_class():
+    """The page's table of contents finds a class: one ``## `Name``` heading each, every
+    heading naming a public class (or a family), no entry left outside a section."""
+    text = (ROOT / "docs" / "differences.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## `([\w.]+)`$", text, re.M)
+    public = set(rlloss.__all__) | {f"rlloss.data.{n}" for n in rlloss.data.__all__}
+    assert len(headings) >= 25 and set(headings) <= public, set(headings) - public
+    assert len(headings) == len(set(headings))
+    before_first = text.split("\n## ", 1)[0]
+    assert not re.search(r"^- ", before_first, re.M), "an entry outside a section"
+
+
+def test_migration_guide_covers_every_family():
+    guide = (ROOT / "docs" / "guides" / "migration.md").read_text(encoding="utf-8")
+    losses = {
+        cls.__name__ for cls in _losses_and_estimators() if issubclass(cls, rlloss.LossModule)
+    }
+    assert sorted(n for n in losses if f"`{n}`" not in guide) == []
+
+
 def test_home_page_lists_every_loss():
     home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"\[rlloss\.(\w+)\]", home))
