@@ -160,7 +160,7 @@ def _args_rows(obj) -> list[str]:
         doc += "\n\n" + inspect.cleandoc(obj.__init__.__doc__)
     rows = []
     for section in Docstring(doc).parse("google", warnings=False):
-        if section.kind.value == "parameters":
+        if section.kind.value in ("parameters", "other parameters"):
             rows += [parameter.name for parameter in section.value]
     return rows
 
@@ -183,7 +183,8 @@ def test_parameter_rows_are_parameters():
                 continue
             catch_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
             for row in _args_rows(obj):
-                if not row.isidentifier() or (row not in parameters and not catch_all):
+                name = row.lstrip("*")  # "**hyperparams" is the catch-all's own row
+                if not name.isidentifier() or (name not in parameters and not catch_all):
                     wrong.append(f"{module.__name__}.{name}: {row!r}")
     assert wrong == []
 

@@ -45,16 +45,18 @@ class GRPOLoss(LossModule):
     Keyword Args:
         clip_epsilon: ``eps`` or ``(eps_low, eps_high)`` (DAPO's clip-higher, e.g. (0.2, 0.28)).
         kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it.
-        aggregation, max_tokens: see above.
-        entropy_bonus, entropy_coeff: the entropy term ``loss_entropy = -coeff H`` per token,
+        aggregation: see above.
+        max_tokens: the constant of ``"seq_sum_constant"`` (default the padded length).
+        entropy_bonus: add the entropy term ``loss_entropy = -entropy_coeff H`` per token,
             aggregated as the objective.
+        entropy_coeff: its weight.
         kl_to_ref_coeff: k3 KL to the reference policy (``("next", "ref_log_probs", "full")``).
         kl_to_inference_coeff: k3 KL to the sampling policy.
         masking_strategy: ``"sft"`` (response tokens), ``"rlhf"`` (assistant turns),
             ``"generic"`` (every attended token).
         sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
-        ref_log_prob_padding_side, ref_log_prob_padding_value: how a ragged reference
-            log-prob entry is padded.
+        ref_log_prob_padding_side: the side a ragged reference log-prob entry is padded on.
+        ref_log_prob_padding_value: the value it is padded with.
 
     The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
     ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.
