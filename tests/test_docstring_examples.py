@@ -98,7 +98,14 @@ def test_examples_were_collected():
     assert all(code.strip() for code in (case.values[0] for case in CASES))
 
 
+# The extras an example may need (``pip install ".[llm]"``): without one, its examples skip.
+OPTIONAL = {"transformers": "llm", "tokenizers": "llm"}
+
+
 @pytest.mark.parametrize("code", CASES)
 def test_docstring_example_runs(code):
+    for module, extra in OPTIONAL.items():
+        if re.search(rf"^(?:import|from) {module}\b", code, re.M):
+            pytest.importorskip(module, reason=f'needs the {extra} extra: pip install ".[{extra}]"')
     torch.manual_seed(0)
     exec(compile(code, "<docstring example>", "exec"), {"__name__": "__docstring_example__"})
