@@ -374,11 +374,35 @@ def set_checks(enabled: bool) -> ChecksSetting:
     device: **one host sync per entry and call**, which is why it is off by default. Under
     ``torch.compile`` the scan is skipped (a sync would break the graph): debug in eager mode.
 
-    Example:
-        >>> rlloss.set_checks(True)  # on from now on
-        >>> loss(batch)  # ValueError: ... ('next', 'reward') holds nan at index (3, 0) ...
-        >>> with rlloss.set_checks(True):  # on for this block only
-        ...     loss(batch)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> import rlloss
+        >>> loss = rlloss.DQNLoss(
+        ...     QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.full((8, 1), float("nan")),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> with rlloss.set_checks(
+        ...     True
+        ... ):  # on for this block only; set_checks(True) alone: from now on
+        ...     try:
+        ...         loss(batch)
+        ...     except ValueError as error:
+        ...         print(error)  # ... ('next', 'reward') holds nan at index (0, 0) ...
     """
     previous = _CHECKS["enabled"]
     _CHECKS["enabled"] = bool(enabled)

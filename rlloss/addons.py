@@ -158,10 +158,43 @@ class BehaviorCloning(PolicyLossAddon):
         mode: ``"auto"``, ``"log_likelihood"`` or ``"squared_error"``.
         name: the output entry is ``addon_<name>`` (default ``addon_behavior_cloning``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import BehaviorCloning, SACLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> batch["expert", "action"] = torch.rand(8, 1) * 2 - 1  # a demonstrator's actions
         >>> bc = BehaviorCloning(coefficient=0.1, action_key=("expert", "action"))
-        >>> loss = SACLoss(actor, qvalue, policy_loss_addons=[bc])
+        >>> loss = SACLoss(actor, qvalue, policy_loss_addons=[bc], action_spec=Bounded(-1, 1, (1,)))
         >>> out = loss(batch)  # out["loss_actor"] includes 0.1 * mean(-log pi(a*|s))
+        >>> print(out["addon_behavior_cloning"])
     """
 
     def __init__(
@@ -238,9 +271,38 @@ class AttractionKL(PolicyLossAddon):
     keeps the smallest of ``KL_i - log w_i``: give one add-on per prior to sum them instead); the
     KL is per sample and reduced by the loss (PyTorchRL takes its batch mean).
 
-    Example:
+    Examples:
+        >>> import copy
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import AttractionKL, ClipPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "action": torch.randint(2, (4, 16)),
+        ...         "action_log_prob": torch.full((4, 16), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> prior = copy.deepcopy(actor)  # e.g. a pretrained policy
         >>> loss = ClipPPOLoss(actor, critic, policy_loss_addons=[AttractionKL(prior, 0.05)])
+        >>> out = loss(rollout)  # out["loss_objective"] includes 0.05 * KL(pi || prior)
+        >>> print(out["addon_attraction_kl"])
     """
 
     samples = Coefficient(low=1, integer=True)  # checked on assignment too

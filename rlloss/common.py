@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 
@@ -57,7 +55,9 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
     """Base class of rlloss losses (see the module docstring).
 
     Subclasses declare ``_AcceptedKeys`` (a dataclass: one field per key, with its default and a
-    line of doc), ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
+    comment documenting it, from which the API page's keys table is generated: a comment
+    beginning ``written:`` for a key the loss writes, the shape in brackets, ``[*B, 1]``),
+    ``default_value_estimator`` and, if they use one, ``_value_network_name`` (the
     attribute holding the network a value estimator should call). Hyperparameters that are
     checked or scheduled are :class:`rlloss._checks.Coefficient` class attributes; string
     settings checked on assignment too are listed in ``_choices``.
@@ -334,21 +334,6 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         reduction = "mean" if reduction is None else reduction
         check_choice("reduction", reduction, REDUCTIONS)
         return reduction
-
-
-def accepted_keys(doc: str, names: str = "", **defaults: NestedKey) -> type:
-    """An ``_AcceptedKeys`` dataclass written as a table, for a class body
-    (``_AcceptedKeys = accepted_keys(doc, "reward done", value="state_value")``): each name of
-    ``names`` (space-separated, as ``namedtuple``'s) a key whose default is itself, then each of
-    ``defaults`` with its default; ``doc`` its docstring. Named after the class being defined,
-    so that it pickles."""
-    fields = [(name, NestedKey, dataclasses.field(default=name)) for name in names.split()]
-    fields += [(name, NestedKey, dataclasses.field(default=d)) for name, d in defaults.items()]
-    keys = dataclasses.make_dataclass("_AcceptedKeys", fields, namespace={"__doc__": doc})
-    owner = sys._getframe(1).f_locals  # the class body calling it
-    keys.__module__ = owner.get("__module__", keys.__module__)
-    keys.__qualname__ = f"{owner.get('__qualname__', '')}._AcceptedKeys".lstrip(".")
-    return keys
 
 
 def fill_padding(batch: TensorDictBase, mask: torch.Tensor, keep) -> TensorDictBase:

@@ -5,7 +5,7 @@ against ``rlloss.__all__``, ``rlloss.functional.__all__`` and ``rlloss.data.__al
 README's links into the site. The slow one builds the site with ``mkdocs build --strict``,
 serves it on 127.0.0.1 and opens it in headless Chromium (Debian's ``chromium``): the home page
 and ``ClipPPOLoss``'s API page as a reader sees them (title, navigation, the class signature,
-the search box), with a screenshot written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
+the search box, its example as a code block, its keys table, its tutorial link), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import functools
 import html
 import http.server
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -60,6 +61,132 @@ def test_api_pages_use_public_paths():
         for name in page.names:
             assert f"::: {name}" in page.markdown()
             assert name.rsplit(".", 1)[0] in {"rlloss", "rlloss.functional", "rlloss.data"}
+
+
+def _losses_and_estimators() -> list[type]:
+    return [
+        obj
+        for obj in (getattr(rlloss, name) for name in rlloss.__all__)
+        if isinstance(obj, type)
+        and issubclass(obj, (rlloss.LossModule, rlloss.ValueEstimator))
+        and obj not in (rlloss.LossModule, rlloss.ValueEstimator)
+    ]
+
+
+def test_every_loss_and_estimator_page_has_its_keys_table():
+    """Generated from ``_AcceptedKeys``: one row per key, each with its default and meaning."""
+    import dataclasses
+
+    classes = _losses_and_estimators()
+    assert len(classes) >= 50
+    for cls in classes:
+        page = _hook().ApiPage(f"api/{cls.__name__}.md", "", (), (f"rlloss.{cls.__name__}",))
+        markdown = page.markdown()
+        assert f"## Keys of `{cls.__name__}`" in markdown, cls
+        for field in dataclasses.fields(cls._AcceptedKeys):
+            row = re.search(
+                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written) \| "
+                rf".*? \| (.*) \|$",
+                markdown,
+                re.M,
+            )
+            assert row, (cls, field.name)
+            assert row.group(3).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+
+
+def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
+    rows = {row.name: row for row in _hook().key_rows(rlloss.ClipPPOLoss)}
+    assert rows["advantage"].role == "read" and rows["advantage"].shape == "[*B, 1]"
+    assert rows["sample_log_prob"].shape == "[*B]"
+    rows = {row.name: row for row in _hook().key_rows(rlloss.GAE)}
+    assert rows["advantage"].role == "written"
+    assert rows["value"].role == "read or written"
+    rows = {row.name: row for row in _hook().key_rows(rlloss.IQLLoss)}
+    assert rows["state_action_value"].role == "read"  # "written by the Q networks": read here
+    assert rows["priority"].role == "written"
+
+
+def test_every_loss_page_cites_its_paper():
+    citation = re.compile(r"arXiv:\d{4}\.\d{4,5}|NeurIPS \d{4}|\(\d{4}\b|\b(?:19|20)\d\d\)")
+    uncited = [
+        cls.__name__
+        for cls in _losses_and_estimators()
+        if issubclass(cls, rlloss.LossModule) and not citation.search(inspect.getdoc(cls) or "")
+    ]
+    assert uncited == []
+
+
+def test_differences_have_a_section_per_class():
+    """The page's table of contents finds a class: one ``## `Name``` heading each, every
+    heading naming a public class (or a family), no entry left outside a section."""
+    text = (ROOT / "docs" / "differences.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## `([\w.]+)`$", text, re.M)
+    public = set(rlloss.__all__) | {f"rlloss.data.{n}" for n in rlloss.data.__all__}
+    assert len(headings) >= 25 and set(headings) <= public, set(headings) - public
+    assert len(headings) == len(set(headings))
+    before_first = text.split("\n## ", 1)[0]
+    assert not re.search(r"^- ", before_first, re.M), "an entry outside a section"
+
+
+def test_migration_guide_covers_every_family():
+    guide = (ROOT / "docs" / "guides" / "migration.md").read_text(encoding="utf-8")
+    losses = {
+        cls.__name__ for cls in _losses_and_estimators() if issubclass(cls, rlloss.LossModule)
+    }
+    assert sorted(n for n in losses if f"`{n}`" not in guide) == []
+
+
+def test_home_page_lists_every_loss():
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"\[rlloss\.(\w+)\]", home))
+    losses = {
+        cls.__name__ for cls in _losses_and_estimators() if issubclass(cls, rlloss.LossModule)
+    }
+    assert sorted(losses - listed) == []
+
+
+def test_loss_pages_link_their_tutorials():
+    markdown = _hook().ApiPage("api/ClipPPOLoss.md", "", (), ("rlloss.ClipPPOLoss",)).markdown()
+    assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown
+
+
+def _args_rows(obj) -> list[str]:
+    """The parameter rows the API page shows for ``obj``: its Google-style ``Args`` entries, as
+    mkdocstrings' parser (griffe) reads them, the ``__init__`` docstring merged into the class's."""
+    from griffe import Docstring
+
+    doc = inspect.getdoc(obj) or ""
+    if inspect.isclass(obj) and "__init__" in vars(obj) and obj.__init__.__doc__:
+        doc += "\n\n" + inspect.cleandoc(obj.__init__.__doc__)
+    rows = []
+    for section in Docstring(doc).parse("google", warnings=False):
+        if section.kind.value in ("parameters", "other parameters"):
+            rows += [parameter.name for parameter in section.value]
+    return rows
+
+
+def test_parameter_rows_are_parameters():
+    """Each ``Args`` entry is one parameter of the signature, so its row shows the signature's
+    type and default; while a class still takes a catch-all (``**kwargs``) a name it forwards
+    is accepted."""
+    pytest.importorskip("griffe")
+    wrong = []
+    for module in (rlloss, rlloss.functional, rlloss.data):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or not callable(obj):
+                continue
+            try:
+                parameters = inspect.signature(obj).parameters
+            except (TypeError, ValueError):  # a builtin's (an exception class's): no Args
+                assert _args_rows(obj) == [], name
+                continue
+            catch_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+            for row in _args_rows(obj):
+                name = row.lstrip("*")  # "**hyperparams" is the catch-all's own row
+                if not name.isidentifier() or (name not in parameters and not catch_all):
+                    wrong.append(f"{module.__name__}.{name}: {row!r}")
+    assert wrong == []
 
 
 def test_readme_links_into_the_site_resolve():
@@ -163,11 +290,15 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         for name, url in (
             ("docs-home.png", f"{base}/"),
             ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
+            # the whole page, down to its example, keys table and tutorials
+            ("docs-api-ClipPPOLoss-full.png", f"{base}/api/ClipPPOLoss/"),
         ):
             screenshots[name] = artifacts / name
             _chromium(
                 f"--screenshot={screenshots[name]}",
-                "--window-size=1280,900",
+                "--window-size=1280,3000"
+                if name.endswith("-full.png")
+                else "--window-size=1280,900",
                 url,
                 profile=tmp_path / f"profile-{name}",
             )
@@ -208,6 +339,17 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     for parameter in ("actor_network", "critic_network", "clip_epsilon", "dual_clip"):
         assert parameter in signature.group(1)
     assert "PPO with the clipped surrogate" in api_text
+    # its example rendered as code (a highlighted block, not a note), and its keys table
+    example = re.search(r"Examples:?</[^>]+>.*?<pre[^>]*>(.*?)</pre>", api, re.S)
+    assert example, "the example is a code block"
+    assert "from rlloss import ClipPPOLoss" in _text(example.group(1))
+    assert 'class="admonition' not in api.split("Examples", 1)[1].split("</pre>", 1)[0]
+    keys = re.search(r'id="keys-of-clipppoloss".*?<table>(.*?)</table>', api, re.S)
+    assert keys, "the keys table"
+    keys_text = _text(keys.group(1))
+    for entry in ("advantage", "value_target", "action_log_prob", "read", "[*B, 1]"):
+        assert entry in keys_text, entry
+    assert "tutorials/ppo_cartpole.py" in api_text  # the link to its tutorial
     assert re.search(r'<input[^>]*class="md-search__input"', api)
     assert "On-policy losses" in api_text  # the API section of the navigation
 

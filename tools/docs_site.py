@@ -19,9 +19,15 @@ nothing is copied into ``docs/`` and nothing can drift:
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import importlib
+import inspect
+import io
 import re
 import sys
+import textwrap
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,7 +161,8 @@ class ApiPage:
 
     def markdown(self) -> str:
         if len(self.names) == 1:  # the object's own heading is the page's title
-            return f"::: {self.names[0]}\n"
+            up = "../" * self.path.count("/")  # from this page to docs/
+            return f"::: {self.names[0]}\n" + class_extras_markdown(self.names[0], up)
         sections = "\n\n".join(
             f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
         )
@@ -226,6 +233,138 @@ def _order_in_category(name: str, category_of: dict[str, str]) -> tuple[int, str
     return (names.index(name) if name in names else len(names), name)
 
 
+# ---- what the docstrings do not hold: the keys table, the tutorials -----------------------------
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One key of a loss or an estimator, as ``set_keys`` names it."""
+
+    name: str
+    default: object
+    role: str  # "read", "written", "read or written"
+    shape: str  # "[*B, 1]", or "" when the declaration gives none
+    meaning: str
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """The comment after each field of a dataclass body (``name: T = default  # doc``), read from
+    its source: the one place a key is declared and documented."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    comments = {}
+    lines = source.splitlines()
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            line = lines[node.end_lineno - 1]
+            tokens = tokenize.generate_tokens(io.StringIO(line).readline)
+            text = next((t.string for t in tokens if t.type == tokenize.COMMENT), "")
+            comments[node.target.id] = text.lstrip("#").strip()
+    return comments
+
+
+_SHAPE = re.compile(r"`{0,2}(\[[^\]]*(?:\*B|B\b|T\b|N\b|\d)[^\]]*\])`{0,2}")
+
+
+def key_rows(cls: type) -> list[KeyRow]:
+    """The keys of ``cls._AcceptedKeys`` (a dataclass, one field per key, each documented by the
+    comment after it: ``written: ...`` for a key the class writes, a shape in brackets)."""
+    keys = getattr(cls, "_AcceptedKeys", None)
+    if keys is None or not dataclasses.is_dataclass(keys):
+        return []
+    comments: dict[str, str] = {}
+    for base in reversed(keys.__mro__):
+        if dataclasses.is_dataclass(base):
+            comments.update(_field_comments(base))
+    rows = []
+    for field in dataclasses.fields(keys):
+        doc = comments.get(field.name, "")
+        low = doc.lower()
+        # "written: ..." (or "written into / for ..."): the class writes it; "written by the
+        # critic" is an entry its network writes and it reads
+        role = (
+            "written"
+            if re.match(r"written(:| into| for)", low)
+            else "read or written"
+            if low.startswith("read (or written")
+            else "read"
+        )
+        shape = _SHAPE.search(doc)
+        rows.append(KeyRow(field.name, field.default, role, shape.group(1) if shape else "", doc))
+    return rows
+
+
+def _code(value: object) -> str:
+    if value is None:
+        return "`None`"
+    text = repr(value) if isinstance(value, tuple) else f'"{value}"'
+    return f"`{text}`"
+
+
+def keys_markdown(cls: type) -> str:
+    rows = key_rows(cls)
+    if not rows:
+        return ""
+    name = cls.__name__
+    out = [
+        f"## Keys of `{name}`",
+        "",
+        f"The entries `{name}` reads and writes, each remapped with "
+        f"`.set_keys(<name>=<your key>)` (a nested key is a tuple).",
+        "",
+        "| name | default key | read / written | shape | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        meaning = row.meaning.replace("|", "\\|") or "&nbsp;"
+        shape = f"`{row.shape}`" if row.shape else "&nbsp;"
+        out.append(f"| `{row.name}` | {_code(row.default)} | {row.role} | {shape} | {meaning} |")
+    return "\n".join(out) + "\n"
+
+
+def tutorials_using(name: str) -> list[Tutorial]:
+    """The tutorials whose source names ``name`` (as a word)."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    return [entry for entry in tutorial_entries() if word.search(_tutorial_source(entry.name))]
+
+
+@functools.cache
+def _tutorial_source(name: str) -> str:
+    return (ROOT / "tutorials" / f"{name}.py").read_text(encoding="utf-8")
+
+
+def tutorials_markdown_for(name: str, up: str = "../") -> str:
+    entries = tutorials_using(name)
+    if not entries:
+        return ""
+    out = [f"## Tutorials using `{name}`", ""]
+    for entry in entries:
+        curves = " (with its learning curves)" if entry.figures else ""
+        out.append(
+            f"- [`tutorials/{entry.name}.py`]({up}tutorials.md#{_anchor(entry.name)}){curves}: "
+            f"{_code_spans(entry.summary)}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _anchor(tutorial: str) -> str:
+    """The tutorials page's heading id of ``tutorial`` (MkDocs' toc slug of "`name.py`")."""
+    return re.sub(r"[^\w-]", "", f"{tutorial}.py".lower())
+
+
+def class_extras_markdown(full: str, up: str = "../") -> str:
+    """What follows a class's docstring on its page: its keys table and its tutorials (linked
+    through ``up``, the path from the page to ``docs/``)."""
+    module_name, name = full.rsplit(".", 1)
+    obj = getattr(importlib.import_module(module_name), name)
+    if not inspect.isclass(obj):
+        return ""
+    parts = [keys_markdown(obj), tutorials_markdown_for(name, up)]
+    return "".join(f"\n{part}" for part in parts if part)
+
+
 def _summary(obj: object) -> str:
     doc = (getattr(obj, "__doc__", None) or "").strip()
     return doc.split("\n\n", 1)[0].replace("\n", " ") if doc else ""
@@ -277,8 +416,10 @@ class Tutorial:
     figures: tuple[str, ...]  # repository paths of the learning curves
 
 
-def tutorial_entries() -> list[Tutorial]:
-    """One entry per ``tutorials/*.py`` (the ``_`` helpers left out), with its curves."""
+@functools.cache
+def tutorial_entries() -> tuple[Tutorial, ...]:
+    """One entry per ``tutorials/*.py`` (the ``_`` helpers left out), with its curves (read once
+    a build: ``on_config`` clears the cache)."""
     figures = sorted((ROOT / "benchmarks" / "results").glob("learning_*.png"))
     entries = []
     for path in sorted((ROOT / "tutorials").glob("[!_]*.py")):
@@ -289,7 +430,7 @@ def tutorial_entries() -> list[Tutorial]:
             if _figure_owner(f.stem.removeprefix("learning_"), path.stem) == path.stem
         )
         entries.append(Tutorial(path.stem, doc.split("\n\n", 1)[0].replace("\n", " "), mine))
-    return entries
+    return tuple(entries)
 
 
 def _figure_owner(run: str, tutorial: str) -> str | None:
@@ -328,6 +469,8 @@ _pages: list[ApiPage] = []
 
 
 def on_config(config, **kwargs):
+    tutorial_entries.cache_clear()
+    _tutorial_source.cache_clear()
     _pages[:] = api_pages()
     nav = config.get("nav") or []
     for i, entry in enumerate(nav):

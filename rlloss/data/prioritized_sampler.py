@@ -113,13 +113,22 @@ class PrioritizedSampler(OnDeviceSampler, TorchRLPrioritizedSampler):
         - TorchRL's private ``_sum_tree`` / ``_min_tree`` do not exist (one tensor, ``_trees``);
           ``_max_priority`` gives the index holding the largest priority now.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        >>> from rlloss.data import PrioritizedSampler
         >>> sampler = PrioritizedSampler(1000, alpha=0.6, beta=0.4)
-        >>> buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler,
-        ...                                 priority_key="td_error", batch_size=64)
-        >>> # buffer.extend(data); batch = buffer.sample(); loss(batch)
-        >>> # buffer.update_tensordict_priority(batch)  # priorities from batch["td_error"]
+        >>> buffer = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(1000),
+        ...     sampler=sampler,
+        ...     priority_key="td_error",
+        ...     batch_size=64,
+        ... )
+        >>> buffer.extend(TensorDict(observation=torch.randn(256, 3), batch_size=[256]))
+        >>> batch = buffer.sample()  # batch["priority_weight"]: the importance weights
+        >>> batch["td_error"] = torch.rand(64)  # what a loss writes, e.g. DQNLoss's forward
+        >>> buffer.update_tensordict_priority(batch)  # new priorities from batch["td_error"]
     """
 
     #: sampling and priority updates have no host synchronisation and fixed shapes: they can be

@@ -52,12 +52,21 @@ class RandomSampler(OnDeviceSampler, TorchRLRandomSampler):
     ``SamplerWithoutReplacement(**kwargs)``, as TorchRL's ``RandomSampler`` does (that sampler
     reads its permutation on the host: a compiled update samples it eagerly, outside the graph).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-        >>> buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10**6, device="cuda"),
-        ...                                 sampler=RandomSampler(), batch_size=256)
-        >>> # buffer.extend(data); update = rlloss.compile_update(loss, optim, replay_buffer=
-        >>> #     buffer, cuda_graph=True); update()  # sampling replays inside the graph
+        >>> from rlloss.data import RandomSampler
+        >>> device = "cuda" if torch.cuda.is_available() else "cpu"
+        >>> buffer = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(10_000, device=device),
+        ...     sampler=RandomSampler(),
+        ...     batch_size=256,
+        ... )
+        >>> buffer.extend(TensorDict(observation=torch.randn(1000, 3), batch_size=[1000]))
+        >>> batch = buffer.sample()  # indices drawn on the storage's device, no host sync
+        >>> # with rlloss.compile_update(loss, optimizer, replay_buffer=buffer, cuda_graph=True),
+        >>> # the sampling replays inside the recorded graph
     """
 
     #: sampling has no host synchronisation and fixed shapes: a CUDA graph can record it.

@@ -78,14 +78,14 @@ class ValueEstimator(TensorDictModuleBase):
         """Keys read and written by the estimator (``reward``, ``done``, ``terminated`` are read
         under ``"next"``)."""
 
-        advantage: NestedKey = "advantage"  # written: the advantage
-        value_target: NestedKey = "value_target"  # written: the critic's regression target
-        value: NestedKey = "state_value"  # read (or written by value_network): V(s)
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next": cuts traces
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n-step discount gamma**n
-        sample_log_prob: NestedKey = "action_log_prob"  # TorchRL's key name (V-trace reads it)
+        advantage: NestedKey = "advantage"  # written: the advantage, [*B, T, 1]
+        value_target: NestedKey = "value_target"  # written: the critic's target, [*B, T, 1]
+        value: NestedKey = "state_value"  # read (or written by value_network): V(s), [*B, T, 1]
+        reward: NestedKey = "reward"  # read under "next", [*B, T, 1]
+        done: NestedKey = "done"  # read under "next": cuts traces, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # under "next": stops bootstrapping, [*B, T, 1]
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of gamma**n, [*B, T, 1]
+        sample_log_prob: NestedKey = "action_log_prob"  # TorchRL's name (V-trace reads it), [*B, T]
 
     def __init__(
         self,

@@ -35,17 +35,24 @@ class GAE(ValueEstimator):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ValueOperator
         >>> from rlloss import GAE
-        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
-        >>> gae = GAE(gamma=0.99, lmbda=0.95, value_network=critic, shifted=True)
-        >>> done = torch.zeros(2, 5, 1, dtype=torch.bool)
-        >>> done[:, 2] = True  # a truncation: its next input is inserted in the single call
-        >>> batch = TensorDict({"obs": torch.randn(2, 5, 3), "next": {"obs": torch.randn(2, 5, 3),
-        ...     "reward": torch.randn(2, 5, 1), "done": done, "terminated": done & False}}, [2, 5])
-        >>> batch = gae(batch)
-        >>> batch["shifted_valid"].sum().item()  # the last step of each row no longer fits
-        8
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
+        >>> estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(
@@ -164,15 +171,40 @@ class MultiAgentGAE(GAE):
 
     Examples:
         >>> import torch
+        >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> from rlloss import MultiAgentGAE
         >>> critic = TensorDictModule(
-        ...     torch.nn.Linear(3, 1), [("agents", "obs")], [("agents", "state_value")]
+        ...     torch.nn.Linear(3, 1), [("agents", "observation")], [("agents", "state_value")]
+        ... )
+        >>> def step():
+        ...     return {
+        ...         "agents": TensorDict(
+        ...             observation=torch.randn(4, 16, 2, 3),
+        ...             reward=torch.randn(4, 16, 2, 1),
+        ...             batch_size=[4, 16, 2],
+        ...         )
+        ...     }
+        >>> batch = TensorDict(
+        ...     {
+        ...         **step(),
+        ...         "next": {
+        ...             **step(),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
         ... )
         >>> gae = MultiAgentGAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        >>> gae.set_keys(value=("agents", "state_value"))
-        >>> gae.tensor_keys.value
-        ('agents', 'state_value')
+        >>> gae.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     reward=("agents", "reward"),
+        ...     advantage=("agents", "advantage"),
+        ...     value_target=("agents", "value_target"),
+        ... )
+        >>> batch = gae(batch)  # one advantage per agent, the env's done broadcast over the agents
+        >>> print(batch["agents", "advantage"].shape)  # [4, 16, 2, 1]
     """
 
     def __init__(

@@ -19,15 +19,24 @@ class TD0Estimator(ValueEstimator):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ValueOperator
         >>> from rlloss import TD0Estimator
-        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TD0Estimator(gamma=0.99, value_network=critic)
-        >>> flags = torch.zeros(2, 5, 1, dtype=torch.bool)
-        >>> batch = TensorDict({"obs": torch.randn(2, 5, 3), "next": {"obs": torch.randn(2, 5, 3),
-        ...     "reward": torch.randn(2, 5, 1), "done": flags, "terminated": flags}}, [2, 5])
-        >>> estimator(batch)["advantage"].shape
-        torch.Size([2, 5, 1])
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(
@@ -83,12 +92,25 @@ class TDLambdaEstimator(ValueEstimator):
 
     Examples:
         >>> import torch
-        >>> from tensordict.nn import TensorDictModule
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
         >>> from rlloss import TDLambdaEstimator
-        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TDLambdaEstimator(gamma=0.99, lmbda=0.95, value_network=critic)
-        >>> estimator.lmbda
-        0.95
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(
@@ -154,12 +176,25 @@ class TD1Estimator(TDLambdaEstimator):
 
     Examples:
         >>> import torch
-        >>> from tensordict.nn import TensorDictModule
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
         >>> from rlloss import TD1Estimator
-        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> estimator = TD1Estimator(gamma=0.99, value_network=critic)
-        >>> estimator.lmbda
-        1.0
+        >>> batch = estimator(batch)
+        >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
 
     def __init__(

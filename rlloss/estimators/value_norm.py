@@ -65,11 +65,39 @@ class ValueNormalizer(nn.Module):
     :meth:`denormalize` is the exact inverse of :meth:`normalize` within the bounds (skrl's
     omits ``eps``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, ValueNormalizer
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "action": torch.randint(2, (4, 16)),
+        ...         "action_log_prob": torch.full((4, 16), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
         >>> vn = ValueNormalizer()
         >>> loss = ClipPPOLoss(actor, critic, value_normalizer=vn)
-        >>> loss.value_estimator(rollout)  # GAE on de-normalised values; vn learns the returns
-        >>> out = loss(minibatch)  # critic regressed onto the normalised value targets
+        >>> with torch.no_grad():
+        ...     loss.value_estimator(rollout)  # GAE on de-normalised values; vn learns the returns
+        >>> for minibatch in rollout.reshape(-1).split(16):
+        ...     out = loss(minibatch)  # critic regressed onto the normalised value targets
     """
 
     def __init__(

@@ -31,17 +31,33 @@ class VTrace(ValueEstimator):
 
     Examples:
         >>> import torch
+        >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
-        >>> from torchrl.modules import OneHotCategorical, ProbabilisticActor
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
         >>> from rlloss import VTrace
-        >>> critic = TensorDictModule(torch.nn.Linear(3, 1), ["obs"], ["state_value"])
         >>> actor = ProbabilisticActor(
-        ...     TensorDictModule(torch.nn.Linear(3, 4), ["obs"], ["logits"]),
-        ...     in_keys=["logits"], distribution_class=OneHotCategorical, return_log_prob=True,
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
         ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
+        >>> batch["action"] = torch.randint(2, (4, 16))
+        >>> batch["action_log_prob"] = torch.full((4, 16), -0.69)  # the behaviour policy's
         >>> vtrace = VTrace(gamma=0.99, actor_network=actor, value_network=critic)
-        >>> vtrace.tensor_keys.action
-        'action'
+        >>> batch = vtrace(batch)  # importance-weighted targets, clipped at rho_thresh and c_thresh
     """
 
     @dataclasses.dataclass

@@ -34,6 +34,8 @@ class RNDLoss(SupervisedLoss):
 
     Keys (``set_keys``): ``observation`` (default ``("next", "observation")``).
 
+    Reference: Burda et al., "Exploration by Random Network Distillation", arXiv:1810.12894.
+
     Args:
         predictor_network: the trained network, observation ``[*B, O]`` -> features ``[*B, K]``.
         target_network: the random network, same signature, frozen.
@@ -46,8 +48,36 @@ class RNDLoss(SupervisedLoss):
         update_fraction: the probability that a sample enters the loss, in [0, 1] (default
             0.25); drawn on the device, without a host sync.
 
-    Example:
-        >>> rnd = RNDLoss(predictor, target)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, RewardNormalizer, RNDLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> ppo = ClipPPOLoss(actor, ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"]))
+        >>> rnd = RNDLoss(torch.nn.Linear(3, 8), torch.nn.Linear(3, 8))  # predictor, random target
+        >>> normalizer = RewardNormalizer(num_envs=4, gamma=0.99)
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 3),
+        ...         "action": torch.randint(2, (4,)),
+        ...         "action_log_prob": torch.full((4,), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 3),
+        ...             "reward": torch.randn(4, 1),
+        ...             "done": torch.zeros(4, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4],
+        ... )
+        >>> done = batch["next", "done"]
         >>> batch["next", "reward"] += 0.5 * normalizer(rnd.intrinsic_reward(batch), done)
         >>> (ppo(batch)["loss_objective"] + rnd(batch)["loss_predictor"]).backward()
     """

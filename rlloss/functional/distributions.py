@@ -49,8 +49,9 @@ def normal_log_prob(
 
     Args:
         value: the points, e.g. ``[*B, D]`` actions.
-        loc, scale: the Gaussian's mean and standard deviation (``scale > 0``), broadcastable
+        loc: the Gaussian's mean and standard deviation (``scale > 0``), broadcastable
             to ``value``.
+        scale: as ``loc``.
         log_scale: ``log(scale)`` when already computed (shared with :func:`normal_entropy`,
             as a hand-written step shares it); ``None``: computed here.
     """
@@ -129,8 +130,10 @@ def tanh_normal_log_prob(
 
     Args:
         preimage: ``[*B, D]`` pre-tanh values ``u``.
-        loc, scale: ``[*B, D]`` parameters of the Gaussian over ``u``.
-        low, high: the action bounds (floats or tensors broadcastable to ``[D]``).
+        loc: ``[*B, D]`` parameters of the Gaussian over ``u``.
+        scale: ``[*B, D]`` parameters of the Gaussian over ``u``.
+        low: the action bounds (floats or tensors broadcastable to ``[D]``).
+        high: the action bounds (floats or tensors broadcastable to ``[D]``).
 
     Returns:
         ``[*B]`` log-probabilities (the last dim is the event dim).
@@ -149,8 +152,10 @@ def tanh_normal_sample_and_log_prob(
     through both outputs (arXiv:1812.05905, eq. 11 and appendix C).
 
     Args:
-        loc, scale: ``[*B, D]`` parameters of the Gaussian over the pre-tanh value.
-        low, high: the action bounds.
+        loc: ``[*B, D]`` parameters of the Gaussian over the pre-tanh value.
+        scale: ``[*B, D]`` parameters of the Gaussian over the pre-tanh value.
+        low: the action bounds.
+        high: the action bounds.
 
     Returns:
         The action ``[*B, D]`` in ``[low, high]`` and its log-probability ``[*B]``.
@@ -173,7 +178,8 @@ def uniform_sample_and_log_prob(
     device (a copy would synchronise).
 
     Args:
-        low, high: the bounds (floats, or tensors broadcastable to ``[D]`` on ``device``).
+        low: the bounds (floats, or tensors broadcastable to ``[D]`` on ``device``).
+        high: the bounds (floats, or tensors broadcastable to ``[D]`` on ``device``).
         shape: ``(*S, D)`` the sample shape, action dim last.
 
     Returns:

@@ -41,7 +41,8 @@ def cispo_surrogate(
     Args:
         log_ratio: ``log r``, any shape.
         advantage: same shape as ``log_ratio``, no gradient.
-        log_low, log_high: log-space clip bounds (:func:`rlloss.functional.clip_bounds`).
+        log_low: log-space clip bounds (:func:`rlloss.functional.clip_bounds`).
+        log_high: log-space clip bounds (:func:`rlloss.functional.clip_bounds`).
     """
     check_same_shape(log_ratio=log_ratio, advantage=advantage)
     weight = log_ratio.detach().clamp(log_low, log_high).exp()

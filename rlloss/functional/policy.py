@@ -109,7 +109,8 @@ def clipped_surrogate(
     Args:
         log_ratio: ``log r``, any shape.
         advantage: same shape as ``log_ratio``.
-        log_low, log_high: log-space clip bounds.
+        log_low: log-space clip bounds.
+        log_high: log-space clip bounds.
         dual_clip: the dual-clip constant ``c``, or ``None``.
         log_weight: ``log w``, same shape, no gradient; ``None``: ``w = 1``.
 
@@ -248,7 +249,8 @@ def unit_gaussian_kl(loc_p: torch.Tensor, loc_q: torch.Tensor) -> torch.Tensor:
     ``AttractionKL`` treatment of deterministic policies). Symmetric.
 
     Args:
-        loc_p, loc_q: ``[*B, D]`` actions.
+        loc_p: ``[*B, D]`` actions.
+        loc_q: ``[*B, D]`` actions.
 
     Returns:
         ``[*B]``.
@@ -299,8 +301,10 @@ def adaptive_kl_beta(
         beta: the current coefficient, a 0-d tensor.
         kl: the measured KL, a 0-d tensor (or any shape that broadcasts with ``beta``).
         dtarg: the target KL.
-        increment, decrement: the factors (``>= 1`` and ``<= 1``).
-        beta_min, beta_max: optional bounds.
+        increment: the factor when the KL is high (``>= 1``).
+        decrement: the factor when the KL is low (``<= 1``).
+        beta_min: an optional lower bound.
+        beta_max: an optional upper bound.
         thresholds: :func:`adaptive_kl_thresholds` computed beforehand (e.g. 0-d tensors beside
             ``beta``, with ``increment`` and ``decrement``: a Python number costs a conversion
             to a tensor in each comparison and product); ``None``: from ``dtarg``.

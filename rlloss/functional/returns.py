@@ -68,7 +68,9 @@ def td0_return(
     """One-step TD target ``r_t + gamma * (1 - terminated_t) * V(s_{t+1})``.
 
     Args:
-        reward, next_value, terminated: ``[*B, 1]`` tensors of one shape.
+        reward: ``[*B, 1]`` tensors of one shape.
+        next_value: ``[*B, 1]`` tensors of one shape.
+        terminated: ``[*B, 1]`` tensors of one shape.
         gamma: discount, a scalar or a tensor broadcastable to ``reward`` (``gamma ** n`` for
             n-step transitions, see :func:`bootstrap_discount`).
     """
@@ -109,9 +111,14 @@ def gae_advantage(
     last step. The value target is ``A_t + V(s_t)``.
 
     Args:
-        reward, value, next_value, done, terminated: ``[*B, T, 1]`` tensors of one shape, time
+        reward: ``[*B, T, 1]`` tensors of one shape, time
             at ``time_dim``.
-        gamma, lmbda: scalars or tensors broadcastable to ``reward``.
+        value: as ``reward``.
+        next_value: as ``reward``.
+        done: as ``reward``.
+        terminated: as ``reward``.
+        gamma: scalars or tensors broadcastable to ``reward``.
+        lmbda: scalars or tensors broadcastable to ``reward``.
 
     Returns:
         The advantage, ``[*B, T, 1]``.
@@ -140,8 +147,12 @@ def td_lambda_return(
     return bootstrapped at cuts, ``lmbda = 0`` the TD(0) target.
 
     Args:
-        reward, next_value, done, terminated: ``[*B, T, 1]`` tensors of one shape.
-        gamma, lmbda: scalars or tensors broadcastable to ``reward``.
+        reward: ``[*B, T, 1]`` tensors of one shape.
+        next_value: ``[*B, T, 1]`` tensors of one shape.
+        done: ``[*B, T, 1]`` tensors of one shape.
+        terminated: ``[*B, T, 1]`` tensors of one shape.
+        gamma: scalars or tensors broadcastable to ``reward``.
+        lmbda: scalars or tensors broadcastable to ``reward``.
 
     Returns:
         The return ``G``, ``[*B, T, 1]``.
@@ -180,7 +191,12 @@ def vtrace(
     (``done_t``, and at the last step).
 
     Args:
-        reward, value, next_value, done, terminated, log_rho: ``[*B, T, 1]``.
+        reward: ``[*B, T, 1]``.
+        value: ``[*B, T, 1]``.
+        next_value: ``[*B, T, 1]``.
+        done: ``[*B, T, 1]``.
+        terminated: ``[*B, T, 1]``.
+        log_rho: ``[*B, T, 1]``.
         gamma: scalar or tensor broadcastable to ``reward``; ``rho_bar``, ``c_bar``: clipping.
 
     Returns:

@@ -208,7 +208,8 @@ def imagined_lambda_return(
         next_value: ``[*B, H, 1]`` values ``v_{t+1}`` of the imagined next states.
         continuation: ``[*B, H, 1]`` predicted continuation probabilities ``c_t`` of the next
             states, or ``None`` (every step continues).
-        gamma, lmbda: scalars or tensors broadcastable to ``reward``.
+        gamma: scalars or tensors broadcastable to ``reward``.
+        lmbda: scalars or tensors broadcastable to ``reward``.
 
     Returns:
         ``[*B, H, 1]``: :func:`rlloss.functional.td_lambda_return` with the per-step discount

@@ -43,15 +43,45 @@ class ACTLoss(SupervisedLoss):
     ``[*B, T]``, ``True`` on the padded steps of a chunk cut at an episode's end, left out of
     the reconstruction. The batch's ``loss_mask_key`` masks leave whole samples out.
 
+    Reference: Zhao et al., "Learning Fine-Grained Bimanual Manipulation with Low-Cost
+    Hardware", arXiv:2304.13705.
+
     Args:
         actor_network: the ACT policy (TorchRL's ``ACTModel`` in a ``TensorDictModule``).
         kl_weight: ``beta``, >= 0 (default 10.0, the paper's); a buffer, so a schedule does
             not recompile a compiled loss.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B]``).
 
-    Example:
-        >>> loss = ACTLoss(TensorDictModule(ACTModel(14, 7, 10), ["observation",
-        ...     "action_chunk"], ["action_pred", "mu", "log_var"]))
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.models import ACTModel
+        >>> from rlloss import ACTLoss
+        >>> policy = ACTModel(
+        ...     obs_dim=4,
+        ...     action_dim=2,
+        ...     chunk_size=5,
+        ...     hidden_dim=16,
+        ...     nheads=2,
+        ...     num_encoder_layers=1,
+        ...     num_decoder_layers=1,
+        ...     latent_dim=4,
+        ... )
+        >>> loss = ACTLoss(
+        ...     TensorDictModule(
+        ...         policy,
+        ...         ["observation", ("vla_action", "chunk")],
+        ...         ["action_pred", "mu", "log_var"],
+        ...     )
+        ... )
+        >>> chunks = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 4),
+        ...         ("vla_action", "chunk"): torch.randn(8, 5, 2),
+        ...     },  # the next 5 actions
+        ...     [8],
+        ... )
         >>> loss(chunks)["loss_act"].backward()
     """
 
@@ -59,7 +89,7 @@ class ACTLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by ACTLoss."""
 
-        observation: NestedKey = "observation"
+        observation: NestedKey = "observation"  # the policy's input
         action_chunk: NestedKey = ACTION_CHUNK_KEY  # the demonstrated chunk [*B, T, D]
         action_pred: NestedKey = "action_pred"  # the policy's chunk
         mu: NestedKey = "mu"  # the CVAE encoder's mean

@@ -48,13 +48,33 @@ class BCLoss(SupervisedLoss):
     chunk ``[*B, H, D]``), left out of the loss. The batch's ``loss_mask_key`` masks (TorchRL's
     ``("collector", "mask")``...) apply too.
 
+    Reference: Pomerleau, "ALVINN: An Autonomous Land Vehicle in a Neural Network", NeurIPS 1988;
+    Bain and Sammut, "A Framework for Behavioural Cloning", Machine Intelligence 15 (1995).
+
     Args:
         actor_network: a TensorDict module (TorchRL ``Actor``, ``ProbabilisticActor``...).
         loss_function: see above (default ``None``: chosen from the actor and the action).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``; with a padding mask,
             ``"none"`` gives the valid elements flat (TorchRL's convention, a host sync).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import BCLoss
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     [("vla_action", "chunk")],
+        ... )
+        >>> demonstrations = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         ("vla_action", "chunk"): torch.rand(8, 2) * 2 - 1,
+        ...         "action_is_pad": torch.zeros(8, 2, dtype=torch.bool),
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = BCLoss(actor, loss_function="l1")
         >>> loss.set_keys(action=("vla_action", "chunk"), pad_mask="action_is_pad")
         >>> loss(demonstrations)["loss_bc"].backward()

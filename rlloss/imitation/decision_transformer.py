@@ -65,6 +65,9 @@ class DTLoss(_SequenceModelLoss):
 
     Keys (``set_keys``): ``action_target`` (``"action"``), ``action_pred`` (``"action"``).
 
+    Reference: Chen et al., "Decision Transformer: Reinforcement Learning via Sequence
+    Modeling", arXiv:2106.01345.
+
     Args:
         actor_network: a TensorDict module writing ``action_pred`` (a deterministic or
             ``TanhDelta`` actor over a transformer).
@@ -72,7 +75,18 @@ class DTLoss(_SequenceModelLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         device: accepted for TorchRL's signature; the loss follows its actor's device.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rlloss import DTLoss
+        >>> # a transformer's head (here linear): the context, a state and its return-to-go
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh()), ["context"], ["action"]
+        ... )  # the prediction replaces the action
+        >>> trajectory_chunks = TensorDict(
+        ...     context=torch.randn(4, 6, 4), action=torch.rand(4, 6, 2) * 2 - 1, batch_size=[4, 6]
+        ... )
         >>> loss = DTLoss(actor)
         >>> loss(trajectory_chunks)["loss"].backward()
     """
@@ -140,8 +154,9 @@ class OnlineDTLoss(_SequenceModelLoss):
     Args:
         actor_network: a ``ProbabilisticActor`` (with a ``spec`` for ``target_entropy="auto"``).
         alpha_init: the initial temperature, > 0 (default 1.0).
-        min_alpha, max_alpha: bounds of ``alpha`` (default ``None``); one alone bounds one side
+        min_alpha: bounds of ``alpha`` (default ``None``); one alone bounds one side
             (TorchRL's rule: the other becomes 0 or 1e9; a bound of 0 is no bound).
+        max_alpha: as ``min_alpha``.
         fixed_alpha: keep ``alpha`` at ``alpha_init`` (a buffer, not a parameter).
         target_entropy: ``H_target``, or ``"auto"``: ``-dim(A)`` from the actor's spec.
         samples_mc_entropy: draws of the entropy estimate, >= 1 (default 1).
@@ -149,7 +164,26 @@ class OnlineDTLoss(_SequenceModelLoss):
         scalar_output_mode: with ``reduction="none"``: ``"exclude"`` (default, with TorchRL's
             warning when not given) or ``"non_tensor"``.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import ProbabilisticActor, TanhNormal
+        >>> from rlloss import OnlineDTLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(4, 4), NormalParamExtractor()),
+        ...         ["context"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ...     spec=Bounded(-1, 1, (2,)),
+        ... )
+        >>> trajectory_chunks = TensorDict(
+        ...     context=torch.randn(4, 6, 4), action=torch.rand(4, 6, 2) * 2 - 1, batch_size=[4, 6]
+        ... )
         >>> loss = OnlineDTLoss(actor, target_entropy="auto")
         >>> out = loss(trajectory_chunks)
         >>> (out["loss_log_likelihood"] + out["loss_entropy"] + out["loss_alpha"]).backward()

@@ -36,15 +36,26 @@ class DiffusionBCLoss(SupervisedLoss):
     Keys (``set_keys``): ``action`` (the clean demonstrated action, default ``"action"``),
     ``observation`` (default ``"observation"``).
 
+    Reference: Chi et al., "Diffusion Policy: Visuomotor Policy Learning via Action Diffusion",
+    arXiv:2303.04137; the noise-prediction loss of Ho et al., "Denoising Diffusion Probabilistic
+    Models", arXiv:2006.11239.
+
     Args:
         actor_network: TorchRL's ``DiffusionActor``, or a module whose ``.module`` holds
             ``score_network`` (``[a_t, s, t]`` -> ``eps``), ``num_steps`` and the schedule's
             ``alphas_cumprod`` (``[num_steps]``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, D]``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import DiffusionActor
+        >>> from rlloss import DiffusionBCLoss
+        >>> demonstrations = TensorDict(
+        ...     observation=torch.randn(8, 4), action=torch.rand(8, 2) * 2 - 1, batch_size=[8]
+        ... )
         >>> loss = DiffusionBCLoss(DiffusionActor(action_dim=2, obs_dim=4, num_steps=100))
-        >>> loss(demonstrations)["loss_diffusion_bc"].backward()
+        >>> loss(demonstrations)["loss_diffusion_bc"].backward()  # the noise prediction's error
     """
 
     @dataclasses.dataclass

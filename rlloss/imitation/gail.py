@@ -41,6 +41,9 @@ class GAILLoss(SupervisedLoss):
     ``collector_observation`` (``"collector_observation"``), ``discriminator_pred``
     (``"d_logits"``).
 
+    Reference: Ho and Ermon, "Generative Adversarial Imitation Learning", arXiv:1606.03476; the
+    gradient penalty: Gulrajani et al., "Improved Training of Wasserstein GANs", arXiv:1704.00028.
+
     Args:
         discriminator_network: a TensorDict module, the pair -> ``D`` in (0, 1).
         use_grad_penalty: add the gradient penalty (default ``False``). It differentiates
@@ -49,9 +52,32 @@ class GAILLoss(SupervisedLoss):
         gp_lambda: the penalty's weight, >= 0 (default 10).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``[*B, 1]``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import GAILLoss
+        >>> discriminator = TensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[16]),
+        ...         ["observation", "action"],
+        ...         ["score"],
+        ...     ),
+        ...     TensorDictModule(torch.nn.Sigmoid(), ["score"], ["d_logits"]),
+        ... )  # D(s, a) in (0, 1)
+        >>> expert_and_policy_pairs = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.rand(8, 1),  # the expert's
+        ...     collector_observation=torch.randn(8, 3),
+        ...     collector_action=torch.rand(8, 1),  # the policy's
+        ...     batch_size=[8],
+        ... )
         >>> gail = GAILLoss(discriminator, use_grad_penalty=True)
         >>> gail(expert_and_policy_pairs)["loss"].backward()
+        >>> rollout = TensorDict(
+        ...     observation=torch.randn(16, 3), action=torch.rand(16, 1), batch_size=[16]
+        ... )
         >>> rollout["next", "reward"] = gail.reward(rollout)  # then PPO on the rollout
     """
 
@@ -59,10 +85,10 @@ class GAILLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by GAILLoss."""
 
-        expert_action: NestedKey = "action"
-        expert_observation: NestedKey = "observation"
-        collector_action: NestedKey = "collector_action"
-        collector_observation: NestedKey = "collector_observation"
+        expert_action: NestedKey = "action"  # the demonstrated action
+        expert_observation: NestedKey = "observation"  # its observation
+        collector_action: NestedKey = "collector_action"  # the policy's action
+        collector_observation: NestedKey = "collector_observation"  # its observation
         discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator
 
     gp_lambda = Coefficient(low=0.0)

@@ -172,8 +172,8 @@ class ChatHistoryLoss(LossModule):
     class _AcceptedKeys:
         """history: the chat; log_probs: where the actor writes its token log-probs."""
 
-        history: NestedKey = ("history", "full")
-        log_probs: NestedKey = ("log_probs", "full")
+        history: NestedKey = ("history", "full")  # the chats (prompt and response)
+        log_probs: NestedKey = ("log_probs", "full")  # written: the actor's, [*B, T]
 
     _reads_loss_mask = False  # the assistant masks select the tokens, as in TorchRL
 

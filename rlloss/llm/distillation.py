@@ -37,9 +37,97 @@ class DistillationLoss(ChatHistoryLoss):
     Args:
         actor_network: the student, a ``torchrl.modules.llm`` wrapper with ``generate=False``
             (or any module writing ``("log_probs", "full")``).
-        tokenizer, tokenizer_kwargs: to recover the masks from the chat template when the batch
+        tokenizer: to recover the masks from the chat template when the batch
             has no ``("masks", ...)`` entries.
-        kl_direction, reduction, normalize_by_seq_length, assistant_only, device: as TorchRL's.
+        tokenizer_kwargs: as ``tokenizer``.
+        kl_direction: as TorchRL's.
+        reduction: as TorchRL's.
+        normalize_by_seq_length: as TorchRL's.
+        assistant_only: as TorchRL's.
+        device: as TorchRL's.
+
+    Examples:
+        >>> import copy
+        >>> import tensordict
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from tokenizers.pre_tokenizers import Whitespace
+        >>> from torchrl.data import History
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import ChatHistory
+        >>> from rlloss import DistillationLoss
+        >>> words = Tokenizer(
+        ...     WordLevel(
+        ...         {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}},
+        ...         unk_token="<pad>",
+        ...     )
+        ... )
+        >>> words.pre_tokenizer = Whitespace()
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=words,
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model,
+        ...     tokenizer=tokenizer,
+        ...     generate=False,
+        ...     input_mode="history",
+        ...     chat_template_name="qwen",
+        ...     pad_output=False,
+        ... )
+        >>> chats = History.from_chats(
+        ...     [
+        ...         [
+        ...             {"role": "user", "content": "t4 t5 t6"},
+        ...             {"role": "assistant", "content": "t7 t8"},
+        ...         ],
+        ...         [
+        ...             {"role": "user", "content": "t4 t5"},
+        ...             {"role": "assistant", "content": "t9 t10 t11"},
+        ...         ],
+        ...     ]
+        ... )
+        >>> teacher = TransformersWrapper(
+        ...     copy.deepcopy(model),
+        ...     tokenizer=tokenizer,
+        ...     generate=False,
+        ...     input_mode="history",
+        ...     chat_template_name="qwen",
+        ...     pad_output=False,
+        ...     return_log_probs=True,
+        ... )
+        >>> loss = DistillationLoss(
+        ...     actor, assistant_only=False, tokenizer_kwargs={"chat_template_name": "qwen"}
+        ... )
+        >>> with tensordict.set_list_to_stack(
+        ...     True
+        ... ):  # TorchRL's LLM setting: stored lists are stacked
+        ...     batch = TensorDict(history=ChatHistory(full=chats), batch_size=[2])
+        ...     with torch.no_grad():  # the teacher's log-probabilities of every token
+        ...         batch["next", "teacher_log_probs", "full"] = teacher(batch.copy())[
+        ...             "log_probs", "full"
+        ...         ]
+        ...     out = loss(batch)  # KL(student || teacher) per token, averaged
+        >>> out.loss_distill.backward()
     """
 
     output_type = DistillationLossOutput
@@ -48,7 +136,7 @@ class DistillationLoss(ChatHistoryLoss):
     class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
         """teacher_log_prob: the teacher's token log-probs."""
 
-        teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")
+        teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")  # [*B, T]
 
     def __init__(
         self,

@@ -49,19 +49,22 @@ class GRPOLoss(LossModule):
         kl_mask_threshold: drop the tokens with ``0.5 (log pi - log pi_sampling)^2`` above it
             from the loss; the diagnostics ``clip_fraction``, ``kl_approx``, ``entropy`` and
             ``ESS`` are then means over the tokens kept (those the loss counts).
-        aggregation, max_tokens: see above.
-        entropy_bonus, entropy_coeff: the entropy term ``loss_entropy = -coeff H`` per token,
-            aggregated as the objective. ``samples_mc_entropy``: TorchRL's, unused (the
-            entropy is exact, from the logits).
-        gamma, clip_value: TorchRL's, accepted and unused.
+        aggregation: see above.
+        max_tokens: the constant of ``"seq_sum_constant"`` (default the padded length).
+        entropy_bonus: add the entropy term ``loss_entropy = -entropy_coeff H`` per token,
+            aggregated as the objective.
+        entropy_coeff: its weight.
+        samples_mc_entropy: TorchRL's, unused (the entropy is exact, from the logits).
+        gamma: TorchRL's, accepted and unused.
+        clip_value: TorchRL's, accepted and unused.
         reduction: ``"none"`` gives per-token losses as ``aggregation="none"``.
         kl_to_ref_coeff: k3 KL to the reference policy (``("next", "ref_log_probs", "full")``).
         kl_to_inference_coeff: k3 KL to the sampling policy.
         device: where the clip bounds (buffers) live.
         masking_strategy: ``"sft"`` (response tokens), ``"rlhf"`` (assistant turns),
             ``"generic"`` (every attended token).
-        ref_log_prob_padding_side, ref_log_prob_padding_value: how a ragged reference
-            log-prob entry is padded.
+        ref_log_prob_padding_side: the side a ragged reference log-prob entry is padded on.
+        ref_log_prob_padding_value: the value it is padded with.
         sequence_ratio: GSPO's sequence-level ratio (:class:`GSPOLoss`).
 
     Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``, ``N``
@@ -71,6 +74,64 @@ class GRPOLoss(LossModule):
 
     The advantage may be per token (``[*B, T]`` / ``[*B, T, 1]``) or per sequence (``[*B]`` /
     ``[*B, 1]``); any other shape raises a ``ValueError`` naming the entries and shapes.
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import GRPOLoss
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = GRPOLoss(actor, clip_epsilon=0.2)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
     """
 
     output_type: type[LLMLossOutput] = GRPOLossOutput
@@ -80,10 +141,10 @@ class GRPOLoss(LossModule):
         """advantage: per token or per sequence; action: the tokens; sample_log_prob: their
         log-probs at sampling; ref_log_probs: under the reference policy."""
 
-        advantage: NestedKey = "advantage"
-        action: NestedKey = ("tokens", "full")
-        sample_log_prob: NestedKey = ("log_probs", "full")
-        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")
+        advantage: NestedKey = "advantage"  # per sequence or token, [*B, 1]
+        action: NestedKey = ("tokens", "full")  # the tokens, [*B, T]
+        sample_log_prob: NestedKey = ("log_probs", "full")  # at sampling, [*B, T]
+        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")  # reference, [*B, T]
 
     clip_epsilon_low = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
     clip_epsilon_high = Coefficient(low=0.0, low_open=True, buffer=True)
@@ -328,7 +389,66 @@ class GRPOLoss(LossModule):
 class DAPO(GRPOLoss):
     """DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
     eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12).
-    TorchRL's ``DAPO``, same defaults (``clip_epsilon=0.2`` unless given)."""
+    TorchRL's ``DAPO``, same defaults (``clip_epsilon=0.2`` unless given).
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import DAPO
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = DAPO(actor)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
+    """
 
     output_type = DAPOLossOutput
 
@@ -337,7 +457,66 @@ class CISPOLoss(GRPOLoss):
     """CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4): ``-sg(clip(r_t, 1 - eps_low, 1 + eps_high))
     A log pi`` per token. The clipped weight is a constant, so a clipped token keeps its
     gradient ``clip(r) A grad log pi`` (TorchRL's ``CISPOLoss`` clamps the ratio inside the
-    graph and so drops it, as PPO's clip does; the values agree)."""
+    graph and so drops it, as PPO's clip does; the values agree).
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import CISPOLoss
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = CISPOLoss(actor)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
+    """
 
     output_type = CISPOLossOutput
 
@@ -354,7 +533,66 @@ class DrGRPOLoss(GRPOLoss):
     (``aggregation="seq_sum_constant"``). Its other half, no std in the group advantage, is the
     advantage's: ``MCAdvantage(..., scale=False)`` or
     :func:`rlloss.functional.group_relative_advantage` with ``scale=False``. Same keywords as
-    :class:`GRPOLoss`, another default aggregation."""
+    :class:`GRPOLoss`, another default aggregation.
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import DrGRPOLoss
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = DrGRPOLoss(actor)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
+    """
 
     def __init__(
         self,
@@ -406,7 +644,67 @@ class GSPOLoss(GRPOLoss):
     sequence; computed as GSPO-token (eq. 13), whose gradient is GSPO's when the advantage is
     one per sequence. The paper's clip range is small: default ``clip_epsilon=(3e-4, 4e-4)``;
     the default aggregation is the mean over sequences (``"prompt_mean"``). Same keywords as
-    :class:`GRPOLoss`, other defaults."""
+    :class:`GRPOLoss`, other defaults.
+
+    Examples:
+        >>> import torch
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import MetaData, TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import Masks, Tokens
+        >>> from rlloss import GSPOLoss
+        >>> words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}}
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model, tokenizer=tokenizer, generate=False, pad_output=True, input_mode="tokens"
+        ... )
+        >>> full = torch.randint(
+        ...     2, 32, (3, 10)
+        ... )  # 3 sequences: a prompt of 4 tokens, a response of 6
+        >>> batch = TensorDict(
+        ...     {
+        ...         "tokens": Tokens(
+        ...             full=full, prompt=full[:, :4], padded=MetaData(True), batch_size=[3]
+        ...         ),
+        ...         "masks": Masks(
+        ...             all_attention_mask=torch.ones(3, 10, dtype=torch.bool),
+        ...             all_assistant_mask=None,
+        ...             padded=MetaData(True),
+        ...             batch_size=[3],
+        ...         ),
+        ...         "log_probs": {
+        ...             "full": -torch.rand(3, 10) - 2
+        ...         },  # the sampling policy's, per token
+        ...         "advantage": torch.randn(3, 10, 1),
+        ...     },  # e.g. MCAdvantage's group-normalised rewards
+        ...     [3],
+        ... )
+        >>> loss = GSPOLoss(actor)
+        >>> out = loss(batch)
+        >>> (out.loss_objective + out.loss_entropy).backward()
+    """
+
 
     def __init__(
         self,

@@ -40,16 +40,92 @@ class SFTLoss(ChatHistoryLoss):
     sequences' tokens. The assistant mask comes from ``("masks", "all_assistant_mask")`` when
     the batch has it, else from the tokenizer's chat template.
 
+    Reference: Ouyang et al., "Training language models to follow instructions with human
+    feedback", arXiv:2203.02155 (the supervised fine-tuning step).
+
     Args:
         actor_network: a ``torchrl.modules.llm`` wrapper (``TransformersWrapper``) with
             ``generate=False``, ``input_mode="history"``.
         tokenizer: defaults to the actor's.
         tokenizer_kwargs: for ``History.apply_chat_template`` (``chat_template_name``...).
-        reduction, normalize_by_seq_length, kl_to_ref_coeff, loss_function, beta, device: as
+        reduction: as
             TorchRL's.
+        normalize_by_seq_length: as ``reduction``.
+        kl_to_ref_coeff: as ``reduction``.
+        loss_function: as ``reduction``.
+        beta: as ``reduction``.
+        device: as ``reduction``.
 
     Gradient accumulation and several processes: ``loss(batch, num_items_in_batch=N)``
     (:meth:`forward`).
+
+    Examples:
+        >>> import tensordict
+        >>> import transformers  # pip install "rlloss[llm]"
+        >>> from tensordict import TensorDict
+        >>> from tokenizers import Tokenizer
+        >>> from tokenizers.models import WordLevel
+        >>> from tokenizers.pre_tokenizers import Whitespace
+        >>> from torchrl.data import History
+        >>> from torchrl.modules.llm import TransformersWrapper
+        >>> from torchrl.modules.llm.policies.common import ChatHistory
+        >>> from rlloss import SFTLoss
+        >>> words = Tokenizer(
+        ...     WordLevel(
+        ...         {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, 32)}},
+        ...         unk_token="<pad>",
+        ...     )
+        ... )
+        >>> words.pre_tokenizer = Whitespace()
+        >>> tokenizer = (
+        ...     transformers.PreTrainedTokenizerFast(  # a tiny model built here, nothing downloaded
+        ...         tokenizer_object=words,
+        ...         pad_token="<pad>",
+        ...         eos_token="<eos>",
+        ...         padding_side="left",
+        ...     )
+        ... )
+        >>> model = transformers.Qwen2ForCausalLM(
+        ...     transformers.Qwen2Config(
+        ...         vocab_size=32,
+        ...         hidden_size=16,
+        ...         intermediate_size=32,
+        ...         num_hidden_layers=1,
+        ...         num_attention_heads=2,
+        ...         num_key_value_heads=1,
+        ...         pad_token_id=0,
+        ...         eos_token_id=1,
+        ...     )
+        ... )
+        >>> actor = TransformersWrapper(
+        ...     model,
+        ...     tokenizer=tokenizer,
+        ...     generate=False,
+        ...     input_mode="history",
+        ...     chat_template_name="qwen",
+        ...     pad_output=False,
+        ... )
+        >>> chats = History.from_chats(
+        ...     [
+        ...         [
+        ...             {"role": "user", "content": "t4 t5 t6"},
+        ...             {"role": "assistant", "content": "t7 t8"},
+        ...         ],
+        ...         [
+        ...             {"role": "user", "content": "t4 t5"},
+        ...             {"role": "assistant", "content": "t9 t10 t11"},
+        ...         ],
+        ...     ]
+        ... )
+        >>> loss = SFTLoss(
+        ...     actor, tokenizer=tokenizer, tokenizer_kwargs={"chat_template_name": "qwen"}
+        ... )
+        >>> with tensordict.set_list_to_stack(
+        ...     True
+        ... ):  # TorchRL's LLM setting: stored lists are stacked
+        ...     batch = TensorDict(history=ChatHistory(full=chats), batch_size=[2])
+        ...     out = loss(batch)  # the assistant tokens' negative log-likelihood
+        >>> out.loss_sft.backward()
     """
 
     output_type = SFTLossOutput
@@ -58,7 +134,7 @@ class SFTLoss(ChatHistoryLoss):
     class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
         """ref_log_prob: the reference model's token log-probs."""
 
-        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")
+        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff
 
     beta = Coefficient(low=0.0, low_open=True)  # MinorSFT: beta > 0
     kl_to_ref_coeff = Coefficient(low=0.0)

@@ -41,25 +41,92 @@ class MAPPOLoss(ClipPPOLoss):
     ``MultiAgentMLP(centralized=True)`` for MAPPO, ``centralized=False`` for IPPO.
 
     Args:
-        actor_network, critic_network: the per-agent policy and the critic (TorchRL's
+        actor_network: the per-agent policy and the critic (TorchRL's
             ``actor=`` / ``critic=`` aliases work too).
+        critic_network: as ``actor_network``.
         value_norm: a TorchRL ``ValueNorm``, or ``None``.
-        entropy_coeff, normalize_advantage, normalize_advantage_exclude_dims: as
+        entropy_coeff: as
             :class:`rlloss.PPOLoss`, with the defaults above.
-        clip_epsilon, dual_clip, clip_value: as :class:`rlloss.ClipPPOLoss`.
-        entropy_bonus, samples_mc_entropy, critic_coeff, loss_critic_type, advantage_norm,
-            separate_losses, reduction, delay_actor, max_importance_ratio, device,
-            log_explained_variance, functional, diagnostics, vf_clip_param,
-            policy_loss_addons, value_normalizer, normalize_advantage_global, process_group:
-            as :class:`rlloss.PPOLoss`.
-        gamma, advantage_key, value_target_key, value_key, entropy_coef, critic_coef:
-            TorchRL's removed keywords, refused with TorchRL's error (``gamma`` goes to
-            ``make_value_estimator``, the keys to ``set_keys``).
+        clip_epsilon: as :class:`rlloss.ClipPPOLoss`.
+        dual_clip: as ``clip_epsilon``.
+        clip_value: as ``clip_epsilon``.
+        entropy_bonus: as :class:`rlloss.PPOLoss`.
+        samples_mc_entropy: as ``entropy_bonus``.
+        critic_coeff: as ``entropy_bonus``.
+        loss_critic_type: as ``entropy_bonus``.
+        advantage_norm: as ``entropy_bonus``.
+        separate_losses: as ``entropy_bonus``.
+        reduction: as ``entropy_bonus``.
+        delay_actor: as ``entropy_bonus``.
+        max_importance_ratio: as ``entropy_bonus``.
+        device: as ``entropy_bonus``.
+        log_explained_variance: as ``entropy_bonus``.
+        functional: as ``entropy_bonus``.
+        diagnostics: as ``entropy_bonus``.
+        vf_clip_param: as ``entropy_bonus``.
+        policy_loss_addons: as ``entropy_bonus``.
+        value_normalizer: as ``entropy_bonus``.
+        normalize_advantage_global: as ``entropy_bonus``.
+        process_group: as ``entropy_bonus``.
+        gamma: TorchRL's removed keyword, refused with TorchRL's error (it goes to
+            ``make_value_estimator``).
+        advantage_key: TorchRL's removed keyword, refused as TorchRL does (``set_keys``).
+        value_target_key: TorchRL's removed keyword, refused as TorchRL does (``set_keys``).
+        value_key: TorchRL's removed keyword, refused as TorchRL does (``set_keys``).
+        entropy_coef: TorchRL's removed keyword, refused with TorchRL's error.
+        critic_coef: TorchRL's removed keyword, refused with TorchRL's error.
+        normalize_advantage: as :class:`rlloss.PPOLoss`.
+        normalize_advantage_exclude_dims: as :class:`rlloss.PPOLoss`.
 
-    Example:
+    The other keywords are as :class:`rlloss.ClipPPOLoss`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+        >>> from torchrl.modules.value_norm import PopArtValueNorm
+        >>> from rlloss import MAPPOLoss
+        >>> actor = ProbabilisticActor(  # 3 agents, 4 observations, 2 discrete actions each
+        ...     TensorDictModule(
+        ...         MultiAgentMLP(4, 2, 3, centralized=False, share_params=True),
+        ...         [("agents", "observation")],
+        ...         [("agents", "logits")],
+        ...     ),
+        ...     in_keys={"logits": ("agents", "logits")},
+        ...     out_keys=[("agents", "action")],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = TensorDictModule(
+        ...     MultiAgentMLP(4, 1, 3, centralized=True, share_params=True),
+        ...     [("agents", "observation")],
+        ...     [("agents", "state_value")],
+        ... )
+        >>> def agents():
+        ...     return TensorDict(observation=torch.randn(8, 3, 4), batch_size=[8, 3])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "agents": agents(),
+        ...         "next": {
+        ...             "agents": agents(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> with torch.no_grad():
+        ...     actor(batch)  # the collection: ("agents", "action") and its log-probability
         >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
-        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        >>> loss.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     action=("agents", "action"),
+        ...     sample_log_prob=("agents", "action_log_prob"),
+        ... )
         >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
     default_value_estimator = ValueEstimators.MAGAE
@@ -175,7 +242,50 @@ class IPPOLoss(MAPPOLoss):
     keywords and defaults (de Witt et al., arXiv:2011.09533). ``value_norm`` is rarely used
     here.
 
-    Example:
-        >>> loss = IPPOLoss(actor, critic)
-        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+        >>> from rlloss import IPPOLoss
+        >>> actor = ProbabilisticActor(  # 3 agents, 4 observations, 2 discrete actions each
+        ...     TensorDictModule(
+        ...         MultiAgentMLP(4, 2, 3, centralized=False, share_params=True),
+        ...         [("agents", "observation")],
+        ...         [("agents", "logits")],
+        ...     ),
+        ...     in_keys={"logits": ("agents", "logits")},
+        ...     out_keys=[("agents", "action")],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = TensorDictModule(
+        ...     MultiAgentMLP(4, 1, 3, centralized=False, share_params=True),
+        ...     [("agents", "observation")],
+        ...     [("agents", "state_value")],
+        ... )
+        >>> def agents():
+        ...     return TensorDict(observation=torch.randn(8, 3, 4), batch_size=[8, 3])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "agents": agents(),
+        ...         "next": {
+        ...             "agents": agents(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> with torch.no_grad():
+        ...     actor(batch)  # the collection: ("agents", "action") and its log-probability
+        >>> loss = IPPOLoss(actor, critic)  # each agent's critic sees its own observation
+        >>> loss.set_keys(
+        ...     value=("agents", "state_value"),
+        ...     action=("agents", "action"),
+        ...     sample_log_prob=("agents", "action_log_prob"),
+        ... )
+        >>> out = loss(batch)  # MultiAgentGAE runs first when the batch has no advantage
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """

@@ -39,6 +39,10 @@ class QMixerLoss(QLearningLoss):
     into the batch for prioritized replay. TD(1) and TD(lambda) targets
     (``make_value_estimator``) read the batch's last dim as time.
 
+    Reference: Rashid et al., "QMIX: Monotonic Value Function Factorisation for Deep
+    Multi-Agent Reinforcement Learning", arXiv:1803.11485; Sunehag et al., "Value-Decomposition
+    Networks For Cooperative Multi-Agent Learning", arXiv:1706.05296 (VDN).
+
     Args:
         local_value_network: the agents' Q network, e.g. a ``QValueActor`` or a ``TensorDictModule``
             writing ``("agents", "action_value")`` followed by TorchRL's ``QValueModule``
@@ -51,10 +55,13 @@ class QMixerLoss(QLearningLoss):
         loss_function: ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"``.
         delay_value: target copies of both networks (default), updated with ``SoftUpdate`` or
             ``HardUpdate``; ``False`` bootstraps from the online ones, without gradient.
-        gamma, reduction, use_prioritized_weights, priority_weighting: see
-            :class:`rlloss.offpolicy.TDTargetLoss`.
         action_space: ``"one-hot"`` or ``"categorical"`` (the action's dtype decides either
             way); default: the local network's.
+        gamma: see
+            :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: as ``gamma``.
+        use_prioritized_weights: as ``gamma``.
+        priority_weighting: as ``gamma``.
         priority_key: TorchRL's removed keyword: a ``RuntimeError`` pointing to
             ``set_keys(priority=...)``, as TorchRL's.
 
@@ -64,10 +71,51 @@ class QMixerLoss(QLearningLoss):
     Differences from TorchRL: ``gamma`` is accepted (TorchRL's raises, ``make_value_estimator``
     sets it there); ``reduction`` and prioritized-replay weights apply to the loss.
 
-    Example:
-        >>> mixer = TensorDictModule(QMixer(state_shape=(16,), mixing_embed_dim=32, n_agents=3),
-        ...                          in_keys=[("agents", "chosen_action_value"), "state"],
-        ...                          out_keys=["chosen_action_value"])
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueModule, SafeSequential
+        >>> from torchrl.modules.models.multiagent import QMixer
+        >>> from rlloss import QMixerLoss, SoftUpdate
+        >>> qnet = SafeSequential(  # 3 agents, 5 observations, 4 actions each
+        ...     TensorDictModule(
+        ...         torch.nn.Linear(5, 4), [("agents", "observation")], [("agents", "action_value")]
+        ...     ),
+        ...     QValueModule(
+        ...         action_value_key=("agents", "action_value"),
+        ...         spec=Categorical(4),
+        ...         out_keys=[
+        ...             ("agents", "action"),
+        ...             ("agents", "action_value"),
+        ...             ("agents", "chosen_action_value"),
+        ...         ],
+        ...     ),
+        ... )
+        >>> mixer = TensorDictModule(
+        ...     QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=3, device="cpu"),
+        ...     in_keys=[("agents", "chosen_action_value"), "state"],
+        ...     out_keys=["chosen_action_value"],
+        ... )
+        >>> def step():
+        ...     return {
+        ...         "agents": TensorDict(observation=torch.randn(8, 3, 5), batch_size=[8, 3]),
+        ...         "state": torch.randn(8, 6),
+        ...     }
+        >>> batch = TensorDict(
+        ...     {
+        ...         **step(),
+        ...         "next": {
+        ...             **step(),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> batch["agents", "action"] = torch.randint(4, (8, 3))
         >>> loss = QMixerLoss(qnet, mixer, action_space="categorical")
         >>> updater = SoftUpdate(loss, eps=0.995)
         >>> loss(batch)["loss"].backward()

@@ -55,17 +55,34 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``CQLLoss`` with the same keywords, keys, outputs and methods (``q_loss``, ``cql_loss``,
     ``alpha_prime_loss``, ``actor_loss``, ``actor_bc_loss``, ``alpha_loss``), each callable alone.
 
+    Reference: Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
+    arXiv:2006.04779.
+
     Args:
-        actor_network, qvalue_network, loss_function, alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, delay_actor, delay_qvalue: as
+        actor_network: as
             :class:`rlloss.SACLoss`.
+        qvalue_network: as ``actor_network``.
+        loss_function: as ``actor_network``.
+        alpha_init: as ``actor_network``.
+        min_alpha: as ``actor_network``.
+        max_alpha: as ``actor_network``.
+        fixed_alpha: as ``actor_network``.
+        action_spec: as ``actor_network``.
+        target_entropy: as ``actor_network``.
+        delay_actor: as ``actor_network``.
+        delay_qvalue: as ``actor_network``.
         num_qvalue_nets: Q networks, >= 1 (default 2; TorchRL's is fixed at 2).
         temperature: ``T`` of the log-sum-exp, > 0 (default 1.0).
         min_q_weight: the penalty's weight, >= 0 (default 1.0; the paper's ``alpha``).
-        max_q_backup, deterministic_backup: the target value (see above).
+        max_q_backup: the target value (see above).
+        deterministic_backup: the target value (see above).
         num_random: actions sampled per state and proposal (default 10).
-        with_lagrange, lagrange_thresh: the Lagrangian form (default off, threshold 0).
-        reduction, use_prioritized_weights, priority_weighting: see
+        with_lagrange: the Lagrangian form (default off, threshold 0).
+        lagrange_thresh: the Lagrangian form (default off, threshold 0).
+        reduction: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: as ``reduction``.
+        priority_weighting: as ``reduction``.
 
     The uniform actions cover the ``[low, high]`` of the actor's distribution when it has
     bounds (a TanhNormal's, however it is sampled; TorchRL's ``[-1, 1]`` whatever the bounds),
@@ -82,12 +99,43 @@ class CQLLoss(ContinuousSoftActorCritic):
     ``alpha_prime_loss`` need no earlier call; prioritized-replay weights apply to every loss;
     ``loss_alpha_prime`` follows ``reduction`` (TorchRL's is always a mean).
 
-    Example:
-        >>> loss = CQLLoss(actor, qvalue, action_spec=env.action_spec, with_lagrange=True,
-        ...                lagrange_thresh=5.0)
-        >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(offline_batch)
-        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import CQLLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = CQLLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), with_lagrange=False)
+        >>> out = loss(batch)
+        >>> (
+        ...     out["loss_actor"] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
+        ... ).backward()
     """
 
     @dataclasses.dataclass

@@ -38,10 +38,29 @@ class DiscreteCQLLoss(QLearningLoss):
     caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
     here computes them itself).
 
-    Example:
-        >>> loss = DiscreteCQLLoss(QValueActor(net, in_keys=["observation"], spec=spec))
-        >>> out = loss(offline_batch)
-        >>> (out["loss_qvalue"] + alpha * out["loss_cql"]).backward()
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DiscreteCQLLoss
+        >>> qnet = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DiscreteCQLLoss(qnet)
+        >>> out = loss(batch)  # an offline batch
+        >>> (out["loss_qvalue"] + out["loss_cql"]).backward()
     """
 
     out_keys = ["loss_qvalue", "loss_cql", "td_error", "pred_value", "target_value"]

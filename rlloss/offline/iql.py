@@ -46,6 +46,9 @@ class IQLLoss(TDTargetLoss):
     networks are a stacked ensemble with target copies (update them with ``SoftUpdate``), the
     value network has none (TorchRL's neither).
 
+    Reference: Kostrikov, Nair and Levine, "Offline Reinforcement Learning with Implicit
+    Q-Learning", arXiv:2110.06169.
+
     Args:
         actor_network: a TorchRL ``ProbabilisticActor``.
         qvalue_network: a module reading the observation and ``action`` and writing
@@ -55,18 +58,55 @@ class IQLLoss(TDTargetLoss):
         loss_function: the Q regression distance (default ``"smooth_l1"``, TorchRL's).
         temperature: ``beta`` of the weights, >= 0 (default 1.0).
         expectile: ``tau`` in [0, 1] (default 0.5; the paper uses 0.7 to 0.9).
-        scalar_output_mode, deactivate_vmap, separate_losses: as :class:`rlloss.SACLoss`.
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
-            separate_losses, priority_key, deactivate_vmap: see
-            :class:`rlloss.offpolicy.TDTargetLoss`.
+        scalar_output_mode: as :class:`rlloss.SACLoss`.
+        deactivate_vmap: as :class:`rlloss.SACLoss`.
+        separate_losses: as :class:`rlloss.SACLoss`.
+        gamma: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_key: see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the dataset action's log-probability is not written back into
     the caller's batch (under ``tensor_keys.log_prob``); ``entropy`` reports the same number.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import IQLLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> value = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = IQLLoss(actor, qvalue, value, expectile=0.7, temperature=3.0)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(offline_batch)
+        >>> out = loss(batch)  # an offline batch: the dataset's actions
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
 
@@ -215,13 +255,46 @@ class DiscreteIQLLoss(IQLLoss):
     (``[*B, num_actions]``, TorchRL's key) and are read at the dataset's action, an index or a
     one-hot (:func:`rlloss.functional.chosen_action_value`); the rest is :class:`IQLLoss`.
 
+    Reference: Kostrikov, Nair and Levine, "Offline Reinforcement Learning with Implicit
+    Q-Learning", arXiv:2110.06169.
+
     Args:
         action_space: ``"one-hot"`` or ``"categorical"`` (TorchRL's keyword; the action's shape
             decides either way), or a TorchRL spec.
-        Other arguments as :class:`IQLLoss`.
 
-    Example:
+    The other keywords are as :class:`IQLLoss`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import DiscreteIQLLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(
+        ...     torch.nn.Linear(3, 4), ["observation"], ["state_action_value"]
+        ... )
+        >>> value = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
 
     def __init__(

@@ -27,11 +27,39 @@ class TD3BCLoss(TwinDelayedLoss):
 
     Args:
         alpha: the weight of the RL term, > 0 (default 2.5, the paper's).
-        Other arguments as :class:`rlloss.TD3Loss`.
 
-    Example:
-        >>> loss = TD3BCLoss(actor, qvalue, action_spec=env.action_spec, alpha=2.5)
-        >>> out = loss(offline_batch)
+    The other keywords are as :class:`rlloss.TD3Loss`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> from rlloss import TD3BCLoss
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     ["action"],
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = TD3BCLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), alpha=2.5)
+        >>> out = loss(batch)  # an offline batch: the dataset's actions
         >>> (out["loss_actor"] + out["loss_qvalue"]).backward()
     """
 

@@ -84,12 +84,12 @@ class TDTargetLoss(LossModule):
     class _AcceptedKeys:
         """The replay keys of every off-policy loss."""
 
-        priority: NestedKey = "td_error"  # written: the per-sample TD error, for PER
-        reward: NestedKey = "reward"  # read under "next"
-        done: NestedKey = "done"  # read under "next" (not used by one-step targets)
-        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping
-        priority_weight: NestedKey = "priority_weight"  # optional importance weights
-        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns
+        priority: NestedKey = "td_error"  # written: the per-sample TD error, for PER, [*B]
+        reward: NestedKey = "reward"  # read under "next", [*B, 1]
+        done: NestedKey = "done"  # read under "next" (not by one-step targets), [*B, 1]
+        terminated: NestedKey = "terminated"  # read under "next": stops bootstrapping, [*B, 1]
+        priority_weight: NestedKey = "priority_weight"  # optional importance weights, [*B]
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"  # optional: n of n-step returns, [*B, 1]
 
     default_value_estimator = ValueEstimators.TD0
     _one_step_targets_only = False  # True: TD(1) / TD(lambda) estimators are refused

@@ -49,6 +49,9 @@ class CrossQLoss(ContinuousSoftActorCritic):
     the batch. ``qvalue_loss``, ``actor_loss`` and ``alpha_loss`` are TorchRL's methods, called in
     that order (the actor's pass reads the running statistics the joint pass updated).
 
+    Reference: Bhatt et al., "CrossQ: Batch Normalization in Deep Reinforcement Learning for
+    Greater Sample Efficiency and Simplicity" (ICLR 2024), arXiv:1902.05605.
+
     Args:
         actor_network: a ``ProbabilisticActor`` with a reparameterisable distribution.
         qvalue_network: a module writing ``state_action_value`` (``[*B, 1]``), typically with
@@ -62,11 +65,20 @@ class CrossQLoss(ContinuousSoftActorCritic):
             those layers stay the actor's parameters in ``qvalue_network_params`` (detached
             views) and only the actor loss trains them (TorchRL's behaviour); without it (the
             default), the critics hold their own copies of them.
-        alpha_init, min_alpha, max_alpha, fixed_alpha, action_spec, target_entropy, reduction, scalar_output_mode, deactivate_vmap: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
+        alpha_init: as :class:`rlloss.SACLoss` (TorchRL's CrossQ
             keywords). Targets: TD0 (default, n-step through ``steps_to_next_obs``), TD1 or
             TDLambda with ``make_value_estimator``.
-        use_prioritized_weights, priority_weighting: see
+        min_alpha: as ``alpha_init``.
+        max_alpha: as ``alpha_init``.
+        fixed_alpha: as ``alpha_init``.
+        action_spec: as ``alpha_init``.
+        target_entropy: as ``alpha_init``.
+        reduction: as ``alpha_init``.
+        scalar_output_mode: as ``alpha_init``.
+        deactivate_vmap: as ``alpha_init``.
+        use_prioritized_weights: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: as ``use_prioritized_weights``.
 
     Differences from TorchRL: prioritized-replay weights (``priority_weight``) weight the
     losses (TorchRL's CrossQ ignores them); the critics' modes are set for each pass without
@@ -76,16 +88,49 @@ class CrossQLoss(ContinuousSoftActorCritic):
     not clamped away from ±1 (see :class:`rlloss.SACLoss`); ``target_entropy="auto"`` without a
     spec reads the action size from the first batch (TorchRL raises).
 
-    Example:
-        >>> class Critic(nn.Module):  # BatchRenorm on the input and after the hidden layer
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import BatchRenorm1d, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import CrossQLoss
+        >>> class Critic(torch.nn.Module):  # BatchRenorm on the input and after the hidden layer
         ...     def __init__(self, n):
         ...         super().__init__()
-        ...         self.net = nn.Sequential(BatchRenorm1d(n), nn.Linear(n, 256), nn.ReLU(),
-        ...                                  BatchRenorm1d(256), nn.Linear(256, 1))
+        ...         self.net = torch.nn.Sequential(
+        ...             BatchRenorm1d(n),
+        ...             torch.nn.Linear(n, 16),
+        ...             torch.nn.ReLU(),
+        ...             BatchRenorm1d(16),
+        ...             torch.nn.Linear(16, 1),
+        ...         )
         ...     def forward(self, observation, action):
         ...         return self.net(torch.cat([observation, action], -1))
-        >>> qvalue = ValueOperator(Critic(obs + act), in_keys=["observation", "action"])
-        >>> loss = CrossQLoss(actor, qvalue, action_spec=env.action_spec)
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(Critic(3 + 1), in_keys=["observation", "action"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = CrossQLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)))
         >>> out = loss(batch)  # no updater: CrossQ has no target network
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
     """

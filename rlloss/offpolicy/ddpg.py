@@ -28,22 +28,58 @@ class DDPGLoss(DeterministicActorCritic):
     :meth:`loss_value` can be called separately; ``forward`` returns both and writes the squared
     TD error ``td_error`` (``[*B]``) into the batch for prioritized replay.
 
+    Reference: Lillicrap et al., "Continuous control with deep reinforcement learning",
+    arXiv:1509.02971.
+
     Args:
         actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
         value_network: a module reading the observation and ``action`` and writing
             ``state_action_value`` (a TorchRL ``ValueOperator``).
         delay_actor: a target copy of the actor (TorchRL's default: no).
         delay_value: a target copy of the critic (default: yes).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
+        loss_function: see :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function``
             defaults to ``"l2"``).
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
+        policy_loss_addons: as ``loss_function``.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.
 
-    Example:
-        >>> loss = DDPGLoss(actor, critic)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> from rlloss import DDPGLoss, SoftUpdate
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     ["action"],
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DDPGLoss(actor, qvalue)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(batch); (out["loss_actor"] + out["loss_value"]).backward()
+        >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_value"]).backward()
+        >>> updater.step()
     """
 
     @dataclasses.dataclass

@@ -25,7 +25,7 @@ class DeterministicActorCritic(TDTargetLoss):
         keys."""
 
         action: NestedKey = "action"  # the action taken, and the actor's output
-        state_action_value: NestedKey = "state_action_value"  # written by the critic
+        state_action_value: NestedKey = "state_action_value"  # the critic's V(s)
 
     _estimator_keys = {"value": "state_action_value"}
     _actor_loss_key = "loss_actor"

@@ -28,25 +28,56 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     ``CategoricalMPO``). Critic (expected SARSA, exact): ``L(Q(s, a), y)``, ``y = r + gamma^n (1
     - terminated) sum_a' pi_target(a'|s') Q_target(s', a')``.
 
+    Reference: Abdolmaleki et al., "Maximum a Posteriori Policy Optimisation", arXiv:1806.06920,
+    and "Relative Entropy Regularized Policy Iteration", arXiv:1812.02256.
+
     Args:
         actor_network: a ``ProbabilisticActor`` over a categorical (``logits``): ``Categorical``
             or ``OneHotCategorical``.
         qvalue_network: a module writing ``action_value`` (``[*B, num_actions]``).
-        epsilon, epsilon_policy: the E-step and M-step KL bounds (Acme's defaults).
-        init_log_temperature, init_log_alpha: initial dual parameters (softplus space).
-        alpha_max, alpha_scale: a cap on the KL multiplier and a factor on its dual loss
-            (pytorchrl's ``alpha_max`` / ``alpha_scale``; default uncapped, 1).
-        Other arguments: as :class:`rlloss.MPOLoss`. The taken action is an index or a one-hot (its
-        dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
+        epsilon: the E-step KL bound (Acme's default).
+        epsilon_policy: the M-step KL bound (Acme's default).
+        init_log_temperature: the initial temperature, a dual parameter (softplus space).
+        init_log_alpha: the initial KL multiplier, a dual parameter (softplus space).
+        alpha_max: a cap on the KL multiplier (pytorchrl's ``alpha_max``; default uncapped).
+        alpha_scale: a factor on the multiplier's dual loss (pytorchrl's; default 1).
+
+    The other keywords are as :class:`rlloss.MPOLoss`. The taken action is an index or a one-hot
+    (its dtype decides, as in :class:`rlloss.DiscreteSACLoss`).
 
     Outputs: ``loss_actor``, ``loss_qvalue``, ``loss_temperature``, ``loss_alpha``; diagnostics
     ``temperature``, ``alpha``, ``kl`` (``KL(pi_target || pi)``), ``kl_q`` (``KL(q ||
     pi_target)``), ``q_mean`` (``Q_target(s, .)`` over states and actions). ``forward`` writes
     ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from rlloss import DiscreteMPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["action_value"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DiscreteMPOLoss(actor, qvalue)
         >>> out = loss(batch)
+        >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
     @dataclasses.dataclass

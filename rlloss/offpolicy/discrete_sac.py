@@ -43,15 +43,43 @@ class DiscreteSACLoss(_SoftActorCritic):
         target_entropy: ``"auto"``, ``-log(1 / num_actions) * target_entropy_weight``, or a number.
         action_space: ``"one-hot"`` or ``"categorical"`` (or a spec); the action's dtype decides
             (integer: index, else one-hot).
-        Other arguments: as :class:`rlloss.SACLoss`.
+
+    The other keywords are as :class:`rlloss.SACLoss`.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean;
     ``alpha`` and ``entropy`` are returned with ``reduction="none"`` too; actions of
     probability 0 contribute exactly 0 to the soft value (TorchRL puts ``log 1e-8`` there).
 
-    Example:
-        >>> loss = DiscreteSACLoss(actor, [q1, q2], num_actions=4, action_space="categorical")
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor
+        >>> from rlloss import DiscreteSACLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ... )
+        >>> qvalue = TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["action_value"])
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(4, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DiscreteSACLoss(
+        ...     actor, qvalue, num_actions=4, num_qvalue_nets=2, action_space="categorical"
+        ... )
         >>> out = loss(batch)
+        >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
     """
 
     @dataclasses.dataclass

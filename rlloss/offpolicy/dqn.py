@@ -33,12 +33,19 @@ class DQNLoss(QLearningLoss):
     has it (prioritized replay) and the squared TD error is written into the input batch under
     ``td_error`` for ``replay_buffer.update_tensordict_priority(batch)``.
 
+    Reference: Mnih et al., "Human-level control through deep reinforcement learning", Nature
+    (2015); van Hasselt et al., "Deep Reinforcement Learning with Double Q-learning",
+    arXiv:1509.06461.
+
     Args:
         value_network: a TorchRL ``QValueActor`` or any module writing ``action_value``
             (``[*B, num_actions]``).
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting,
-            separate_losses, policy_loss_addons, priority_key: see
+        loss_function: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``).
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
         delay_value: keep a target copy of the network (update it with TorchRL's ``SoftUpdate``
             or ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
         double_dqn: double Q-learning (needs ``delay_value``).
@@ -51,17 +58,77 @@ class DQNLoss(QLearningLoss):
     with a warning; only one-step (n-step through
     ``steps_to_next_obs``) targets are built, so ``make_value_estimator`` takes ``TD0`` only.
 
-    Example:
-        >>> loss = DQNLoss(QValueActor(net, in_keys=["observation"], spec=spec), double_dqn=True)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DQNLoss, SoftUpdate
+        >>> qnet = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DQNLoss(qnet, delay_value=True, double_dqn=True)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> out = loss(batch); out["loss"].backward(); optimizer.step(); updater.step()
-        >>> replay_buffer.update_tensordict_priority(batch)
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
+        >>> optimizer.step()
+        >>> updater.step()
+        >>> print(
+        ...     batch["td_error"].shape
+        ... )  # written for prioritized replay: update_tensordict_priority
     """
 
 
 class DDQNLoss(DQNLoss):
     """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias;
-    its keywords are :class:`DQNLoss`'s but ``delay_value`` and ``double_dqn`` (both ``True``)."""
+    its keywords are :class:`DQNLoss`'s but ``delay_value`` and ``double_dqn`` (both ``True``).
+
+    Reference: van Hasselt, Guez and Silver, "Deep Reinforcement Learning with Double
+    Q-learning", arXiv:1509.06461.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DDQNLoss, SoftUpdate
+        >>> qnet = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2))
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randint(2, (8,)),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = DDQNLoss(qnet)  # DQNLoss(qnet, delay_value=True, double_dqn=True)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
+        >>> updater = SoftUpdate(loss, tau=0.005)
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
+        >>> optimizer.step()
+        >>> updater.step()
+        >>> print(
+        ...     batch["td_error"].shape
+        ... )  # written for prioritized replay: update_tensordict_priority
+    """
 
     def __init__(
         self,
@@ -113,8 +180,10 @@ class DistributionalDQNLoss(DQNLoss):
         gamma: the discount (TorchRL requires it; default 0.99 here).
         delay_value: keep a target copy of the network (update it with ``SoftUpdate`` /
             ``HardUpdate``); ``False`` bootstraps from the online network (no gradient).
-        reduction, use_prioritized_weights, priority_weighting: see
+        reduction: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: as ``reduction``.
+        priority_weighting: as ``reduction``.
 
     Only one-step (n-step through ``steps_to_next_obs``) targets exist for a return
     distribution: ``make_value_estimator`` takes ``TD0`` only, as in TorchRL.
@@ -125,11 +194,34 @@ class DistributionalDQNLoss(DQNLoss):
     for a multi-one-hot action space (TorchRL takes the argmax of the actor's multi-one-hot
     action); nothing is moved to the CPU and no ``.item()`` is read (no host sync).
 
-    Example:
-        >>> actor = DistributionalQValueActor(net, support=torch.linspace(0, 500, 51),
-        ...                                   action_space="categorical", in_keys=["observation"])
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import OneHot
+        >>> from torchrl.modules import DistributionalQValueActor
+        >>> from rlloss import DistributionalDQNLoss
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Linear(3, 2 * 11), torch.nn.Unflatten(-1, (11, 2)), torch.nn.LogSoftmax(-2)
+        ... )  # log-probabilities of 11 atoms, 2 actions
+        >>> actor = DistributionalQValueActor(
+        ...     net, support=torch.linspace(-10, 10, 11), spec=OneHot(2), in_keys=["observation"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.nn.functional.one_hot(torch.randint(2, (8,)), 2),
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = DistributionalDQNLoss(actor, gamma=0.99)
-        >>> out = loss(batch); out["loss"].backward()
+        >>> out = loss(batch)
+        >>> out["loss"].backward()
     """
 
     @dataclasses.dataclass

@@ -71,20 +71,31 @@ class MPOLoss(MaximumAPosteriori):
         epsilon: the E-step KL bound. epsilon_mean, epsilon_stddev: the M-step bounds on
             ``KL_mean`` and ``KL_stddev``, per action dimension when ``per_dim_constraining``
             (Acme's values are per dimension), else on their sum over dimensions.
-        init_log_temperature, init_log_alpha_mean, init_log_alpha_stddev: initial dual
+        init_log_temperature: initial dual
             parameters (softplus space, Acme's defaults).
-        alpha_mean_max, alpha_stddev_max: caps on the mean and scale multipliers
+        init_log_alpha_mean: as ``init_log_temperature``.
+        init_log_alpha_stddev: as ``init_log_temperature``.
+        alpha_mean_max: caps on the mean and scale multipliers
             (pytorchrl's ``alpha_mean_max`` / ``alpha_var_max``; ``None``: uncapped), enforced
             by :meth:`clamp_duals` at every ``loss_actor`` call.
-        alpha_mean_scale, alpha_stddev_scale: factors on those multipliers' dual losses, i.e.
+        alpha_stddev_max: as ``alpha_mean_max``.
+        alpha_mean_scale: factors on those multipliers' dual losses, i.e.
             on their step sizes (pytorchrl's ``alpha_mean_scale`` / ``alpha_var_scale``;
             default 1).
-        action_penalization, epsilon_penalty: MO-MPO's action penalty (needs action bounds).
-        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate`` or
+        alpha_stddev_scale: as ``alpha_mean_scale``.
+        action_penalization: MO-MPO's action penalty (needs action bounds).
+        epsilon_penalty: MO-MPO's action penalty (needs action bounds).
+        delay_actor: keep target copies (update them with ``SoftUpdate`` or
             ``HardUpdate``); without, the online network's outputs are used without gradient.
-        loss_function, gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons: see
+        delay_qvalue: as ``delay_actor``.
+        loss_function: see
             :class:`rlloss.offpolicy.TDTargetLoss` (``loss_function`` defaults to ``"l2"``); the
             importance weights weight the per-state actor and dual losses too.
+        gamma: as ``loss_function``.
+        reduction: as ``loss_function``.
+        use_prioritized_weights: as ``loss_function``.
+        priority_weighting: as ``loss_function``.
+        policy_loss_addons: as ``loss_function``.
         action_spec: the action spec (a ``Bounded`` or a ``Composite`` holding one) giving the
             bounds and the action dimension; default: the actor's ``spec``.
 
@@ -95,14 +106,50 @@ class MPOLoss(MaximumAPosteriori):
     (of the E-step's sampled actions), and ``penalty_temperature`` with action penalisation.
     ``forward`` writes ``td_error`` (``|Q(s, a) - y|``, ``[*B]``).
 
-    Example:
-        >>> loss = MPOLoss(actor, qvalue, action_spec=env.action_spec)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import MPOLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = MPOLoss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), num_samples=4)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> optimizer = torch.optim.Adam([
-        ...     {"params": [*actor.parameters(), *qvalue.parameters()], "lr": 1e-4},
-        ...     {"params": list(loss.dual_parameters()), "lr": 1e-2}])
+        >>> optimizer = torch.optim.Adam(
+        ...     [
+        ...         {"params": [*actor.parameters(), *qvalue.parameters()], "lr": 1e-4},
+        ...         {"params": list(loss.dual_parameters()), "lr": 1e-2},
+        ...     ]
+        ... )  # the Lagrange multipliers
         >>> out = loss(batch)
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+        >>> optimizer.step()
+        >>> updater.step()
     """
 
     @dataclasses.dataclass

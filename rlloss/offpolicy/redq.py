@@ -59,12 +59,13 @@ class REDQLoss(ContinuousSoftActorCritic):
         num_qvalue_nets: ``N`` (default 10).
         sub_sample_len: ``M`` (default 2), an integer >= 1; as in TorchRL, at most ``N - 1``
             (and 1 when ``N = 1``).
-        min_alpha, max_alpha: bounds on alpha (default 0.1 and 10, TorchRL's); ``log_alpha``
+        min_alpha: bounds on alpha (default 0.1 and 10, TorchRL's); ``log_alpha``
             itself is not projected (TorchRL's REDQ; SACLoss projects it).
+        max_alpha: as ``min_alpha``.
         gSDE: give the actor zeros as ``_eps_gSDE`` (TorchRL's keyword).
-        Other arguments: as :class:`rlloss.SACLoss` (TorchRL's REDQ keywords; ``gamma`` and
-            ``make_value_estimator`` with TD0, TD1 or TDLambda, n-step through
-            ``steps_to_next_obs``).
+
+    The other keywords are as :class:`rlloss.SACLoss` (TorchRL's REDQ keywords; ``gamma`` and
+    ``make_value_estimator`` with TD0, TD1 or TDLambda, n-step through ``steps_to_next_obs``).
 
     Differences from TorchRL: prioritized-replay weights (``priority_weight``) weight the
     losses, as in every rlloss off-policy loss (TorchRL's REDQ ignores them); ``alpha`` and
@@ -72,11 +73,43 @@ class REDQLoss(ContinuousSoftActorCritic):
     ±1 (see :class:`rlloss.SACLoss`); ``target_entropy="auto"`` without a spec reads the action
     dim from the first batch (TorchRL raises).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import REDQLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = REDQLoss(actor, qvalue, num_qvalue_nets=10, sub_sample_len=2)
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        >>> updater.step()  # after the optimizer's step
     """
 
     @dataclasses.dataclass

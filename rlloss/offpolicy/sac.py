@@ -69,9 +69,11 @@ class SACLoss(ContinuousSoftActorCritic):
         qvalue_network: a module reading the observation and ``action`` and writing
             ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (weights kept;
             copies of a single module are re-initialised).
-        num_qvalue_nets, loss_function: as in TorchRL.
+        num_qvalue_nets: as in TorchRL.
+        loss_function: as in TorchRL.
         alpha_init: initial temperature; ``fixed_alpha``: keep it (``log_alpha`` is a buffer).
-        min_alpha, max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        min_alpha: bounds on alpha (``log_alpha`` is projected before each use).
+        max_alpha: bounds on alpha (``log_alpha`` is projected before each use).
         action_spec: the action spec, for ``target_entropy="auto"`` (``-dim(A)``); without it
             the actor's ``spec``, else the batch's action shape at the first call.
         target_entropy: ``"auto"`` or a number.
@@ -84,20 +86,55 @@ class SACLoss(ContinuousSoftActorCritic):
         delay_value: a target copy of ``value_network`` (SAC v1); ignored without one, as
             TorchRL does.
         delay_qvalue: keep target Q copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
-            separate_losses, priority_key, deactivate_vmap: see
+        gamma: see
             :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: as ``gamma``.
+        use_prioritized_weights: as ``gamma``.
+        priority_weighting: as ``gamma``.
+        policy_loss_addons: as ``gamma``.
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
     ``reduction="none"`` too; the tanh is not clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
     pre-tanh value, finite at the bounds.
 
-    Example:
-        >>> loss = SACLoss(actor, [qvalue_1, qvalue_2], action_spec=env.action_spec)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import SACLoss, SoftUpdate
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = SACLoss(actor, qvalue, num_qvalue_nets=2, action_spec=Bounded(-1, 1, (1,)))
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        >>> updater.step()  # after the optimizer's step
     """
 
     def __init__(

@@ -18,17 +18,31 @@ class TD3Loss(TwinDelayedLoss):
     both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)
     into the batch for prioritized replay.
 
+    Reference: Fujimoto, van Hoof and Meger, "Addressing Function Approximation Error in
+    Actor-Critic Methods", arXiv:1802.09477.
+
     Args:
         actor_network: a deterministic actor writing ``action`` (a TorchRL ``Actor``).
         qvalue_network: a module reading the observation and ``action`` and writing
             ``state_action_value``, or a list of ``num_qvalue_nets`` such modules (their weights
             kept; copies of a single module are re-initialised).
-        action_spec / bounds: the action bounds for the smoothed target action (exactly one).
-        num_qvalue_nets, policy_noise, noise_clip, loss_function: as in TorchRL.
-        delay_actor, delay_qvalue: keep target copies (update them with ``SoftUpdate``).
-        gamma, reduction, use_prioritized_weights, priority_weighting, policy_loss_addons,
-            separate_losses, priority_key, deactivate_vmap: see
-            :class:`rlloss.offpolicy.TDTargetLoss`.
+        action_spec: a TorchRL ``Bounded`` spec: the bounds of the smoothed target action
+            (give it or ``bounds``, not both).
+        bounds: ``(low, high)``, the same bounds given directly.
+        num_qvalue_nets: as in TorchRL.
+        policy_noise: as in TorchRL.
+        noise_clip: as in TorchRL.
+        loss_function: as in TorchRL.
+        delay_actor: keep target copies (update them with ``SoftUpdate``).
+        delay_qvalue: keep target copies (update them with ``SoftUpdate``).
+        gamma: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        reduction: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        use_prioritized_weights: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_weighting: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        policy_loss_addons: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        separate_losses: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        priority_key: see :class:`rlloss.offpolicy.TDTargetLoss`.
+        deactivate_vmap: see :class:`rlloss.offpolicy.TDTargetLoss`.
 
     Differences from TorchRL: the actor loss evaluates ``Q_1`` alone (TorchRL evaluates every Q
     network on ``mu(s)`` and keeps the first: the same loss and gradients for ``num_qvalue_nets``
@@ -38,9 +52,37 @@ class TD3Loss(TwinDelayedLoss):
     the original weights' min and max); ``priority_weighting`` defaults to the PER paper's mean;
     ``separate_losses`` is not supported.
 
-    Example:
-        >>> loss = TD3Loss(actor, qvalue, action_spec=env.action_spec, num_qvalue_nets=2)
-        >>> critic_loss, _ = loss.loss_qvalue(batch)
-        >>> if step % 2 == 0:
-        ...     actor_loss, _ = loss.loss_actor(batch)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> from rlloss import TD3Loss
+        >>> actor = TensorDictModule(
+        ...     torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh()),
+        ...     ["observation"],
+        ...     ["action"],
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = TD3Loss(actor, qvalue, action_spec=Bounded(-1, 1, (1,)), num_qvalue_nets=2)
+        >>> for step in range(2):
+        ...     critic_loss, _ = loss.loss_qvalue(batch)
+        ...     if step % 2 == 0:  # the delayed policy update
+        ...         actor_loss, _ = loss.loss_actor(batch)
     """

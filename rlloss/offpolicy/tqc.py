@@ -34,8 +34,9 @@ class TQCLoss(ContinuousSoftActorCritic):
         num_qvalue_nets: the number of critics ``N`` (default 5).
         top_quantiles_to_drop_per_net: ``d``, the pooled atoms dropped per critic (default 2;
             ``d N`` in all, fewer than ``N M``).
-        Other arguments: as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
-        one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
+
+    The other keywords are as :class:`rlloss.SACLoss` (only TorchRL's TQC keywords); targets are
+    one-step (n-step through ``steps_to_next_obs``): ``ValueEstimators.TD0`` only.
 
     Differences from TorchRL: those of :class:`rlloss.SACLoss` (``priority_weighting``
     defaults to the PER paper's mean, ``alpha`` and ``entropy`` come with ``reduction="none"``
@@ -43,8 +44,45 @@ class TQCLoss(ContinuousSoftActorCritic):
     terminal next states too and their next value is discarded by ``terminated``, NaN-safe
     (TorchRL does not run it there, so its random stream differs).
 
-    Example:
-        >>> loss = TQCLoss(actor, quantile_critic, num_qvalue_nets=5, action_spec=spec)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import SoftUpdate, TQCLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> qvalue = ValueOperator(
+        ...     MLP(in_features=4, out_features=1, num_cells=[8]), in_keys=["observation", "action"]
+        ... )
+        >>> quantile_critic = ValueOperator(
+        ...     MLP(in_features=4, out_features=25, num_cells=[8]),
+        ...     in_keys=["observation", "action"],
+        ... )  # M = 25 atoms
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.rand(8, 1) * 2 - 1,
+        ...         "next": {
+        ...             "observation": torch.randn(8, 3),
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
+        >>> loss = TQCLoss(
+        ...     actor, quantile_critic, num_qvalue_nets=5, action_spec=Bounded(-1, 1, (1,))
+        ... )
         >>> updater = SoftUpdate(loss, tau=0.005)
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()

@@ -62,6 +62,9 @@ class A2CLoss(_PolicyGradientLoss):
     Padded sequence batches, composite action distributions and keyword-tensor calls work as in
     :class:`rlloss.PPOLoss`.
 
+    Reference: Mnih et al., "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783
+    (A3C; A2C is its synchronous variant).
+
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
         critic_network: a module writing ``state_value`` (a TorchRL ``ValueOperator``).
@@ -73,7 +76,8 @@ class A2CLoss(_PolicyGradientLoss):
         separate_losses: the critic loss sends no gradient into parameters it shares with the
             actor.
         functional: TorchRL's flag (see :class:`rlloss.PPOLoss`).
-        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        actor: TorchRL's aliases of ``actor_network`` and ``critic_network``.
+        critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: value clipping radius around the stored ``state_value`` (``None``: off).
         policy_loss_addons: extra terms on ``loss_objective`` (:mod:`rlloss.addons`).
@@ -82,9 +86,29 @@ class A2CLoss(_PolicyGradientLoss):
         advantage_norm: a TorchRL ``ValueNorm`` dividing the advantage by its scale (see
             :class:`rlloss.PPOLoss`).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import A2CLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = A2CLoss(actor, critic, entropy_coeff=0.01)
-        >>> out = loss(batch)  # GAE runs first when the batch has no advantage
+        >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
@@ -166,6 +190,9 @@ class ReinforceLoss(_PolicyGradientLoss):
     batch or estimated on a copy of it (GAE by default; TD(0), TD(1), TD(lambda), VTrace
     through ``make_value_estimator``): Williams's Monte-Carlo return is the TD(1) estimator.
 
+    Reference: Williams, "Simple statistical gradient-following algorithms for connectionist
+    reinforcement learning", Machine Learning 8 (1992).
+
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
         critic_network: a module writing ``state_value`` (a TorchRL ``ValueOperator``).
@@ -173,16 +200,40 @@ class ReinforceLoss(_PolicyGradientLoss):
             TorchRL's ``SoftUpdate`` / ``HardUpdate``) and let the value estimator read ``V(s')``
             from it, as TorchRL does.
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
-        separate_losses, functional, actor, critic, reduction, clip_value: as
+        separate_losses: as
             :class:`A2CLoss`.
+        functional: as ``separate_losses``.
+        actor: as ``separate_losses``.
+        critic: as ``separate_losses``.
+        reduction: as ``separate_losses``.
+        clip_value: as ``separate_losses``.
         policy_loss_addons: extra terms on ``loss_actor`` (:mod:`rlloss.addons`).
         value_normalizer: an :class:`rlloss.ValueNormalizer` (see :class:`rlloss.PPOLoss`).
         diagnostics: ``False`` skips the detached diagnostics (see :class:`rlloss.PPOLoss`).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ReinforceLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = ReinforceLoss(actor, critic)
-        >>> loss.make_value_estimator(ValueEstimators.TD1, gamma=0.99)
-        >>> out = loss(batch)
+        >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> (out["loss_actor"] + out["loss_value"]).backward()
     """
 

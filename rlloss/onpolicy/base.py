@@ -80,13 +80,13 @@ class OnPolicyLoss(LossModule):
 
         advantage: NestedKey = "advantage"  # A(s, a), [*B, 1]
         value_target: NestedKey = "value_target"  # critic regression target, [*B, 1]
-        value: NestedKey = "state_value"  # V(s) written by the critic; old V(s) for clip_value
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, 1]; old V(s) for clip_value
         sample_log_prob: NestedKey = "action_log_prob"  # log pi_old(a|s) at collection, [*B]
         action: NestedKey = "action"  # the action taken
-        reward: NestedKey = "reward"  # read under "next" by the value estimator
-        done: NestedKey = "done"  # read under "next" by the value estimator
-        terminated: NestedKey = "terminated"  # read under "next" by the value estimator
-        mask: NestedKey = ("collector", "mask")  # optional padding mask of sequence batches
+        reward: NestedKey = "reward"  # read under "next" by the value estimator, [*B, 1]
+        done: NestedKey = "done"  # read under "next" by the value estimator, [*B, 1]
+        terminated: NestedKey = "terminated"  # under "next", read by the value estimator, [*B, 1]
+        mask: NestedKey = ("collector", "mask")  # optional padding mask of sequence batches, [*B]
 
     default_value_estimator = ValueEstimators.GAE
     _value_key_hint = "the value key passed to PPO"  # TorchRL's words, per family

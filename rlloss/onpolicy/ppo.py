@@ -119,7 +119,27 @@ class PPOLoss(OnPolicyLoss):
     treating ``done`` as termination. ``advantage_norm`` with a padding mask selects the valid
     value targets by boolean indexing (a host sync, as TorchRL's); without one, no sync.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import PPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = PPOLoss(actor, critic)
         >>> out = loss(batch)  # batch holds advantage and value_target, or GAE runs first
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
@@ -216,9 +236,30 @@ class ClipPPOLoss(PPOLoss):
         clip_epsilon: ``eps`` (symmetric) or ``(eps_low, eps_high)``.
         dual_clip: the dual-clip constant ``c > 1``, or ``None``.
         clip_value: value clipping radius; ``True`` uses ``clip_epsilon`` (symmetric only).
-        Other arguments as :class:`PPOLoss`.
 
-    Example:
+    The other keywords are as :class:`PPOLoss`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.0)
         >>> out = loss(batch)
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
@@ -377,12 +418,15 @@ class KLPENPPOLoss(PPOLoss):
 
     Args:
         dtarg: target KL. beta: initial beta (a buffer, in ``state_dict``).
-        increment, decrement: beta factors (``>= 1`` and ``<= 1``).
+        increment: the factor on beta when the KL is high (``>= 1``).
+        decrement: the factor on beta when the KL is low (``<= 1``).
         samples_mc_kl: draws of the Monte-Carlo KL.
         adaptive_beta: adapt beta in each forward; with ``False`` call :meth:`update_beta`
             yourself (e.g. once per epoch with the epoch's mean KL).
-        beta_min, beta_max: optional bounds on beta.
-        Other arguments as :class:`PPOLoss`.
+        beta_min: an optional lower bound on beta.
+        beta_max: an optional upper bound on beta.
+
+    The other keywords are as :class:`PPOLoss`.
 
     Differences from TorchRL: TorchRL multiplies beta in place after building ``beta * KL``, so
     the backward pass sees the updated beta while the reported loss used the old one; here the
@@ -390,10 +434,32 @@ class KLPENPPOLoss(PPOLoss):
     in eval mode, and with a host sync (``if kl.mean() > ...``); rlloss's update is a
     ``torch.where`` on the buffer. TorchRL's ``kl`` output is per sample; rlloss's is the mean.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import KLPENPPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.randint(2, (8,)),
+        ...     action_log_prob=torch.full((8,), -0.69),
+        ...     logits=torch.zeros(8, 2),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = KLPENPPOLoss(actor, critic, dtarg=0.01, beta=1.0)
-        >>> out = loss(batch)  # batch holds loc/scale (or logits) of the collecting policy
-        >>> out["beta"], out["kl"]
+        >>> out = loss(batch)  # batch holds the logits (or loc/scale) of the collecting policy
+        >>> out["loss_objective"].backward()
+        >>> print(out["beta"], out["kl"])
     """
 
     beta = Coefficient(low=0.0, buffer=True)
@@ -577,10 +643,37 @@ class RPOLoss(ClipPPOLoss):
         noise_in_actor: instead of perturbing the location itself, write ``rpo_alpha`` into the
             batch (``[*B, 1]`` under ``tensor_keys.rpo_alpha``) for an actor that reads it and
             applies the noise (skrl's style).
-        Other arguments as :class:`ClipPPOLoss`.
 
-    Example:
+    The other keywords are as :class:`ClipPPOLoss`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rlloss import RPOLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
+        ...         ["observation"],
+        ...         ["loc", "scale"],
+        ...     ),
+        ...     ["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> batch = TensorDict(
+        ...     observation=torch.randn(8, 3),
+        ...     action=torch.rand(8, 1) * 1.8 - 0.9,
+        ...     action_log_prob=torch.zeros(8),
+        ...     advantage=torch.randn(8, 1),
+        ...     value_target=torch.randn(8, 1),
+        ...     batch_size=[8],
+        ... )
         >>> loss = RPOLoss(actor, critic, rpo_alpha=0.5)
+        >>> out = loss(batch)  # the mean perturbed by U(-0.5, 0.5) noise before the log-probability
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
     @dataclasses.dataclass

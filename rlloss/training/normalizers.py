@@ -94,9 +94,15 @@ class RewardNormalizer(CoefficientOwner, nn.Module):
         process_group: the ``torch.distributed`` group whose returns are pooled (default: the
             default group when initialised, else none).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from rlloss import RewardNormalizer
         >>> normalizer = RewardNormalizer(num_envs=8, gamma=0.99)
-        >>> batch["next", "reward"] = normalizer(batch["next", "reward"], batch["next", "done"])
+        >>> for step in range(3):  # one call per env step, rewards of shape [num_envs, 1]
+        ...     reward, done = torch.randn(8, 1), torch.zeros(8, 1, dtype=torch.bool)
+        ...     scaled = normalizer(
+        ...         reward, done
+        ...     )  # divided by the running std of the discounted return
     """
 
     gamma = Coefficient(low=0.0, high=1.0)

@@ -134,11 +134,47 @@ class KLAdaptiveLR(LRScheduler):
         process_group: the ``torch.distributed`` group to average the KL over (default: the
             default group when initialised, else none).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, KLAdaptiveLR
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "action": torch.randint(2, (4, 16)),
+        ...         "action_log_prob": torch.full((4, 16), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
+        >>> loss = ClipPPOLoss(actor, critic)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)
         >>> scheduler = KLAdaptiveLR(optimizer, kl_threshold=0.01)
-        >>> for epoch in range(epochs):
-        ...     kls = [train_minibatch(batch) for batch in minibatches]
-        ...     scheduler.step(torch.stack(kls).mean())
+        >>> for epoch in range(4):
+        ...     kls = []
+        ...     for batch in rollout.reshape(-1).split(16):
+        ...         losses = loss(batch)
+        ...         optimizer.zero_grad()
+        ...         (losses["loss_objective"] + losses["loss_critic"]).backward()
+        ...         optimizer.step()
+        ...         kls.append(losses["kl_k3"].detach())
+        ...     scheduler.step(
+        ...         torch.stack(kls).mean()
+        ...     )  # lr / 1.5 above 2 * 0.01, * 1.5 below 0.5 * 0.01
     """
 
     def __init__(
@@ -280,11 +316,27 @@ class PiecewiseSchedule:
         breakpoints: ``[(step, value), ...]`` with strictly increasing steps.
         kind: ``"step"`` or ``"interp"``.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, PiecewiseSchedule
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> loss = ClipPPOLoss(actor, critic)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)
         >>> lr = PiecewiseSchedule([(0, 3e-4), (1_000_000, 0.0)])
         >>> entropy = PiecewiseSchedule([(0, 0.01), (200_000, 0.001)], kind="step")
-        >>> lr.apply(frames, optimizer)
-        >>> entropy.apply(frames, (loss, "entropy_coeff"))
+        >>> frames = 500_000
+        >>> lr.apply(frames, optimizer)  # 1.5e-4
+        >>> entropy.apply(frames, (loss, "entropy_coeff"))  # 0.001
+        >>> print(optimizer.param_groups[0]["lr"], loss.entropy_coeff)
     """
 
     def __init__(self, breakpoints: Sequence[tuple[float, float]], kind: str = "interp") -> None:
@@ -425,17 +477,44 @@ class KLEarlyStopping:
         stop_kl: the KL (a float) that triggered the stop, ``None`` until then.
         num_nonfinite: how many non-finite KLs were seen (over every update).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from rlloss import ClipPPOLoss, KLEarlyStopping
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(4, 16, 3),
+        ...         "action": torch.randint(2, (4, 16)),
+        ...         "action_log_prob": torch.full((4, 16), -0.69),
+        ...         "next": {
+        ...             "observation": torch.randn(4, 16, 3),
+        ...             "reward": torch.randn(4, 16, 1),
+        ...             "done": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(4, 16, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [4, 16],
+        ... )  # [num_envs, T]
+        >>> loss = ClipPPOLoss(actor, critic)
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)
         >>> early_stopping = KLEarlyStopping(target_kl=0.01)
-        >>> for epoch in range(epochs):
-        ...     for batch in minibatches:
+        >>> for epoch in range(4):
+        ...     for batch in rollout.reshape(-1).split(16):
         ...         losses = loss(batch)
         ...         if early_stopping.should_stop(losses["kl_k3"]):
         ...             break
-        ...         optimize(losses)
-        ...     if early_stopping.stopped:
-        ...         break
-        >>> early_stopping.reset()  # before the next update
+        ...         optimizer.zero_grad()
+        ...         (losses["loss_objective"] + losses["loss_critic"]).backward()
+        ...         optimizer.step()
     """
 
     # checked on assignment as at construction

@@ -87,11 +87,59 @@ def chunk_sequences(
     Returns:
         The chunks, a new TensorDict of batch size ``[N, seq_len]``.
 
-    Example:
-        >>> rollout = GAE(gamma=0.99, lmbda=0.95, value_network=critic)(rollout)  # [B, T]
-        >>> chunks = chunk_sequences(rollout, 16, state_keys=recurrent_state_keys(actor, critic))
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import (
+        ...     GRUModule,
+        ...     ProbabilisticActor,
+        ...     ValueOperator,
+        ...     set_recurrent_mode,
+        ... )
+        >>> from rlloss import GAE, ClipPPOLoss, chunk_sequences, recurrent_state_keys
+        >>> gru = GRUModule(
+        ...     input_size=3,
+        ...     hidden_size=8,
+        ...     in_keys=["observation", "h", "is_init"],
+        ...     out_keys=["x", ("next", "h")],
+        ... )
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictSequential(
+        ...         gru, TensorDictModule(torch.nn.Linear(8, 2), ["x"], ["logits"])
+        ...     ),
+        ...     ["logits"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
+        >>> rollout = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(2, 20, 3),
+        ...         "action": torch.randint(2, (2, 20)),
+        ...         "action_log_prob": torch.full((2, 20), -0.69),
+        ...         "h": torch.zeros(2, 20, 1, 8),
+        ...         "is_init": torch.zeros(2, 20, 1, dtype=torch.bool).index_fill_(
+        ...             1, torch.tensor([0]), True
+        ...         ),
+        ...         "next": {
+        ...             "observation": torch.randn(2, 20, 3),
+        ...             "reward": torch.randn(2, 20, 1),
+        ...             "done": torch.zeros(2, 20, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(2, 20, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [2, 20],
+        ... )  # [B, T], the stored recurrent state "h" at each step
+        >>> with torch.no_grad():
+        ...     rollout = GAE(gamma=0.99, lmbda=0.95, value_network=critic)(rollout)
+        >>> chunks = chunk_sequences(rollout, 8, state_keys=recurrent_state_keys(actor, critic))
+        >>> print(
+        ...     chunks.shape
+        ... )  # [6, 8]: 3 chunks a trajectory, the last padded (("collector", "mask"))
+        >>> loss = ClipPPOLoss(actor, critic)
         >>> with set_recurrent_mode(True):
-        ...     losses = loss(chunks[idx])
+        ...     losses = loss(chunks[:4])
     """
     _check_chunk_arguments(batch, seq_len, [is_init_key, *state_keys])
     time = batch.shape[-1]

@@ -72,9 +72,19 @@ class SoftUpdate(_FusedStep, _TorchRLSoftUpdate):
 
     ``tau`` must lie in (0, 1] (``eps`` in [0, 1)): 0 would never move the targets.
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from torchrl.data import Categorical
+        >>> from torchrl.modules import QValueActor
+        >>> from rlloss import DQNLoss, SoftUpdate
+        >>> loss = DQNLoss(
+        ...     QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], spec=Categorical(2)),
+        ...     delay_value=True,
+        ... )
+        >>> optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
         >>> updater = SoftUpdate(loss, tau=0.005)
-        >>> ...; optimizer.step(); updater.step()
+        >>> optimizer.step()
+        >>> updater.step()  # target <- (1 - tau) target + tau online, after each step
     """
 
     eps = Coefficient(low=0.0, high=1.0, high_open=True)  # checked on assignment too

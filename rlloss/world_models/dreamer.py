@@ -19,7 +19,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase, imagined_lambda_target
 from rlloss.world_models.imagination import ImaginationLoss
@@ -41,22 +41,89 @@ class DreamerModelLoss(WorldModelLossBase):
     TorchRL's ``DreamerModelLoss`` with the same keywords, keys and outputs (the real reward is
     moved to ``("next", true_reward)`` before the world model runs, as TorchRL does).
 
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
+
     Args:
         world_model: TorchRL's ``WorldModelWrapper(world_modeler, reward_model)`` or any module
             writing the prior / posterior means and scales, ``reco_pixels`` and ``reward``
             under ``"next"``.
-        lambda_kl, lambda_reco, lambda_reward: weights (>= 0); reco_loss, reward_loss: the
-            distances (``"l2"``); free_nats: 3; delayed_clamp, global_average: ``False``.
+        lambda_kl: the KL term's weight (>= 0).
+        lambda_reco: the reconstruction's weight (>= 0).
+        lambda_reward: the reward prediction's weight (>= 0).
+        reco_loss: the reconstruction's distance (``"l2"``, ``"l1"``, ``"smooth_l1"``).
+        reward_loss: the reward prediction's distance.
+        free_nats: the free-bits floor of the KL (3).
+        delayed_clamp: clamp the batch-mean KL instead of each KL (``False``).
+        global_average: average the KL over the state dims too, not sum (``False``).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP, WorldModelWrapper
+        >>> from rlloss import DreamerModelLoss
+        >>> class Gaussian(
+        ...     torch.nn.Module
+        ... ):  # a mean and a positive scale of the state (5) from the latent
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.linear = torch.nn.Linear(5 + 6, 2 * 5)
+        ...     def forward(self, state, belief):
+        ...         mean, raw = self.linear(torch.cat([state, belief], -1)).chunk(2, -1)
+        ...         return mean, torch.nn.functional.softplus(raw) + 0.1
+        >>> latent = ["state", "belief"]
+        >>> world_model = (
+        ...     WorldModelWrapper(  # TorchRL's layout: the modeler ending in the decoder, reward
+        ...         TensorDictSequential(
+        ...             TensorDictModule(
+        ...                 Gaussian(), latent, [("next", "prior_mean"), ("next", "prior_std")]
+        ...             ),
+        ...             TensorDictModule(
+        ...                 Gaussian(),
+        ...                 latent,
+        ...                 [("next", "posterior_mean"), ("next", "posterior_std")],
+        ...             ),
+        ...             TensorDictModule(
+        ...                 MLP(in_features=11, out_features=4, num_cells=[8]),
+        ...                 latent,
+        ...                 [("next", "reco_pixels")],
+        ...             ),
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...             latent,
+        ...             [("next", "reward")],
+        ...         ),
+        ...     )
+        ... )
+        >>> sequences = TensorDict(
+        ...     {
+        ...         "state": torch.randn(2, 3, 5),
+        ...         "belief": torch.randn(2, 3, 6),
+        ...         "next": {"pixels": torch.rand(2, 3, 4), "reward": torch.randn(2, 3, 1)},
+        ...     },
+        ...     [2, 3],
+        ... )
         >>> loss = DreamerModelLoss(world_model)
         >>> losses, posterior = loss(sequences)
+        >>> (
+        ...     losses["loss_model_kl"] + losses["loss_model_reco"] + losses["loss_model_reward"]
+        ... ).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Keys read by DreamerModelLoss, under "next"; each defaults to its name.""",
-        "reward true_reward prior_mean prior_std posterior_mean posterior_std pixels reco_pixels",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by DreamerModelLoss, under "next"."""
+
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, T, 1]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        prior_mean: NestedKey = "prior_mean"  # the prior's mean (the model's), [*B, T, S]
+        prior_std: NestedKey = "prior_std"  # the prior's scale, [*B, T, S]
+        posterior_mean: NestedKey = "posterior_mean"  # the posterior's mean, [*B, T, S]
+        posterior_std: NestedKey = "posterior_std"  # the posterior's scale, [*B, T, S]
+        pixels: NestedKey = "pixels"  # the observation
+        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's
     _choices = {**WorldModelLossBase._choices, "reco_loss": DISTANCES, "reward_loss": DISTANCES}
 
     def __init__(
@@ -137,20 +204,79 @@ class DreamerActorLoss(ImaginationLoss):
     Differences from TorchRL: ``lambda_target`` is the lambda-return of eq. 6; TorchRL 0.14.1
     computes ``r_t + gamma v_{t+1}`` for every estimator (see docs/differences.md).
 
-    Example:
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import (
+        ...     NormalParamExtractor,
+        ...     ProbabilisticTensorDictModule,
+        ...     ProbabilisticTensorDictSequential,
+        ...     TensorDictModule,
+        ... )
+        >>> from torchrl.data import Bounded, Composite, Unbounded
+        >>> from torchrl.envs.model_based import DreamerEnv
+        >>> from torchrl.modules import MLP, RSSMPrior, TanhNormal, WorldModelWrapper
+        >>> from rlloss import DreamerActorLoss
+        >>> prior = RSSMPrior(
+        ...     action_spec=Bounded(-1, 1, (2,)),
+        ...     hidden_dim=6,
+        ...     rnn_hidden_dim=6,
+        ...     state_dim=5,
+        ...     action_dim=2,
+        ... )  # latent: a state of 5, a belief of 6
+        >>> dreamer_env = DreamerEnv(
+        ...     WorldModelWrapper(
+        ...         TensorDictModule(
+        ...             prior, ["state", "belief", "action"], ["_", "_", "state", "belief"]
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...             ["state", "belief"],
+        ...             ["reward"],
+        ...         ),
+        ...     ),
+        ...     prior_shape=(5,),
+        ...     belief_shape=(6,),
+        ... )
+        >>> dreamer_env.observation_spec = Composite(state=Unbounded(5), belief=Unbounded(6))
+        >>> dreamer_env.state_spec = dreamer_env.observation_spec.clone()
+        >>> dreamer_env.action_spec, dreamer_env.reward_spec = Bounded(-1, 1, (2,)), Unbounded((1,))
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=11, out_features=4, num_cells=[8]),
+        ...         ["state", "belief"],
+        ...         ["params"],
+        ...     ),
+        ...     TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(
+        ...         in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal
+        ...     ),
+        ... )
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
         >>> actor_loss = DreamerActorLoss(actor, value, dreamer_env, imagination_horizon=15)
+        >>> posterior_states = TensorDict(
+        ...     state=torch.randn(4, 5), belief=torch.randn(4, 6), batch_size=[4]
+        ... )  # [N] latent states of the world model
         >>> losses, imagined = actor_loss(posterior_states)
+        >>> losses["loss_actor"].backward()
     """
 
     @dataclasses.dataclass
     class _AcceptedKeys:
         """Keys read by DreamerActorLoss (the start state is read under ``"state"``)."""
 
-        belief: NestedKey = "belief"
+        belief: NestedKey = "belief"  # the latent belief, [*B, H]
         reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s)
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
 
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]
@@ -175,9 +301,29 @@ class DreamerValueLoss(LossModule):
     TorchRL's ``DreamerValueLoss`` with the same keywords, keys and outputs; ``forward`` returns
     ``(losses, fake_data)``.
 
-    Example:
+    Reference: Hafner et al., "Dream to Control: Learning Behaviors by Latent Imagination",
+    arXiv:1912.01603.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import DreamerValueLoss
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=11, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
+        >>> imagined = TensorDict(  # what DreamerActorLoss returns: latent states and their targets
+        ...     state=torch.randn(4, 15, 5),
+        ...     belief=torch.randn(4, 15, 6),
+        ...     lambda_target=torch.randn(4, 15, 1),
+        ...     batch_size=[4, 15],
+        ... )
         >>> value_loss = DreamerValueLoss(value, gamma=0.99)
-        >>> losses, _ = value_loss(imagined)
+        >>> losses, _ = value_loss(imagined.detach())
+        >>> losses["loss_value"].backward()
     """
 
     @dataclasses.dataclass

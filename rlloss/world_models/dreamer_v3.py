@@ -21,7 +21,7 @@ from torch import nn
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, MissingKeyError, check_choice, next_key
 from rlloss._networks import NetworkCall
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.world_models.base import (
     WorldModelLossBase,
     imagined_lambda_target,
@@ -53,13 +53,20 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     to ``("next", true_reward)`` in the world model's input so that the model can write its
     prediction under ``("next", reward)``.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         world_model: a module called on a shallow copy of the batch, writing the prior and
             posterior logits ``[B, T, C, K]``, the reconstructions and the reward prediction under
             ``"next"``.
-        lambda_kl, lambda_reco, lambda_reward, lambda_continue: weights (>= 0).
+        lambda_kl: weights (>= 0).
+        lambda_reco: weights (>= 0).
+        lambda_reward: weights (>= 0).
+        lambda_continue: weights (>= 0).
         kl_mode: ``"balanced"`` (default) or ``"separate"``.
-        lambda_dynamic, lambda_representation: the separate terms' weights (1.0, 0.1).
+        lambda_dynamic: the separate terms' weights (1.0, 0.1).
+        lambda_representation: the separate terms' weights (1.0, 0.1).
         unimix: uniform mixture of the categoricals in the separate KL, in [0, 1) (default 0).
         continue_target_scale: in (0, 1].
         kl_alpha: balancing weight alpha (0.8); free_bits: the free-bits threshold (1.0 nat).
@@ -72,22 +79,61 @@ class DreamerV3ModelLoss(WorldModelLossBase):
     the probabilities), so a categorical with a probability under ``1e-8`` has a finite KL and
     gradient where TorchRL's separate mode gives NaN.
 
-    Example:
-        >>> loss = DreamerV3ModelLoss(world_model, num_reward_bins=255)
-        >>> losses, posterior = loss(sequences)  # [B, T] real transitions
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import SymExpTwoHot
+        >>> from rlloss import DreamerV3ModelLoss
+        >>> class WorldModel(torch.nn.Module):  # latent: 3 categoricals of 5 classes, a belief of 6
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.prior, self.posterior = (
+        ...             torch.nn.Linear(21, 15),
+        ...             torch.nn.Linear(21 + 4, 15),
+        ...         )
+        ...         self.decoder, self.reward = torch.nn.Linear(21, 4), torch.nn.Linear(21, 255)
+        ...         self.decode = SymExpTwoHot(255)
+        ...     def forward(self, td):
+        ...         latent = torch.cat([td["state"], td["belief"]], -1)
+        ...         seen = torch.cat([latent, td["next", "pixels"]], -1)
+        ...         td["next", "prior_logits"] = self.prior(latent).unflatten(-1, (3, 5))
+        ...         td["next", "posterior_logits"] = self.posterior(seen).unflatten(-1, (3, 5))
+        ...         td["next", "reco_pixels"] = self.decoder(latent)
+        ...         td["next", "reward_logits"] = self.reward(latent)
+        ...         td["next", "reward"] = self.decode(td["next", "reward_logits"])
+        ...         return td
+        >>> sequences = TensorDict(  # [B, T] real transitions
+        ...     {
+        ...         "state": torch.randn(2, 4, 15),
+        ...         "belief": torch.randn(2, 4, 6),
+        ...         "next": {
+        ...             "pixels": torch.randn(2, 4, 4),
+        ...             "reward": torch.randn(2, 4, 1),
+        ...             "done": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [2, 4],
+        ... )
+        >>> loss = DreamerV3ModelLoss(WorldModel(), num_reward_bins=255)
+        >>> losses, posterior = loss(sequences)
         >>> sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Keys read by DreamerV3ModelLoss, under ``"next"``, each defaulting to its name:
-        ``reward`` (the real reward, then the decoded prediction), ``reward_logits`` (the
-        two-hot reward logits), ``true_reward`` (where the real reward is moved), the prior and
-        posterior logits, ``pixels`` / ``reco_pixels`` (the observations and their
-        reconstructions: a key or a list of keys, one per reconstruction head),
-        ``continue_pred`` (the continuation logit), ``done``, ``terminated``.""",
-        "reward reward_logits true_reward prior_logits posterior_logits "
-        "pixels reco_pixels continue_pred done terminated",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read by DreamerV3ModelLoss, under ``"next"``."""
+
+        reward: NestedKey = "reward"  # the real reward, then the decoded prediction, [*B, T, 1]
+        reward_logits: NestedKey = "reward_logits"  # the two-hot reward logits, [*B, T, bins]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        prior_logits: NestedKey = "prior_logits"  # the prior's logits, [*B, T, cats, classes]
+        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, same shape
+        pixels: NestedKey = "pixels"  # the observations: a key, or a list (one per head)
+        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions: a key or a list
+        continue_pred: NestedKey = "continue_pred"  # the continuation logit, [*B, T, 1]
+        done: NestedKey = "done"  # the episode ends
+        terminated: NestedKey = "terminated"  # the continuation target's zeros
     # checked at construction and on assignment (the lambda_* weights: by the base)
     _choices = {**WorldModelLossBase._choices, "kl_mode": KL_MODES, "reco_loss": ("l1", "l2")}
     kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
@@ -239,6 +285,9 @@ class DreamerV3ValueLoss(LossModule):
     (the network's own tensors, shared with the actor loss) and the slow critic's
     ``target_value_model_params``. :meth:`replay_value_loss` trains the critic on real sequences.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         value_model: writes ``state_value`` (and ``state_value_logits`` for ``"two_hot"``).
         value_loss: ``"symlog_mse"`` (default) or ``"two_hot"``.
@@ -252,9 +301,30 @@ class DreamerV3ValueLoss(LossModule):
     Differences from TorchRL: the discount read from ``actor_loss`` stays a tensor (TorchRL reads
     it with ``.item()``, a device sync, on every call).
 
-    Example:
-        >>> value_loss = DreamerV3ValueLoss(value, actor_loss=actor_loss)
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import DreamerV3ValueLoss
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
+        >>> imagined = (
+        ...     TensorDict(  # what DreamerV3ActorLoss returns: latent states and their targets
+        ...         state=torch.randn(4, 15, 15),
+        ...         belief=torch.randn(4, 15, 6),
+        ...         lambda_target=torch.randn(4, 15, 1),
+        ...         batch_size=[4, 15],
+        ...     )
+        ... )
+        >>> value_loss = DreamerV3ValueLoss(
+        ...     value
+        ... )  # actor_loss=...: the actor loss's targets and weights
         >>> losses, _ = value_loss(imagined.detach())
+        >>> losses["loss_value"].backward()
     """
 
     @dataclasses.dataclass
@@ -262,12 +332,12 @@ class DreamerV3ValueLoss(LossModule):
         """Keys read by DreamerV3ValueLoss (``reward``, ``done``, ``terminated`` under "next",
         for :meth:`replay_value_loss`)."""
 
-        value: NestedKey = "state_value"
-        value_logits: NestedKey = "state_value_logits"
-        discount_weight: NestedKey = "discount_weight"
-        reward: NestedKey = "reward"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits
+        discount_weight: NestedKey = "discount_weight"  # optional, [*B, T, 1]
+        reward: NestedKey = "reward"  # imagined reward
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
         bootstrap: NestedKey = "bootstrap"  # the first imagined return of each replay state
 
     value_model: nn.Module

@@ -49,6 +49,9 @@ class DreamerV3ActorLoss(ImaginationLoss):
 
     TorchRL's ``DreamerV3ActorLoss`` with the same keywords, keys and outputs.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         actor_model: a probabilistic actor over ``state`` and ``belief``.
         value_model: the critic (writes ``state_value``), shared with the value loss.
@@ -63,24 +66,86 @@ class DreamerV3ActorLoss(ImaginationLoss):
     of eq. 7 (TorchRL 0.14.1 computes ``r_t + gamma v_{t+1}`` there, see docs/differences.md);
     the percentiles are read from a sort (no ``torch.quantile`` host-side check of its levels).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import (
+        ...     NormalParamExtractor,
+        ...     ProbabilisticTensorDictModule,
+        ...     ProbabilisticTensorDictSequential,
+        ...     TensorDictModule,
+        ... )
+        >>> from torchrl.data import Bounded, Composite, Unbounded
+        >>> from torchrl.envs.model_based import DreamerEnv
+        >>> from torchrl.modules import MLP, RSSMPriorV3, TanhNormal, WorldModelWrapper
+        >>> from torchrl.objectives import ValueEstimators
+        >>> from rlloss import DreamerV3ActorLoss
+        >>> prior = RSSMPriorV3(
+        ...     action_shape=(2,),
+        ...     hidden_dim=8,
+        ...     rnn_hidden_dim=6,
+        ...     num_categoricals=3,
+        ...     num_classes=5,
+        ...     action_dim=2,
+        ... )  # latent: 3 x 5 categoricals, a belief of 6
+        >>> dreamer_env = DreamerEnv(
+        ...     WorldModelWrapper(
+        ...         TensorDictModule(
+        ...             prior, ["state", "belief", "action"], ["_", "state", "belief"]
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...             ["state", "belief"],
+        ...             ["reward"],
+        ...         ),
+        ...     ),
+        ...     prior_shape=(15,),
+        ...     belief_shape=(6,),
+        ... )
+        >>> dreamer_env.observation_spec = Composite(state=Unbounded(15), belief=Unbounded(6))
+        >>> dreamer_env.state_spec = dreamer_env.observation_spec.clone()
+        >>> dreamer_env.action_spec, dreamer_env.reward_spec = Bounded(-1, 1, (2,)), Unbounded((1,))
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=21, out_features=4, num_cells=[8]),
+        ...         ["state", "belief"],
+        ...         ["params"],
+        ...     ),
+        ...     TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(
+        ...         in_keys=["loc", "scale"],
+        ...         out_keys=["action"],
+        ...         distribution_class=TanhNormal,
+        ...         return_log_prob=True,
+        ...         log_prob_key="action_log_prob",
+        ...     ),
+        ... )
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
         >>> actor_loss = DreamerV3ActorLoss(actor, value, dreamer_env, imagination_horizon=15)
         >>> actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=0.997, lmbda=0.95)
-        >>> losses, imagined = actor_loss(posterior_states)  # [N] latent states
+        >>> posterior_states = TensorDict(
+        ...     state=torch.randn(5, 15), belief=torch.randn(5, 6), batch_size=[5]
+        ... )  # [N] latent states of the world model
+        >>> losses, imagined = actor_loss(posterior_states)
+        >>> losses["loss_actor"].backward()
     """
 
     @dataclasses.dataclass
     class _AcceptedKeys:
         """Keys read and written by DreamerV3ActorLoss."""
 
-        state: NestedKey = "state"
-        belief: NestedKey = "belief"
+        state: NestedKey = "state"  # the latent state, [*B, S]
+        belief: NestedKey = "belief"  # the latent belief, [*B, H]
         reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"
-        action: NestedKey = "action"
-        action_log_prob: NestedKey = "action_log_prob"
-        done: NestedKey = "done"
-        terminated: NestedKey = "terminated"
+        value: NestedKey = "state_value"  # the critic's V(s)
+        action: NestedKey = "action"  # the actor's output
+        action_log_prob: NestedKey = "action_log_prob"  # the actor's output
+        done: NestedKey = "done"  # imagined episode end
+        terminated: NestedKey = "terminated"  # imagined termination
         continuation: NestedKey = "continuation"  # written by continuation_model
         discount_weight: NestedKey = "discount_weight"  # written into the imagined data
 

@@ -8,13 +8,15 @@ sequences, bootstrapped by the imagined returns.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss._checks import Coefficient, next_key
-from rlloss.common import LossModule, accepted_keys, accepts_tensor_arguments
+from rlloss.common import LossModule, accepts_tensor_arguments
 
 
 class DreamerV3Loss(LossModule):
@@ -33,6 +35,9 @@ class DreamerV3Loss(LossModule):
     TorchRL's ``DreamerV3Loss`` with the same keywords, keys and outputs; the three losses may be
     rlloss's or TorchRL's.
 
+    Reference: Hafner et al., "Mastering Diverse Domains through World Models",
+    arXiv:2301.04104.
+
     Args:
         model_loss: a ``DreamerV3ModelLoss`` (``detach_output=False`` when the replay value
             weight is nonzero: the replay critic loss trains the representation).
@@ -40,17 +45,129 @@ class DreamerV3Loss(LossModule):
         replay_value_loss_weight: >= 0 (0.3); continuation_horizon: the replay returns' horizon
             (discount ``1 - 1 / horizon``, 333); lmbda: their lambda (0.95).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import (
+        ...     NormalParamExtractor,
+        ...     ProbabilisticTensorDictModule,
+        ...     ProbabilisticTensorDictSequential,
+        ...     TensorDictModule,
+        ... )
+        >>> from torchrl.data import Bounded, Composite, Unbounded
+        >>> from torchrl.envs.model_based import DreamerEnv
+        >>> from torchrl.modules import (
+        ...     MLP,
+        ...     RSSMPriorV3,
+        ...     SymExpTwoHot,
+        ...     TanhNormal,
+        ...     WorldModelWrapper,
+        ... )
+        >>> from torchrl.objectives import ValueEstimators
+        >>> from rlloss import (
+        ...     DreamerV3ActorLoss,
+        ...     DreamerV3Loss,
+        ...     DreamerV3ModelLoss,
+        ...     DreamerV3ValueLoss,
+        ... )
+        >>> class WorldModel(torch.nn.Module):  # latent: 3 categoricals of 5 classes, a belief of 6
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.prior, self.posterior = (
+        ...             torch.nn.Linear(21, 15),
+        ...             torch.nn.Linear(21 + 4, 15),
+        ...         )
+        ...         self.decoder, self.reward = torch.nn.Linear(21, 4), torch.nn.Linear(21, 255)
+        ...         self.decode, self.belief = SymExpTwoHot(255), torch.nn.Linear(21 + 4, 6)
+        ...     def forward(self, td):
+        ...         latent = torch.cat([td["state"], td["belief"]], -1)
+        ...         seen = torch.cat([latent, td["next", "pixels"]], -1)
+        ...         td["next", "prior_logits"] = self.prior(latent).unflatten(-1, (3, 5))
+        ...         td["next", "posterior_logits"] = self.posterior(seen).unflatten(-1, (3, 5))
+        ...         td["next", "reco_pixels"] = self.decoder(latent)
+        ...         td["next", "reward_logits"] = self.reward(latent)
+        ...         td["next", "reward"] = self.decode(td["next", "reward_logits"])
+        ...         posterior = td["next", "posterior_logits"].softmax(-1)
+        ...         td["next", "state"] = posterior.flatten(-2)  # the posterior features
+        ...         td["next", "belief"] = torch.tanh(self.belief(seen))
+        ...         return td
+        >>> sequences = TensorDict(  # [B, T] real transitions
+        ...     {
+        ...         "state": torch.randn(2, 4, 15),
+        ...         "belief": torch.randn(2, 4, 6),
+        ...         "next": {
+        ...             "pixels": torch.randn(2, 4, 4),
+        ...             "reward": torch.randn(2, 4, 1),
+        ...             "done": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(2, 4, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [2, 4],
+        ... )
+        >>> model_loss = DreamerV3ModelLoss(WorldModel(), num_reward_bins=255, detach_output=False)
+        >>> prior = RSSMPriorV3(
+        ...     action_shape=(2,),
+        ...     hidden_dim=8,
+        ...     rnn_hidden_dim=6,
+        ...     num_categoricals=3,
+        ...     num_classes=5,
+        ...     action_dim=2,
+        ... )  # latent: 3 x 5 categoricals, a belief of 6
+        >>> dreamer_env = DreamerEnv(
+        ...     WorldModelWrapper(
+        ...         TensorDictModule(
+        ...             prior, ["state", "belief", "action"], ["_", "state", "belief"]
+        ...         ),
+        ...         TensorDictModule(
+        ...             MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...             ["state", "belief"],
+        ...             ["reward"],
+        ...         ),
+        ...     ),
+        ...     prior_shape=(15,),
+        ...     belief_shape=(6,),
+        ... )
+        >>> dreamer_env.observation_spec = Composite(state=Unbounded(15), belief=Unbounded(6))
+        >>> dreamer_env.state_spec = dreamer_env.observation_spec.clone()
+        >>> dreamer_env.action_spec, dreamer_env.reward_spec = Bounded(-1, 1, (2,)), Unbounded((1,))
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(
+        ...         MLP(in_features=21, out_features=4, num_cells=[8]),
+        ...         ["state", "belief"],
+        ...         ["params"],
+        ...     ),
+        ...     TensorDictModule(NormalParamExtractor(), ["params"], ["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(
+        ...         in_keys=["loc", "scale"],
+        ...         out_keys=["action"],
+        ...         distribution_class=TanhNormal,
+        ...         return_log_prob=True,
+        ...         log_prob_key="action_log_prob",
+        ...     ),
+        ... )
+        >>> value = TensorDictModule(
+        ...     MLP(in_features=21, out_features=1, num_cells=[8]),
+        ...     ["state", "belief"],
+        ...     ["state_value"],
+        ... )
+        >>> actor_loss = DreamerV3ActorLoss(actor, value, dreamer_env, imagination_horizon=15)
+        >>> actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=0.997, lmbda=0.95)
+        >>> value_loss = DreamerV3ValueLoss(value, actor_loss=actor_loss)
         >>> loss = DreamerV3Loss(model_loss, actor_loss, value_loss)
-        >>> out = loss(sequences)
+        >>> out = loss(
+        ...     sequences
+        ... )  # the model's, the actor's, the value's and the replay value's losses
         >>> sum(v for k, v in out.items() if k.startswith("loss_")).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
-        """Posterior feature keys (under "next"), the reset marker and the returned context;
-        each defaults to its name.""",
-        "state belief is_init replay_context",
-    )
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Posterior feature keys (under "next"), the reset marker and the returned context."""
+
+        state: NestedKey = "state"  # the posterior's stochastic state, under "next"
+        belief: NestedKey = "belief"  # the posterior's deterministic belief, under "next"
+        is_init: NestedKey = "is_init"  # marks the first step of a sequence
+        replay_context: NestedKey = "replay_context"  # written: detached state and belief
 
     # checked at construction and on assignment
     replay_value_loss_weight = Coefficient(low=0.0)

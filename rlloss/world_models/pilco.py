@@ -27,6 +27,9 @@ class ExponentialQuadraticCost(LossModule):
     ``tensor_keys.loc`` and ``tensor_keys.scale`` (``("observation", "mean")`` and
     ``("observation", "var")``), the cost written under ``tensor_keys.loss_cost``.
 
+    Reference: Deisenroth and Rasmussen, "PILCO: A Model-Based and Data-Efficient Approach
+    to Policy Search" (ICML 2011), eq. 24-25.
+
     Args:
         target: the target state ``t``, ``[D]`` (default: the origin).
         weights: the symmetric positive semi-definite weight matrix ``W``, ``[D, D]`` (default:
@@ -42,10 +45,17 @@ class ExponentialQuadraticCost(LossModule):
     :func:`rlloss.set_checks` on, one that is not symmetric positive semi-definite is refused
     too (a host sync, so off by default).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rlloss import ExponentialQuadraticCost
         >>> cost = ExponentialQuadraticCost(target=torch.zeros(4), reduction="none")
-        >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [B])
-        >>> cost(td)["loss_cost"]  # [B], each in [0, 1]
+        >>> m, S = (
+        ...     torch.randn(8, 4),
+        ...     torch.eye(4).expand(8, 4, 4) * 0.1,
+        ... )  # Gaussian states: mean, covariance
+        >>> td = TensorDict({("observation", "mean"): m, ("observation", "var"): S}, [8])
+        >>> print(cost(td)["loss_cost"])  # [8], each in [0, 1]: the expected saturating cost
     """
 
     @dataclasses.dataclass

@@ -7,13 +7,16 @@ decoder) or the next latent state is regressed on the replayed transitions.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_choice
-from rlloss.common import accepted_keys, accepts_tensor_arguments
+from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.world_models.base import WorldModelLossBase
 
@@ -35,24 +38,71 @@ class WorldModelLoss(WorldModelLossBase):
 
     TorchRL's ``WorldModelLoss`` with the same keywords, keys and outputs.
 
+    Reference: Ha and Schmidhuber, "World Models", arXiv:1803.10122.
+
     Args:
         world_model: a module called on the batch (TorchRL's ``WorldModel``).
         losses: which of ``"reward"``, ``"done"``, ``"reconstruction"``, ``"latent"`` (default
             ``["reward"]``).
-        reward_loss, done_loss, reconstruction_loss, latent_loss: distances (``"l2"``).
-        reward_weight, done_weight, reconstruction_weight, latent_weight: weights (1.0, >= 0).
+        reward_loss: distances (``"l2"``).
+        done_loss: distances (``"l2"``).
+        reconstruction_loss: distances (``"l2"``).
+        latent_loss: distances (``"l2"``).
+        reward_weight: weights (1.0, >= 0).
+        done_weight: weights (1.0, >= 0).
+        reconstruction_weight: weights (1.0, >= 0).
+        latent_weight: weights (1.0, >= 0).
 
-    Example:
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from torchrl.modules import MLP
+        >>> from rlloss import WorldModelLoss
+        >>> world_model = TensorDictSequential(  # predicts the next reward and done of (s, a)
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[8]),
+        ...         ["observation", "action"],
+        ...         [("next", "reward")],
+        ...     ),
+        ...     TensorDictModule(
+        ...         MLP(in_features=4, out_features=1, num_cells=[8]),
+        ...         ["observation", "action"],
+        ...         [("next", "done")],
+        ...     ),
+        ... )
+        >>> batch = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(8, 3),
+        ...         "action": torch.randn(8, 1),
+        ...         "next": {
+        ...             "reward": torch.randn(8, 1),
+        ...             "done": torch.zeros(8, 1, dtype=torch.bool),
+        ...             "terminated": torch.zeros(8, 1, dtype=torch.bool),
+        ...         },
+        ...     },
+        ...     [8],
+        ... )
         >>> loss = WorldModelLoss(world_model, losses=["reward", "done"])
-        >>> loss(batch)["loss_reward"].backward()
+        >>> out = loss(batch)
+        >>> (out["loss_reward"] + out["loss_done"]).backward()
     """
 
-    _AcceptedKeys = accepted_keys(
+    @dataclasses.dataclass
+    class _AcceptedKeys:
         """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` and their ``true_``
-        forms under "next"); each defaults to its name.""",
-        "reward true_reward done true_done terminated true_terminated "
-        "observation reconstructed_observation predicted_latent target_latent",
-    )
+        forms under "next")."""
+
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        done: NestedKey = "done"  # the real done flag, then the model's prediction
+        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside
+        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction
+        true_terminated: NestedKey = "true_terminated"  # written: the real flag, moved aside
+        observation: NestedKey = "observation"  # the observation
+        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's
+        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent
+        target_latent: NestedKey = "target_latent"  # the encoder's next latent
     _choices = {
         **WorldModelLossBase._choices,
         **{f"{name}_loss": DISTANCES for name in SUB_LOSSES},
