@@ -34,6 +34,12 @@ EXCEPTIONS = {
     ("DistributionalDQNLoss", "gamma"): (
         "defaults to 0.99 (TorchRL requires it), as every other off-policy loss's gamma"
     ),
+    **{
+        (name, "value_network"): (
+            "optional: without a network the values are read from the batch (TorchRL requires it)"
+        )
+        for name in ("GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator", "VTrace")
+    },
     ("KLAdaptiveLR", "target_kl"): "skrl's rule and keywords first; TorchRL's as keywords",
     ("KLAdaptiveLR", "factor"): "skrl's rule and keywords first; TorchRL's as keywords",
     ("KLAdaptiveLR", "min_lr"): "skrl's rule and keywords first; TorchRL's as keywords",

@@ -78,8 +78,10 @@ def ipo_loss(
     token count (at least 1), as the IPO authors' results and TRL compute it.
 
     Args:
-        chosen_log_ratio, rejected_log_ratio: ``[*B]`` summed log-ratios to the reference.
-        chosen_length, rejected_length: ``[*B]`` the responses' token counts.
+        chosen_log_ratio: ``[*B]`` the chosen response's summed log-ratio to the reference.
+        rejected_log_ratio: ``[*B]`` the rejected response's.
+        chosen_length: ``[*B]`` the chosen response's token count.
+        rejected_length: ``[*B]`` the rejected response's.
         tau: IPO's regularisation ``tau`` (DPO's ``beta``).
     """
     check_same_shape(
@@ -135,7 +137,9 @@ def kto_loss(
         log_ratio: ``[*B]`` the log-ratios ``r``.
         desirable: ``[*B]`` boolean, which responses are desirable.
         reference_point: ``z_0``, a 0-dim tensor (detached here).
-        beta, desirable_weight, undesirable_weight: ``beta``, ``lambda_D``, ``lambda_U``.
+        beta: KTO's ``beta``.
+        desirable_weight: ``lambda_D``.
+        undesirable_weight: ``lambda_U``.
     """
     check_same_shape(log_ratio=log_ratio, desirable=desirable)
     z0 = reference_point.detach()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 from tensordict import NestedKey, TensorDictBase
@@ -140,8 +141,8 @@ class DistillationLoss(ChatHistoryLoss):
 
     def __init__(
         self,
-        actor_network,
-        tokenizer=None,
+        actor_network: torch.nn.Module,
+        tokenizer: Any | None = None,
         tokenizer_kwargs: dict | None = None,
         kl_direction: str = "reverse",
         reduction: str = "mean",

@@ -103,11 +103,11 @@ class DPOLoss(PreferenceLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(PreferenceLoss._AcceptedKeys):
-        """chosen, rejected: the preferred and dispreferred responses, one TensorDict each in
-        the actor's input layout, row i of both answering the same prompt."""
+        """The responses: one TensorDict each in the actor's input layout, row i of both
+        answering the same prompt."""
 
-        chosen: NestedKey = "chosen"
-        rejected: NestedKey = "rejected"
+        chosen: NestedKey = "chosen"  # the preferred responses, [*B]
+        rejected: NestedKey = "rejected"  # the dispreferred responses, [*B]
 
     beta = Coefficient(low=0.0, low_open=True, buffer=True)
     label_smoothing = Coefficient(low=0.0, high=0.5, high_open=True, buffer=True)

@@ -35,8 +35,9 @@ class KTOLoss(PreferenceLoss):
         reference_network: the frozen reference model; ``None``: read the stored reference
             log-probs of ``response`` and ``kl_response``.
         beta: ``beta > 0``.
-        desirable_weight, undesirable_weight: ``lambda_D``, ``lambda_U >= 0`` (the paper keeps
-            ``lambda_D n_D / (lambda_U n_U)`` in ``[1, 4/3]``).
+        desirable_weight: ``lambda_D >= 0`` (the paper keeps ``lambda_D n_D / (lambda_U n_U)``
+            in ``[1, 4/3]``).
+        undesirable_weight: ``lambda_U >= 0``.
         masking_strategy: ``"sft"``, ``"rlhf"`` or ``"generic"`` (see :class:`DPOLoss`).
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` over the examples.
         device: where the coefficients live.
@@ -94,13 +95,11 @@ class KTOLoss(PreferenceLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(PreferenceLoss._AcceptedKeys):
-        """response: the responses, a TensorDict in the actor's input layout; label: ``[*B]``
-        boolean, ``True`` where the response is desirable; kl_response: mismatched responses
-        for the reference point, same layout."""
+        """The responses, TensorDicts in the actor's input layout, and their labels."""
 
-        response: NestedKey = "response"
-        label: NestedKey = "label"
-        kl_response: NestedKey = "kl_response"
+        response: NestedKey = "response"  # the responses, [*B]
+        label: NestedKey = "label"  # True where the response is desirable, [*B]
+        kl_response: NestedKey = "kl_response"  # mismatched responses (reference point), [*B]
 
     beta = Coefficient(low=0.0, low_open=True, buffer=True)
     desirable_weight = Coefficient(low=0.0, buffer=True)

@@ -46,12 +46,11 @@ class PreferenceLoss(LossModule):
 
     @dataclasses.dataclass
     class _AcceptedKeys:
-        """tokens: a response's token ids, inside its entry; ref_log_probs: its reference
-        token log-probs (``[*B, T]`` padded on the left as the actor's, or one summed value
-        per response ``[*B]`` / ``[*B, 1]``), inside its entry."""
+        """Keys read inside each response entry; the reference log-probs are padded on the left
+        as the actor's, or one summed value per response (``[*B]`` / ``[*B, 1]``)."""
 
-        tokens: NestedKey = ("tokens", "full")
-        ref_log_probs: NestedKey = ("ref_log_probs", "full")
+        tokens: NestedKey = ("tokens", "full")  # a response's token ids, [*B, T]
+        ref_log_probs: NestedKey = ("ref_log_probs", "full")  # its reference log-probs, [*B, T]
 
     def __init__(self, actor_network, reference_network, masking_strategy, reduction) -> None:
         super().__init__()

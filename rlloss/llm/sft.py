@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
+from typing import Any
 
 import torch
 from tensordict import NestedKey, TensorDictBase
@@ -141,8 +142,8 @@ class SFTLoss(ChatHistoryLoss):
 
     def __init__(
         self,
-        actor_network,
-        tokenizer=None,
+        actor_network: torch.nn.Module,
+        tokenizer: Any | None = None,
         tokenizer_kwargs: dict | None = None,
         reduction: str = "mean",
         normalize_by_seq_length: bool = True,

@@ -76,11 +76,10 @@ class SimPOLoss(PreferenceLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(PreferenceLoss._AcceptedKeys):
-        """chosen, rejected: the preferred and dispreferred responses (see :class:`DPOLoss`);
-        ``ref_log_probs`` is not read."""
+        """The responses (see :class:`DPOLoss`); ``ref_log_probs`` is not read."""
 
-        chosen: NestedKey = "chosen"
-        rejected: NestedKey = "rejected"
+        chosen: NestedKey = "chosen"  # the preferred responses, [*B]
+        rejected: NestedKey = "rejected"  # the dispreferred responses, [*B]
 
     beta = Coefficient(low=0.0, low_open=True, buffer=True)
     gamma = Coefficient(low=0.0, buffer=True)

@@ -9,6 +9,8 @@ All You Need in the StarCraft Multi-Agent Challenge?", arXiv:2011.09533 (IPPO).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from tensordict.utils import NestedKey
 from torch import nn
@@ -18,6 +20,9 @@ from rlloss._keywords import torchrl_keywords
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.advantage import check_value_norm, update_value_norm
 from rlloss.onpolicy.ppo import ClipPPOLoss
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 
 class MAPPOLoss(ClipPPOLoss):
@@ -168,7 +173,7 @@ class MAPPOLoss(ClipPPOLoss):
         policy_loss_addons: list | None = None,
         value_normalizer: ValueNormalizer | None = None,
         normalize_advantage_global: bool = False,
-        process_group=None,
+        process_group: ProcessGroup | None = None,
     ) -> None:
         translated = {
             "actor": actor,

@@ -106,11 +106,16 @@ class PPOLoss(OnPolicyLoss):
             samples keep a rescaled gradient (``None``: no cap; PPO-EWMA's code uses 100).
         gamma: TorchRL's removed keyword: a ``TypeError`` when given (pass it to
             ``make_value_estimator``).
-        advantage_key, value_target_key, value_key: TorchRL's removed keywords: a
-            ``RuntimeError`` when given (``set_keys(advantage=...)``...).
-        actor, critic: TorchRL's aliases of ``actor_network`` and ``critic_network``.
-        entropy_coef, critic_coef: removed by TorchRL v0.11 for ``entropy_coeff`` and
-            ``critic_coeff``: a ``TypeError`` whenever given.
+        advantage_key: TorchRL's removed keyword: a ``RuntimeError`` when given
+            (``set_keys(advantage=...)``).
+        value_target_key: as ``advantage_key`` (``set_keys(value_target=...)``).
+        value_key: as ``advantage_key`` (``set_keys(value=...)``).
+        actor: TorchRL's alias of ``actor_network``.
+        critic: TorchRL's alias of ``critic_network``.
+        entropy_coef: removed by TorchRL v0.11 for ``entropy_coeff``: a ``TypeError`` whenever
+            given.
+        critic_coef: removed by TorchRL v0.11 for ``critic_coeff``: a ``TypeError`` whenever
+            given.
 
     Padded sequence batches: where the batch holds ``tensor_keys.mask`` (TorchRL's
     ``("collector", "mask")``), every loss and diagnostic is reduced over valid steps only.
