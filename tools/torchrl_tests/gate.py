@@ -188,6 +188,8 @@ def run_pytest(tests, node_ids, swap, results, timeout):
         "-p",
         "swap_plugin",
         "-p",
+        "offline_tokenizers",  # TorchRL's LLM tests' two hub tokenizers, built in memory
+        "-p",
         "no:cacheprovider",
         "-q",
         "--no-header",
