@@ -4,10 +4,6 @@ Drop-in replacements for the losses of ``torchrl.objectives`` (same class names,
 and outputs), built on a small functional core (:mod:`rlloss.functional`).
 """
 
-import importlib
-import sys
-import types
-
 from rlloss import data, functional, llm, world_models
 from rlloss._checks import MissingKeyError, set_checks
 from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
@@ -56,52 +52,6 @@ from rlloss.training import (
     recurrent_state_keys,
 )
 from rlloss.world_models import *  # noqa: F403 (the family's names, listed once in its __all__)
-
-# Module paths of the flat layout (before the family folders), kept importable: each old module
-# name is a module holding the public names of the modules its content moved to (``from
-# rlloss.sac import CQLLoss`` still works). tests/test_layout.py checks every entry. (The old
-# ``rlloss.onpolicy`` and ``rlloss.offpolicy`` are now packages that re-export their bases.)
-MOVED_MODULES = {
-    "a2c": ("rlloss.onpolicy.a2c",),
-    "ppo": ("rlloss.onpolicy.ppo",),
-    "dqn": ("rlloss.offpolicy.dqn", "rlloss.offline.discrete_cql"),
-    "ddpg": ("rlloss.offpolicy.ddpg",),
-    "td3": ("rlloss.offpolicy.twin_delayed", "rlloss.offpolicy.td3", "rlloss.offline.td3_bc"),
-    "sac": (
-        "rlloss.offpolicy.sac",
-        "rlloss.offpolicy.discrete_sac",
-        "rlloss.offline.cql",
-        "rlloss.offpolicy.tqc",
-        "rlloss.offpolicy.redq",
-        "rlloss.offpolicy.crossq",
-    ),
-    "mpo": ("rlloss.offpolicy.mpo", "rlloss.offpolicy.discrete_mpo"),
-    "iql": ("rlloss.offline.iql",),
-    "distributed": ("rlloss.training.distributed",),
-    "normalizers": (
-        "rlloss.training.moments",
-        "rlloss.training.normalizers",
-        "rlloss.estimators.value_norm",
-    ),
-    "schedulers": ("rlloss.training.schedulers",),
-    "sequences": ("rlloss.training.sequences",),
-    "update": ("rlloss.training.update",),
-    "updaters": ("rlloss.training.updaters",),
-}
-
-
-def _moved_module(old: str, new: tuple[str, ...]) -> types.ModuleType:
-    """The module ``rlloss.<old>``: the public names of the ``new`` modules, in order."""
-    module = types.ModuleType(f"{__name__}.{old}", f"Moved: see {', '.join(new)}.")
-    for name in new:
-        source = importlib.import_module(name)
-        module.__dict__.update({k: v for k, v in vars(source).items() if not k.startswith("_")})
-    return module
-
-
-for _old, _new in MOVED_MODULES.items():
-    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = _moved_module(_old, _new)
-del _old, _new
 
 __all__ = [
     "A2CLoss",

@@ -336,10 +336,10 @@ def test_sample_is_a_gather_only_where_sample_does_nothing_else():
 
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 def test_a_drawn_batch_is_what_sample_returns(prioritized):
-    """``rlloss.update.draw_batch`` (the sampler's draw and ``stored_items``, traced in a
+    """``rlloss.training.update.draw_batch`` (the sampler's draw and ``stored_items``, traced in a
     compiled update) gives what ``buffer.sample()`` gives under the same seed: the same keys in
     the same order, the same values, ``index`` and the sampler's info; only written items."""
-    from rlloss.update import draw_batch
+    from rlloss.training.update import draw_batch
 
     from rlloss.data import PrioritizedSampler, RandomSampler
 

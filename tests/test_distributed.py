@@ -31,7 +31,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from rlloss.distributed import all_mean, all_moments, all_sum, global_standardize
+from rlloss.training.distributed import all_mean, all_moments, all_sum, global_standardize
 from torch.nn.parallel import DistributedDataParallel
 
 import rlloss

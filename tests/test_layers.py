@@ -108,14 +108,6 @@ def test_the_imports_have_no_loop():
             del graph[leaf]
 
 
-def test_every_moved_module_points_at_existing_modules():
-    """The old flat module paths stay importable as the table in rlloss/__init__.py says."""
-    import rlloss
-
-    for old, new in rlloss.MOVED_MODULES.items():
-        assert all(n.removeprefix("rlloss.") in _modules() for n in new), old
-
-
 def test_each_module_imports_first_in_a_fresh_interpreter():
     """Import every module with nothing of rlloss loaded (one process runs them in turn, each
     after purging rlloss from ``sys.modules``). ``import rlloss.x`` runs the package's

@@ -1,4 +1,5 @@
-"""rlloss.normalizers: RewardNormalizer against a naive per-step loop over Python floats."""
+"""rlloss.training.normalizers: RewardNormalizer against a naive per-step loop over Python
+floats."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from rlloss.normalizers import RewardNormalizer, merged_moments
+from rlloss.training.moments import merged_moments
+from rlloss.training.normalizers import RewardNormalizer
 
 from rlloss.functional import discounted_returns
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torchrl.data
-from rlloss.update import samples_on_device
+from rlloss.training.update import samples_on_device
 from tensordict import TensorDict
 from torch._dynamo.testing import CompileCounter
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer

@@ -1,4 +1,5 @@
-"""rlloss.schedulers: KLAdaptiveLR, PiecewiseSchedule and KL early stopping against naive rules."""
+"""rlloss.training.schedulers: KLAdaptiveLR, PiecewiseSchedule and KL early stopping against
+naive rules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rlloss.schedulers import (
+from rlloss.training.schedulers import (
     KLAdaptiveLR,
     KLEarlyStopping,
     PiecewiseSchedule,

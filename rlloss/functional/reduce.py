@@ -163,8 +163,8 @@ def masked_moments(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(count, mean, M2)`` of the valid elements of ``x`` (``M2``: the sum of squared
     deviations from the mean); padding enters no arithmetic. The moments Chan's formula merges
-    (:func:`rlloss.distributed.all_moments`). ``dims``: the dims reduced over (kept as size 1),
-    all by default (scalars)."""
+    (:func:`rlloss.training.distributed.all_moments`). ``dims``: the dims reduced over (kept as
+    size 1), all by default (scalars)."""
     mask = torch.ones_like(x, dtype=torch.bool) if mask is None else _expand_mask(mask, x)
     keep = dims is not None
     dims = tuple(range(x.ndim)) if dims is None else dims

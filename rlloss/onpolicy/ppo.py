@@ -80,8 +80,8 @@ class PPOLoss(OnPolicyLoss):
             normalised targets. Not a TorchRL keyword.
         normalize_advantage_global: with ``normalize_advantage``, take the mean and std over
             every rank's batch in data-parallel training (two all-reduces of detached moments,
-            :func:`rlloss.distributed.global_standardize`) instead of this rank's; on one
-            process the same numbers. Not a TorchRL keyword.
+            :func:`rlloss.training.distributed.global_standardize`) instead of this rank's; on
+            one process the same numbers. Not a TorchRL keyword.
         process_group: the ``torch.distributed`` group that shares the adaptive state (KLPEN's
             beta, the global advantage normalisation); default: the default group when
             ``torch.distributed`` is initialised, else none. Not a TorchRL keyword.

@@ -34,8 +34,8 @@ def merged_moments(
 
     With a ``process_group`` (or the default group when ``torch.distributed`` is initialised),
     the batch is the union of every rank's ``values``: the ranks' batch moments are merged first
-    (:func:`rlloss.distributed.all_moments`), so ranks that start from the same running moments
-    end with the same ones.
+    (:func:`rlloss.training.distributed.all_moments`), so ranks that start from the same running
+    moments end with the same ones.
 
     Returns:
         The merged ``(count, mean, M2)``, 0-dim tensors.

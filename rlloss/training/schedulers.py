@@ -114,8 +114,8 @@ class KLAdaptiveLR(LRScheduler):
 
     Data-parallel training: with a ``process_group``, or the default group when
     ``torch.distributed`` is initialised, the KL is first averaged over the ranks (an all-reduce,
-    :func:`rlloss.distributed.all_mean`), so every rank applies the same rule to the same KL and
-    the learning rates stay equal on all ranks.
+    :func:`rlloss.training.distributed.all_mean`), so every rank applies the same rule to the same
+    KL and the learning rates stay equal on all ranks.
 
     TorchRL 0.14 has a class of the same name (``torchrl.objectives.KLAdaptiveLR``, rsl_rl's
     rule): constructed with its keywords, ``KLAdaptiveLR(optimizer, target_kl=0.01, factor=1.5,
