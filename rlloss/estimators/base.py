@@ -21,6 +21,8 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives.utils import hold_out_net
 
+import rlloss.estimators.options as _options
+import rlloss.estimators.shifted as _shifted
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
@@ -34,8 +36,6 @@ from rlloss._checks import (
 from rlloss._dispatch import accepts_tensor_arguments
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall
-from rlloss.estimators import options as _options
-from rlloss.estimators import shifted as _shifted
 from rlloss.estimators.shifted import SHIFTED_VALID_KEY
 from rlloss.estimators.value_norm import ValueNormalizer, check_value_normalizer
 from rlloss.functional.returns import shifted_flags
