@@ -27,6 +27,9 @@ READS_NO_MASK = {
     "GSPOLoss",
     "SFTLoss",
     "DistillationLoss",
+    "DPOLoss",
+    "SimPOLoss",
+    "KTOLoss",
 }
 
 # loss terms whose "sum" reduction is not a sum of per-row terms: a statistic over the valid

@@ -44,6 +44,8 @@ class PreferenceLoss(LossModule):
     """The base of the preference losses: the actor, an optional frozen reference actor, the
     masking strategy and the reduction; reads a response entry's sequence log-probs."""
 
+    _reads_loss_mask = False  # the actor's token masks select the tokens, as in the LLM losses
+
     @dataclasses.dataclass
     class _AcceptedKeys:
         """Keys read inside each response entry; the reference log-probs are padded on the left
