@@ -29,10 +29,19 @@ class DiscreteCQLLoss(QLearningLoss):
     the batch for prioritized replay.
 
     Args:
-        value_network, loss_function, delay_value, gamma, action_space, reduction, double_dqn,
-            priority_key, use_prioritized_weights, priority_weighting, separate_losses,
-            policy_loss_addons: as :class:`rlloss.DQNLoss` (TorchRL's ``DiscreteCQLLoss``
-            names the first six).
+        value_network: as :class:`rlloss.DQNLoss` (TorchRL's ``DiscreteCQLLoss`` names it and
+            the next five).
+        loss_function: as ``value_network``.
+        delay_value: as ``value_network``.
+        gamma: as ``value_network``.
+        action_space: as ``value_network``.
+        reduction: as ``value_network``.
+        double_dqn: as ``value_network``.
+        priority_key: as ``value_network``.
+        use_prioritized_weights: as ``value_network``.
+        priority_weighting: as ``value_network``.
+        separate_losses: as ``value_network``.
+        policy_loss_addons: as ``value_network``.
 
     Differences from TorchRL: the predicted action values are not written back into the
     caller's batch (TorchRL writes them under ``pred_val`` for its ``cql_loss`` method, which
