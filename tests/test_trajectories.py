@@ -33,6 +33,7 @@ from tests import (
     test_dt,
     test_gail,
     test_iql,
+    test_mappo,
     test_ppo,
     test_qmixer,
     test_rnd,
@@ -183,6 +184,19 @@ def on_policy(name: str, **kwargs):
     return ours, theirs, [batch], {"seeded": True}
 
 
+def multi_agent(name: str):
+    """``test_mappo``'s per-agent networks (a centralised critic for MAPPO) on copies, one
+    rollout with its per-agent advantages trained on for every step."""
+    policy = test_mappo.actor()
+    value = test_mappo.critic(centralized=name == "MAPPOLoss")
+    losses = []
+    for library in (rlloss, torchrl_objectives):
+        loss = getattr(library, name)(copy.deepcopy(policy), copy.deepcopy(value))
+        loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        losses.append(loss)
+    return *losses, [test_mappo.batch_with_advantage(policy)], {"seeded": True}
+
+
 def qmixer():
     ours, theirs = test_qmixer.pair("categorical", "qmix")
     make = lambda: test_qmixer.team_batch("categorical")  # noqa: E731
@@ -230,6 +244,8 @@ CASES = {
     "A2CLoss": lambda: on_policy("A2CLoss"),
     "ReinforceLoss": lambda: on_policy("ReinforceLoss"),
     "QMixerLoss": qmixer,
+    "MAPPOLoss": lambda: multi_agent("MAPPOLoss"),
+    "IPPOLoss": lambda: multi_agent("IPPOLoss"),
     "BCLoss": lambda: imitation(
         rlloss.BCLoss, torchrl_objectives.BCLoss, test_bc.deterministic_actor(),
         test_bc.demonstrations,
