@@ -33,6 +33,7 @@ from tests import (
     test_dt,
     test_gail,
     test_iql,
+    test_mappo,
     test_ppo,
     test_qmixer,
     test_rnd,
@@ -88,25 +89,37 @@ def sac():
     spec = Bounded(-1.0, 1.0, (test_sac.ACT,))
     critics = [test_sac.qvalue(), test_sac.qvalue()]
     return sac_family(
-        rlloss.SACLoss, test_sac.actor(), critics, test_sac.transitions,
-        num_qvalue_nets=2, action_spec=spec,
+        rlloss.SACLoss,
+        test_sac.actor(),
+        critics,
+        test_sac.transitions,
+        num_qvalue_nets=2,
+        action_spec=spec,
     )
 
 
 def discrete_sac():
     critics = [test_sac.discrete_qvalue(), test_sac.discrete_qvalue()]
     return sac_family(
-        rlloss.DiscreteSACLoss, test_sac.discrete_actor(True), critics,
+        rlloss.DiscreteSACLoss,
+        test_sac.discrete_actor(True),
+        critics,
         lambda: test_sac.discrete_transitions(True),
-        num_qvalue_nets=2, num_actions=test_sac.NUM_ACTIONS, action_space="one-hot",
+        num_qvalue_nets=2,
+        num_actions=test_sac.NUM_ACTIONS,
+        action_space="one-hot",
     )
 
 
 def tqc():
     critics = [test_tqc.quantile_critic() for _ in range(3)]
     return sac_family(
-        rlloss.TQCLoss, test_sac.actor(), critics, test_tqc.transitions,
-        num_qvalue_nets=3, top_quantiles_to_drop_per_net=2,
+        rlloss.TQCLoss,
+        test_sac.actor(),
+        critics,
+        test_tqc.transitions,
+        num_qvalue_nets=3,
+        top_quantiles_to_drop_per_net=2,
         action_spec=Bounded(-1.0, 1.0, (test_sac.ACT,)),
     )
 
@@ -114,8 +127,13 @@ def tqc():
 def redq():
     critics = [test_sac.qvalue() for _ in range(4)]
     return sac_family(
-        rlloss.REDQLoss, test_sac.actor(), critics, test_sac.transitions,
-        num_qvalue_nets=4, sub_sample_len=2, action_spec=Bounded(-1.0, 1.0, (test_sac.ACT,)),
+        rlloss.REDQLoss,
+        test_sac.actor(),
+        critics,
+        test_sac.transitions,
+        num_qvalue_nets=4,
+        sub_sample_len=2,
+        action_spec=Bounded(-1.0, 1.0, (test_sac.ACT,)),
     )
 
 
@@ -183,6 +201,19 @@ def on_policy(name: str, **kwargs):
     return ours, theirs, [batch], {"seeded": True}
 
 
+def multi_agent(name: str):
+    """``test_mappo``'s per-agent networks (a centralised critic for MAPPO) on copies, one
+    rollout with its per-agent advantages trained on for every step."""
+    policy = test_mappo.actor()
+    value = test_mappo.critic(centralized=name == "MAPPOLoss")
+    losses = []
+    for library in (rlloss, torchrl_objectives):
+        loss = getattr(library, name)(copy.deepcopy(policy), copy.deepcopy(value))
+        loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        losses.append(loss)
+    return *losses, [test_mappo.batch_with_advantage(policy)], {"seeded": True}
+
+
 def qmixer():
     ours, theirs = test_qmixer.pair("categorical", "qmix")
     make = lambda: test_qmixer.team_batch("categorical")  # noqa: E731
@@ -230,30 +261,48 @@ CASES = {
     "A2CLoss": lambda: on_policy("A2CLoss"),
     "ReinforceLoss": lambda: on_policy("ReinforceLoss"),
     "QMixerLoss": qmixer,
+    "MAPPOLoss": lambda: multi_agent("MAPPOLoss"),
+    "IPPOLoss": lambda: multi_agent("IPPOLoss"),
     "BCLoss": lambda: imitation(
-        rlloss.BCLoss, torchrl_objectives.BCLoss, test_bc.deterministic_actor(),
+        rlloss.BCLoss,
+        torchrl_objectives.BCLoss,
+        test_bc.deterministic_actor(),
         test_bc.demonstrations,
     ),
     # GAIL's and RND's computations are float32 in both libraries whatever the inputs (GAIL's
     # labels, RND's observations cast with .float()): compared in float32, within 1e-5
     "GAILLoss": lambda: imitation(
-        rlloss.GAILLoss, torchrl_objectives.GAILLoss, test_gail.discriminator(),
-        test_gail.pairs, float32=True, use_grad_penalty=True, gp_lambda=2.0,
+        rlloss.GAILLoss,
+        torchrl_objectives.GAILLoss,
+        test_gail.discriminator(),
+        test_gail.pairs,
+        float32=True,
+        use_grad_penalty=True,
+        gp_lambda=2.0,
     ),
     "DTLoss": lambda: imitation(
-        rlloss.DTLoss, torchrl_objectives.DTLoss, test_dt.deterministic_actor(),
+        rlloss.DTLoss,
+        torchrl_objectives.DTLoss,
+        test_dt.deterministic_actor(),
         test_dt.trajectories,
     ),
     "OnlineDTLoss": lambda: imitation(
-        rlloss.OnlineDTLoss, torchrl_objectives.OnlineDTLoss, test_dt.stochastic_actor(),
+        rlloss.OnlineDTLoss,
+        torchrl_objectives.OnlineDTLoss,
+        test_dt.stochastic_actor(),
         test_dt.trajectories,
     ),
     "ACTLoss": lambda: imitation(
-        rlloss.ACTLoss, torchrl_objectives.ACTLoss, test_act.policy(), test_act.chunks,
+        rlloss.ACTLoss,
+        torchrl_objectives.ACTLoss,
+        test_act.policy(),
+        test_act.chunks,
         kl_weight=10.0,
     ),
     "DiffusionBCLoss": lambda: imitation(
-        rlloss.DiffusionBCLoss, torchrl_objectives.DiffusionBCLoss, test_diffusion_bc.actor(),
+        rlloss.DiffusionBCLoss,
+        torchrl_objectives.DiffusionBCLoss,
+        test_diffusion_bc.actor(),
         test_diffusion_bc.demonstrations,
     ),
     "RNDLoss": rnd,

@@ -147,10 +147,7 @@ def remeasure(
     """Rerun every documented seed (of ``seeds`` if given), print documented vs measured, and
     the re-measured ``[figures]`` lines; True if all agree within ``tolerance``."""
     planned = [
-        (fig, seed)
-        for fig in figures
-        for seed in fig.documented
-        if seeds is None or seed in seeds
+        (fig, seed) for fig in figures for seed in fig.documented if seeds is None or seed in seeds
     ]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
@@ -167,17 +164,24 @@ def remeasure(
         measured = {key: future.result() for key, future in futures.items()}
     agree = True
     for fig in figures:
-        rows = [(seed, fig.documented[seed], measured[fig, seed]) for seed in fig.documented
-                if (fig, seed) in measured]
+        rows = [
+            (seed, fig.documented[seed], measured[fig, seed])
+            for seed in fig.documented
+            if (fig, seed) in measured
+        ]
         for seed, documented, value in rows:
             same = abs(documented - value) <= tolerance
             agree &= same
-            print(f"{fig.tutorial} {fig.library} seed {seed}: {fig.metric} documented "
-                  f"{documented:g}, measured {value:g}{'' if same else '  <-- differs'}")
+            print(
+                f"{fig.tutorial} {fig.library} seed {seed}: {fig.metric} documented "
+                f"{documented:g}, measured {value:g}{'' if same else '  <-- differs'}"
+            )
         if rows:
-            print(f"    [figures] {fig.library}, seeds {' '.join(str(r[0]) for r in rows)}, "
-                  f"{' '.join(fig.args)}: {fig.metric} = "
-                  f"{' '.join(f'{r[2]:.1f}' for r in rows)}")
+            print(
+                f"    [figures] {fig.library}, seeds {' '.join(str(r[0]) for r in rows)}, "
+                f"{' '.join(fig.args)}: {fig.metric} = "
+                f"{' '.join(f'{r[2]:.1f}' for r in rows)}"
+            )
     return agree
 
 
@@ -185,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tutorials", nargs="+", default=None, help="default: every tutorial")
     parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
-    parser.add_argument("--seeds", nargs="+", type=int, default=None,
-                        help="only these of the documented seeds")
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="only these of the documented seeds"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: temp)")
@@ -195,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     figures = [f for f in documented_figures(args.tutorials) if f.library in args.libraries]
     if args.list or not figures:
         for fig in figures:
-            print(f"{fig.tutorial} {fig.library} {' '.join(fig.args)}: {fig.metric} "
-                  f"{fig.documented}")
+            print(
+                f"{fig.tutorial} {fig.library} {' '.join(fig.args)}: {fig.metric} {fig.documented}"
+            )
         return 0 if figures else 1
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
