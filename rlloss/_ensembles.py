@@ -1,6 +1,7 @@
 """Ensembles and copies of the user's networks: ``StackedMLP`` (batched matrix products over
 stacked members), ``Ensemble`` (stacked parameters, one call per member or ``vmap``),
-``FrozenCopy`` (target networks and detached views), ``FrozenPolicy`` (a target policy) and the copies they are built from."""
+``FrozenCopy`` (target networks and detached views), ``FrozenPolicy`` (a target policy) and the
+copies they are built from."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 A loss only needs a network's output tensors; ``TensorDictModule.forward`` writes each output
 into a TensorDict (tensordict 0.14's ``TensorDict.from_any`` even looks for pandas on disk each
-call): more than a small MLP costs. For the common structures (``TensorDictModule`` with positional ``in_keys``, ``TensorDictSequential`` of those,
+call): more than a small MLP costs. For the common structures (``TensorDictModule`` with
+positional ``in_keys``, ``TensorDictSequential`` of those,
 ``ProbabilisticTensorDictSequential`` ending in a ``ProbabilisticTensorDictModule``, which covers
 TorchRL's ``ValueOperator``, ``QValueActor``'s backbone and ``ProbabilisticActor``),
 :class:`NetworkCall` plans once which ``nn.Module`` to call on which entries and then runs the
@@ -216,7 +217,8 @@ class NetworkCall:
         return self(inputs)
 
     def on_inputs(self, inputs: dict, batch_size) -> Mapping[NestedKey, torch.Tensor]:
-        """The outputs on ``inputs`` by key: the plan on the dict, else the module on a TensorDict."""
+        """The outputs on ``inputs`` by key: the plan on the dict, else the module on a
+        TensorDict."""
         return self(inputs if self.steps is not None else inputs_batch(inputs, batch_size))
 
 

@@ -148,8 +148,8 @@ def tanh_normal_sample_and_log_prob(
     """A reparameterised tanh-Normal action and its log-probability (SAC's policy sample).
 
     ``u = loc + scale * eps``, ``eps ~ N(0, 1)`` (one :func:`standard_normal_like` draw: the same
-    random stream as ``torch.distributions.Normal.rsample``); gradients flow to ``loc`` and ``scale``
-    through both outputs (arXiv:1812.05905, eq. 11 and appendix C).
+    random stream as ``torch.distributions.Normal.rsample``); gradients flow to ``loc`` and
+    ``scale`` through both outputs (arXiv:1812.05905, eq. 11 and appendix C).
 
     Args:
         loc: ``[*B, D]`` parameters of the Gaussian over the pre-tanh value.

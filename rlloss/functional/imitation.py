@@ -89,7 +89,8 @@ def gail_reward(
     - ``"negative"``: ``log D`` (<= 0, for tasks that end on success);
     - ``"logit"``: ``log D - log(1 - D)`` (AIRL's, Fu et al., arXiv:1710.11248, eq. 5).
 
-    ``D`` is clamped to ``[eps, 1 - eps]`` (``eps`` at least the dtype's machine epsilon). Feed it to any loss as the batch's reward.
+    ``D`` is clamped to ``[eps, 1 - eps]`` (``eps`` at least the dtype's machine epsilon). Feed it
+    to any loss as the batch's reward.
     """
     eps = max(eps, torch.finfo(expert_probability.dtype).eps)  # 1 - eps below 1 in its dtype
     probability = expert_probability.detach().clamp(eps, 1 - eps)

@@ -33,7 +33,8 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
         raise ValueError(
             f"action of shape {tuple(action.shape)} and dtype {action.dtype} matches neither a "
             f"one-hot action {tuple(action_value.shape)} nor an integer index "
-            f"{tuple(action_value.shape[:-1])} for action values of shape {tuple(action_value.shape)}."
+            f"{tuple(action_value.shape[:-1])} for action values of shape "
+            f"{tuple(action_value.shape)}."
         )
     try:
         return action_value.gather(-1, action)

@@ -123,7 +123,8 @@ class QMixerLoss(QLearningLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """Keys read by QMixerLoss (``priority``: the squared TD error of ``Q_tot``, ``[*B, 1]``)."""
+        """Keys read by QMixerLoss (``priority``: the squared TD error of ``Q_tot``,
+        ``[*B, 1]``)."""
 
         advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
         value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)

@@ -205,7 +205,8 @@ class CrossQLoss(ContinuousSoftActorCritic):
         self, tensordict: TensorDictBase, next_action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q_i(s, a)`` and ``Q_i(s', a')``, each ``[num_qvalue_nets, *B, 1]``, from one
-        ensemble call on the batch joined along its first dim (train mode unless ``loss.eval()``)."""
+        ensemble call on the batch joined along its first dim (train mode unless
+        ``loss.eval()``)."""
         key, action = self._qvalue_action_key, self._get(tensordict, "action")
         current = inputs_at_action(tensordict, self._qvalue, key, action)
         following = inputs_at_action(entry(tensordict, "next"), self._qvalue, key, next_action)

@@ -283,8 +283,9 @@ class MPOLoss(MaximumAPosteriori):
         )
         if not supported:
             raise ValueError(
-                "MPOLoss: actor_network must be a TorchRL ProbabilisticActor over IndependentNormal "
-                "or TanhNormal (tanh_loc=False) whose module writes 'loc' and 'scale'; got "
+                "MPOLoss: actor_network must be a TorchRL ProbabilisticActor over "
+                "IndependentNormal or TanhNormal (tanh_loc=False) whose module writes 'loc' and "
+                "'scale'; got "
                 f"{type(actor_network).__name__} over {getattr(family, '__name__', family)}."
             )
         return family is TanhNormal

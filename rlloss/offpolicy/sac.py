@@ -95,8 +95,8 @@ class SACLoss(ContinuousSoftActorCritic):
 
     Differences from TorchRL: ``priority_weighting`` defaults to the PER paper's mean (pass
     ``"normalized"`` for TorchRL's numbers); ``alpha`` and ``entropy`` are returned with
-    ``reduction="none"`` too; the tanh is not clamped away from ±1 (TorchRL's ``safe_tanh``): the log-probability is computed from the
-    pre-tanh value, finite at the bounds.
+    ``reduction="none"`` too; the tanh is not clamped away from ±1 (TorchRL's ``safe_tanh``): the
+    log-probability is computed from the pre-tanh value, finite at the bounds.
 
     Examples:
         >>> import torch

@@ -1,5 +1,6 @@
 """On-policy losses: the PPO family (``PPOLoss``, ``ClipPPOLoss``, ``KLPENPPOLoss``, ``RPOLoss``),
-``A2CLoss`` and ``ReinforceLoss``, on the shared base :class:`~rlloss.onpolicy.base.OnPolicyLoss`."""
+``A2CLoss`` and ``ReinforceLoss``, on the shared base
+:class:`~rlloss.onpolicy.base.OnPolicyLoss`."""
 
 from rlloss.onpolicy.a2c import A2CLoss, ReinforceLoss
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output

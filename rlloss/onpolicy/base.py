@@ -400,7 +400,8 @@ class OnPolicyLoss(LossModule):
         self, distribution: D.Distribution, mask: torch.Tensor | None, shape=None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H`` reduced, and the mean entropy (detached); per head for a
-        composite distribution, summed to ``shape`` (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
+        composite distribution, summed to ``shape``
+        (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
         return entropy_loss(
             distribution,
             self.entropy_coeff,

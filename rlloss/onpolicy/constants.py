@@ -40,10 +40,10 @@ class LogClipBounds:
 
 class KLAdaptationConstants:
     """``(increment, decrement, thresholds)`` for :func:`rlloss.functional.adaptive_kl_beta`
-    (the thresholds :func:`rlloss.functional.adaptive_kl_thresholds`): 0-d tensors beside beta (filled on its device, no
-    copy from the host), made again when a hyperparameter or beta's device or dtype changes. A
-    Python number would be made a tensor in every comparison and product of the update (half its
-    20 us at batch 64). Hyperparameters assigned as tensors are passed as they are."""
+    (the thresholds :func:`rlloss.functional.adaptive_kl_thresholds`): 0-d tensors beside beta
+    (filled on its device, no copy from the host), made again when a hyperparameter or beta's
+    device or dtype changes: a Python number would be made a tensor in every comparison and
+    product of the update. Hyperparameters assigned as tensors are passed as they are."""
 
     def __init__(self) -> None:
         self._key, self._constants = None, ()

@@ -66,8 +66,9 @@ class RewardNormalizer(CoefficientOwner, nn.Module):
     Non-finite rewards (NaN, inf) are ignored by the statistics: such a step counts as a reward of
     0 in its environment's running return and its own return is left out of the moments, so one
     bad reward cannot switch the scaling off for good; ``num_nonfinite`` counts them (no host
-    sync). The reward itself comes out as it went in (NaN in, NaN out). In eval mode (``normalizer.eval()``) nothing is updated: rewards are divided by the
-    current scale. No host sync: every step is tensor operations.
+    sync). The reward itself comes out as it went in (NaN in, NaN out). In eval mode
+    (``normalizer.eval()``) nothing is updated: rewards are divided by the current scale. No
+    host sync: every step is tensor operations.
 
     Differences from rl8 and gymnasium: rl8 takes the std over the current buffer only (here: a
     running std over all returns, as gymnasium); gymnasium starts the statistics from a prior

@@ -41,7 +41,8 @@ class DreamerV3ModelLoss(WorldModelLossBase):
       summed over the categoricals before the free bits, ``loss_model_dynamic`` (weight
       ``lambda_kl lambda_dynamic``) and ``loss_model_representation`` (``lambda_kl
       lambda_representation``), with ``kl_mode="separate"``;
-    - ``loss_model_reco = lambda_reco sum_heads mean_{B,T} sum_event |symlog(x) - symlog(x_hat)|^p``;
+    - ``loss_model_reco = lambda_reco sum_heads mean_{B,T} sum_event
+      |symlog(x) - symlog(x_hat)|^p``;
     - ``loss_model_reward = lambda_reward mean twohot_ce(reward_logits, r)`` (``reward_two_hot``) or
       the symlog squared error of a scalar reward;
     - ``loss_model_continue`` (``lambda_continue > 0``): binary cross-entropy of the continuation
@@ -451,7 +452,8 @@ class DreamerV3ValueLoss(LossModule):
 
     @accepts_tensor_arguments
     def forward(self, fake_data: TensorDictBase) -> tuple[TensorDict, TensorDictBase]:
-        """``loss_value`` and ``value_slow_loss`` on imagined states with their ``lambda_target``."""
+        """``loss_value`` and ``value_slow_loss`` on imagined states with their
+        ``lambda_target``."""
         target = imagined_lambda_target(self, fake_data, "DreamerV3ActorLoss").squeeze(-1)
         prediction = self._predictions(fake_data)
         loss = self._step_loss(prediction, target)

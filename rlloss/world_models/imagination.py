@@ -214,8 +214,9 @@ class ImaginationLoss(LossModule):
     def lambda_target(
         self, reward: torch.Tensor, value: torch.Tensor, continuation: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The imagined lambda-returns ``[*B, H, 1]`` (:func:`rlloss.functional.imagined_lambda_return`)
-        from the rewards and next-state values ``[*B, H, 1]``, discounted by ``continuation``."""
+        """The imagined lambda-returns ``[*B, H, 1]``
+        (:func:`rlloss.functional.imagined_lambda_return`) from the rewards and next-state values
+        ``[*B, H, 1]``, discounted by ``continuation``."""
         gamma, lmbda = self._return_parameters()
         return rlf.imagined_lambda_return(reward, value, continuation, gamma, lmbda)
 
