@@ -47,6 +47,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
 
 parser = helpers.tutorial_parser(__doc__, "runs/ppo_mujoco", 1_000_000)
@@ -180,7 +181,8 @@ for iteration in range(num_iterations):
     # ---- Collect NUM_STEPS transitions with the current stochastic policy ----
     steps = []
     for _ in range(NUM_STEPS):
-        with torch.no_grad():
+        # a ~ pi(.|s): TorchRL's actors return the mode unless asked to sample
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
             td = actor(TensorDict(observation=to_tensor(obs)))
         next_obs, reward, terminated, truncated, info = env.step(td["action"].cpu().numpy())
         frames += 1

@@ -147,7 +147,8 @@ for frames in range(1, args.total_frames + 1):
     if frames <= args.learning_starts:
         action = env.action_space.sample()
     else:
-        with torch.no_grad():
+        # a ~ pi(.|s): TorchRL's actors return the mode unless asked to sample
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
             action = actor(TensorDict(observation=to_tensor(obs)))["action"].cpu().numpy()
     next_obs, reward, terminated, truncated, info = env.step(action)
     buffer.add(TensorDict(
