@@ -154,7 +154,7 @@ for frames in range(1, args.total_frames + 1):
 
     # ---- Update: Q networks every step; the policy and the targets every second step ----
     if frames > args.learning_starts:
-        update_start = time.perf_counter()
+        update_start = time.process_time()  # CPU seconds: fair under load
         losses = loss_module(buffer.sample())
         policy_step = frames % POLICY_FREQUENCY == 0
         q_optimizer.zero_grad()
@@ -167,7 +167,7 @@ for frames in range(1, args.total_frames + 1):
             actor_optimizer.step()
             target_update.step()
         gradient_steps += 1
-        update_seconds += time.perf_counter() - update_start
+        update_seconds += time.process_time() - update_start
     evaluator.maybe(frames)
 
     if frames % 10_000 == 0:
@@ -184,6 +184,7 @@ summary = {
     "algorithm": "TD3", "env_id": args.env_id, "losses": args.losses, "seed": args.seed,
     "frames": args.total_frames, "final_eval_return": float(np.mean(eval_returns)),
     "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
+    "cpu_time_s": time.process_time(),
     "updates": gradient_steps,
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
 }
