@@ -41,7 +41,7 @@ def read_run(folder: Path) -> dict:
 
 
 def run_key(run: dict) -> tuple:
-    return run["algorithm"], run["env_id"], run["losses"], run["seed"]
+    return run["algorithm"], run["env_id"], run["losses"], run.get("variant", ""), run["seed"]
 
 
 def draw(runs: list[dict]) -> list[Path]:
@@ -56,7 +56,9 @@ def draw(runs: list[dict]) -> list[Path]:
             frames = [f for f, _ in run["evaluations"]] + [run["frames"]]
             returns = [r for _, r in run["evaluations"]] + [run["final_eval_return"]]
             style = "-" if run["losses"] == "rlloss" else "--"
-            ax.plot(frames, returns, style, label=f"{run['losses']}, seed {run['seed']}")
+            variant = f", {run['variant']}" if run.get("variant") else ""
+            ax.plot(frames, returns, style if not variant else "-.",
+                    label=f"{run['losses']}{variant}, seed {run['seed']}")
         anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
         if anchor is not None:
             ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL (v4, 3 seeds)")
@@ -83,7 +85,8 @@ def main() -> None:
         print(path.relative_to(ROOT))
     for run in sorted(runs, key=run_key):
         best = max([r for _, r in run["evaluations"]] + [run["final_eval_return"]])
-        print(f"| {run['algorithm']} | {run['env_id']} | {run['losses']} | {run['seed']} | "
+        losses = run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
+        print(f"| {run['algorithm']} | {run['env_id']} | {losses} | {run['seed']} | "
               f"{run['final_eval_return']:.1f} | {best:.1f} | {run['wall_time_s'] / 60:.1f} | "
               f"{run.get('gradient_steps_per_s', run.get('updates_per_s')):.0f} |")
 

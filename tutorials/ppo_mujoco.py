@@ -17,7 +17,8 @@ parses the common flags, evaluates and plots. Hyperparameters are those of Clean
 One difference from CleanRL, on purpose: CleanRL's loop treats the 1,000-step time limit as a
 termination (it bootstraps with zero at truncation). Here ``("next", "terminated")`` stops
 bootstrapping and ``("next", "done")`` only cuts the GAE trace, so a truncated episode is
-bootstrapped from V(s_T) as the Markov property demands.
+bootstrapped from V(s_T) as the Markov property demands. ``--time-limit-as-termination``
+restores CleanRL's rule (the Results page measures what it changes).
 
 The loss is rlloss's ``ClipPPOLoss`` and ``GAE``; with ``--losses torchrl`` the very same loop
 uses TorchRL's classes of the same name (``torchrl.objectives``), so the two can be compared run
@@ -54,6 +55,8 @@ parser = helpers.tutorial_parser(__doc__, "runs/ppo_mujoco", 1_000_000)
 parser.add_argument("--env-id", default="HalfCheetah-v5")
 parser.add_argument("--losses", choices=["rlloss", "torchrl"], default="rlloss",
                     help="whose ClipPPOLoss and GAE the loop uses")
+parser.add_argument("--time-limit-as-termination", action="store_true",
+                    help="CleanRL's rule: no bootstrapping at the time limit either")
 helpers.evaluation_flags(parser, every=50_000)
 args = parser.parse_args()
 
@@ -188,7 +191,8 @@ for iteration in range(num_iterations):
         frames += 1
         # ("next", "observation") is the true successor, also at the end of an episode.
         td["next"] = TensorDict(observation=to_tensor(next_obs), reward=to_tensor([reward]),
-                                terminated=to_tensor([terminated], torch.bool),
+                                terminated=to_tensor([terminated or (
+                                    truncated and args.time_limit_as_termination)], torch.bool),
                                 done=to_tensor([terminated or truncated], torch.bool))
         steps.append(td.exclude("loc", "scale"))
         if terminated or truncated:
@@ -230,6 +234,7 @@ summary = {
     "frames": frames, "final_eval_return": float(np.mean(eval_returns)),
     "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
     "cpu_time_s": time.process_time(),
+    "variant": "time limit as termination" if args.time_limit_as_termination else "",
     "gradient_steps": gradient_steps,
     "gradient_steps_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
 }
