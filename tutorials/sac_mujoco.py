@@ -20,7 +20,10 @@ Differences from CleanRL, on purpose: ``("next", "terminated")`` alone stops boo
 ``loss_alpha`` is ``-log(alpha) (log pi + target entropy)``, whose gradient differs from CleanRL's
 ``-alpha (log pi + target entropy)`` by the factor alpha).
 
-With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``.
+With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``. With
+``--compile`` each update is one compiled callable (``rlloss.compile_update``): the Q step with
+the target update, and the policy-and-temperature step; the maths is the same, only the rounding
+of the fused kernels differs.
 
 Run:
     python tutorials/sac_mujoco.py --env-id HalfCheetah-v5 --seed 0 --out runs/sac_halfcheetah
@@ -52,6 +55,8 @@ parser.add_argument("--losses", choices=["rlloss", "torchrl"], default="rlloss",
                     help="whose SACLoss and SoftUpdate the loop uses")
 parser.add_argument("--learning-starts", type=int, default=5_000,
                     help="uniformly random actions and no update before this step")
+parser.add_argument("--compile", action="store_true",
+                    help="run each update as one torch.compile'd callable (compile_update)")
 helpers.evaluation_flags(parser, every=10_000)
 args = parser.parse_args()
 
@@ -115,9 +120,38 @@ loss_module = SACLoss(actor_network=actor, qvalue_network=qvalue, num_qvalue_net
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_update = SoftUpdate(loss_module, tau=TAU)
 q_optimizer = torch.optim.Adam(loss_module.qvalue_network_params.flatten_keys().values(), lr=Q_LR)
-actor_optimizer = torch.optim.Adam(loss_module.actor_network_params.flatten_keys().values(),
-                                   lr=POLICY_LR)
-alpha_optimizer = torch.optim.Adam([loss_module.log_alpha], lr=Q_LR)
+# The policy and the temperature step together (Adam is per parameter: one optimizer with two
+# learning rates is two optimizers).
+policy_optimizer = torch.optim.Adam([
+    {"params": list(loss_module.actor_network_params.flatten_keys().values()), "lr": POLICY_LR},
+    {"params": [loss_module.log_alpha], "lr": Q_LR},
+])
+
+
+def q_step(batch: TensorDict) -> None:
+    """One Adam step on loss_qvalue, then the soft target update."""
+    losses = loss_module(batch)
+    q_optimizer.zero_grad()
+    losses["loss_qvalue"].backward()
+    q_optimizer.step()
+    target_update.step()
+
+
+def policy_step(batch: TensorDict) -> None:
+    """One Adam step on loss_actor + loss_alpha, with the Q networks as they are now."""
+    losses = loss_module(batch)
+    policy_optimizer.zero_grad()
+    (losses["loss_actor"] + losses["loss_alpha"]).backward()
+    policy_optimizer.step()
+
+
+if args.compile:  # the same two steps, each one compiled callable
+    from rlloss import compile_update
+
+    q_step = compile_update(loss_module, q_optimizer, loss_keys=["loss_qvalue"],
+                            target_updater=target_update)
+    policy_step = compile_update(loss_module, policy_optimizer,
+                                 loss_keys=["loss_actor", "loss_alpha"])
 
 buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
                                 batch_size=BATCH_SIZE)
@@ -165,19 +199,10 @@ for frames in range(1, args.total_frames + 1):
     if frames > args.learning_starts:
         update_start = time.process_time()  # CPU seconds: fair under load
         batch = buffer.sample()
-        losses = loss_module(batch)
-        q_optimizer.zero_grad()
-        losses["loss_qvalue"].backward()
-        q_optimizer.step()
+        q_step(batch)
         if frames % POLICY_FREQUENCY == 0:
             for _ in range(POLICY_FREQUENCY):
-                losses = loss_module(batch)  # with the Q networks just updated
-                actor_optimizer.zero_grad()
-                alpha_optimizer.zero_grad()
-                (losses["loss_actor"] + losses["loss_alpha"]).backward()
-                actor_optimizer.step()
-                alpha_optimizer.step()
-        target_update.step()
+                policy_step(batch)  # with the Q networks just updated
         gradient_steps += 1
         update_seconds += time.process_time() - update_start
     evaluator.maybe(frames)
@@ -199,6 +224,7 @@ summary = {
     "frames": args.total_frames, "final_eval_return": float(np.mean(eval_returns)),
     "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
     "cpu_time_s": time.process_time(),
+    "variant": "compiled" if args.compile else "",
     "updates": gradient_steps,
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
 }

@@ -290,10 +290,22 @@ def _write_priorities(replay_buffer, batch: TensorDictBase) -> None:
         update(batch)
 
 
-def compile_update(loss_module: nn.Module, optimizer: torch.optim.Optimizer, **options) -> Update:
-    """``Update(loss_module, optimizer, **options)``: one gradient step as one compiled callable
-    (see :class:`Update` for the options)."""
-    return Update(loss_module, optimizer, **options)
+def compile_update(
+    loss_module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    target_updater: TargetNetUpdater | None = None,
+    replay_buffer: ReplayBuffer | None = None,
+    loss_keys: Sequence[str] | None = None,
+    compile: bool | dict = True,
+    cuda_graph: bool = False,
+    warmup: int = 3,
+) -> Update:
+    """One gradient step as one compiled callable: ``Update`` with the same keywords (see
+    :class:`Update` for what each does)."""
+    return Update(loss_module, optimizer, target_updater=target_updater,
+                  replay_buffer=replay_buffer, loss_keys=loss_keys, compile=compile,
+                  cuda_graph=cuda_graph, warmup=warmup)
 
 
 def _check_arguments(loss_module, optimizer, target_updater, replay_buffer, compile) -> None:
