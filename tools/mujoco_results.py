@@ -4,7 +4,8 @@ Each run folder (``--out`` of ``tutorials/{ppo,sac,td3}_mujoco.py``) holds ``sum
 ``eval_returns.csv``. This script keeps the summaries, with each run's evaluation curve, in one
 file (``benchmarks/results/mujoco/runs.json``: the raw per-episode CSVs stay with the runs) and
 draws one figure per algorithm and task: rlloss's seeds as solid lines, TorchRL's dashed, the
-published CleanRL return as a horizontal line.
+published CleanRL return as a horizontal line, and writes the tables of ``docs/results.md``
+(between its ``<!-- results:ALGO -->`` and ``<!-- /results:ALGO -->`` markers).
 
     python tools/mujoco_results.py RUN_DIR [RUN_DIR ...]   # add or replace these runs
     python tools/mujoco_results.py                          # redraw from runs.json
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
+import statistics
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -22,6 +25,8 @@ from matplotlib.figure import Figure
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "results" / "mujoco" / "runs.json"
 FIGURES = ROOT / "docs" / "figures"
+PAGE = ROOT / "docs" / "results.md"
+TRAIN_EPISODES = 10  # the training return: the mean over the last 10 training episodes
 # CleanRL's published mean return over 3 seeds at 1M steps (docs/benchmark/*.md, tag pr-424,
 # MuJoCo v4 environments; rlloss's tutorials run v5)
 CLEANRL = {
@@ -37,6 +42,9 @@ def read_run(folder: Path) -> dict:
     with open(folder / "eval_returns.csv", newline="") as f:
         rows = list(csv.reader(f))[1:]
     summary["evaluations"] = [[int(frames), float(ret)] for frames, ret in rows]
+    with open(folder / "returns.csv", newline="") as f:
+        episodes = [float(ret) for _, ret in list(csv.reader(f))[1:]]
+    summary["final_train_return"] = statistics.fmean(episodes[-TRAIN_EPISODES:])
     return summary
 
 
@@ -71,6 +79,73 @@ def draw(runs: list[dict]) -> list[Path]:
     return written
 
 
+def best_return(run: dict) -> float:
+    return max([r for _, r in run["evaluations"]] + [run["final_eval_return"]])
+
+
+def run_row(run: dict) -> str:
+    losses = run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
+    rate = run.get("gradient_steps_per_s", run.get("updates_per_s"))
+    cpu = f"{run['cpu_time_s'] / 60:.1f}" if "cpu_time_s" in run else "-"
+    train = f"{run['final_train_return']:.1f}" if "final_train_return" in run else "-"
+    return (f"| {run['env_id']} | {losses} | {run['seed']} | {run['final_eval_return']:.1f} | "
+            f"{best_return(run):.1f} | {train} | {run['wall_time_s'] / 60:.1f} | {cpu} | "
+            f"{rate:.0f} |")
+
+
+def spread(values: list[float]) -> str:
+    """``mean ± standard deviation`` (``mean`` alone for one value)."""
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
+    """Per task and library: the final evaluation and training returns over the seeds run, and
+    CleanRL's published return."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        key = run["env_id"], run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
+        groups.setdefault(key, []).append(run)
+    rows = []
+    for (env_id, losses), group in sorted(groups.items()):
+        anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
+        seeds = ", ".join(str(run["seed"]) for run in sorted(group, key=lambda r: r["seed"]))
+        train = [run["final_train_return"] for run in group if "final_train_return" in run]
+        rows.append(f"| {env_id} | {losses} | {seeds} | "
+                    f"{spread([run['final_eval_return'] for run in group])} | "
+                    f"{spread(train) if train else '-'} | "
+                    f"{f'{anchor:.1f}' if anchor is not None else '-'} |")
+    return rows
+
+
+def tables(runs: list[dict], algorithm: str) -> str:
+    mine = sorted((r for r in runs if r["algorithm"] == algorithm), key=run_key)
+    if not mine:
+        return "No run has finished yet."
+    figures = sorted({r["env_id"].split("-")[0] for r in mine})
+    lines = [f"![{algorithm} on {task}](figures/results_{algorithm.lower()}_{task.lower()}.png)"
+             for task in figures]
+    lines += ["", "| task | losses | seeds | final eval return | final train return | "
+              "CleanRL (v4, 1M steps) |", "|---|---|---|---|---|---|"]
+    lines += summary_rows(mine, algorithm)
+    lines += ["", "| task | losses | seed | final eval return | best eval return | "
+              "final train return | wall time (min) | CPU time (min) | updates / CPU s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [run_row(run) for run in mine]
+    return "\n".join(lines)
+
+
+def write_page(runs: list[dict]) -> None:
+    """Replace each ``<!-- results:ALGO -->`` ... ``<!-- /results:ALGO -->`` block of the page."""
+    text = PAGE.read_text()
+    for algorithm in ("PPO", "SAC", "TD3"):
+        start, end = f"<!-- results:{algorithm} -->", f"<!-- /results:{algorithm} -->"
+        pattern = re.compile(rf"({start}\n).*?({end})", re.S)
+        text = pattern.sub(lambda m: m.group(1) + tables(runs, algorithm) + "\n" + m.group(2), text)
+    PAGE.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to add or replace")
@@ -83,12 +158,9 @@ def main() -> None:
     RUNS.write_text(json.dumps(sorted(runs, key=run_key), indent=1) + "\n")
     for path in draw(runs):
         print(path.relative_to(ROOT))
+    write_page(runs)
     for run in sorted(runs, key=run_key):
-        best = max([r for _, r in run["evaluations"]] + [run["final_eval_return"]])
-        losses = run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
-        print(f"| {run['algorithm']} | {run['env_id']} | {losses} | {run['seed']} | "
-              f"{run['final_eval_return']:.1f} | {best:.1f} | {run['wall_time_s'] / 60:.1f} | "
-              f"{run.get('gradient_steps_per_s', run.get('updates_per_s')):.0f} |")
+        print(f"| {run['algorithm']} " + run_row(run))
 
 
 if __name__ == "__main__":
