@@ -8,8 +8,8 @@ Inputs, each optional (a missing file is a note in the pages, never an error):
   in the older format (rows without ``mode`` / ``level``) is skipped with a note.
 * ``profile*.json`` -- ``benchmarks/profile_overhead.py``: per case, mode, level and method,
   the step's time split by where it is spent (torch ops, tensordict, rlloss's Python, dynamo's
-  guards...). ``benchmarks/missed_targets.md``, written by hand, explains each missed target
-  from them.
+  guards...). ``benchmarks/misses.md``, written by hand, explains each missed target from
+  them; BENCHMARKS.md ends with it.
 * ``compile*.json`` -- ``benchmarks/compile_report.py``: one row per (case, library); whatever
   keys the rows have become the columns of the table.
 * ``instructions-hand-written.json`` -- ``benchmarks/instructions.py --hand-written``: the
@@ -52,7 +52,7 @@ from benchmarks.pages.markdown import (
 from benchmarks.pages.overhead import format_problem, has_mode, overhead_section
 from benchmarks.pages.profile import profile_section
 
-MISSED_TARGETS = REPO_ROOT / "benchmarks" / "missed_targets.md"
+MISSES = REPO_ROOT / "benchmarks" / "misses.md"  # BENCHMARKS.md's last section, by hand
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Page:
     kind: str
     section: Callable[[Result, str, Path], list[str]]  # one file's figures on one device
     shows: Callable[[Result], bool] = field(default=lambda result: True)
-    explained_by: Path | None = None  # the hand-written note on its missed targets
+    explains_misses: bool = False  # links BENCHMARKS.md's section on the missed targets
 
 
 def overhead_page(mode: str) -> Page:
@@ -86,7 +86,7 @@ PAGES = (
         "Where the overhead goes",
         "profile",
         profile_section,
-        explained_by=MISSED_TARGETS,
+        explains_misses=True,
     ),
     Page("learning.md", "Learning", "learning", learning_section),
 )
@@ -120,8 +120,8 @@ def render_page(page: Page, results: list[Result], results_dir: Path, index: Pat
         f"The headline tables: [{index.name}]({rel(index, out)}).",
         "",
     ]
-    if page.explained_by:
-        link = f"[{page.explained_by.name}]({rel(page.explained_by, out)})"
+    if page.explains_misses:
+        link = f"[{index.name}, Missed targets]({rel(index, out)}#missed-targets-explained)"
         lines += [f"Why each missed target is missed: {link}.", ""]
     if not used:
         return "\n".join([*lines, f"No `{page.kind}*.json` in the results dir.", ""])
@@ -185,9 +185,10 @@ def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[st
     ]
     files = {results_dir / p.file: render_page(p, results, results_dir, index) for p in PAGES}
     links = [(page.title, rel(results_dir / page.file, index)) for page in PAGES]
-    links.append(("missed targets, explained", rel(MISSED_TARGETS, index)))
+    links.append(("missed targets, explained", "#missed-targets-explained"))
     instructions = load_instructions(results_dir / HAND_INSTRUCTIONS, notes)
     counts = load_counts(results_dir, notes)
     generated = generated_line(results_dir, len(results))
-    files[index] = headline(results, generated, links, instructions, counts)
+    misses = MISSES.read_text() if MISSES.exists() else ""
+    files[index] = headline(results, generated, links, instructions, counts) + "\n" + misses
     return files, notes
