@@ -10,7 +10,7 @@
 * :mod:`benchmarks.learning_runs`, :mod:`benchmarks.torchrl_swap`,
   :mod:`benchmarks.learning_curves` -- the tutorials over seeds, with rlloss and with the TorchRL
   loss swapped in, and their curves.
-* :mod:`benchmarks.pages` -- BENCHMARKS.md (the headline tables) and the full tables it links,
+* :mod:`benchmarks.pages` -- BENCHMARKS.md (the headline tables and the missed targets),
   rendered from ``benchmarks/results/*.json``.
 
 The scripts, run from the repository root as ``python benchmarks/<script>.py``, parse their
