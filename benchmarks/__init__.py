@@ -4,7 +4,7 @@
   interleaved timing, one case's rows; the level and mode names every script uses.
 * :mod:`benchmarks.cases` -- the cases, one module per family of losses, each with the
   hand-written plain-torch baseline beside its builders; shared builders in ``cases/common.py``.
-* :mod:`benchmarks.compilation` -- graphs, breaks, recompiles and compile times per loss.
+* ``compile_report.py`` -- graphs, breaks, recompiles and compile times per loss.
 * :mod:`benchmarks.profiling` -- where a step's time goes (cProfile) and its instruction count
   (callgrind).
 * :mod:`benchmarks.learning_runs`, :mod:`benchmarks.torchrl_swap`,
