@@ -6,12 +6,10 @@
 #
 # 1. the CUDA-only tests (the loss contract and the estimators without a host sync, the CUDA
 #    graph updates, the samplers on a CUDA storage);
-# 2. benchmarks/dreamer_v3_update.py: one DreamerV3 update, rlloss / TorchRL / hand-written,
-#    eager and compiled, each also recorded as a CUDA graph where it can be;
-# 3. benchmarks/gpu_update.py for SAC and TD3 (rlloss and TorchRL, eager / compiled / + graph);
-# 4. the same for DQN+PER with the compiled prioritized sampler;
-# 5. tutorials/compile_and_cudagraphs.py on the GPU.
-# OUTDIR receives all.log and the benchmarks' JSON files (at most 4 files).
+# 2. benchmarks/gpu_update.py for SAC and TD3 (rlloss and TorchRL, eager / compiled / + graph);
+# 3. the same for DQN+PER with the compiled prioritized sampler;
+# 4. tutorials/compile_and_cudagraphs.py on the GPU.
+# OUTDIR receives all.log and the benchmarks' JSON files (at most 3 files).
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUTDIR}
 mkdir -p "$out"
@@ -34,10 +32,6 @@ step 120 tests python3 -m pytest -q -p no:cacheprovider -rfE tests/test_cuda.py 
     tests/test_update.py tests/test_random_sampler.py tests/test_prioritized_sampler.py \
     -k "cuda or recorded_update_samples or trees_follow"
 tail -3 "$log" | head -2
-step 120 "dreamer_v3_update eager" python3 benchmarks/dreamer_v3_update.py --device cuda --graph \
-    --repeats 20 --out "$out/dreamer_v3_update.json"
-step 300 "dreamer_v3_update compiled" python3 benchmarks/dreamer_v3_update.py --device cuda \
-    --graph --compiled --repeats 20 --out "$out/dreamer_v3_update.json"
 step 230 "gpu_update SAC TD3" python3 benchmarks/gpu_update.py --cases SAC TD3 --inner 100 \
     --methods eager compiled compiled+graph "compiled+graph, sample()" --profile \
     --out "$out/gpu_update.json"

@@ -72,7 +72,6 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +370,7 @@ class Config:
     no_aot_cse: bool = False
     clock: str = "wall"  # "cpu": the process's CPU time (CLOCKS)
     merge: bool = False  # keep the rows of --out that this run does not replace
+    critics: dict[str, list[int]] | None = None  # ensemble case -> its numbers of critics
 
 
 def available_methods(
@@ -576,16 +576,23 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def _row_key(row: dict) -> tuple:
+    """What a row measured: case, batch size, mode, level, device and number of critics."""
+    return tuple(
+        row.get(k) for k in ("case", "batch_size", "mode", "level", "device", "num_critics")
+    )
+
+
 def write_result(rows: list[dict], config: dict, out: Path, merge: bool = False) -> bool:
     """Write ``rows`` with the machine block, ``config`` and the method to ``out`` (JSON); whether
     every row is ok. ``merge``: keep the rows already in ``out`` that ``rows`` do not replace
-    (same case, batch size, mode, level and device), and its command before this one's."""
+    (same case, batch size, mode, level, device and number of critics), and its command before
+    this one's."""
     machine = machine_info()
     if merge and out.exists():
         previous = json.loads(out.read_text())
-        key = itemgetter("case", "batch_size", "mode", "level", "device")
-        new = {key(r) for r in rows}
-        rows = [r for r in previous["results"] if key(r) not in new] + rows
+        new = {_row_key(r) for r in rows}
+        rows = [r for r in previous["results"] if _row_key(r) not in new] + rows
         machine["command"] = f"{previous['machine']['command']} && {machine['command']}"
     ok = all(r["status"] == "ok" for r in rows)
     result = {

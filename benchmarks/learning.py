@@ -11,11 +11,20 @@ Run from the repository root::
     python benchmarks/learning.py --tasks sac_pendulum --seeds 0 1 2 3 4 --jobs 2
     python benchmarks/learning.py --total-frames-scale 0.05 --results-dir /tmp/learning
     python benchmarks/learning.py --summarize-only
+    python benchmarks/learning.py --rnd-runs /tmp/rndq --out docs/figures/ppo_rnd_sparse.png
+    python benchmarks/learning.py --rnd-runs /tmp/rnd2 --rnd-title "Deep Sea 20" \
+        --out docs/figures/ppo_rnd_deepsea.png
+
+``--rnd-runs``: the figure and per-seed table of ``tutorials/ppo_rnd_sparse.py`` (PPO alone
+beside PPO + RND, with rlloss and with TorchRL's classes) from its runs' output folders,
+``<library>-<rnd|no-rnd>-<seed>`` (each with the tutorial's ``returns.csv``), each beside its
+standard output ``<folder>.log``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks import learning_runs  # noqa: E402
 from benchmarks.harness import machine_info  # noqa: E402
+from benchmarks.learning_curves import RND_MODES, draw_rnd_figure, rnd_summary  # noqa: E402
 from benchmarks.learning_tasks import TASKS  # noqa: E402
 
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "learning"
@@ -77,12 +87,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="rebuild the JSON and figures from the run dirs on disk, run nothing",
     )
+    p.add_argument("--rnd-runs", type=Path, help="ppo_rnd_sparse's runs: draw --out from them")
+    p.add_argument("--rnd-title", default="sparse MountainCar-v0", help="--rnd-runs' panels")
     p.add_argument(
         "--smoke",
         action="store_true",
         help=f"{learning_runs.SMOKE_FRAMES} frames, seed 0, tasks {' '.join(SMOKE_TASKS)} (unless given)",
     )
     cfg = p.parse_args(argv)
+    if cfg.rnd_runs is not None and cfg.out is None:
+        p.error("--rnd-runs draws a figure: give its path with --out FIGURE.png")
     smoke_dir = Path(tempfile.gettempdir()) / "rlloss-learning-smoke"
     if cfg.results_dir is None:
         cfg.results_dir = smoke_dir if cfg.smoke else DEFAULT_RESULTS_DIR
@@ -107,8 +121,24 @@ def everything_on_disk(cfg: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(cfg), "tasks": tasks, "seeds": None})
 
 
+def rnd_figure(cfg: argparse.Namespace) -> int:
+    """``--rnd-runs``: print one row per run of ``ppo_rnd_sparse.py`` and draw the figure."""
+    runs = {}
+    for library, mode, seed in itertools.product(learning_runs.LIBRARIES, RND_MODES, cfg.seeds):
+        run = cfg.rnd_runs / f"{library}-{mode}-{seed}"
+        if (run / "returns.csv").exists():
+            runs[library, mode, seed] = learning_runs.read_returns(run / "returns.csv")
+            summary = rnd_summary(runs[library, mode, seed], run.with_suffix(".log"))
+            print(f"{library:8s} {RND_MODES[mode]:10s} seed {seed}: {summary}")
+    draw_rnd_figure(runs, cfg.out, cfg.rnd_title)
+    print(f"wrote {cfg.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.rnd_runs is not None:
+        return rnd_figure(cfg)
     shown = learning_runs.display_path
     if cfg.summarize_only:
         machine = learning_runs.run_machine(cfg.results_dir, cfg.tasks) or machine_info()

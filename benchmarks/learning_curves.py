@@ -1,18 +1,28 @@
-"""The learning curves: per library the mean and min-max spread over seeds of the running mean
-of the last episode returns, on a common frame grid, with the task's target."""
+"""The learning benchmark's figures: per task and library the mean and min-max spread over seeds
+of the running mean of the last episode returns, on a common frame grid, with the task's target;
+and ``tutorials/ppo_rnd_sparse.py``'s figure and per-seed table, PPO alone beside PPO + RND
+(``python benchmarks/learning.py --rnd-runs DIR --out FIGURE.png``)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 
 from benchmarks.learning_tasks import Task
 
 CURVE_WINDOW = 10  # episodes in the running mean of the learning curves
 CURVE_POINTS = 200  # points of the common frame grid
 LINE_STYLES = {"rlloss": "-", "torchrl": "--"}  # dashed on top: identical curves stay visible
+RND_MODES = {
+    "no-rnd": "PPO",
+    "rnd": "PPO + RND",
+}  # ppo_rnd_sparse's run folders, <lib>-<mode>-<seed>
+RND_WINDOW = 50  # episodes in the running mean of the RND figure
+FAILED = 0.0  # the sparse return of an episode that never reaches the flag (1 if it does)
 
 
 def running_mean(returns: np.ndarray, window: int = CURVE_WINDOW) -> np.ndarray:
@@ -73,3 +83,43 @@ def draw_learning_curves(
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=100)
+
+
+def rnd_summary(episodes: np.ndarray, log: Path) -> dict:
+    """One ``ppo_rnd_sparse`` run's row: the mean return of its last 10 episodes (the tutorial's
+    ``final_return``), the first step at which an episode reached the flag (a positive return),
+    the share of the last 100 episodes that did, and the wall time from its log (``<run>.log``,
+    the run's standard output)."""
+    reached = episodes[episodes[:, 1] > FAILED]
+    wall = re.findall(r"wall_time=([\d.]+)s", log.read_text()) if log.exists() else []
+    return {
+        "final": float(episodes[-10:, 1].mean()),
+        "first_flag": int(reached[0, 0]) if len(reached) else None,
+        "share_last_100": float((episodes[-100:, 1] > FAILED).mean()),
+        "wall_s": float(wall[-1]) if wall else None,
+    }
+
+
+def draw_rnd_figure(runs: dict[tuple[str, str, int], np.ndarray], out: Path, title: str) -> None:
+    """One panel per library: every seed's running mean of the share of episodes rewarded, PPO +
+    RND solid, PPO alone dashed (``runs``: (library, mode, seed) -> its episodes)."""
+    fig = Figure(figsize=(11, 4))
+    for i, library in enumerate(LINE_STYLES):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for (lib, mode, seed), episodes in runs.items():
+            if lib == library and len(episodes):
+                style = "-" if mode == "rnd" else "--"
+                curve = running_mean(episodes[:, 1], RND_WINDOW)
+                label = f"{RND_MODES[mode]}, seed {seed}"
+                ax.plot(episodes[:, 0], curve, style, color=f"C{seed}", label=label)
+        ax.set(
+            title=f"{title}, {library}",
+            xlabel="environment steps",
+            ylabel=f"share rewarded (running mean of {RND_WINDOW} episodes)",
+            ylim=(-0.05, 1.05),
+        )
+        ax.xaxis.set_major_formatter(EngFormatter())
+        if ax.lines:
+            ax.legend(fontsize=7, loc="upper left")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100, bbox_inches="tight")

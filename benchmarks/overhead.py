@@ -13,6 +13,15 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/overhead.py --hand-written --out benchmarks/results/overhead-hand-written.json
     python benchmarks/overhead.py --cases MAPPOLoss --modes compiled --batch-sizes 64 --merge \
         --out benchmarks/results/overhead-multiagent.json  # added to that file's eager rows
+    python benchmarks/overhead.py --ensemble-scaling --critics 2 4 10  # REDQ and TQC, 2 to 10
+    python benchmarks/overhead.py --ensemble-scaling --custom-critic    # critics of one's own
+
+``--critics``: the ensemble cases (REDQ, TQC) at each of these numbers of critics; each row
+records ``num_critics`` and ``growth``, per method its time over that of the fewest critics.
+``--ensemble-scaling`` sets what the ensemble-scaling results were taken with (REDQ 2/4/10 and TQC
+2/5/10 critics unless ``--critics`` is given, batch 256, the update level, eager, plain, rlloss
+and TorchRL; ``--custom-critic``: their custom-critic cases), written to
+``benchmarks/results/ensemble-scaling[-custom-critic].json``.
 """
 
 from __future__ import annotations
@@ -28,9 +37,12 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
+from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
+from benchmarks.cases.ensembles import ENSEMBLES, with_critics  # noqa: E402
 from benchmarks.harness import LEVELS, METHODS, MODES, Config  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "overhead.json"
+SCALING_CRITICS = {"REDQLoss": (2, 4, 10), "TQCLoss": (2, 5, 10)}  # --ensemble-scaling's default
 
 
 def batch_sizes_of(case: str, cfg: Config) -> list[int]:
@@ -42,6 +54,41 @@ def batch_sizes_of(case: str, cfg: Config) -> list[int]:
         return list(HAND_WRITTEN[case])
     small, large = BATCH_SIZES[case]
     return [small] if cfg.smoke or cfg.small_only else [small, large]
+
+
+def with_growth(rows: list[dict]) -> list[dict]:
+    """Each row with ``growth``: per method, its median time over that of the same loss, batch
+    size, mode and level with the fewest critics."""
+    for row in rows:
+        same = ("case", "batch_size", "mode", "level")
+        base = min(
+            (r for r in rows if all(r[k] == row[k] for k in same)),
+            key=lambda r: r["num_critics"],
+        )
+        row["growth"] = {
+            name: m["time_us"]["median"] / base["methods"][name]["time_us"]["median"]
+            for name, m in row["methods"].items()
+            if "time_us" in m and "time_us" in base["methods"].get(name, {})
+        }
+        row["growth_from_critics"] = base["num_critics"]
+    return rows
+
+
+def growth_table(rows: list[dict]) -> list[str]:
+    """Per row: its critics, each method's median time (us) and growth over the fewest."""
+    methods = list(dict.fromkeys(m for row in rows for m in row["growth"]))
+    header = ["loss", "mode", "level", "critics"]
+    header += [f"{m} us" for m in methods] + [f"{m} growth" for m in methods]
+    body = [
+        [row["case"], row["mode"], row["level"], str(row["num_critics"])]
+        + [
+            f"{row['methods'][m]['time_us']['median']:.0f}" if m in row["growth"] else "-"
+            for m in methods
+        ]
+        + [f"{row['growth'][m]:.2f}x" if m in row["growth"] else "-" for m in methods]
+        for row in rows
+    ]
+    return ["", "Growth with the number of critics:", *harness.text_table(header, body, True)]
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -116,9 +163,31 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "level and device); its command is recorded before this run's",
     )
     p.add_argument(
+        "--critics", nargs="+", type=int, help="the ensemble cases at these numbers of critics"
+    )
+    p.add_argument(
+        "--ensemble-scaling",
+        action="store_true",
+        help="REDQ and TQC from few to many critics, as the ensemble-scaling results (see above)",
+    )
+    p.add_argument(
+        "--custom-critic", action="store_true", help="--ensemble-scaling: critics of one's own"
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
     )
     a = p.parse_args(argv)
+    if a.ensemble_scaling:
+        suffix = CUSTOM_SUFFIX if a.custom_critic else ""
+        chosen = a.cases if a.cases != list(CASES) else list(ENSEMBLES)
+        a.cases = [c.removesuffix(CUSTOM_SUFFIX) + suffix for c in chosen]
+        a.batch_sizes = a.batch_sizes or ["256"]
+        a.levels, a.modes = ["update"], a.modes if a.modes != list(MODES) else ["eager"]
+        a.methods = ["plain", "rlloss", "torchrl"]
+        if a.out == DEFAULT_OUT:
+            a.out = DEFAULT_OUT.with_name(
+                f"ensemble-scaling{'-custom-critic' if suffix else ''}.json"
+            )
     if a.smoke:
         a.repeats, a.inner, a.warmup = min(a.repeats, 3), a.inner or 2, min(a.warmup, 2)
     if a.hand_written:  # its cases (those of an explicit --cases among them), eager backward
@@ -129,7 +198,23 @@ def parse_args(argv: list[str] | None = None) -> Config:
     levels = [level for level in LEVELS if level in a.levels]  # "update" last
     batch_sizes = [int(b) for arg in a.batch_sizes or [] for b in arg.split(",") if b]
     methods = tuple(m for m in METHODS if m in a.methods)
-    return Config(**{**vars(a), "batch_sizes": batch_sizes, "levels": levels, "methods": methods})
+    critics = None  # case -> its numbers of critics
+    if a.critics or a.ensemble_scaling:
+        default = SCALING_CRITICS if a.ensemble_scaling else {}
+        counts = {c: a.critics or default.get(c.removesuffix(CUSTOM_SUFFIX)) for c in a.cases}
+        for case in a.cases:
+            with_critics(case, 2)  # refuses a case that is not an ensemble
+        critics = {c: list(n) for c, n in counts.items()}
+    fields = {k: v for k, v in vars(a).items() if k not in ("ensemble_scaling", "custom_critic")}
+    return Config(
+        **{
+            **fields,
+            "batch_sizes": batch_sizes,
+            "levels": levels,
+            "methods": methods,
+            "critics": critics,
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,13 +228,17 @@ def main(argv: list[str] | None = None) -> int:
     harness.single_thread()
     rows = []
     for case in cfg.cases:
-        case_rows = [
-            row
-            for b in batch_sizes_of(case, cfg)
-            for row in harness.run_case(case, CASES[case](b, cfg.seed), b, cfg)
-        ]
-        rows.extend(case_rows)
-        harness.print_table(case, case_rows[0]["description"], case_rows)
+        for critics in (cfg.critics or {}).get(case) or [None]:
+            build = CASES[case] if critics is None else with_critics(case, critics)
+            case_rows = [
+                {**row, **({} if critics is None else {"num_critics": critics})}
+                for b in batch_sizes_of(case, cfg)
+                for row in harness.run_case(case, build(b, cfg.seed), b, cfg)
+            ]
+            rows.extend(case_rows)
+            harness.print_table(case, case_rows[0]["description"], case_rows)
+    if cfg.critics:
+        print("\n".join(growth_table(with_growth(rows))))
 
     ok = harness.write_result(rows, vars(cfg), cfg.out, cfg.merge)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))

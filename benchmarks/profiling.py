@@ -59,8 +59,7 @@ from pathlib import Path
 from torch.overrides import TorchFunctionMode
 
 from benchmarks.cases import CASES
-from benchmarks.cases.common import CUSTOM_SUFFIX
-from benchmarks.cases.ensembles import ENSEMBLES, build_ensemble
+from benchmarks.cases.ensembles import with_critics
 from benchmarks.harness import REPO_ROOT, CaseSetup, level_steps
 
 HERE = Path(__file__).resolve().parent
@@ -195,12 +194,8 @@ def case_setup(case: str, batch_size: int, critics: int | None = None) -> CaseSe
     """``CASES[case]`` at ``batch_size`` (seed 0); ``critics``: an ensemble case
     (``REDQLoss``, ``TQCLoss``, with or without the custom-critic suffix) with that many
     critics instead of its default."""
-    if critics is None:
-        return CASES[case](batch_size, 0)
-    name = case.removesuffix(CUSTOM_SUFFIX)
-    if name not in ENSEMBLES:
-        raise ValueError(f"--critics applies to {sorted(ENSEMBLES)} (custom or not), not {case}")
-    return build_ensemble(name, critics, batch_size, 0, custom=case.endswith(CUSTOM_SUFFIX))
+    build = CASES[case] if critics is None else with_critics(case, critics)
+    return build(batch_size, 0)
 
 
 RUNNER = """

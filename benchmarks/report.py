@@ -1,13 +1,10 @@
-"""Write ``BENCHMARKS.md`` (the headline tables) and the full tables it links from the JSON
-results in ``benchmarks/results/`` (what each page shows: :mod:`benchmarks.pages`).
+"""Write ``BENCHMARKS.md`` from the JSON results in ``benchmarks/results/`` and the missed
+targets' explanations in ``benchmarks/misses.md`` (what it shows: :mod:`benchmarks.pages`).
 
 One command, run from anywhere::
 
     python benchmarks/report.py                                  # -> BENCHMARKS.md
     python benchmarks/report.py --results-dir /tmp/res --out /tmp/BENCHMARKS.md
-
-The linked pages (``overhead-eager.md``, ``overhead-compiled.md``, ``compile.md``,
-``profile.md``, ``learning.md``) are written into the results dir.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.pages import render_all  # noqa: E402
+from benchmarks.pages import render  # noqa: E402
 
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 DEFAULT_OUT = REPO_ROOT / "BENCHMARKS.md"
@@ -31,10 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    files, notes = render_all(args.results_dir.resolve(), args.out.resolve())
-    for path, text in files.items():
-        path.write_text(text)
-        print(f"wrote {path}")
+    text, notes = render(args.results_dir.resolve())
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return 0

@@ -457,10 +457,11 @@ def _code_spans(text: str) -> str:
 
 
 def benchmarks_markdown() -> str:
-    """``BENCHMARKS.md`` without its title; links into the repository become file names."""
+    """``BENCHMARKS.md`` without its title; links into the repository become file names (links
+    to its own sections stay links)."""
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     text = re.sub(r"\A# [^\n]*\n+", "", text)
-    return re.sub(r"\[([^\]]+)\]\(((?!https?://)[^)]+)\)", r"\1 (`\2`)", text)
+    return re.sub(r"\[([^\]]+)\]\(((?!https?://|#)[^)]+)\)", r"\1 (`\2`)", text)
 
 
 # ---- the MkDocs side ------------------------------------------------------------------------

@@ -64,7 +64,7 @@ settled on never pushing from 22k and 26k steps on and never reached the flag, t
 normalised push cost outweighing RND's normalised bonus. Neither variant was kept. The two
 libraries' runs (same seeds) part ways during training, not in kind. Figure of both curves,
 every seed, both libraries:
-``docs/figures/ppo_rnd_sparse.png`` (``benchmarks/ppo_rnd_curves.py --runs DIR``).
+``docs/figures/ppo_rnd_sparse.png`` (``benchmarks/learning.py --rnd-runs DIR --out FIGURE``).
 
 Deep Sea (``--task deepsea --size N``), for the clean contrast: bsuite's hard-exploration chain
 (Osband et al., "Behaviour Suite for Reinforcement Learning", ICLR 2020; ``DeepSea`` below). An
@@ -101,7 +101,7 @@ share of the last 100 episodes is 0.00 to 0.99 (rlloss seed 2 had held 86 % arou
 then left the path, as RND's bonus keeps pulling elsewhere). PPO alone never reached it in any
 run (0 of 19,968 episodes each): the move cost taught it to go left, 0.3 to 8 "rights" per
 episode at the end. The two libraries' runs part ways only during training. Figure:
-``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/ppo_rnd_curves.py --task "Deep Sea 20"``;
+``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/learning.py --rnd-title "Deep Sea 20"``;
 runs two at a time under a load of about 10: PPO + RND 262-427 s, PPO alone 141-205 s of wall
 time each).
 

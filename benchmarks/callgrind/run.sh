@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per eager step under callgrind, dumped around N steps of each case (step.py).
 #   ROOT=<checkout to measure> [CASES="..."] [N=40] [BATCH=0: the case's small batch] run.sh OUT
-# STEP: another step script with the same protocol (e.g. callgrind/dreamer_step.py).
+# STEP: another step script with the same protocol (default: callgrind/step.py).
 # Writes OUT/counts.tsv: case, batch, method, instructions per step. Needs valgrind.
 # Instrumentation is on only between a start and an end mark (--instr-atstart=no): the import of
 # torch and each case's set-up run at valgrind's base cost, ~10x faster than instrumented.

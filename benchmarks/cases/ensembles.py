@@ -202,3 +202,15 @@ CASES.update(
         for name, spec in ENSEMBLES.items()
     }
 )
+
+
+def with_critics(case: str, critics: int) -> Callable[[int, int], CaseSetup]:
+    """The builder of the ensemble ``case`` (REDQ or TQC, with or without the custom-critic
+    suffix) with ``critics`` critics instead of its default (``overhead.py --critics``)."""
+    name = case.removesuffix(CUSTOM_SUFFIX)
+    if name not in ENSEMBLES:
+        raise ValueError(
+            f"--critics applies to the ensemble cases {sorted(ENSEMBLES)} (and their "
+            f"{CUSTOM_SUFFIX} cases), not {case}: choose those with --cases"
+        )
+    return partial(build_ensemble, name, critics, custom=case.endswith(CUSTOM_SUFFIX))

@@ -1,94 +1,76 @@
-"""BENCHMARKS.md and the full tables it links, rendered from the JSON results.
+"""BENCHMARKS.md, rendered from the JSON results (``benchmarks/report.py`` writes it).
 
-Inputs, each optional (a missing file is a note in the pages, never an error):
+Inputs, each optional (a missing file is a note, never an error):
 
 * ``overhead*.json`` -- ``benchmarks/overhead.py``: per case, batch size, mode (eager /
-  compiled) and level (forward / backward / update) the time of each method and the paired
-  ratios. Each row is checked against the targets (``pages.overhead.OVERHEAD_TARGETS``). A file
-  in the older format (rows without ``mode`` / ``level``) is skipped with a note.
-* ``profile*.json`` -- ``benchmarks/profile_overhead.py``: per case, mode, level and method,
-  the step's time split by where it is spent (torch ops, tensordict, rlloss's Python, dynamo's
-  guards...). ``benchmarks/missed_targets.md``, written by hand, explains each missed target
-  from them.
-* ``compile*.json`` -- ``benchmarks/compile_report.py``: one row per (case, library); whatever
-  keys the rows have become the columns of the table.
-* ``instructions-hand-written.json`` -- ``benchmarks/instructions.py --hand-written``: the
-  instructions per step of the rlloss and hand-written methods, shown beside the timed ratios in
-  BENCHMARKS.md's hand-written table.
-* ``learning*.json`` -- ``benchmarks/learning.py``: per task and library the per-seed returns,
-  whether the target was met, and the learning-curve figures (embedded by relative path).
+  compiled) and level the time of each method and the paired ratios, checked against the targets
+  (:mod:`benchmarks.pages.targets`). A file in the older format (rows without ``mode`` /
+  ``level``) is skipped with a note.
+* ``instructions*.json`` -- ``benchmarks/instructions.py --dumped`` / ``--hand-written``: the
+  instructions per step, shown beside the timed ratios.
+* ``compile*.json`` -- ``benchmarks/compile_report.py``: graphs, breaks, recompiles per loss.
+* ``learning*.json`` -- ``benchmarks/learning.py``: per tutorial and library the returns.
+* ``benchmarks/misses.md`` -- written by hand: why each missed target is missed; copied as
+  BENCHMARKS.md's last section.
 
-BENCHMARKS.md holds the headline tables (:mod:`benchmarks.pages.headline`); each page of
-``PAGES`` holds the full tables of one kind of file, written into the results dir. Every page
-gives each file's date, machine, versions and the command that produced it. Rows measured on a
-device other than ``cpu`` get their own sections under "GPU", marked with the device; that
-section says so when no GPU figures exist yet.
+The JSON files hold every figure (every batch size, level and method, the profiles of
+``benchmarks/profile_overhead.py``); BENCHMARKS.md summarises them on CPU rows. Rows measured on
+another device are counted in a note (their files are named there).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
-from benchmarks.harness import MODES
-from benchmarks.pages.compile import compile_section
-from benchmarks.pages.headline import HAND_INSTRUCTIONS, HEADLINE_LEVEL, headline
-from benchmarks.pages.learning import learning_section
+from benchmarks.pages.compile import compile_table
+from benchmarks.pages.headline import HAND_INSTRUCTIONS, HEADLINE_LEVEL, hand_table, overhead_table
+from benchmarks.pages.learning import learning_table
 from benchmarks.pages.markdown import (
     KINDS,
     REPO_ROOT,
     Result,
-    devices_of,
     generated_line,
-    inputs_section,
     load_results,
-    machines_section,
     on_cpu,
-    rel,
+    table_rows,
 )
-from benchmarks.pages.overhead import format_problem, has_mode, overhead_section
-from benchmarks.pages.profile import profile_section
+from benchmarks.pages.targets import format_problem
 
-MISSED_TARGETS = REPO_ROOT / "benchmarks" / "missed_targets.md"
+MISSES = REPO_ROOT / "benchmarks" / "misses.md"  # BENCHMARKS.md's last section, by hand
 
-
-@dataclass(frozen=True)
-class Page:
-    """One linked page: the full tables of one kind of result file."""
-
-    file: str
-    title: str  # its heading, and its link text in BENCHMARKS.md
-    kind: str
-    section: Callable[[Result, str, Path], list[str]]  # one file's figures on one device
-    shows: Callable[[Result], bool] = field(default=lambda result: True)
-    explained_by: Path | None = None  # the hand-written note on its missed targets
-
-
-def overhead_page(mode: str) -> Page:
-    """The page of the overhead rows measured in ``mode`` (eager or compiled)."""
-    return Page(
-        f"overhead-{mode}.md",
-        f"Overhead per update, {mode}",
-        "overhead",
-        partial(overhead_section, mode=mode),
-        partial(has_mode, mode=mode),
-    )
-
-
-PAGES = (
-    *(overhead_page(mode) for mode in MODES),
-    Page("compile.md", "torch.compile: graphs, breaks, recompiles", "compile", compile_section),
-    Page(
-        "profile.md",
-        "Where the overhead goes",
-        "profile",
-        profile_section,
-        explained_by=MISSED_TARGETS,
-    ),
-    Page("learning.md", "Learning", "learning", learning_section),
+OVERHEAD_TEXT = (
+    f"One `{HEADLINE_LEVEL}` step (zero_grad + forward + backward) at each loss's small batch, "
+    "CPU, 1 thread; medians of paired per-round time ratios (wall time; the process's CPU time "
+    "where a source below says so). rlloss / plain: over the same math written by hand in plain "
+    "torch (target <= 1.10 eager, <= 1.05 compiled). TorchRL / rlloss: TorchRL's loss over "
+    "rlloss's (target >= 1.5 eager). **Bold**: the target is missed; -: no such loss in TorchRL. "
+    "Instructions: callgrind's count per step of the same step, eager (load-independent: the "
+    "robust figure on a busy machine), where counted (`benchmarks/instructions.py --dumped`). "
+    "Every batch size, level and method: the `overhead*.json` files."
+)
+HAND_TEXT = (
+    "The same `backward` step against the loss written by hand in one file, CleanRL-style "
+    "(`benchmarks/cases/handwritten.py`: formula log-probs, no distribution objects, no "
+    "TensorDict, the off-policy critics the user's own `nn.Module` called as "
+    "`critic(obs, action)`), eager, CPU, 1 thread. `hand` also computes the diagnostics rlloss "
+    "returns, `hand-min` the losses only; `rlloss-min` is rlloss with `diagnostics=False` (the "
+    "PPO family: DQN and the off-policy losses have no switch). Times: medians per step "
+    "(microseconds); time ratios: median (p25-p75) of paired per-round ratios, and in brackets "
+    "the ratio of the two methods' 10th percentiles of their blocks (on a loaded machine the "
+    "least inflated); instructions: callgrind's count per step (load-independent, the robust "
+    "figure). Targets: the PPO family at 64 <= 1.15 off and <= 1.25 on, DQN at 64 <= 1.15, the "
+    "custom-critic losses at 256 <= 1.10; **bold**: missed."
+)
+COMPILE_TEXT = (
+    "`torch.compile` of each loss on one batch of 64 (`benchmarks/compile_report.py`): whether "
+    "`fullgraph=True` compiles, the graphs and graph breaks `torch._dynamo.explain` finds, the "
+    "recompilations over 20 fresh batches, and the first (cold) and cached (warm) compile times."
+)
+LEARNING_TEXT = (
+    "Each tutorial with rlloss and with the TorchRL loss swapped in by its import: final return "
+    "(mean over seeds), seeds on target (met when at least 2 are), mean wall time in seconds; "
+    "the curves are in the tutorials' pages (`benchmarks/results/learning_<tutorial>.png`)."
 )
 
 
@@ -97,56 +79,8 @@ def problem_of(result: Result) -> str | None:
     return format_problem(result) if result.kind == "overhead" else result.error
 
 
-def device_sections(page: Page, results: list[Result], cpu: bool, out: Path) -> list[str]:
-    """The sections of a page's files, for their cpu devices or for the others."""
-    return [
-        line
-        for result in results
-        for device in (devices_of(result) if result.data is not None else ["cpu"])
-        if on_cpu(device) == cpu
-        for line in page.section(result, device, out)
-    ]
-
-
-def render_page(page: Page, results: list[Result], results_dir: Path, index: Path) -> str:
-    """One page: where its figures come from, then its sections, CPU first, then GPU."""
-    out = results_dir / page.file
-    used = [r for r in results if r.kind == page.kind and page.shows(r)]
-    lines = [
-        f"# {page.title}",
-        "",
-        generated_line(results_dir, len(used)),
-        "",
-        f"The headline tables: [{index.name}]({rel(index, out)}).",
-        "",
-    ]
-    if page.explained_by:
-        link = f"[{page.explained_by.name}]({rel(page.explained_by, out)})"
-        lines += [f"Why each missed target is missed: {link}.", ""]
-    if not used:
-        return "\n".join([*lines, f"No `{page.kind}*.json` in the results dir.", ""])
-    gpu = device_sections(page, used, cpu=False, out=out) or [
-        "No GPU figures exist yet: every file here was measured on cpu. Running a benchmark "
-        "with `--device cuda` (written to e.g. `overhead-cuda.json`) and then "
-        "`python benchmarks/report.py` adds its sections here.",
-        "",
-    ]
-    lines += [
-        *inputs_section(used, out, problem_of),
-        *machines_section(used),
-        "## CPU",
-        "",
-        *device_sections(page, used, cpu=True, out=out),
-        "## GPU",
-        "",
-        *gpu,
-    ]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def load_instructions(path: Path, notes: list[str]) -> dict | None:
-    """The hand-written comparison's instruction counts (``None`` without the file; a note if it
-    cannot be read)."""
+def read_json(path: Path, notes: list[str]) -> dict | None:
+    """A JSON file (``None`` without it; a note if it cannot be read)."""
     if not path.exists():
         return None
     try:
@@ -157,12 +91,11 @@ def load_instructions(path: Path, notes: list[str]) -> dict | None:
 
 
 def load_counts(results_dir: Path, notes: list[str]) -> dict[str, dict]:
-    """The entries of every keyed instruction file (``instructions*.json`` written by
-    ``benchmarks/instructions.py --dumped`` or ``--hand-written``: ``"<case>, B=<batch>"`` ->
-    counts) of the headline level, each with its file's name; the newest entry of a key wins."""
+    """The entries of every keyed instruction file (``"<case>, B=<batch>"`` -> counts) of the
+    headline level, each with its file's name; the newest entry of a key wins."""
     found = []
     for path in sorted(results_dir.glob("instructions*.json")):
-        data = load_instructions(path, notes) or {}
+        data = read_json(path, notes) or {}
         if "machine" not in data or data.get("level") != HEADLINE_LEVEL:
             continue  # the older files: one batch size per file, no date
         date = data["machine"].get("date", "?")
@@ -173,21 +106,53 @@ def load_counts(results_dir: Path, notes: list[str]) -> dict[str, dict]:
     return {e["key"]: e for e in sorted(found, key=lambda e: e.get("date", ""))}
 
 
-def render_all(results_dir: Path, index: Path) -> tuple[dict[Path, str], list[str]]:
-    """BENCHMARKS.md (at ``index``) and every page (in ``results_dir``) by path, and the notes
-    worth printing (unreadable or skipped files, missing kinds)."""
+def device_note(results: list[Result]) -> list[str]:
+    """A line naming the files with rows measured off the CPU (not summarised here)."""
+    files = [
+        r.path.name
+        for r in results
+        if any(not on_cpu(str(row.get("device", "cpu"))) for row in table_rows(r.data))
+    ]
+    if not files:
+        return []
+    return [f"Rows measured on a GPU, not summarised here: {', '.join(files)}.", ""]
+
+
+def render(results_dir: Path) -> tuple[str, list[str]]:
+    """BENCHMARKS.md's text, and the notes worth printing (unreadable or skipped files, missing
+    kinds)."""
     results = load_results(results_dir)
     notes = [f"{r.path.name}: {problem_of(r)}" for r in results if problem_of(r)]
-    notes += [
-        f"no {kind}*.json in {results_dir}"
-        for kind in KINDS
-        if not any(r.kind == kind for r in results)
+    notes += [f"no {k}*.json in {results_dir}" for k in KINDS if all(r.kind != k for r in results)]
+    instructions = read_json(results_dir / HAND_INSTRUCTIONS, notes)
+    lines = [
+        "# Benchmarks",
+        "",
+        generated_line(results_dir, len(results)),
+        "",
+        "Why each missed target (bold) is missed: [the last section](#missed-targets-explained).",
+        "",
+        "## Overhead per update",
+        "",
+        OVERHEAD_TEXT,
+        "",
+        *overhead_table(results, load_counts(results_dir, notes)),
+        "## Against a hand-written step",
+        "",
+        HAND_TEXT,
+        "",
+        *hand_table(results, instructions),
+        "## torch.compile",
+        "",
+        COMPILE_TEXT,
+        "",
+        *compile_table(results),
+        "## Learning",
+        "",
+        LEARNING_TEXT,
+        "",
+        *learning_table(results),
+        *device_note(results),
     ]
-    files = {results_dir / p.file: render_page(p, results, results_dir, index) for p in PAGES}
-    links = [(page.title, rel(results_dir / page.file, index)) for page in PAGES]
-    links.append(("missed targets, explained", rel(MISSED_TARGETS, index)))
-    instructions = load_instructions(results_dir / HAND_INSTRUCTIONS, notes)
-    counts = load_counts(results_dir, notes)
-    generated = generated_line(results_dir, len(results))
-    files[index] = headline(results, generated, links, instructions, counts)
-    return files, notes
+    misses = MISSES.read_text() if MISSES.exists() else "## Missed targets, explained\n\n-\n"
+    return "\n".join(lines).rstrip() + "\n\n" + misses, notes

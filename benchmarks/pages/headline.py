@@ -1,22 +1,14 @@
-"""BENCHMARKS.md: one screen of headline tables, each loss's overhead at its small batch and each
-tutorial's learning result with both libraries, and the links to the full tables."""
+"""The overhead tables of BENCHMARKS.md: each loss's overhead at its small batch (against plain
+torch and TorchRL, eager and compiled, timed and counted), and the comparison with the
+hand-written steps."""
 
 from __future__ import annotations
 
-from benchmarks.pages.markdown import (
-    Result,
-    devices_of,
-    machine_of,
-    markdown_table,
-    on_cpu,
-    table_rows,
-    verdict,
-)
-from benchmarks.pages.overhead import format_problem, missed
+from benchmarks.pages.markdown import Result, machine_of, markdown_table, on_cpu, table_rows
+from benchmarks.pages.targets import format_problem, missed
 
 HEADLINE_LEVEL = "backward"  # zero_grad + forward + backward: the loss's whole share of a step
 HAND_INSTRUCTIONS = "instructions-hand-written.json"  # benchmarks/instructions.py --hand-written
-ERROR_CHARS = 60
 
 
 # --------------------------------------------------------------------------- #
@@ -237,121 +229,3 @@ def time_text(row: dict, method: str) -> str:
     """A method's median time of the step, in microseconds."""
     time_us = row.get("methods", {}).get(method, {}).get("time_us")
     return "-" if not time_us else f"{time_us['median']:.0f}"
-
-
-# --------------------------------------------------------------------------- #
-# Learning
-# --------------------------------------------------------------------------- #
-def learning_cells(lib: dict | None) -> list[str]:
-    """A library's final return (mean over finished seeds), seeds on target with the verdict,
-    and mean wall time; n/a or the failure where there is none."""
-    if lib is None:
-        return ["-", "-", "-"]
-    if lib.get("status") == "n/a":
-        return [f"n/a: {lib.get('reason')}", "-", "-"]
-    mean, wall = lib.get("final_return_mean"), lib.get("wall_time_s_mean")
-    seeds = f"{lib.get('seeds_met')}/{lib.get('seeds_run')}"
-    target = lib.get("target_met")
-    seeds += f", {verdict(target)}" if target is not None else ", undecided"
-    if lib.get("status", "ok") != "ok":
-        seeds += f"; {lib['status'].upper()}: {str(lib.get('error'))[:ERROR_CHARS]}"
-    return [
-        "-" if mean is None else f"{mean:.1f}",
-        seeds,
-        "-" if wall is None else f"{wall:.0f}",
-    ]
-
-
-def learning_table(results: list[Result]) -> list[str]:
-    """One row per tutorial: its target, and each library's final return, seeds on target and
-    wall time."""
-    tasks: dict[str, dict] = {}
-    sources = []
-    for result in results:
-        if result.kind == "learning" and isinstance(result.data, dict):
-            tasks.update(result.data.get("tasks", {}))
-            sources.append(f"`{result.path.name}` ({machine_of(result).get('date', '?')[:10]})")
-    if not tasks:
-        return ["No learning results in the results dir.", ""]
-    rows = [
-        [
-            name,
-            task.get("target"),
-            *learning_cells(task.get("libraries", {}).get("rlloss")),
-            *learning_cells(task.get("libraries", {}).get("torchrl")),
-        ]
-        for name, task in tasks.items()
-    ]
-    header = [
-        "tutorial",
-        "target",
-        "rlloss return",
-        "seeds on target",
-        "s",
-        "TorchRL return",
-        "seeds on target",
-        "s",
-    ]
-    return markdown_table(header, rows) + [f"From {', '.join(sources)}.", ""]
-
-
-# --------------------------------------------------------------------------- #
-# The page
-# --------------------------------------------------------------------------- #
-def headline(
-    results: list[Result],
-    generated: str,
-    links: list[tuple[str, str]],
-    instructions: dict | None = None,
-    counts: dict | None = None,
-) -> str:
-    """BENCHMARKS.md: the headline tables and the links (title, relative path) to the full
-    tables; ``instructions``: the hand-written comparison's instruction counts, if any;
-    ``counts``: every keyed instruction file's entries (:func:`overhead_table`)."""
-    gpu = any(not on_cpu(d) for r in results if r.data is not None for d in devices_of(r))
-    lines = [
-        "# Benchmarks",
-        "",
-        generated,
-        "",
-        "Full tables: " + " · ".join(f"[{title}]({path})" for title, path in links) + ".",
-        "",
-        "## Overhead per update",
-        "",
-        f"One `{HEADLINE_LEVEL}` step (zero_grad + forward + backward) at each loss's small batch, "
-        "CPU, 1 thread; medians of paired per-round time ratios (wall time; the process's CPU "
-        "time where a source below says so). rlloss / plain: over the same "
-        "math written by hand in plain torch (target <= 1.10 eager, <= 1.05 compiled). "
-        "TorchRL / rlloss: TorchRL's loss over rlloss's (target >= 1.5 eager). **Bold**: the "
-        "target is missed; -: no such loss in TorchRL. Instructions: callgrind's count per "
-        "step of the same step, eager (load-independent: the robust figure on a busy machine), "
-        "where counted (`benchmarks/instructions.py --dumped`).",
-        "",
-        *overhead_table(results, counts),
-        "## Against a hand-written step",
-        "",
-        "The same `backward` step against the loss written by hand in one file, CleanRL-style "
-        "(`benchmarks/cases/handwritten.py`: formula log-probs, no distribution objects, no "
-        "TensorDict, the off-policy critics the user's own `nn.Module` called as "
-        "`critic(obs, action)`), eager, CPU, 1 thread. `hand` also computes the diagnostics "
-        "rlloss returns, `hand-min` the losses only; `rlloss-min` is rlloss with "
-        "`diagnostics=False` (the PPO family: DQN and the off-policy losses have no switch). "
-        "Times: medians per step (microseconds); time ratios: median (p25-p75) of paired "
-        "per-round ratios, and in brackets the ratio of the two methods' 10th percentiles of "
-        "their blocks (on a loaded machine the least inflated); "
-        "instructions: callgrind's count per step (load-independent, the robust figure). Targets: the PPO family at 64 <= 1.15 off and "
-        "<= 1.25 on, DQN at 64 <= 1.15, the custom-critic losses at 256 <= 1.10; **bold**: "
-        "missed.",
-        "",
-        *hand_table(results, instructions),
-        "## Learning",
-        "",
-        "Each tutorial with rlloss and with the TorchRL loss swapped in by its import: final "
-        "return (mean over seeds), seeds on target (met when at least 2 are), mean wall time in "
-        "seconds.",
-        "",
-        *learning_table(results),
-    ]
-    if gpu:
-        lines += ["GPU figures: the GPU section of each linked page.", ""]
-    return "\n".join(lines).rstrip() + "\n"

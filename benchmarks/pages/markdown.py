@@ -1,19 +1,17 @@
-"""What every page shares: the result files, table cells and tables, and the sections that say
-where a page's figures come from (inputs, commands, machines)."""
+"""What the tables share: the result files, their rows, table cells and tables."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import math
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("overhead", "profile", "compile", "learning")
+KINDS = ("overhead", "compile", "learning")
 CELL_CHARS = 160  # longer table cells (error messages, break reasons) are cut
 
 
@@ -49,12 +47,6 @@ def machine_of(result: Result) -> dict[str, Any]:
     return data.get("machine") or {} if isinstance(data, dict) else {}
 
 
-def command_of(result: Result) -> str | None:
-    """The command that produced the file: its ``machine.command``, else a top-level one."""
-    data = result.data if isinstance(result.data, dict) else {}
-    return machine_of(result).get("command") or data.get("command")
-
-
 def table_rows(data: Any) -> list[dict]:
     """The rows of a results file: ``results``, ``rows``, or the first list of dicts in it."""
     if isinstance(data, list):
@@ -68,16 +60,6 @@ def table_rows(data: Any) -> list[dict]:
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             return value
     return []
-
-
-def devices_of(result: Result) -> list[str]:
-    """The devices a file's figures were measured on (``cpu`` when it does not say)."""
-    data = result.data if isinstance(result.data, dict) else {}
-    found = {str(r["device"]) for r in table_rows(result.data) if r.get("device")}
-    if not found:
-        config = data.get("config") or {}
-        found = {str(config.get("device") or data.get("device") or "cpu")}
-    return sorted(found, key=lambda d: (d != "cpu", d))
 
 
 def on_cpu(device: str) -> bool:
@@ -120,30 +102,14 @@ def markdown_table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
     return lines + [""]
 
 
-def shown(path: Path) -> str:
-    """``path`` relative to the repository root when inside it, else absolute."""
-    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
-
-
-def rel(path: Path, out: Path) -> str:
-    """``path`` relative to the directory of the page ``out``, with forward slashes."""
-    return Path(os.path.relpath(path, out.parent)).as_posix()
-
-
-def method_lines(data: dict) -> list[str]:
-    """A file's ``method`` text: one line when it is one paragraph, else verbatim in a folded
-    block (none if absent)."""
-    text = str(data.get("method") or "").strip()
-    if not text:
-        return []
-    if "\n\n" not in text:
-        return [f"Method: {' '.join(text.split()).rstrip('.')}.", ""]
-    return ["<details><summary>Method</summary>", "", "```text", text, "```", "", "</details>", ""]
-
-
 def verdict(ok: bool | None) -> str:
     """met / **missed** / -."""
     return "-" if ok is None else ("met" if ok else "**missed**")
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository root when inside it, else absolute."""
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def generated_line(results_dir: Path, count: int) -> str:
@@ -154,73 +120,3 @@ def generated_line(results_dir: Path, count: int) -> str:
         f"`{shown(results_dir)}/` ({count} used here). Do not edit by hand: re-run the "
         "benchmarks, then that command."
     )
-
-
-# --------------------------------------------------------------------------- #
-# Inputs and machines
-# --------------------------------------------------------------------------- #
-def inputs_section(
-    results: list[Result], out: Path, problem: Callable[[Result], str | None]
-) -> list[str]:
-    """One row per input file (kind, devices, date, problem), then the exact command behind
-    each."""
-    lines = ["## Inputs and the commands that produced them", ""]
-    if not results:
-        return lines + ["No JSON results found.", ""]
-    rows = [
-        [
-            f"`{rel(r.path, out)}`",
-            r.kind,
-            ", ".join(devices_of(r)) if r.data else "-",
-            machine_of(r).get("date"),
-            problem(r),
-        ]
-        for r in results
-    ]
-    lines += markdown_table(["file", "kind", "device", "date", "problem"], rows)
-    for r in results:
-        data = r.data if isinstance(r.data, dict) else {}
-        lines.append(f"- `{r.path.name}`: `{command_of(r) or 'command not recorded'}`")
-        if data.get("command") and data["command"] != command_of(r):
-            lines.append(f"  (then summarized by `{data['command']}`)")
-    return lines + [""]
-
-
-def machines_section(results: list[Result]) -> list[str]:
-    """One row per input file: CPU, platform and library versions from its machine block."""
-    rows = []
-    for r in results:
-        m = machine_of(r)
-        git = m.get("git") or {}
-        commit = (git.get("commit") or "")[:10] + (" (dirty)" if git.get("dirty") else "")
-        cores = m.get("affinity_cpus") or m.get("cpu_count")
-        gpu = m.get("gpu") or m.get("cuda_device") or m.get("device_name")
-        rows.append(
-            [
-                r.path.name,
-                m.get("cpu_model"),
-                cores,
-                gpu,
-                m.get("platform"),
-                m.get("python"),
-                m.get("torch"),
-                m.get("tensordict"),
-                m.get("torchrl"),
-                commit or None,
-            ]
-        )
-    if not rows:
-        return []
-    header = [
-        "file",
-        "CPU",
-        "cores",
-        "GPU",
-        "platform",
-        "python",
-        "torch",
-        "tensordict",
-        "torchrl",
-        "git",
-    ]
-    return ["## Machines and library versions", "", *markdown_table(header, rows)]
