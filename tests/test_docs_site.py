@@ -5,7 +5,8 @@ against ``rlloss.__all__``, ``rlloss.functional.__all__`` and ``rlloss.data.__al
 README's links into the site. The slow one builds the site with ``mkdocs build --strict``,
 serves it on 127.0.0.1 and opens it in headless Chromium (Debian's ``chromium``): the home page
 and ``ClipPPOLoss``'s API page as a reader sees them (title, navigation, the class signature,
-the search box, its example as a code block, its keys table, its tutorial link), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
+the search box, its example as a code block, its keys table, its tutorial link), the equations of a few API pages typeset (laid out as MathML,
+offline), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
 """
 
 from __future__ import annotations
@@ -104,6 +105,43 @@ def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
     rows = {row.name: row for row in _hook().key_rows(rlloss.IQLLoss)}
     assert rows["state_action_value"].role == "read"  # "written by the Q networks": read here
     assert rows["priority"].role == "written"
+
+
+def _equations_as_html(doc: str) -> str:
+    """``doc`` as the site renders its Markdown (with pymdownx.arithmatex, as ``mkdocs.yml``
+    configures it), its equations typeset by the site's hook."""
+    import markdown
+
+    text = markdown.markdown(
+        doc,
+        extensions=["pymdownx.arithmatex"],
+        extension_configs={"pymdownx.arithmatex": {"generic": True}},
+    )
+    return _hook().latex_to_mathml(text, "docstring")
+
+
+def test_docstring_equations_are_typeset():
+    """Every ``$$...$$`` and ``$...$`` of a public docstring becomes MathML (latex2mathml reads
+    it), none is left as raw LaTeX, and the headline losses and estimators state theirs."""
+    pytest.importorskip("latex2mathml")
+    pytest.importorskip("pymdownx")
+    with_equations = set()
+    for module in (rlloss, rlloss.functional, rlloss.data):
+        for name in module.__all__:
+            doc = inspect.getdoc(getattr(module, name)) or ""
+            blocks = len(re.findall(r"^\$\$$", doc, re.M)) // 2
+            if "$" not in doc:
+                continue
+            rendered = _equations_as_html(doc)
+            assert (
+                rendered.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"')
+                == blocks
+            ), name
+            assert "$" not in re.sub(r"<math.*?</math>", "", rendered, flags=re.S), name
+            assert "\\(" not in rendered and "\\[" not in rendered, name
+            if blocks:
+                with_equations.add(name)
+    assert {"ClipPPOLoss", "SACLoss", "GAE"} <= with_equations
 
 
 def test_every_loss_page_cites_its_paper():
@@ -242,6 +280,53 @@ def _text(dom: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
 
 
+# API pages whose docstring equations the browser check measures once typeset.
+MATH_PAGES = ("api/ClipPPOLoss/", "api/SACLoss/", "api/GAE/")
+
+
+def _math_probe(pages: tuple[str, ...]) -> str:
+    """A page of the site's origin that loads each of ``pages`` in a frame and reports, as JSON in
+    ``<pre id="probe">``, how the browser laid out their block equations: how many, their CSS
+    display ("block math" where MathML is rendered), their widths, for each fraction whether its
+    numerator sits above its denominator and for each subscript whether it sits below its base
+    (only a MathML layout places them so: raw text would run them along one line)."""
+    return (
+        "<!doctype html><html><body><script>\n"
+        f"const pages = {json.dumps(['/' + page for page in pages])};\n"
+        """const probed = {};
+let left = pages.length;
+for (const page of pages) {
+  const frame = document.createElement("iframe");
+  frame.style.width = "1280px";
+  frame.style.height = "900px";
+  frame.onload = () => {
+    const doc = frame.contentDocument;
+    const blocks = [...doc.querySelectorAll("div.arithmatex > math")];
+    const box = (node) => node.getBoundingClientRect();
+    probed[page.slice(1)] = {
+      blocks: blocks.length,
+      display: blocks.map((m) => frame.contentWindow.getComputedStyle(m).display),
+      widths: blocks.map((m) => box(m).width),
+      fractions: [...doc.querySelectorAll("div.arithmatex mfrac")].map(
+        (f) => box(f.children[0]).bottom <= box(f.children[1]).top + 1),
+      subscripts: [...doc.querySelectorAll("div.arithmatex msub")].map(
+        (s) => box(s.children[1]).bottom > box(s.children[0]).bottom + 1),
+    };
+    if (--left === 0) {
+      const pre = document.createElement("pre");
+      pre.id = "probe";
+      pre.textContent = JSON.stringify(probed);
+      document.body.appendChild(pre);
+    }
+  };
+  frame.src = page;
+  document.body.appendChild(frame);
+}
+</script></body></html>
+"""
+    )
+
+
 @pytest.mark.slow
 def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
@@ -286,12 +371,18 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         api = _chromium(
             "--dump-dom", f"{base}/api/ClipPPOLoss/", profile=tmp_path / "profile-api"
         ).stdout
+        (site / "math-probe.html").write_text(_math_probe(MATH_PAGES), encoding="utf-8")
+        math = _chromium(
+            "--dump-dom", f"{base}/math-probe.html", profile=tmp_path / "profile-math"
+        ).stdout
         screenshots = {}
         for name, url in (
             ("docs-home.png", f"{base}/"),
             ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
             # the whole page, down to its example, keys table and tutorials
             ("docs-api-ClipPPOLoss-full.png", f"{base}/api/ClipPPOLoss/"),
+            # an equation typeset on the site (MathML written at build time)
+            ("docs-api-SACLoss-math.png", f"{base}/api/SACLoss/"),
         ):
             screenshots[name] = artifacts / name
             _chromium(
@@ -352,6 +443,18 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     assert "tutorials/ppo_cartpole.py" in api_text  # the link to its tutorial
     assert re.search(r'<input[^>]*class="md-search__input"', api)
     assert "On-policy losses" in api_text  # the API section of the navigation
+
+    # the equations: typeset by the browser, offline (the site loads no math script), on each
+    # page probed: a block equation laid out as math, its fractions stacked, its subscripts low
+    probed = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', math, re.S)[1]))
+    for page in MATH_PAGES:
+        found = probed[page]
+        assert found["blocks"] >= 1, (page, found)
+        assert all(display == "block math" for display in found["display"]), (page, found)
+        assert min(found["widths"]) > 100, (page, found)
+        assert all(found["fractions"]), (page, "a fraction's terms side by side")
+        assert found["subscripts"] and all(found["subscripts"]), (page, "subscripts not lowered")
+    assert not any("mathjax" in p.lower() or "katex" in p.lower() for p in requested), requested
 
     for path in screenshots.values():
         data = path.read_bytes()

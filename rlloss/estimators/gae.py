@@ -16,10 +16,16 @@ from rlloss.functional.returns import masked_standardize
 
 
 class GAE(ValueEstimator):
-    """Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
+    r"""Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
 
-    ``advantage`` is :func:`rlloss.functional.gae_advantage`, ``value_target = advantage +
-    V(s)``; ``average_gae=True`` standardises the advantage over the batch, or within the groups
+    $$
+    \delta_t = r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1}) - V(s_t), \qquad
+    A_t = \delta_t + \gamma \lambda (1 - \text{done}_t) A_{t+1}, \qquad
+    A_T = 0
+    $$
+
+    ``advantage`` is $A_t$ (:func:`rlloss.functional.gae_advantage`), ``value_target`` is
+    $A_t + V(s_t)$; ``average_gae=True`` standardises the advantage over the batch, or within the groups
     of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
 
     The value call (every estimator, :class:`~rlloss.estimators.base.ValueEstimator`):

@@ -226,11 +226,17 @@ class PPOLoss(OnPolicyLoss):
 
 
 class ClipPPOLoss(PPOLoss):
-    """PPO with the clipped surrogate, optionally dual-clipped.
+    r"""PPO with the clipped surrogate, optionally dual-clipped.
 
-    ``loss_objective = -mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A))``, the ratio
-    clipped in log space as TorchRL does; with ``dual_clip=c`` the objective of samples with
-    ``A < 0`` is bounded by ``c A`` (Ye et al., arXiv:1912.09729). Diagnostics:
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_{i} \min\left(r_i A_i,\;
+    \operatorname{clip}(r_i, 1 - \epsilon_{\text{low}}, 1 + \epsilon_{\text{high}}) A_i\right),
+    \qquad r_i = \frac{\pi_\theta(a_i \mid s_i)}{\pi_{\text{old}}(a_i \mid s_i)}
+    $$
+
+    (``loss_objective``), the ratio clipped in log space as TorchRL does; with
+    ``dual_clip=c`` the objective of samples with $A_i < 0$ is bounded by $c A_i$
+    (Ye et al., arXiv:1912.09729). Diagnostics:
     ``clip_fraction``, ``kl_approx`` (``mean(log pi_old - log pi)``, TorchRL's), ``ESS``
     (normalised effective sample size of the behaviour ratios over the batch's first dim, as
     TorchRL's: one per time step, agent or action feature of a multi-dim batch, a scalar for a
