@@ -86,13 +86,19 @@ def test_every_loss_and_estimator_page_has_its_keys_table():
         assert f"## Keys of `{cls.__name__}`" in markdown, cls
         for field in dataclasses.fields(cls._AcceptedKeys):
             row = re.search(
-                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written) \| "
-                rf".*? \| (.*) \|$",
+                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written|not used) \| "
+                rf"(.*?) \| (.*) \|$",
                 markdown,
                 re.M,
             )
             assert row, (cls, field.name)
-            assert row.group(3).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+            assert row.group(4).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+            shape = row.group(3)
+            assert re.fullmatch(r"`\[[^`]*\]`( or `\[[^`]*\]`)*|\*not used\*", shape), (
+                cls,
+                field.name,
+                f"no shape: {shape!r} (end the field's comment with its shape, e.g. [*B, 1])",
+            )
 
 
 def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
@@ -105,6 +111,9 @@ def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
     rows = {row.name: row for row in _hook().key_rows(rlloss.IQLLoss)}
     assert rows["state_action_value"].role == "read"  # "written by the Q networks": read here
     assert rows["priority"].role == "written"
+    assert rows["log_prob"].role == rows["log_prob"].shape == "not used"  # TorchRL's name only
+    rows = {row.name: row for row in _hook().key_rows(rlloss.DQNLoss)}
+    assert rows["action"].shape == "[*B] or [*B, A]"  # index or one-hot
 
 
 def _equations_as_html(doc: str) -> str:

@@ -242,8 +242,8 @@ class KeyRow:
 
     name: str
     default: object
-    role: str  # "read", "written", "read or written"
-    shape: str  # "[*B, 1]", or "" when the declaration gives none
+    role: str  # "read", "written", "read or written", UNUSED
+    shape: str  # "[*B, 1]", "[*B] or [*B, A]", UNUSED for a key never touched, "" when undeclared
     meaning: str
 
 
@@ -266,6 +266,10 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 
 _SHAPE = re.compile(r"`{0,2}(\[[^\]]*(?:\*B|B\b|T\b|N\b|\d)[^\]]*\])`{0,2}")
+# A key kept only so that TorchRL's ``set_keys`` names work, which the class never touches: its
+# shape column says so instead of a shape.
+_UNUSED = re.compile(r"\(not (?:read|written)\)")
+UNUSED = "not used"
 
 
 def key_rows(cls: type) -> list[KeyRow]:
@@ -285,14 +289,17 @@ def key_rows(cls: type) -> list[KeyRow]:
         # "written: ..." (or "written into / for ..."): the class writes it; "written by the
         # critic" is an entry its network writes and it reads
         role = (
-            "written"
+            UNUSED
+            if _UNUSED.search(low)
+            else "written"
             if re.match(r"written(:| into| for)", low)
             else "read or written"
             if low.startswith("read (or written")
             else "read"
         )
-        shape = _SHAPE.search(doc)
-        rows.append(KeyRow(field.name, field.default, role, shape.group(1) if shape else "", doc))
+        shapes = _SHAPE.findall(doc)  # "index [*B] or one-hot [*B, A]": both
+        shape = " or ".join(shapes) if shapes else UNUSED if role == UNUSED else ""
+        rows.append(KeyRow(field.name, field.default, role, shape, doc))
     return rows
 
 
@@ -319,7 +326,13 @@ def keys_markdown(cls: type) -> str:
     ]
     for row in rows:
         meaning = row.meaning.replace("|", "\\|") or "&nbsp;"
-        shape = f"`{row.shape}`" if row.shape else "&nbsp;"
+        shape = (
+            f"*{row.shape}*"
+            if row.shape == UNUSED
+            else " or ".join(f"`{part}`" for part in row.shape.split(" or "))
+            if row.shape
+            else "&nbsp;"
+        )
         out.append(f"| `{row.name}` | {_code(row.default)} | {row.role} | {shape} | {meaning} |")
     return "\n".join(out) + "\n"
 

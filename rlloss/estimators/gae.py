@@ -25,8 +25,9 @@ class GAE(ValueEstimator):
     $$
 
     ``advantage`` is $A_t$ (:func:`rlloss.functional.gae_advantage`), ``value_target`` is
-    $A_t + V(s_t)$; ``average_gae=True`` standardises the advantage over the batch, or within the groups
-    of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
+    $A_t + V(s_t)$; ``average_gae=True`` standardises the advantage over the batch, or within
+    the groups of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's
+    keyword).
 
     The value call (every estimator, :class:`~rlloss.estimators.base.ValueEstimator`):
     ``shifted=True`` computes ``V(s)`` and ``V(s')`` in one call over ``[s_0 .. s_{T-1}]`` with

@@ -62,7 +62,7 @@ class VTrace(ValueEstimator):
 
     @dataclasses.dataclass
     class _AcceptedKeys(ValueEstimator._AcceptedKeys):
-        action: NestedKey = "action"  # the action taken, scored by the current policy
+        action: NestedKey = "action"  # the action taken, scored by the current policy, [*B, T, *A]
 
     def __init__(
         self,

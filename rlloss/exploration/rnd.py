@@ -86,7 +86,7 @@ class RNDLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by RNDLoss."""
 
-        observation: NestedKey = ("next", "observation")  # the states the bonus scores
+        observation: NestedKey = ("next", "observation")  # the states the bonus scores, [*B, *O]
 
     out_keys = ["loss_predictor"]
     update_fraction = Coefficient(low=0.0, high=1.0)

@@ -89,12 +89,12 @@ class ACTLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by ACTLoss."""
 
-        observation: NestedKey = "observation"  # the policy's input
+        observation: NestedKey = "observation"  # the policy's input, [*B, *O]
         action_chunk: NestedKey = ACTION_CHUNK_KEY  # the demonstrated chunk [*B, T, D]
-        action_pred: NestedKey = "action_pred"  # the policy's chunk
-        mu: NestedKey = "mu"  # the CVAE encoder's mean
-        log_var: NestedKey = "log_var"  # the CVAE encoder's log-variance
-        pad_mask: NestedKey | None = None  # True on a chunk's padded steps (rlloss's)
+        action_pred: NestedKey = "action_pred"  # the policy's chunk, [*B, T, D]
+        mu: NestedKey = "mu"  # the CVAE encoder's mean, [*B, Z]
+        log_var: NestedKey = "log_var"  # the CVAE encoder's log-variance, [*B, Z]
+        pad_mask: NestedKey | None = None  # True on a chunk's padded steps (rlloss's), [*B, T]
 
     out_keys = ["loss_act", "loss_reconstruction", "loss_kl"]
     kl_weight = Coefficient(low=0.0, buffer=True)

@@ -84,8 +84,8 @@ class BCLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by BCLoss."""
 
-        action: NestedKey = "action"  # the demonstrated action, and the actor's prediction
-        pad_mask: NestedKey | None = None  # True on padded elements
+        action: NestedKey = "action"  # the demonstrated action, and the actor's prediction, [*B, D]
+        pad_mask: NestedKey | None = None  # True where padded, [*B, H] of a chunk [*B, H, D]
 
     out_keys = ["loss_bc"]
 

@@ -29,8 +29,8 @@ SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
 class _SequenceKeys:
     """Keys read by the Decision Transformer losses."""
 
-    action_target: NestedKey = "action"  # the dataset's action
-    action_pred: NestedKey = "action"  # the actor's action (OnlineDTLoss: its spec's entry)
+    action_target: NestedKey = "action"  # the dataset's action, [*B, T, A]
+    action_pred: NestedKey = "action"  # the actor's action (OnlineDTLoss: its spec's), [*B, T, A]
 
 
 class _SequenceModelLoss(SupervisedLoss):

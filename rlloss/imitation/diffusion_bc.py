@@ -62,8 +62,8 @@ class DiffusionBCLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by DiffusionBCLoss."""
 
-        action: NestedKey = "action"  # the clean demonstrated action
-        observation: NestedKey = "observation"  # the policy's conditioning
+        action: NestedKey = "action"  # the clean demonstrated action, [*B, D]
+        observation: NestedKey = "observation"  # the policy's conditioning, [*B, *O]
 
     out_keys = ["loss_diffusion_bc"]
 

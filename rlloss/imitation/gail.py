@@ -85,11 +85,11 @@ class GAILLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by GAILLoss."""
 
-        expert_action: NestedKey = "action"  # the demonstrated action
-        expert_observation: NestedKey = "observation"  # its observation
-        collector_action: NestedKey = "collector_action"  # the policy's action
-        collector_observation: NestedKey = "collector_observation"  # its observation
-        discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator
+        expert_action: NestedKey = "action"  # the demonstrated action, [*B, A]
+        expert_observation: NestedKey = "observation"  # its observation, [*B, *O]
+        collector_action: NestedKey = "collector_action"  # the policy's action, [*B, A]
+        collector_observation: NestedKey = "collector_observation"  # its observation, [*B, *O]
+        discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator, [*B, 1]
 
     gp_lambda = Coefficient(low=0.0)
 

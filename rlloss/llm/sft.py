@@ -135,7 +135,7 @@ class SFTLoss(ChatHistoryLoss):
     class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
         """ref_log_prob: the reference model's token log-probs."""
 
-        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff
+        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff, [*B, T]
 
     beta = Coefficient(low=0.0, low_open=True)  # MinorSFT: beta > 0
     kl_to_ref_coeff = Coefficient(low=0.0)

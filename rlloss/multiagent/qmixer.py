@@ -128,10 +128,10 @@ class QMixerLoss(QLearningLoss):
 
         advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
         value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)
-        local_value: NestedKey = ("agents", "chosen_action_value")  # the mixer's per-agent input
-        global_value: NestedKey = "chosen_action_value"  # Q_tot, written by the mixer
-        action_value: NestedKey = ("agents", "action_value")  # Q_i(o_i, .) of each agent
-        action: NestedKey = ("agents", "action")  # each agent's action: index or one-hot
+        local_value: NestedKey = ("agents", "chosen_action_value")  # mixer input, [*B, N, 1]
+        global_value: NestedKey = "chosen_action_value"  # Q_tot, written by the mixer, [*B, 1]
+        action_value: NestedKey = ("agents", "action_value")  # Q_i(o_i, .) per agent, [*B, N, A]
+        action: NestedKey = ("agents", "action")  # index [*B, N] or one-hot [*B, N, A]
 
     out_keys = ["loss"]
     _reads_loss_mask = False  # TorchRL's QMixerLoss reads no padding mask

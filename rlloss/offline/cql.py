@@ -142,7 +142,7 @@ class CQLLoss(ContinuousSoftActorCritic):
     class _AcceptedKeys(ContinuousSoftActorCritic._AcceptedKeys):
         """Keys read by CQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
-        log_prob: NestedKey = "_log_prob"  # the key of log pi in ``actor_loss``'s metadata
+        log_prob: NestedKey = "_log_prob"  # the key of log pi in ``actor_loss``'s metadata, [*B]
         pred_q1: NestedKey = "pred_q1"  # kept for TorchRL's key names (not written)
         pred_q2: NestedKey = "pred_q2"  # kept for TorchRL's key names (not written)
         cql_q1_loss: NestedKey = "cql_q1_loss"  # kept for TorchRL's key names (not written)

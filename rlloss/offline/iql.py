@@ -114,10 +114,10 @@ class IQLLoss(TDTargetLoss):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by IQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
-        value: NestedKey = "state_value"  # written by the value network
-        action: NestedKey = "action"  # the dataset's action
+        value: NestedKey = "state_value"  # written by the value network, [*B, 1]
+        action: NestedKey = "action"  # the dataset's action, [*B, A]
         log_prob: NestedKey = "_log_prob"  # kept for TorchRL's key names (not written)
-        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks, [*B, 1]
 
     _actor_loss_key = "loss_actor"
     _choices = {**TDTargetLoss._choices, "scalar_output_mode": ("exclude", "non_tensor")}

@@ -84,8 +84,8 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by DiscreteMPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken: index or one-hot
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network, [*B, A]
 
     out_keys = [
         "loss_actor",

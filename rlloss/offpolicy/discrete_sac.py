@@ -86,8 +86,8 @@ class DiscreteSACLoss(_SoftActorCritic):
     class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
         """Keys read by DiscreteSACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken: index or one-hot
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks, [*B, A]
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
 
     def __init__(

@@ -229,7 +229,7 @@ class DistributionalDQNLoss(DQNLoss):
         """Keys read by DistributionalDQNLoss (``priority``: the cross-entropy, ``[*B, 1]``)."""
 
         action_value: NestedKey = "action_value"  # log-probabilities [*B, K, A]
-        action: NestedKey = "action"  # the action taken: index or one-hot
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
 
     _one_step_targets_only = True  # TD(1) / TD(lambda) of a return distribution: not defined
 

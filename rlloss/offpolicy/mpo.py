@@ -156,8 +156,8 @@ class MPOLoss(MaximumAPosteriori):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by MPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken (and the Q network's action input)
-        state_action_value: NestedKey = "state_action_value"  # written by the Q network
+        action: NestedKey = "action"  # the action taken (and the Q network's action input), [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # written by the Q network, [*B, 1]
 
     # the M-step's KL bounds (mean, stddev) and the action penalty's
     epsilon_mean = Coefficient(low=0.0, low_open=True)

@@ -691,7 +691,7 @@ class RPOLoss(ClipPPOLoss):
     class _AcceptedKeys(ClipPPOLoss._AcceptedKeys):
         """Keys read by RPOLoss: those of the PPO losses, and ``rpo_alpha``."""
 
-        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that apply the noise themselves
+        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that add the noise, [*B, 1]
 
     rpo_alpha = Coefficient(low=0.0, buffer=True)
 

@@ -117,13 +117,13 @@ class DreamerModelLoss(WorldModelLossBase):
         """Keys read by DreamerModelLoss, under "next"."""
 
         reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, T, 1]
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, T, 1]
         prior_mean: NestedKey = "prior_mean"  # the prior's mean (the model's), [*B, T, S]
         prior_std: NestedKey = "prior_std"  # the prior's scale, [*B, T, S]
         posterior_mean: NestedKey = "posterior_mean"  # the posterior's mean, [*B, T, S]
         posterior_std: NestedKey = "posterior_std"  # the posterior's scale, [*B, T, S]
-        pixels: NestedKey = "pixels"  # the observation
-        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's
+        pixels: NestedKey = "pixels"  # the observation, [*B, T, C, H, W]
+        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's, [*B, T, C, H, W]
     _choices = {**WorldModelLossBase._choices, "reco_loss": DISTANCES, "reward_loss": DISTANCES}
 
     def __init__(
@@ -273,10 +273,10 @@ class DreamerActorLoss(ImaginationLoss):
         """Keys read by DreamerActorLoss (the start state is read under ``"state"``)."""
 
         belief: NestedKey = "belief"  # the latent belief, [*B, H]
-        reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"  # the critic's V(s)
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
+        reward: NestedKey = "reward"  # the imagined reward, under "next", [*B, T, 1]
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
 
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]
@@ -330,7 +330,7 @@ class DreamerValueLoss(LossModule):
     class _AcceptedKeys:
         """Keys read by DreamerValueLoss."""
 
-        value: NestedKey = "state_value"  # written by the value network
+        value: NestedKey = "state_value"  # written by the value network, [*B, T, 1]
 
     gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
     _choices = {**LossModule._choices, "value_loss": DISTANCES}

@@ -127,14 +127,14 @@ class DreamerV3ModelLoss(WorldModelLossBase):
 
         reward: NestedKey = "reward"  # the real reward, then the decoded prediction, [*B, T, 1]
         reward_logits: NestedKey = "reward_logits"  # the two-hot reward logits, [*B, T, bins]
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, T, 1]
         prior_logits: NestedKey = "prior_logits"  # the prior's logits, [*B, T, cats, classes]
-        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, same shape
-        pixels: NestedKey = "pixels"  # the observations: a key, or a list (one per head)
-        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions: a key or a list
+        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, [*B, T, cats, classes]
+        pixels: NestedKey = "pixels"  # observations [*B, T, C, H, W]: a key or a list
+        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions, [*B, T, C, H, W]
         continue_pred: NestedKey = "continue_pred"  # the continuation logit, [*B, T, 1]
-        done: NestedKey = "done"  # the episode ends
-        terminated: NestedKey = "terminated"  # the continuation target's zeros
+        done: NestedKey = "done"  # the episode ends, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # the continuation target's zeros, [*B, T, 1]
     # checked at construction and on assignment (the lambda_* weights: by the base)
     _choices = {**WorldModelLossBase._choices, "kl_mode": KL_MODES, "reco_loss": ("l1", "l2")}
     kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
@@ -334,12 +334,12 @@ class DreamerV3ValueLoss(LossModule):
         for :meth:`replay_value_loss`)."""
 
         value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
-        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits
+        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits, [*B, T, bins]
         discount_weight: NestedKey = "discount_weight"  # optional, [*B, T, 1]
-        reward: NestedKey = "reward"  # imagined reward
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
-        bootstrap: NestedKey = "bootstrap"  # the first imagined return of each replay state
+        reward: NestedKey = "reward"  # imagined reward, [*B, T, 1]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
+        bootstrap: NestedKey = "bootstrap"  # each replay state's first imagined return, [*B, T]
 
     value_model: nn.Module
     value_model_params: TensorDictParams

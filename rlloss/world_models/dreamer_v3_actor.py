@@ -140,14 +140,14 @@ class DreamerV3ActorLoss(ImaginationLoss):
 
         state: NestedKey = "state"  # the latent state, [*B, S]
         belief: NestedKey = "belief"  # the latent belief, [*B, H]
-        reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"  # the critic's V(s)
-        action: NestedKey = "action"  # the actor's output
-        action_log_prob: NestedKey = "action_log_prob"  # the actor's output
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
-        continuation: NestedKey = "continuation"  # written by continuation_model
-        discount_weight: NestedKey = "discount_weight"  # written into the imagined data
+        reward: NestedKey = "reward"  # the imagined reward, under "next", [*B, T, 1]
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        action: NestedKey = "action"  # the actor's output, [*B, T, A]
+        action_log_prob: NestedKey = "action_log_prob"  # the actor's output, [*B, T]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
+        continuation: NestedKey = "continuation"  # written by continuation_model, [*B, T, 1]
+        discount_weight: NestedKey = "discount_weight"  # written into the imagined data, [*B, T, 1]
 
     entropy_bonus = Coefficient(low=0.0)
 

@@ -64,7 +64,7 @@ class ExponentialQuadraticCost(LossModule):
 
         loc: NestedKey = ("observation", "mean")  # the state mean, [*B, D]
         scale: NestedKey = ("observation", "var")  # the state covariance, [*B, D, D]
-        loss_cost: NestedKey = "loss_cost"  # the output entry
+        loss_cost: NestedKey = "loss_cost"  # written: the expected cost, [*B] ([] once reduced)
 
     def __init__(
         self,

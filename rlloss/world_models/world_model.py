@@ -93,16 +93,16 @@ class WorldModelLoss(WorldModelLossBase):
         """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` and their ``true_``
         forms under "next")."""
 
-        reward: NestedKey = "reward"  # the real reward, then the model's prediction
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
-        done: NestedKey = "done"  # the real done flag, then the model's prediction
-        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside
-        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction
-        true_terminated: NestedKey = "true_terminated"  # written: the real flag, moved aside
-        observation: NestedKey = "observation"  # the observation
-        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's
-        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent
-        target_latent: NestedKey = "target_latent"  # the encoder's next latent
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, 1]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, 1]
+        done: NestedKey = "done"  # the real done flag, then the model's prediction, [*B, 1]
+        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside, [*B, 1]
+        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction, [*B, 1]
+        true_terminated: NestedKey = "true_terminated"  # written: the real flag, aside, [*B, 1]
+        observation: NestedKey = "observation"  # the observation, [*B, *O]
+        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's, [*B, *O]
+        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent, [*B, Z]
+        target_latent: NestedKey = "target_latent"  # the encoder's next latent, [*B, Z]
     _choices = {
         **WorldModelLossBase._choices,
         **{f"{name}_loss": DISTANCES for name in SUB_LOSSES},
