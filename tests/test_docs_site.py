@@ -197,6 +197,53 @@ def test_loss_pages_link_their_tutorials():
     assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown
 
 
+def test_mujoco_losses_link_their_results():
+    """PPO's, SAC's and TD3's pages link to their section of the Results page, whose headings
+    carry the anchors (kept when rows are added); every MuJoCo tutorial's loss has its section."""
+    hook = _hook()
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    for algorithm, names in hook.RESULTS_SECTIONS.items():
+        assert re.search(rf"^## .*\{{ #{algorithm} \}}$", results, re.M), algorithm
+        for name in names:
+            page = hook.ApiPage(f"api/{name}.md", "", (), (f"rlloss.{name}",)).markdown()
+            assert f"](../results.md#{algorithm})" in page, name
+    for tutorial in sorted((ROOT / "tutorials").glob("*_mujoco.py")):
+        algorithm = tutorial.stem.removesuffix("_mujoco")
+        losses = set(
+            re.findall(r"^\s*from rlloss import .*?\b(\w+Loss)\b", tutorial.read_text(), re.M)
+        )
+        assert losses and losses <= set(hook.RESULTS_SECTIONS[algorithm]), (tutorial.name, losses)
+
+
+def test_api_pages_link_their_source():
+    """Each API page links every name it documents to the site's page of its module's source,
+    at a heading that page has (the build's anchor check holds it too)."""
+    hook = _hook()
+    sources = hook.source_pages(hook.api_pages())
+    for page in hook.api_pages():
+        markdown = page.markdown()
+        for name in page.names:
+            link = re.search(
+                rf"^- `{re.escape(name)}`: \[`([\w/.]+)`, line (\d+)\]\(([^)#]+)#([\w-]+)\)$",
+                markdown,
+                re.M,
+            )
+            assert link, (page.path, name)
+            path, line, target, anchor = link.groups()
+            assert (ROOT / path).is_file(), path
+            source = sources[hook.source_page_path(path)]
+            assert f"{{ #{anchor} }}" in source, (name, anchor)
+            section = source.split(f"{{ #{anchor} }}", 1)[1].split("\n## ", 1)[0]
+            short = name.rsplit(".", 1)[1]
+            assert re.search(rf"^(class|def) {short}\b", section, re.M), (name, "not its section")
+            assert f'linenums="{line}"' in section or "@" in section, (name, line)
+    ppo = sources["source/rlloss/onpolicy/ppo.py.md"]
+    assert ppo.count("## class `") >= 4 and "search:\n  exclude: true" in ppo
+    code = (ROOT / "rlloss" / "onpolicy" / "ppo.py").read_text(encoding="utf-8").splitlines()
+    shown = set(ppo.splitlines())
+    assert all(line in shown for line in code), "a line of the module missing on its page"
+
+
 def _args_rows(obj) -> list[str]:
     """The parameter rows the API page shows for ``obj``: its Google-style ``Args`` entries, as
     mkdocstrings' parser (griffe) reads them, the ``__init__`` docstring merged into the class's."""
@@ -450,6 +497,11 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     for entry in ("advantage", "value_target", "action_log_prob", "read", "[*B, 1]"):
         assert entry in keys_text, entry
     assert "tutorials/ppo_cartpole.py" in api_text  # the link to its tutorial
+    assert 'href="../../results.md' not in api and 'href="../../results/#ppo"' in api  # results
+    # its source: a link to the module's page on the site, at the class's section
+    assert 'href="../../source/rlloss/onpolicy/ppo.py/#def-ClipPPOLoss"' in api
+    source = (site / "source/rlloss/onpolicy/ppo.py/index.html").read_text(encoding="utf-8")
+    assert 'id="def-ClipPPOLoss"' in source and "class ClipPPOLoss" in _text(source)
     assert re.search(r'<input[^>]*class="md-search__input"', api)
     assert "On-policy losses" in api_text  # the API section of the navigation
 

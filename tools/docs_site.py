@@ -146,6 +146,18 @@ FUNCTIONAL_TITLES = {
     "preference": "Preference optimisation",
 }
 
+# The sections of docs/results.md (heading anchors ``{ #ppo }``...) and the losses whose API page
+# links to them: the MuJoCo tutorials' losses.
+RESULTS_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ppo": ("PPOLoss", "ClipPPOLoss"),
+    "sac": ("SACLoss",),
+    "td3": ("TD3Loss",),
+}
+RESULTS_TITLES = {"ppo": "PPO", "sac": "SAC", "td3": "TD3"}
+
+# The source pages' heading id of a top-level class or function, its name after it.
+SOURCE_ANCHOR_PREFIX = "def-"
+
 # Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).
 FIGURE_OWNERS = {"ddpg_pendulum": "td3_pendulum"}
 
@@ -160,13 +172,14 @@ class ApiPage:
     names: tuple[str, ...]  # the public paths it documents, e.g. ("rlloss.ClipPPOLoss",)
 
     def markdown(self) -> str:
+        up = "../" * self.path.count("/")  # from this page to docs/
         if len(self.names) == 1:  # the object's own heading is the page's title
-            up = "../" * self.path.count("/")  # from this page to docs/
-            return f"::: {self.names[0]}\n" + class_extras_markdown(self.names[0], up)
+            extras = class_extras_markdown(self.names[0], up)
+            return f"::: {self.names[0]}\n{extras}\n{source_markdown(self.names, up)}"
         sections = "\n\n".join(
             f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
         )
-        return f"# {self.title}\n\n{sections}\n"
+        return f"# {self.title}\n\n{sections}\n\n{source_markdown(self.names, up)}"
 
 
 def _public(module_name: str) -> list[str]:
@@ -374,8 +387,88 @@ def class_extras_markdown(full: str, up: str = "../") -> str:
     obj = getattr(importlib.import_module(module_name), name)
     if not inspect.isclass(obj):
         return ""
-    parts = [keys_markdown(obj), tutorials_markdown_for(name, up)]
+    parts = [keys_markdown(obj), tutorials_markdown_for(name, up), results_markdown_for(name, up)]
     return "".join(f"\n{part}" for part in parts if part)
+
+
+def results_markdown_for(name: str, up: str = "../") -> str:
+    """The link from a loss's page to its rows on ``docs/results.md`` (its algorithm's section,
+    whose heading carries the anchor ``{ #<algorithm> }``)."""
+    algorithm = next((a for a, names in RESULTS_SECTIONS.items() if name in names), None)
+    if algorithm is None:
+        return ""
+    return (
+        f"## Results of `{name}` on MuJoCo\n\n"
+        f"[{RESULTS_TITLES[algorithm]} on MuJoCo]({up}results.md#{algorithm}): the learning "
+        "curves, final and best evaluation returns per seed beside TorchRL's class in the same "
+        "loop, and the commands that reproduce each row.\n"
+    )
+
+
+def _source_path(full: str) -> tuple[str, int] | None:
+    """The repository path of the module that defines ``full`` and the line it starts at."""
+    module_name, name = full.rsplit(".", 1)
+    obj = inspect.unwrap(getattr(importlib.import_module(module_name), name))
+    try:
+        path = Path(inspect.getsourcefile(obj)).resolve()
+        line = inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return None
+    if not path.is_relative_to(ROOT):
+        return None
+    return path.relative_to(ROOT).as_posix(), line
+
+
+def source_markdown(names: tuple[str, ...], up: str = "../") -> str:
+    """Where ``names`` are defined: a link each to the site's page of the module's source
+    (:func:`source_page`), at the definition's section."""
+    found = [(name, _source_path(name)) for name in names]
+    found = [(name, where) for name, where in found if where is not None]
+    if not found:
+        return ""
+    out = ["## Source", ""]
+    for name, (path, line) in found:
+        short = name.rsplit(".", 1)[1]
+        target = f"{up}{source_page_path(path)}#{SOURCE_ANCHOR_PREFIX}{short}"
+        out.append(f"- `{name}`: [`{path}`, line {line}]({target})")
+    return "\n".join(out) + "\n"
+
+
+def source_page_path(path: str) -> str:
+    """The site's page (relative to docs/) showing the repository file ``path``."""
+    return f"source/{path}.md"
+
+
+def source_page(path: str) -> str:
+    """The Markdown of the page showing the repository file ``path``: its source highlighted with
+    the file's line numbers, cut before each top-level class and function under a heading
+    ``#def-<name>`` (the API pages link there; the build checks the anchors); left out of the
+    search index (and, by ``mkdocs.yml``'s ``not_in_nav``, of the navigation)."""
+    code = (ROOT / path).read_text(encoding="utf-8")
+    lines = code.splitlines()
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", code)), default=0))
+    starts = [
+        (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node)
+        for node in ast.parse(code).body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    out = ["---", "search:", "  exclude: true", "---", "", f"# `{path}`", ""]
+    out += [f"The source of `{path}` in the repository, as this site was built from it.", ""]
+    bounds = [(1, None)] + starts
+    for i, (first, node) in enumerate(bounds):
+        last = bounds[i + 1][0] - 1 if i + 1 < len(bounds) else len(lines)
+        if node is not None:
+            kind = "class" if isinstance(node, ast.ClassDef) else "def"
+            out += [f"## {kind} `{node.name}` {{ #{SOURCE_ANCHOR_PREFIX}{node.name} }}", ""]
+        if last >= first:
+            out += [f'{fence}python linenums="{first}"', *lines[first - 1 : last], fence, ""]
+    return "\n".join(out)
+
+
+def source_pages(pages: list[ApiPage]) -> dict[str, str]:
+    """One page per module that defines a documented name (:func:`source_page`)."""
+    paths = {where[0] for page in pages for name in page.names if (where := _source_path(name))}
+    return {source_page_path(path): source_page(path) for path in sorted(paths)}
 
 
 def _summary(obj: object) -> str:
@@ -502,6 +595,8 @@ def on_files(files, config, **kwargs):
     files.append(File.generated(config, "api/index.md", content=api_index_markdown(_pages)))
     for page in _pages:
         files.append(File.generated(config, page.path, content=page.markdown()))
+    for path, content in source_pages(_pages).items():
+        files.append(File.generated(config, path, content=content))
     for entry in tutorial_entries():  # the curves, served from where the benchmark wrote them
         for figure in entry.figures:
             files.append(File(figure, str(ROOT), config["site_dir"], config["use_directory_urls"]))
