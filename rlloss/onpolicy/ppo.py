@@ -31,11 +31,21 @@ if TYPE_CHECKING:
 
 
 class PPOLoss(OnPolicyLoss):
-    """PPO with the plain importance-weighted surrogate ``r A`` (no clipping, no penalty).
+    r"""PPO with the plain importance-weighted surrogate ``r A`` (no clipping, no penalty).
 
-    ``loss_objective = -mean(r A)`` with ``r = pi(a|s) / pi_old(a|s)``, ``loss_entropy =
-    -entropy_coeff * mean(H[pi(.|s)])`` and ``loss_critic = critic_coeff * mean(L(V(s),
-    value_target))``, ``L`` the ``loss_critic_type`` distance, optionally value-clipped.
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i r_i A_i, \qquad
+    r_i = \frac{\pi_\theta(a_i \mid s_i)}{\pi_{\text{old}}(a_i \mid s_i)}
+    $$
+
+    $$
+    \mathcal{L}_{\text{entropy}} = -c_H \frac{1}{N} \sum_i H[\pi_\theta(\cdot \mid s_i)],
+    \qquad
+    \mathcal{L}_{\text{critic}} = c_V \frac{1}{N} \sum_i L\big(V(s_i), \hat{V}_i\big)
+    $$
+
+    with $c_H$ = ``entropy_coeff``, $c_V$ = ``critic_coeff``, $\hat{V}$ the ``value_target``
+    and $L$ the ``loss_critic_type`` distance, optionally value-clipped.
 
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
@@ -412,7 +422,13 @@ class ClipPPOLoss(PPOLoss):
 
 
 class KLPENPPOLoss(PPOLoss):
-    """PPO with an adaptive KL penalty: ``loss_objective = -mean(r A - beta KL(pi_old || pi))``.
+    r"""PPO with an adaptive KL penalty.
+
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \Big(r_i A_i
+    - \beta \, \mathrm{KL}\big(\pi_{\text{old}}(\cdot \mid s_i) \,\|\,
+    \pi_\theta(\cdot \mid s_i)\big)\Big)
+    $$
 
     Schulman et al., arXiv:1707.06347, section 4. ``KL(pi_old || pi)`` is analytic when the
     distribution family has a closed form, computed from the distribution parameters the batch
@@ -640,8 +656,12 @@ class KLPENPPOLoss(PPOLoss):
 
 
 class RPOLoss(ClipPPOLoss):
-    """Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
-    noise in every forward, ``mu -> mu + z``, ``z ~ U(-rpo_alpha, rpo_alpha)`` per element.
+    r"""Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
+    noise in every forward, per element:
+
+    $$
+    \mu \rightarrow \mu + z, \qquad z \sim U(-\alpha_{\text{rpo}}, \alpha_{\text{rpo}})
+    $$
 
     Rahman & Xue, "Robust Policy Optimization in Deep Reinforcement Learning", arXiv:2212.07536;
     CleanRL's ``rpo_continuous_action.py``. The ratio uses the unperturbed log-prob stored at
