@@ -24,7 +24,7 @@ from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 
 class CrossQLoss(ContinuousSoftActorCritic):
-    """CrossQ's actor, critic and temperature losses: SAC without target networks, whose
+    r"""CrossQ's actor, critic and temperature losses: SAC without target networks, whose
     critics (with BatchNorm / BatchRenorm layers) see the current and the next transitions in
     one batch.
 
@@ -37,11 +37,12 @@ class CrossQLoss(ContinuousSoftActorCritic):
       the joint batch, so they cover both action distributions (the paper's Section 3); the
       critics run in train mode (running statistics updated), or in eval mode after
       ``loss.eval()``;
-    - critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i(s', a') -
-      alpha log pi(a'|s'))`` from the ``s'`` half of the same pass, detached (no target
-      network: the paper's "removing target networks");
-    - actor: ``alpha log pi(a~|s) - min_i Q_i(s, a~)`` with the critics in eval mode (running
-      statistics, not updated) and no gradient to them, as the authors' code and TorchRL do;
+    - critic: $\sum_i L(Q_i(s, a), y)$ with $y = r + \gamma^n (1 - \text{terminated})
+      \big(\min_i Q_i(s', a') - \alpha \log \pi(a' \mid s')\big)$ from the ``s'`` half of the
+      same pass, detached (no target network: the paper's "removing target networks");
+    - actor: $\alpha \log \pi(\tilde{a} \mid s) - \min_i Q_i(s, \tilde{a})$ with the critics in
+      eval mode (running statistics, not updated) and no gradient to them, as the authors' code
+      and TorchRL do;
     - temperature: SAC's ``-log alpha (log pi(a~|s) + target_entropy)``.
 
     ``forward`` returns ``out_keys`` (``loss_actor``, ``loss_qvalue``, ``loss_alpha``,

@@ -425,8 +425,8 @@ class KLPENPPOLoss(PPOLoss):
     r"""PPO with an adaptive KL penalty.
 
     $$
-    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \Big(r_i A_i
-    - \beta \, \mathrm{KL}\big(\pi_{\text{old}}(\cdot \mid s_i) \,\|\,
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \Big(r_i A_i -
+    \beta \, \mathrm{KL}\big(\pi_{\text{old}}(\cdot \mid s_i) \,\|\,
     \pi_\theta(\cdot \mid s_i)\big)\Big)
     $$
 
