@@ -28,10 +28,17 @@ from rlloss.offpolicy.q_learning import QLearningLoss
 
 
 class QMixerLoss(QLearningLoss):
-    """Q-learning on the mixed value of a team: each agent's network gives ``Q_i(o_i, .)``, the
-    mixer turns the agents' chosen values into the team's ``Q_tot(s, a) = f(Q_1(o_1, a_1), ...,
-    Q_n(o_n, a_n); s)``, regressed on ``y = r + gamma^n (1 - terminated) f_target(max_a
-    Q_1,target(o'_1, a), ...; s')`` (no gradient through ``y``). The reward, done and terminated
+    r"""Q-learning on the mixed value of a team: each agent's network gives ``Q_i(o_i, .)``, the
+    mixer $f$ turns the agents' chosen values into the team's, regressed on a target
+    (no gradient through $y$):
+
+    $$
+    Q_{\text{tot}}(s, a) = f\big(Q_1(o_1, a_1), \ldots, Q_n(o_n, a_n); s\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \bar{f}\big(\max_{a} \bar{Q}_1(o'_1, a), \ldots,
+    \max_{a} \bar{Q}_n(o'_n, a); s'\big)
+    $$
+
+    The reward, done and terminated
     flags are the team's (``[*B, 1]``); the agents' entries carry an agent dim
     (``("agents", "action")``: ``[*B, n_agents]`` indices or ``[*B, n_agents, A]`` one-hot).
 

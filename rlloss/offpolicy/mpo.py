@@ -23,12 +23,17 @@ from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
 
 
 class MPOLoss(MaximumAPosteriori):
-    """MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
+    r"""MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
 
     E-step (arXiv:1806.06920, sec. 4): at each state ``s_i`` draw ``N = num_samples`` actions
-    ``a_ij`` from the target policy, score them with the target critic, and weight them by
-    ``w_ij = softmax_j(Q_ij / eta)`` (no gradient). The temperature's loss is ``eta (epsilon +
-    mean_i logsumexp_j(Q_ij / eta) - log N)``.
+    ``a_ij`` from the target policy, score them with the target critic, and weight them (no
+    gradient); the temperature $\eta$ has its dual loss:
+
+    $$
+    w_{ij} = \frac{\exp(Q_{ij} / \eta)}{\sum_{j'} \exp(Q_{ij'} / \eta)}, \qquad
+    \mathcal{L}_{\eta} = \eta \Big(\epsilon + \frac{1}{B} \sum_i
+    \log \sum_j \exp(Q_{ij} / \eta) - \log N\Big)
+    $$
 
     M-step, decoupled (arXiv:1812.02256, sec. 4.2): with the online ``N(mu, sigma)`` and the
     target ``N(mu_t, sigma_t)``, ``pi_mean = N(mu, sigma_t)`` and ``pi_stddev = N(mu_t, sigma)``;
