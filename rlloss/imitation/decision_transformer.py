@@ -53,9 +53,14 @@ class _SequenceModelLoss(SupervisedLoss):
 
 
 class DTLoss(_SequenceModelLoss):
-    """The Decision Transformer's loss: the actor, conditioned on returns-to-go, states and past
-    actions, regresses the dataset's actions, ``loss = mean(L(a_pred, a))`` over every action
-    element (``L``: ``loss_function``, :func:`rlloss.functional.distance`; the paper's squared
+    r"""The Decision Transformer's loss: the actor, conditioned on returns-to-go, states and past
+    actions, regresses the dataset's actions over every action element:
+
+    $$
+    \mathcal{L} = \frac{1}{N} \sum L(\hat{a}, a)
+    $$
+
+    ($L$: ``loss_function``, :func:`rlloss.functional.distance`; the paper's squared
     error for continuous actions, sec. 3).
 
     TorchRL's ``DTLoss`` with the same keywords, keys and output. The actor writes
