@@ -29,7 +29,8 @@ class RNDLoss(SupervisedLoss):
     (:func:`rlloss.functional.distillation_error`, $K$ features), reduced over a random
     ``update_fraction`` of the batch (the paper's 25%, sec. A.2). Where the predictor has not
     learned the target (states seldom visited) the error is large: :meth:`intrinsic_reward`
-    gives it, detached, as the exploration bonus to add to the reward of any loss (PPO's in the paper).
+    gives it, detached, as the exploration bonus to add to the reward of any loss (PPO's in the
+    paper).
 
     TorchRL's ``RNDLoss`` with the same keywords, key and output. The networks are plain
     ``nn.Module`` s on the observation tensor, kept as given (the objects an ``RNDTransform``
