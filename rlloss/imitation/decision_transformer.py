@@ -137,9 +137,15 @@ class DTLoss(_SequenceModelLoss):
 
 
 class OnlineDTLoss(_SequenceModelLoss):
-    """The Online Decision Transformer's loss: a stochastic actor maximises the likelihood of
+    r"""The Online Decision Transformer's loss: a stochastic actor maximises the likelihood of
     the dataset's actions and an entropy bonus with a learned temperature (Zheng et al.,
     arXiv:2202.05607, eq. 5-7):
+
+    $$
+    \mathcal{L}_{\text{log\_likelihood}} = -\log \pi(a \mid s), \qquad
+    \mathcal{L}_{\text{entropy}} = -\alpha H[\pi(\cdot \mid s)], \qquad
+    \mathcal{L}_{\text{alpha}} = \alpha (H - \bar{H})
+    $$
 
     - ``loss_log_likelihood = -log pi(a|s)``;
     - ``loss_entropy = -alpha H[pi(.|s)]``, ``H`` a Monte-Carlo estimate over

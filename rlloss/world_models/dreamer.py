@@ -26,7 +26,16 @@ from rlloss.world_models.imagination import ImaginationLoss
 
 
 class DreamerModelLoss(WorldModelLossBase):
-    """DreamerV1's world-model loss on real sequences ``[B, T]``:
+    r"""DreamerV1's world-model loss on real sequences ``[B, T]``:
+
+    $$
+    \mathcal{L}_{\text{model\_kl}} = \lambda_{\text{kl}} \frac{1}{N} \sum
+    \max\big(\mathrm{KL}(q \,\|\, p), \text{free\_nats}\big), \qquad
+    \mathcal{L}_{\text{model\_reco}} = \lambda_{\text{reco}} \frac{1}{B T} \sum_{b, t}
+    \sum_{c, h, w} L(o, \hat{o})
+    $$
+
+    in detail:
 
     - ``loss_model_kl = lambda_kl mean(max(KL(q || p), free_nats))`` for the Gaussian posterior
       ``q`` and prior ``p`` (KL summed over the state dims; with ``delayed_clamp`` the mean is
@@ -191,12 +200,18 @@ class DreamerModelLoss(WorldModelLossBase):
 
 
 class DreamerActorLoss(ImaginationLoss):
-    """DreamerV1's actor loss: ``loss_actor = -mean_B sum_t w_t R_t`` over trajectories of
-    ``imagination_horizon`` steps imagined from the batch's ``state`` / ``belief``, with
-    ``R_t`` the lambda-returns (:meth:`lambda_target`) and ``w_t = gamma^t`` (``discount_loss``,
-    default) or 1. Gradients reach the actor through the imagined dynamics (the environment's
-    and the critic's parameters are held out). ``forward`` returns ``(losses, imagined)``, the
-    imagined trajectories ``[N, H]`` with their ``lambda_target`` (the value loss's input).
+    r"""DreamerV1's actor loss over trajectories of ``imagination_horizon`` steps imagined from
+    the batch's ``state`` / ``belief``:
+
+    $$
+    \mathcal{L}_{\text{actor}} = -\frac{1}{B} \sum_{b} \sum_t w_t R_t
+    $$
+
+    with $R_t$ the lambda-returns (:meth:`lambda_target`) and $w_t = \gamma^t$
+    (``discount_loss``, default) or 1. Gradients reach the actor through the imagined dynamics
+    (the environment's and the critic's parameters are held out). ``forward`` returns
+    ``(losses, imagined)``, the imagined trajectories ``[N, H]`` with their ``lambda_target``
+    (the value loss's input).
 
     TorchRL's ``DreamerActorLoss`` with the same keywords, keys and outputs; ``gamma`` and
     ``lmbda`` come from ``make_value_estimator`` (``TD0``, ``TD1``, ``TDLambda``).
@@ -294,9 +309,15 @@ class DreamerActorLoss(ImaginationLoss):
 
 
 class DreamerValueLoss(LossModule):
-    """DreamerV1's value loss: ``loss_value = mean_B sum_t w_t L(v(s_t), R_t)`` on the imagined
-    states with their ``lambda_target`` (written by :class:`DreamerActorLoss`), ``w_t =
-    gamma^t`` (``discount_loss``, default) or 1, ``L`` the ``value_loss`` distance (``"l2"``).
+    r"""DreamerV1's value loss on the imagined states with their ``lambda_target`` $R_t$
+    (written by :class:`DreamerActorLoss`):
+
+    $$
+    \mathcal{L}_{\text{value}} = \frac{1}{B} \sum_{b} \sum_t w_t L\big(v(s_t), R_t\big)
+    $$
+
+    with $w_t = \gamma^t$ (``discount_loss``, default) or 1, $L$ the ``value_loss`` distance
+    (``"l2"``).
 
     TorchRL's ``DreamerValueLoss`` with the same keywords, keys and outputs; ``forward`` returns
     ``(losses, fake_data)``.

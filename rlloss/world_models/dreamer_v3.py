@@ -34,7 +34,21 @@ VALUE_LOSSES = ("symlog_mse", "two_hot")
 
 
 class DreamerV3ModelLoss(WorldModelLossBase):
-    """DreamerV3's world-model loss on real sequences ``[B, T]``.
+    r"""DreamerV3's world-model loss on real sequences ``[B, T]``.
+
+    $$
+    \mathcal{L}_{\text{model\_kl}} = \lambda_{\text{kl}} \frac{1}{N} \sum
+    \Big(\alpha \max\big(\mathrm{KL}(\mathrm{sg}(q) \,\|\, p), f_b\big) + (1 - \alpha)
+    \max\big(\mathrm{KL}(q \,\|\, \mathrm{sg}(p)), f_b\big)\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{model\_reco}} = \lambda_{\text{reco}} \sum_{\text{heads}}
+    \frac{1}{B T} \sum_{b, t} \sum_{\text{event}}
+    \big|\operatorname{symlog}(x) - \operatorname{symlog}(\hat{x})\big|^p
+    $$
+
+    In detail:
 
     - ``loss_model_kl = lambda_kl mean(alpha max(KL(sg(q) || p), fb) + (1 - alpha) max(KL(q ||
       sg(p)), fb))`` per categorical (``kl_mode="balanced"``), or the two terms of the paper
@@ -271,10 +285,14 @@ class DreamerV3ModelLoss(WorldModelLossBase):
 
 
 class DreamerV3ValueLoss(LossModule):
-    """DreamerV3's critic loss on imagined trajectories, and on replayed sequences.
+    r"""DreamerV3's critic loss on imagined trajectories, and on replayed sequences.
 
-    ``loss_value = reduce(w_t (L(v(s_t), R_t) + beta L(v(s_t), v_slow(s_t))))`` with ``R_t`` the
-    imagined ``lambda_target`` (written by the actor loss), ``w_t`` the batch's
+    $$
+    \mathcal{L}_{\text{value}} = \operatorname{reduce}\Big(w_t \big(L(v(s_t), R_t)
+    + \beta L(v(s_t), v_{\text{slow}}(s_t))\big)\Big)
+    $$
+
+    with ``R_t`` the imagined ``lambda_target`` (written by the actor loss), ``w_t`` the batch's
     ``discount_weight`` when it has one, else ``gamma^t`` along the last batch dim
     (``discount_loss=True`` and a ``[B, T]`` batch) or 1, ``L`` the two-hot cross-entropy of the
     value logits (``"two_hot"``) or the symlog squared error of the value (``"symlog_mse"``),

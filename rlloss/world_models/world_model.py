@@ -24,8 +24,13 @@ SUB_LOSSES = ("reward", "done", "reconstruction", "latent")
 
 
 class WorldModelLoss(WorldModelLossBase):
-    """The world model's losses on real transitions, each ``weight * mean(L(prediction,
-    target))`` with ``L`` its distance (``"l2"``, ``"l1"`` or ``"smooth_l1"``):
+    r"""The world model's losses on real transitions, each
+
+    $$
+    \mathcal{L}_k = w_k \frac{1}{N} \sum L_k(\hat{x}_k, x_k)
+    $$
+
+    with $L_k$ its distance (``"l2"``, ``"l1"`` or ``"smooth_l1"``) and $w_k$ its weight:
 
     - ``loss_reward``: the predicted ``("next", reward)`` against the real reward;
     - ``loss_done``: the predicted ``("next", done)`` against the real done flag (as floats);
