@@ -150,7 +150,17 @@ def test_docstring_equations_are_typeset():
             assert "\\(" not in rendered and "\\[" not in rendered, name
             if blocks:
                 with_equations.add(name)
-    assert {"ClipPPOLoss", "SACLoss", "GAE"} <= with_equations
+    # every loss and estimator states its equations, but those whose maths is their parent's
+    # (named in their docstring, where the equations are)
+    same_maths = {"MAPPOLoss": "ClipPPOLoss", "IPPOLoss": "MAPPOLoss", "DiscreteIQLLoss": "IQLLoss"}
+    for cls in _losses_and_estimators():
+        if cls.__name__ in same_maths:
+            assert f":class:`{same_maths[cls.__name__]}`" in inspect.getdoc(cls).replace(
+                "rlloss.", ""
+            ), cls
+            assert same_maths[cls.__name__] in with_equations | set(same_maths), cls
+        else:
+            assert cls.__name__ in with_equations, f"{cls.__name__}: no $$ equation"
 
 
 def test_every_loss_page_cites_its_paper():

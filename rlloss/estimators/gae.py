@@ -169,8 +169,15 @@ def _expanded(valid: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 class MultiAgentGAE(GAE):
-    """GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
-    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's.
+    r"""GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
+    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's:
+    for each agent $k$,
+
+    $$
+    \delta^k_t = r_t + \gamma (1 - \text{terminated}_t) V^k(s_{t+1}) - V^k(s_t), \qquad
+    A^k_t = \delta^k_t + \gamma \lambda (1 - \text{done}_t) A^k_{t+1}
+    $$
+
     ``average_gae=True`` standardises each agent's advantages on their own (over the other
     dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 

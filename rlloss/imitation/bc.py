@@ -24,7 +24,13 @@ DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
 
 
 class BCLoss(SupervisedLoss):
-    """Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
+    r"""Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
+
+    $$
+    \mathcal{L}_{\text{bc}} = \frac{1}{N} \sum \ell\big(\hat{a}(s), a^*\big)
+    \quad \text{or} \quad
+    \mathcal{L}_{\text{bc}} = -\frac{1}{N} \sum \log \pi(a^* \mid s)
+    $$
 
     ``loss_bc`` is, elementwise before the reduction (:func:`rlloss.functional.action_error`):
 

@@ -393,8 +393,15 @@ class GRPOLoss(LossModule):
 
 
 class DAPO(GRPOLoss):
-    """DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
-    eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12).
+    r"""DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
+    eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12) of
+    GRPO's per-token loss $\mathcal{L}_{i,t}$ over the $G$ sequences $o_i$:
+
+    $$
+    \mathcal{L} = \frac{1}{\sum_{i=1}^{G} |o_i|} \sum_{i=1}^{G} \sum_{t=1}^{|o_i|}
+    \mathcal{L}_{i,t}
+    $$
+
     TorchRL's ``DAPO``, same defaults (``clip_epsilon=0.2`` unless given).
 
     Examples:
@@ -539,10 +546,17 @@ class CISPOLoss(GRPOLoss):
 
 
 class DrGRPOLoss(GRPOLoss):
-    """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
+    r"""Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
     GRPO without its length normalisation, each sequence's summed token loss divided by one
     constant (``max_tokens``, default the padded length), then the mean over the sequences
-    (``aggregation="seq_sum_constant"``). Its other half, no std in the group advantage, is the
+    (``aggregation="seq_sum_constant"``):
+
+    $$
+    \mathcal{L} = \frac{1}{G} \sum_{i=1}^{G} \frac{1}{T_{\max}} \sum_{t=1}^{|o_i|}
+    \mathcal{L}_{i,t}
+    $$
+
+    Its other half, no std in the group advantage, is the
     advantage's: ``MCAdvantage(..., scale=False)`` or
     :func:`rlloss.functional.group_relative_advantage` with ``scale=False``. Same keywords as
     :class:`GRPOLoss`, another default aggregation.

@@ -28,6 +28,15 @@ class CrossQLoss(ContinuousSoftActorCritic):
     critics (with BatchNorm / BatchRenorm layers) see the current and the next transitions in
     one batch.
 
+    $$
+    \begin{bmatrix} Q_i(s, a) \\ Q_i(s', a') \end{bmatrix}
+    = Q_i\Big(\begin{bmatrix} s \\ s' \end{bmatrix},
+    \begin{bmatrix} a \\ a' \end{bmatrix}\Big), \qquad
+    \mathcal{L}_{\text{qvalue}} = \sum_i L\big(Q_i(s, a), y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \Big(\min_i \mathrm{sg}\big(Q_i(s', a')\big)
+    - \alpha \log \pi(a' \mid s')\Big)
+    $$
+
     Bhatt et al., "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample
     Efficiency and Simplicity", ICLR 2024 (https://openreview.net/pdf?id=PczQtTsTIX), Algorithm 1:
 

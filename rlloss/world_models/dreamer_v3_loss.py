@@ -20,7 +20,12 @@ from rlloss.common import LossModule, accepts_tensor_arguments
 
 
 class DreamerV3Loss(LossModule):
-    """DreamerV3's model, actor, value and replay-value objectives, composed.
+    r"""DreamerV3's model, actor, value and replay-value objectives, composed.
+
+    $$
+    \mathcal{L} = \mathcal{L}_{\text{model}} + \mathcal{L}_{\text{actor}}
+    + \mathcal{L}_{\text{value}} + w_{\text{replay}} \mathcal{L}_{\text{replay\_value}}
+    $$
 
     ``forward(sample)`` (real sequences ``[B, T]``) runs ``model_loss`` (its posterior
     features), ``actor_loss`` from the ``B T`` detached posterior states ``("next", state)`` /
