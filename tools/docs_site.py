@@ -10,10 +10,15 @@ nothing is copied into ``docs/`` and nothing can drift:
   public name gets its page without an edit here (``tests/test_docs_site.py`` checks it);
 - the tutorials gallery: one entry per ``tutorials/*.py`` (its docstring's summary and its
   learning curves, ``benchmarks/results/learning_<tutorial>*.png``, served from where they are);
-- the benchmark headline: ``BENCHMARKS.md``'s tables.
+- the benchmark headline: ``BENCHMARKS.md``'s tables;
+- after each API entry: its keys table (from ``_AcceptedKeys``), its tutorials, its section of
+  ``docs/results.md`` (the MuJoCo losses) and its source: one page per module of ``rlloss``
+  (the project has no public repository URL to link to);
+- the equations: the docstrings' ``$...$`` / ``$$...$$`` (``pymdownx.arithmatex``) typeset as
+  MathML at build time (``latex2mathml``), so the site loads no math script.
 
 ``api_pages()``, ``tutorial_entries()`` and ``benchmarks_markdown()`` need no MkDocs; the hooks
-(``on_config``, ``on_files``, ``on_page_markdown``) are the MkDocs side.
+(``on_config``, ``on_files``, ``on_page_markdown``, ``on_page_content``) are the MkDocs side.
 """
 
 from __future__ import annotations
