@@ -142,9 +142,11 @@ def test_docstring_equations_are_typeset():
             if "$" not in doc:
                 continue
             rendered = _equations_as_html(doc)
-            assert (
-                rendered.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"')
-                == blocks
+            typeset = re.findall(r'<div class="arithmatex">(.*?)</div>', rendered, re.S)
+            assert len(typeset) == blocks, name
+            assert all(
+                part.startswith('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"')
+                for part in typeset
             ), name
             assert "$" not in re.sub(r"<math.*?</math>", "", rendered, flags=re.S), name
             assert "\\(" not in rendered and "\\[" not in rendered, name
@@ -373,6 +375,7 @@ for (const page of pages) {
       blocks: blocks.length,
       display: blocks.map((m) => frame.contentWindow.getComputedStyle(m).display),
       widths: blocks.map((m) => box(m).width),
+      fits: blocks.map((m) => m.parentElement.scrollWidth <= m.parentElement.clientWidth + 1),
       fractions: [...doc.querySelectorAll("div.arithmatex mfrac")].map(
         (f) => box(f.children[0]).bottom <= box(f.children[1]).top + 1),
       subscripts: [...doc.querySelectorAll("div.arithmatex msub")].map(
@@ -523,6 +526,7 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         assert found["blocks"] >= 1, (page, found)
         assert all(display == "block math" for display in found["display"]), (page, found)
         assert min(found["widths"]) > 100, (page, found)
+        assert all(found["fits"]), (page, "an equation wider than the text column")
         assert all(found["fractions"]), (page, "a fraction's terms side by side")
         assert found["subscripts"] and all(found["subscripts"]), (page, "subscripts not lowered")
     assert not any("mathjax" in p.lower() or "katex" in p.lower() for p in requested), requested

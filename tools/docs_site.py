@@ -650,8 +650,11 @@ def latex_to_mathml(html_text: str, where: str = "") -> str:
     def typeset(match: re.Match) -> str:
         latex = unescape(match.group("latex")).strip()
         display = "block" if match.group("open") == "[" else "inline"
+        # a block's equations, side by side after ``\qquad`` in the source, one a line here:
+        # the text column is narrower than a plain-text line
+        parts = split_equations(latex) if display == "block" else [latex]
         try:
-            mathml = convert(latex, display=display)
+            mathml = "".join(convert(part, display=display) for part in parts)
         except Exception as error:  # latex2mathml raises its own exception classes
             raise ValueError(
                 f"{where}: the equation {latex!r} is not LaTeX that latex2mathml reads ({error}); "
@@ -660,6 +663,23 @@ def latex_to_mathml(html_text: str, where: str = "") -> str:
         return f'<{match.group("tag")} class="arithmatex">{mathml}</{match.group("tag")}>'
 
     return _MATH.sub(typeset, html_text)
+
+
+def split_equations(latex: str) -> list[str]:
+    """``latex`` cut at each ``\\qquad`` outside braces and environments (``\\begin{cases}``):
+    the separate equations of a display block."""
+    parts, depth, start = [], 0, 0
+    for token in re.finditer(r"\\begin\b|\\end\b|\\qquad\b|(?<!\\)[{}]", latex):
+        text = token.group()
+        if text in ("{", "\\begin"):
+            depth += 1
+        elif text in ("}", "\\end"):
+            depth -= 1
+        elif depth == 0:
+            parts.append(latex[start : token.start()])
+            start = token.end()
+    parts.append(latex[start:])
+    return [part.strip() for part in parts if part.strip()]
 
 
 def on_page_content(html, page, config, files, **kwargs):

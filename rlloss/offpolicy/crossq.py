@@ -31,7 +31,10 @@ class CrossQLoss(ContinuousSoftActorCritic):
     $$
     \begin{bmatrix} Q_i(s, a) \\ Q_i(s', a') \end{bmatrix}
     = Q_i\Big(\begin{bmatrix} s \\ s' \end{bmatrix},
-    \begin{bmatrix} a \\ a' \end{bmatrix}\Big), \qquad
+    \begin{bmatrix} a \\ a' \end{bmatrix}\Big)
+    $$
+
+    $$
     \mathcal{L}_{\text{qvalue}} = \sum_i L\big(Q_i(s, a), y\big), \qquad
     y = r + \gamma^n (1 - \text{terminated}) \Big(\min_i \mathrm{sg}\big(Q_i(s', a')\big)
     - \alpha \log \pi(a' \mid s')\Big)
