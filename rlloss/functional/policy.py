@@ -59,10 +59,14 @@ def advantage_weights(
 
 
 def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
+    r"""The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
     ``r = pi(a|s) / pi_old(a|s) = exp(log_ratio)`` (Schulman et al., "Proximal Policy
     Optimization Algorithms", arXiv:1707.06347, eq. 6: the objective of conservative policy
     iteration).
+
+    $$
+    L = r A, \qquad r = \frac{\pi(a \mid s)}{\pi_{\text{old}}(a \mid s)}
+    $$
 
     Args:
         log_ratio: ``log r``, any shape.
@@ -96,12 +100,18 @@ def clipped_surrogate(
     dual_clip: Scalar | None = None,
     log_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """PPO's clipped surrogate objective (to maximise), elementwise.
+    r"""PPO's clipped surrogate objective (to maximise), elementwise.
 
-    ``L = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, the ratio clipped in log space
-    (``log_low = log(1 - eps_low)``, ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`).
-    With ``dual_clip = c > 1`` the objective of negative advantages is bounded below:
-    ``max(L, c A)`` where ``A < 0`` (Ye et al. 2020). With ``log_weight = log w`` (a decoupled
+    $$
+    L = \min\big(r A,\; \operatorname{clip}(r, 1 - \epsilon_{\text{low}},
+    1 + \epsilon_{\text{high}}) A\big), \qquad
+    L_{\text{dual}} = \max(L, c A) \ \text{where}\ A < 0
+    $$
+
+    the ratio clipped in log space (``log_low = log(1 - eps_low)``,
+    ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`); the second with
+    ``dual_clip = c > 1``, which bounds the objective of negative advantages below (Ye et al.
+    2020). With ``log_weight = log w`` (a decoupled
     proximal policy, :func:`decoupled_log_weight`), every term is weighted by ``w``:
     ``min(w r A, w clip(r) A)`` (and ``max(., c w A)``), ``r`` the ratio to the proximal policy
     (Hilton et al., "Batch size-invariance for policy optimization", arXiv:2110.00641, eq. 3).
@@ -171,8 +181,14 @@ def clipped(log_ratio: torch.Tensor, log_low: Scalar, log_high: Scalar) -> torch
 
 
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Non-negative estimator of KL(old || new) from samples of the old policy:
+    r"""Non-negative estimator of KL(old || new) from samples of the old policy:
     ``(r - 1) - log r`` (Schulman, "Approximating KL divergence", 2020, the "k3" estimator).
+
+    $$
+    \mathrm{k3}(r) = (r - 1) - \log r, \qquad
+    \mathbb{E}_{a \sim \pi_{\text{old}}}[\mathrm{k3}(r)]
+    = \mathrm{KL}(\pi_{\text{old}} \,\|\, \pi), \qquad r = \frac{\pi(a)}{\pi_{\text{old}}(a)}
+    $$
     """
     return torch.expm1(log_ratio) - log_ratio
 
