@@ -55,9 +55,14 @@ def greedy_value(action_value: torch.Tensor) -> torch.Tensor:
 def double_q_value(
     online_action_value: torch.Tensor, target_action_value: torch.Tensor
 ) -> torch.Tensor:
-    """``Q_target(s', argmax_a Q_online(s', a))``, ``[*B, 1]``: the online network picks the
+    r"""``Q_target(s', argmax_a Q_online(s', a))``, ``[*B, 1]``: the online network picks the
     action, the target network evaluates it (van Hasselt et al., "Deep Reinforcement Learning with
-    Double Q-learning", arXiv:1509.06461)."""
+    Double Q-learning", arXiv:1509.06461).
+
+    $$
+    y = \bar{Q}\big(s', \arg\max_{a} Q(s', a)\big)
+    $$
+    """
     check_same_shape(
         online_action_value=online_action_value, target_action_value=target_action_value
     )
@@ -80,8 +85,12 @@ def smoothed_target_action(
 
 
 def soft_value(value: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar) -> torch.Tensor:
-    """SAC's soft state value ``V(s') = Q(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi``
+    r"""SAC's soft state value ``V(s') = Q(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi``
     (Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, eq. 3).
+
+    $$
+    V(s') = Q(s', a') - \alpha \log \pi(a' \mid s'), \qquad a' \sim \pi(\cdot \mid s')
+    $$
 
     Args:
         value: ``[*B, 1]`` Q-values of the sampled actions (already min over the ensemble).
@@ -96,9 +105,14 @@ def soft_value(value: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar) -> to
 def discrete_soft_value(
     action_value: torch.Tensor, log_probs: torch.Tensor, alpha: Scalar
 ) -> torch.Tensor:
-    """Discrete SAC's exact soft value ``V(s') = sum_a pi(a|s') (Q(s', a) - alpha log pi(a|s'))``,
+    r"""Discrete SAC's exact soft value ``V(s') = sum_a pi(a|s') (Q(s', a) - alpha log pi(a|s'))``,
     ``[*B, 1]`` (Christodoulou, "Soft Actor-Critic for Discrete Action Settings",
-    arXiv:1910.07207, eq. 9). Actions of probability 0 contribute 0."""
+    arXiv:1910.07207, eq. 9). Actions of probability 0 contribute 0.
+
+    $$
+    V(s') = \sum_a \pi(a \mid s') \big(Q(s', a) - \alpha \log \pi(a \mid s')\big)
+    $$
+    """
     check_same_shape(action_value=action_value, log_probs=log_probs)
     possible = log_probs > -torch.inf
     log_probs = torch.where(possible, log_probs, 0.0)
@@ -127,8 +141,13 @@ def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:
 def temperature_loss(
     log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
 ) -> torch.Tensor:
-    """SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
-    ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha)."""
+    r"""SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
+    ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha).
+
+    $$
+    \mathcal{L}_{\alpha} = -\log \alpha \,\big(\log \pi(a \mid s) + \bar{\mathcal{H}}\big)
+    $$
+    """
     return -log_alpha * (log_prob + target_entropy).detach()
 
 
@@ -184,10 +203,14 @@ def cql_penalty(
     log_proposal: torch.Tensor | None = None,
     temperature: Scalar = 1.0,
 ) -> torch.Tensor:
-    """CQL(H)'s conservative penalty ``T log sum_a exp(Q(s, a) / T) - Q(s, a_data)``, ``[*B, 1]``
+    r"""CQL(H)'s conservative penalty ``T log sum_a exp(Q(s, a) / T) - Q(s, a_data)``, ``[*B, 1]``
     (Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
     arXiv:2006.04779, eq. 4 with the entropy regulariser: CQL(H)): it pushes down a soft maximum
     of the values and pushes up the dataset action's value.
+
+    $$
+    T \log \sum_a \exp\big(Q(s, a) / T\big) - Q(s, a_{\text{data}})
+    $$
 
     Discrete actions (``log_proposal=None``): the sum runs over every action. Continuous actions:
     it is estimated by importance sampling from ``K`` actions ``a_k`` drawn from proposals of
