@@ -36,10 +36,14 @@ def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scal
 
 
 def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """The policy-gradient objective (to maximise), elementwise: ``log pi(a|s) A``, whose
+    r"""The policy-gradient objective (to maximise), elementwise: ``log pi(a|s) A``, whose
     gradient is ``grad log pi(a|s) A`` (Williams, "Simple statistical gradient-following
     algorithms for connectionist reinforcement learning", 1992; with a learned baseline in ``A``,
     Mnih et al., arXiv:1602.01783, A2C/A3C). ``advantage`` is a constant (no gradient).
+
+    $$
+    L = \log \pi(a \mid s) A, \qquad \nabla L = \nabla \log \pi(a \mid s) A
+    $$
 
     Args:
         log_prob: ``log pi(a|s)``, any shape.
@@ -52,9 +56,14 @@ def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -
 def advantage_weights(
     advantage: torch.Tensor, temperature: Scalar, max_weight: float = 100.0
 ) -> torch.Tensor:
-    """Advantage-weighted regression's weights ``min(exp(temperature * A), max_weight)``, no
+    r"""Advantage-weighted regression's weights ``min(exp(temperature * A), max_weight)``, no
     gradient (Peng et al., arXiv:1910.00177; IQL's policy extraction, Kostrikov et al.,
-    arXiv:2110.06169, eq. 7, with ``temperature`` their ``beta`` and TorchRL's cap of 100)."""
+    arXiv:2110.06169, eq. 7, with ``temperature`` their ``beta`` and TorchRL's cap of 100).
+
+    $$
+    w = \min\big(\exp(\beta A), w_{\max}\big)
+    $$
+    """
     return (advantage.detach() * temperature).exp().clamp_max(max_weight)
 
 
@@ -80,8 +89,12 @@ def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
 
 
 def kl_penalized_surrogate(surrogate: torch.Tensor, kl: torch.Tensor, beta: Scalar) -> torch.Tensor:
-    """PPO's KL-penalised objective (to maximise), elementwise: ``r A - beta KL(pi_old || pi)``
+    r"""PPO's KL-penalised objective (to maximise), elementwise: ``r A - beta KL(pi_old || pi)``
     (arXiv:1707.06347, eq. 8).
+
+    $$
+    L = r A - \beta \, \mathrm{KL}(\pi_{\text{old}} \,\|\, \pi)
+    $$
 
     Args:
         surrogate: ``r A``, see :func:`surrogate`.
@@ -209,16 +222,27 @@ def distribution_entropy(distribution: D.Distribution, samples: int = 1) -> torc
 def gaussian_kl(
     loc_p: torch.Tensor, scale_p: torch.Tensor, loc_q: torch.Tensor, scale_q: torch.Tensor
 ) -> torch.Tensor:
-    """``KL(N(loc_p, scale_p^2) || N(loc_q, scale_q^2))`` per dimension:
+    r"""``KL(N(loc_p, scale_p^2) || N(loc_q, scale_q^2))`` per dimension:
     ``log(scale_q / scale_p) + (scale_p^2 + (loc_p - loc_q)^2) / (2 scale_q^2) - 1/2``.
+
+    $$
+    \mathrm{KL}\big(N(\mu_p, \sigma_p^2) \,\|\, N(\mu_q, \sigma_q^2)\big)
+    = \log \frac{\sigma_q}{\sigma_p} + \frac{\sigma_p^2 + (\mu_p - \mu_q)^2}{2 \sigma_q^2}
+    - \frac{1}{2}
+    $$
     """
     variance_ratio = (scale_p / scale_q).square()
     return 0.5 * (variance_ratio + ((loc_p - loc_q) / scale_q).square() - 1 - variance_ratio.log())
 
 
 def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
-    """``KL(Cat(p) || Cat(q)) = sum_a p(a) (log p(a) - log q(a))`` over the last dim; actions
-    with ``p(a) = 0`` contribute 0."""
+    r"""``KL(Cat(p) || Cat(q)) = sum_a p(a) (log p(a) - log q(a))`` over the last dim; actions
+    with ``p(a) = 0`` contribute 0.
+
+    $$
+    \mathrm{KL}(p \,\|\, q) = \sum_a p(a) \big(\log p(a) - \log q(a)\big)
+    $$
+    """
     log_p, log_q = logits_p.log_softmax(-1), logits_q.log_softmax(-1)
     possible = log_p > -torch.inf
     # Select before the arithmetic so that impossible actions reach neither value nor gradient.

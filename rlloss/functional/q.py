@@ -47,8 +47,13 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
 
 
 def greedy_value(action_value: torch.Tensor) -> torch.Tensor:
-    """``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989). ``amax``: the
-    value without the argmax (a tie shares the gradient, where ``max`` gives it to one action)."""
+    r"""``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989). ``amax``: the
+    value without the argmax (a tie shares the gradient, where ``max`` gives it to one action).
+
+    $$
+    y = \max_a Q(s, a)
+    $$
+    """
     return action_value.amax(-1, keepdim=True)
 
 
@@ -70,16 +75,28 @@ def double_q_value(
 
 
 def clipped_double_q_value(ensemble_value: torch.Tensor) -> torch.Tensor:
-    """``min_i Q_i(s', a')`` over the leading ensemble dim of ``[E, *B, 1]`` (Fujimoto et al.,
-    "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+    r"""``min_i Q_i(s', a')`` over the leading ensemble dim of ``[E, *B, 1]`` (Fujimoto et al.,
+    "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477).
+
+    $$
+    y = \min_i Q_i(s', a')
+    $$
+    """
     return ensemble_value.min(0).values
 
 
 def smoothed_target_action(
     action: torch.Tensor, noise_scale: Scalar, noise_clip: Scalar, low: Scalar, high: Scalar
 ) -> torch.Tensor:
-    """TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
-    noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14)."""
+    r"""TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
+    noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14).
+
+    $$
+    a' = \operatorname{clip}\big(a + \operatorname{clip}(\epsilon, -c, c),
+    a_{\text{low}}, a_{\text{high}}\big),
+    \qquad \epsilon \sim N(0, \sigma^2)
+    $$
+    """
     noise = (standard_normal_like(action) * noise_scale).clamp(-noise_clip, noise_clip)
     return torch.clamp(action + noise, low, high)
 
@@ -121,8 +138,12 @@ def discrete_soft_value(
 
 
 def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:
-    """Entropy of a categorical policy, ``H(pi) = -sum_a pi(a) log pi(a)`` over the last dim
+    r"""Entropy of a categorical policy, ``H(pi) = -sum_a pi(a) log pi(a)`` over the last dim
     (Shannon, 1948; the entropy term of discrete SAC, arXiv:1910.07207, eq. 9).
+
+    $$
+    H(\pi) = -\sum_a \pi(a) \log \pi(a)
+    $$
 
     Actions of probability 0 (``log pi(a) = -inf``, as action masking produces) contribute 0 to
     the value and the gradient: the log-probs are masked before the arithmetic.
@@ -154,10 +175,15 @@ def temperature_loss(
 def alpha_temperature_loss(
     alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
 ) -> torch.Tensor:
-    """SAC's temperature loss as the paper writes it, ``-alpha (log pi(a|s) + H_target)``,
+    r"""SAC's temperature loss as the paper writes it, ``-alpha (log pi(a|s) + H_target)``,
     elementwise; only ``alpha`` gets gradient (arXiv:1812.05905, eq. 18; REDQ's, Chen et al.,
     arXiv:2101.05982, Algorithm 1). Its gradient in ``log alpha`` is ``alpha`` times that of
-    :func:`temperature_loss`."""
+    :func:`temperature_loss`.
+
+    $$
+    \mathcal{L}_{\alpha} = -\alpha \big(\log \pi(a \mid s) + \bar{\mathcal{H}}\big)
+    $$
+    """
     return -alpha * (log_prob + target_entropy).detach()
 
 
@@ -171,11 +197,16 @@ def straight_through_clamp(x: torch.Tensor, low: Scalar | None, high: Scalar | N
 def td3_bc_actor_loss(
     value: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TD3+BC's actor loss, elementwise: ``-lambda Q(s, pi(s)) + mean((pi(s) - a)^2)`` with
+    r"""TD3+BC's actor loss, elementwise: ``-lambda Q(s, pi(s)) + mean((pi(s) - a)^2)`` with
     ``lambda = alpha / mean|Q(s, pi(s))|`` (no gradient through ``lambda``): Fujimoto & Gu, "A
     Minimalist Approach to Offline Reinforcement Learning", arXiv:2106.06860, eq. 3. The
     behaviour-cloning term is the mean squared error over the batch and the action dims (a
     scalar added to every element), as in the paper's code and TorchRL.
+
+    $$
+    \mathcal{L} = -\lambda Q(s, \pi(s)) + \frac{1}{D} \sum_d \big(\pi(s)_d - a_d\big)^2, \qquad
+    \lambda = \frac{\alpha}{\frac{1}{N} \sum |Q(s, \pi(s))|}
+    $$
 
     Guard (not in the paper's code or TorchRL): ``mean|Q|`` is floored at the machine epsilon of
     ``value``'s dtype, so a critic whose outputs are all 0 (e.g. a zero-initialised last layer)
@@ -234,7 +265,11 @@ def cql_penalty(
 
 
 def expected_action_value(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """``Q(s, a) = sum_j z_j p_j(s, a)`` of a categorical return distribution, ``[*B, A]``.
+    r"""``Q(s, a) = sum_j z_j p_j(s, a)`` of a categorical return distribution, ``[*B, A]``.
+
+    $$
+    Q(s, a) = \sum_j z_j p_j(s, a)
+    $$
 
     Args:
         log_probs: ``[*B, K, A]`` log-probabilities of the ``K`` atoms for every action.
@@ -274,9 +309,13 @@ def categorical_projection(
 
 
 def max_backup_value(ensemble_value: torch.Tensor) -> torch.Tensor:
-    """CQL's max-backup target value ``min_i max_k Q_i(s', a'_k)`` over ``K`` actions sampled from
+    r"""CQL's max-backup target value ``min_i max_k Q_i(s', a'_k)`` over ``K`` actions sampled from
     the policy at ``s'`` (the authors' ``max_q_backup`` option, Kumar et al., arXiv:2006.04779),
     ``[*B, 1]``: the maximum over the samples per network, then the minimum over the networks.
+
+    $$
+    y = \min_i \max_k Q_i(s', a'_k)
+    $$
 
     Args:
         ensemble_value: ``[E, *B, K, 1]`` values of the sampled actions for each of ``E``
