@@ -5,7 +5,8 @@ against ``rlloss.__all__``, ``rlloss.functional.__all__`` and ``rlloss.data.__al
 README's links into the site. The slow one builds the site with ``mkdocs build --strict``,
 serves it on 127.0.0.1 and opens it in headless Chromium (Debian's ``chromium``): the home page
 and ``ClipPPOLoss``'s API page as a reader sees them (title, navigation, the class signature,
-the search box, its example as a code block, its keys table, its tutorial link), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
+the search box, its example as a code block, its keys table, its tutorial link), the equations of a few API pages typeset (laid out as MathML,
+offline), with screenshots written to ``$RLLOSS_ARTIFACTS`` (else the test's tmp dir).
 """
 
 from __future__ import annotations
@@ -85,13 +86,19 @@ def test_every_loss_and_estimator_page_has_its_keys_table():
         assert f"## Keys of `{cls.__name__}`" in markdown, cls
         for field in dataclasses.fields(cls._AcceptedKeys):
             row = re.search(
-                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written) \| "
-                rf".*? \| (.*) \|$",
+                rf"^\| `{field.name}` \| (.*?) \| (read|written|read or written|not used) \| "
+                rf"(.*?) \| (.*) \|$",
                 markdown,
                 re.M,
             )
             assert row, (cls, field.name)
-            assert row.group(3).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+            assert row.group(4).strip() not in ("", "&nbsp;"), (cls, field.name, "no meaning")
+            shape = row.group(3)
+            assert re.fullmatch(r"`\[[^`]*\]`( or `\[[^`]*\]`)*|\*not used\*", shape), (
+                cls,
+                field.name,
+                f"no shape: {shape!r} (end the field's comment with its shape, e.g. [*B, 1])",
+            )
 
 
 def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
@@ -104,6 +111,58 @@ def test_keys_table_reads_roles_and_shapes_from_the_field_comments():
     rows = {row.name: row for row in _hook().key_rows(rlloss.IQLLoss)}
     assert rows["state_action_value"].role == "read"  # "written by the Q networks": read here
     assert rows["priority"].role == "written"
+    assert rows["log_prob"].role == rows["log_prob"].shape == "not used"  # TorchRL's name only
+    rows = {row.name: row for row in _hook().key_rows(rlloss.DQNLoss)}
+    assert rows["action"].shape == "[*B] or [*B, A]"  # index or one-hot
+
+
+def _equations_as_html(doc: str) -> str:
+    """``doc`` as the site renders its Markdown (with pymdownx.arithmatex, as ``mkdocs.yml``
+    configures it), its equations typeset by the site's hook."""
+    import markdown
+
+    text = markdown.markdown(
+        doc,
+        extensions=["pymdownx.arithmatex"],
+        extension_configs={"pymdownx.arithmatex": {"generic": True}},
+    )
+    return _hook().latex_to_mathml(text, "docstring")
+
+
+def test_docstring_equations_are_typeset():
+    """Every ``$$...$$`` and ``$...$`` of a public docstring becomes MathML (latex2mathml reads
+    it), none is left as raw LaTeX, and the headline losses and estimators state theirs."""
+    pytest.importorskip("latex2mathml")
+    pytest.importorskip("pymdownx")
+    with_equations = set()
+    for module in (rlloss, rlloss.functional, rlloss.data):
+        for name in module.__all__:
+            doc = inspect.getdoc(getattr(module, name)) or ""
+            blocks = len(re.findall(r"^\$\$$", doc, re.M)) // 2
+            if "$" not in doc:
+                continue
+            rendered = _equations_as_html(doc)
+            typeset = re.findall(r'<div class="arithmatex">(.*?)</div>', rendered, re.S)
+            assert len(typeset) == blocks, name
+            assert all(
+                part.startswith('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"')
+                for part in typeset
+            ), name
+            assert "$" not in re.sub(r"<math.*?</math>", "", rendered, flags=re.S), name
+            assert "\\(" not in rendered and "\\[" not in rendered, name
+            if blocks:
+                with_equations.add(name)
+    # every loss and estimator states its equations, but those whose maths is their parent's
+    # (named in their docstring, where the equations are)
+    same_maths = {"MAPPOLoss": "ClipPPOLoss", "IPPOLoss": "MAPPOLoss", "DiscreteIQLLoss": "IQLLoss"}
+    for cls in _losses_and_estimators():
+        if cls.__name__ in same_maths:
+            assert f":class:`{same_maths[cls.__name__]}`" in inspect.getdoc(cls).replace(
+                "rlloss.", ""
+            ), cls
+            assert same_maths[cls.__name__] in with_equations | set(same_maths), cls
+        else:
+            assert cls.__name__ in with_equations, f"{cls.__name__}: no $$ equation"
 
 
 def test_every_loss_page_cites_its_paper():
@@ -148,6 +207,53 @@ def test_home_page_lists_every_loss():
 def test_loss_pages_link_their_tutorials():
     markdown = _hook().ApiPage("api/ClipPPOLoss.md", "", (), ("rlloss.ClipPPOLoss",)).markdown()
     assert "[`tutorials/ppo_cartpole.py`](../tutorials.md#ppo_cartpolepy)" in markdown
+
+
+def test_mujoco_losses_link_their_results():
+    """PPO's, SAC's and TD3's pages link to their section of the Results page, whose headings
+    carry the anchors (kept when rows are added); every MuJoCo tutorial's loss has its section."""
+    hook = _hook()
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    for algorithm, names in hook.RESULTS_SECTIONS.items():
+        assert re.search(rf"^## .*\{{ #{algorithm} \}}$", results, re.M), algorithm
+        for name in names:
+            page = hook.ApiPage(f"api/{name}.md", "", (), (f"rlloss.{name}",)).markdown()
+            assert f"](../results.md#{algorithm})" in page, name
+    for tutorial in sorted((ROOT / "tutorials").glob("*_mujoco.py")):
+        algorithm = tutorial.stem.removesuffix("_mujoco")
+        losses = set(
+            re.findall(r"^\s*from rlloss import .*?\b(\w+Loss)\b", tutorial.read_text(), re.M)
+        )
+        assert losses and losses <= set(hook.RESULTS_SECTIONS[algorithm]), (tutorial.name, losses)
+
+
+def test_api_pages_link_their_source():
+    """Each API page links every name it documents to the site's page of its module's source,
+    at a heading that page has (the build's anchor check holds it too)."""
+    hook = _hook()
+    sources = hook.source_pages(hook.api_pages())
+    for page in hook.api_pages():
+        markdown = page.markdown()
+        for name in page.names:
+            link = re.search(
+                rf"^- `{re.escape(name)}`: \[`([\w/.]+)`, line (\d+)\]\(([^)#]+)#([\w-]+)\)$",
+                markdown,
+                re.M,
+            )
+            assert link, (page.path, name)
+            path, line, target, anchor = link.groups()
+            assert (ROOT / path).is_file(), path
+            source = sources[hook.source_page_path(path)]
+            assert f"{{ #{anchor} }}" in source, (name, anchor)
+            section = source.split(f"{{ #{anchor} }}", 1)[1].split("\n## ", 1)[0]
+            short = name.rsplit(".", 1)[1]
+            assert re.search(rf"^(class|def) {short}\b", section, re.M), (name, "not its section")
+            assert f'linenums="{line}"' in section or "@" in section, (name, line)
+    ppo = sources["source/rlloss/onpolicy/ppo.py.md"]
+    assert ppo.count("## class `") >= 4 and "search:\n  exclude: true" in ppo
+    code = (ROOT / "rlloss" / "onpolicy" / "ppo.py").read_text(encoding="utf-8").splitlines()
+    shown = set(ppo.splitlines())
+    assert all(line in shown for line in code), "a line of the module missing on its page"
 
 
 def _args_rows(obj) -> list[str]:
@@ -212,7 +318,7 @@ class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
         super().do_GET()
 
 
-def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+def _chromium(*args: str, profile: Path, budget_ms: int = 5000) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             CHROMIUM,
@@ -226,7 +332,7 @@ def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
             "--disable-sync",
             "--hide-scrollbars",
             f"--user-data-dir={profile}",
-            "--virtual-time-budget=5000",
+            f"--virtual-time-budget={budget_ms}",
             *args,
         ],
         capture_output=True,
@@ -240,6 +346,63 @@ def _text(dom: str) -> str:
     """What a reader reads: the DOM without scripts, styles and tags."""
     dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
+
+
+# API pages whose docstring equations the browser check measures once typeset.
+MATH_PAGES = ("api/ClipPPOLoss/", "api/SACLoss/", "api/GAE/")
+# and more: a cases environment (KTO), matrices (CrossQ), the widest blocks (VTrace, the
+# functional groups of returns and Q-learning targets)
+PROBED_PAGES = (
+    "api/KTOLoss/",
+    "api/CrossQLoss/",
+    "api/VTrace/",
+    "api/functional/returns/",
+    "api/functional/q/",
+)
+
+
+def _math_probe(pages: tuple[str, ...]) -> str:
+    """A page of the site's origin that loads each of ``pages`` in a frame and reports, as JSON in
+    ``<pre id="probe">``, how the browser laid out their block equations: how many, their CSS
+    display ("block math" where MathML is rendered), their widths, for each fraction whether its
+    numerator sits above its denominator and for each subscript whether it sits below its base
+    (only a MathML layout places them so: raw text would run them along one line)."""
+    return (
+        "<!doctype html><html><body><script>\n"
+        f"const pages = {json.dumps(['/' + page for page in pages])};\n"
+        """const probed = {};
+let left = pages.length;
+for (const page of pages) {
+  const frame = document.createElement("iframe");
+  frame.style.width = "1280px";
+  frame.style.height = "900px";
+  frame.onload = () => {
+    const doc = frame.contentDocument;
+    const blocks = [...doc.querySelectorAll("div.arithmatex > math")];
+    const box = (node) => node.getBoundingClientRect();
+    probed[page.slice(1)] = {
+      blocks: blocks.length,
+      display: blocks.map((m) => frame.contentWindow.getComputedStyle(m).display),
+      widths: blocks.map((m) => box(m).width),
+      fits: blocks.map((m) => m.parentElement.scrollWidth <= m.parentElement.clientWidth + 1),
+      fractions: [...doc.querySelectorAll("div.arithmatex mfrac")].map(
+        (f) => box(f.children[0]).bottom <= box(f.children[1]).top + 1),
+      subscripts: [...doc.querySelectorAll("div.arithmatex msub")].map(
+        (s) => box(s.children[1]).bottom > box(s.children[0]).bottom + 1),
+    };
+    if (--left === 0) {
+      const pre = document.createElement("pre");
+      pre.id = "probe";
+      pre.textContent = JSON.stringify(probed);
+      document.body.appendChild(pre);
+    }
+  };
+  frame.src = page;
+  document.body.appendChild(frame);
+}
+</script></body></html>
+"""
+    )
 
 
 @pytest.mark.slow
@@ -286,12 +449,24 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
         api = _chromium(
             "--dump-dom", f"{base}/api/ClipPPOLoss/", profile=tmp_path / "profile-api"
         ).stdout
+        # the pages with the widest and most varied equations: each laid out and in its column
+        # (one page loading them in frames; all API pages at once take minutes here)
+        probe_pages = MATH_PAGES + PROBED_PAGES
+        (site / "math-probe.html").write_text(_math_probe(probe_pages), encoding="utf-8")
+        math = _chromium(
+            "--dump-dom",
+            f"{base}/math-probe.html",
+            profile=tmp_path / "profile-math",
+            budget_ms=15_000,
+        ).stdout
         screenshots = {}
         for name, url in (
             ("docs-home.png", f"{base}/"),
             ("docs-api-ClipPPOLoss.png", f"{base}/api/ClipPPOLoss/"),
             # the whole page, down to its example, keys table and tutorials
             ("docs-api-ClipPPOLoss-full.png", f"{base}/api/ClipPPOLoss/"),
+            # an equation typeset on the site (MathML written at build time)
+            ("docs-api-SACLoss-math.png", f"{base}/api/SACLoss/"),
         ):
             screenshots[name] = artifacts / name
             _chromium(
@@ -350,8 +525,29 @@ def test_site_builds_strict_and_reads_right_in_chromium(tmp_path):
     for entry in ("advantage", "value_target", "action_log_prob", "read", "[*B, 1]"):
         assert entry in keys_text, entry
     assert "tutorials/ppo_cartpole.py" in api_text  # the link to its tutorial
+    assert 'href="../../results.md' not in api and 'href="../../results/#ppo"' in api  # results
+    # its source: a link to the module's page on the site, at the class's section
+    assert 'href="../../source/rlloss/onpolicy/ppo.py/#def-ClipPPOLoss"' in api
+    source = (site / "source/rlloss/onpolicy/ppo.py/index.html").read_text(encoding="utf-8")
+    assert 'id="def-ClipPPOLoss"' in source and "class ClipPPOLoss" in _text(source)
     assert re.search(r'<input[^>]*class="md-search__input"', api)
     assert "On-policy losses" in api_text  # the API section of the navigation
+
+    # the equations: typeset by the browser, offline (the site loads no math script), on each
+    # page probed: a block equation laid out as math, its fractions stacked, its subscripts low
+    probed = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', math, re.S)[1]))
+    assert sorted(probed) == sorted(probe_pages), "a page the probe did not measure"
+    for page in MATH_PAGES:
+        assert probed[page]["blocks"] >= 1 and probed[page]["subscripts"], (page, probed[page])
+    for page in probe_pages:
+        found = probed[page]
+        assert found["blocks"] >= 1, (page, found)
+        assert all(display == "block math" for display in found["display"]), (page, found)
+        assert min(found["widths"]) > 30, (page, found)
+        assert all(found["fits"]), (page, "an equation wider than the text column")
+        assert all(found["fractions"]), (page, "a fraction's terms side by side")
+        assert all(found["subscripts"]), (page, "subscripts not lowered")
+    assert not any("mathjax" in p.lower() or "katex" in p.lower() for p in requested), requested
 
     for path in screenshots.values():
         data = path.read_bytes()

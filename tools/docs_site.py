@@ -10,10 +10,15 @@ nothing is copied into ``docs/`` and nothing can drift:
   public name gets its page without an edit here (``tests/test_docs_site.py`` checks it);
 - the tutorials gallery: one entry per ``tutorials/*.py`` (its docstring's summary and its
   learning curves, ``benchmarks/results/learning_<tutorial>*.png``, served from where they are);
-- the benchmark headline: ``BENCHMARKS.md``'s tables.
+- the benchmark headline: ``BENCHMARKS.md``'s tables;
+- after each API entry: its keys table (from ``_AcceptedKeys``), its tutorials, its section of
+  ``docs/results.md`` (the MuJoCo losses) and its source: one page per module of ``rlloss``
+  (the project has no public repository URL to link to);
+- the equations: the docstrings' ``$...$`` / ``$$...$$`` (``pymdownx.arithmatex``) typeset as
+  MathML at build time (``latex2mathml``), so the site loads no math script.
 
 ``api_pages()``, ``tutorial_entries()`` and ``benchmarks_markdown()`` need no MkDocs; the hooks
-(``on_config``, ``on_files``, ``on_page_markdown``) are the MkDocs side.
+(``on_config``, ``on_files``, ``on_page_markdown``, ``on_page_content``) are the MkDocs side.
 """
 
 from __future__ import annotations
@@ -146,6 +151,18 @@ FUNCTIONAL_TITLES = {
     "preference": "Preference optimisation",
 }
 
+# The sections of docs/results.md (heading anchors ``{ #ppo }``...) and the losses whose API page
+# links to them: the MuJoCo tutorials' losses.
+RESULTS_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ppo": ("PPOLoss", "ClipPPOLoss"),
+    "sac": ("SACLoss",),
+    "td3": ("TD3Loss",),
+}
+RESULTS_TITLES = {"ppo": "PPO", "sac": "SAC", "td3": "TD3"}
+
+# The source pages' heading id of a top-level class or function, its name after it.
+SOURCE_ANCHOR_PREFIX = "def-"
+
 # Learning curves written under another name than their tutorial's (td3_pendulum.py --ddpg).
 FIGURE_OWNERS = {"ddpg_pendulum": "td3_pendulum"}
 
@@ -160,13 +177,14 @@ class ApiPage:
     names: tuple[str, ...]  # the public paths it documents, e.g. ("rlloss.ClipPPOLoss",)
 
     def markdown(self) -> str:
+        up = "../" * self.path.count("/")  # from this page to docs/
         if len(self.names) == 1:  # the object's own heading is the page's title
-            up = "../" * self.path.count("/")  # from this page to docs/
-            return f"::: {self.names[0]}\n" + class_extras_markdown(self.names[0], up)
+            extras = class_extras_markdown(self.names[0], up)
+            return f"::: {self.names[0]}\n{extras}\n{source_markdown(self.names, up)}"
         sections = "\n\n".join(
             f"::: {name}\n    options:\n      heading_level: 2" for name in self.names
         )
-        return f"# {self.title}\n\n{sections}\n"
+        return f"# {self.title}\n\n{sections}\n\n{source_markdown(self.names, up)}"
 
 
 def _public(module_name: str) -> list[str]:
@@ -242,8 +260,8 @@ class KeyRow:
 
     name: str
     default: object
-    role: str  # "read", "written", "read or written"
-    shape: str  # "[*B, 1]", or "" when the declaration gives none
+    role: str  # "read", "written", "read or written", UNUSED
+    shape: str  # "[*B, 1]", "[*B] or [*B, A]", UNUSED for a key never touched, "" when undeclared
     meaning: str
 
 
@@ -266,6 +284,10 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 
 _SHAPE = re.compile(r"`{0,2}(\[[^\]]*(?:\*B|B\b|T\b|N\b|\d)[^\]]*\])`{0,2}")
+# A key kept only so that TorchRL's ``set_keys`` names work, which the class never touches: its
+# shape column says so instead of a shape.
+_UNUSED = re.compile(r"\(not (?:read|written)\)")
+UNUSED = "not used"
 
 
 def key_rows(cls: type) -> list[KeyRow]:
@@ -285,14 +307,17 @@ def key_rows(cls: type) -> list[KeyRow]:
         # "written: ..." (or "written into / for ..."): the class writes it; "written by the
         # critic" is an entry its network writes and it reads
         role = (
-            "written"
+            UNUSED
+            if _UNUSED.search(low)
+            else "written"
             if re.match(r"written(:| into| for)", low)
             else "read or written"
             if low.startswith("read (or written")
             else "read"
         )
-        shape = _SHAPE.search(doc)
-        rows.append(KeyRow(field.name, field.default, role, shape.group(1) if shape else "", doc))
+        shapes = _SHAPE.findall(doc)  # "index [*B] or one-hot [*B, A]": both
+        shape = " or ".join(shapes) if shapes else UNUSED if role == UNUSED else ""
+        rows.append(KeyRow(field.name, field.default, role, shape, doc))
     return rows
 
 
@@ -319,7 +344,13 @@ def keys_markdown(cls: type) -> str:
     ]
     for row in rows:
         meaning = row.meaning.replace("|", "\\|") or "&nbsp;"
-        shape = f"`{row.shape}`" if row.shape else "&nbsp;"
+        shape = (
+            f"*{row.shape}*"
+            if row.shape == UNUSED
+            else " or ".join(f"`{part}`" for part in row.shape.split(" or "))
+            if row.shape
+            else "&nbsp;"
+        )
         out.append(f"| `{row.name}` | {_code(row.default)} | {row.role} | {shape} | {meaning} |")
     return "\n".join(out) + "\n"
 
@@ -361,8 +392,88 @@ def class_extras_markdown(full: str, up: str = "../") -> str:
     obj = getattr(importlib.import_module(module_name), name)
     if not inspect.isclass(obj):
         return ""
-    parts = [keys_markdown(obj), tutorials_markdown_for(name, up)]
+    parts = [keys_markdown(obj), tutorials_markdown_for(name, up), results_markdown_for(name, up)]
     return "".join(f"\n{part}" for part in parts if part)
+
+
+def results_markdown_for(name: str, up: str = "../") -> str:
+    """The link from a loss's page to its rows on ``docs/results.md`` (its algorithm's section,
+    whose heading carries the anchor ``{ #<algorithm> }``)."""
+    algorithm = next((a for a, names in RESULTS_SECTIONS.items() if name in names), None)
+    if algorithm is None:
+        return ""
+    return (
+        f"## Results of `{name}` on MuJoCo\n\n"
+        f"[{RESULTS_TITLES[algorithm]} on MuJoCo]({up}results.md#{algorithm}): the learning "
+        "curves, final and best evaluation returns per seed beside TorchRL's class in the same "
+        "loop, and the commands that reproduce each row.\n"
+    )
+
+
+def _source_path(full: str) -> tuple[str, int] | None:
+    """The repository path of the module that defines ``full`` and the line it starts at."""
+    module_name, name = full.rsplit(".", 1)
+    obj = inspect.unwrap(getattr(importlib.import_module(module_name), name))
+    try:
+        path = Path(inspect.getsourcefile(obj)).resolve()
+        line = inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return None
+    if not path.is_relative_to(ROOT):
+        return None
+    return path.relative_to(ROOT).as_posix(), line
+
+
+def source_markdown(names: tuple[str, ...], up: str = "../") -> str:
+    """Where ``names`` are defined: a link each to the site's page of the module's source
+    (:func:`source_page`), at the definition's section."""
+    found = [(name, _source_path(name)) for name in names]
+    found = [(name, where) for name, where in found if where is not None]
+    if not found:
+        return ""
+    out = ["## Source", ""]
+    for name, (path, line) in found:
+        short = name.rsplit(".", 1)[1]
+        target = f"{up}{source_page_path(path)}#{SOURCE_ANCHOR_PREFIX}{short}"
+        out.append(f"- `{name}`: [`{path}`, line {line}]({target})")
+    return "\n".join(out) + "\n"
+
+
+def source_page_path(path: str) -> str:
+    """The site's page (relative to docs/) showing the repository file ``path``."""
+    return f"source/{path}.md"
+
+
+def source_page(path: str) -> str:
+    """The Markdown of the page showing the repository file ``path``: its source highlighted with
+    the file's line numbers, cut before each top-level class and function under a heading
+    ``#def-<name>`` (the API pages link there; the build checks the anchors); left out of the
+    search index (and, by ``mkdocs.yml``'s ``not_in_nav``, of the navigation)."""
+    code = (ROOT / path).read_text(encoding="utf-8")
+    lines = code.splitlines()
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", code)), default=0))
+    starts = [
+        (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node)
+        for node in ast.parse(code).body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    out = ["---", "search:", "  exclude: true", "---", "", f"# `{path}`", ""]
+    out += [f"The source of `{path}` in the repository, as this site was built from it.", ""]
+    bounds = [(1, None)] + starts
+    for i, (first, node) in enumerate(bounds):
+        last = bounds[i + 1][0] - 1 if i + 1 < len(bounds) else len(lines)
+        if node is not None:
+            kind = "class" if isinstance(node, ast.ClassDef) else "def"
+            out += [f"## {kind} `{node.name}` {{ #{SOURCE_ANCHOR_PREFIX}{node.name} }}", ""]
+        if last >= first:
+            out += [f'{fence}python linenums="{first}"', *lines[first - 1 : last], fence, ""]
+    return "\n".join(out)
+
+
+def source_pages(pages: list[ApiPage]) -> dict[str, str]:
+    """One page per module that defines a documented name (:func:`source_page`)."""
+    paths = {where[0] for page in pages for name in page.names if (where := _source_path(name))}
+    return {source_page_path(path): source_page(path) for path in sorted(paths)}
 
 
 def _summary(obj: object) -> str:
@@ -490,6 +601,8 @@ def on_files(files, config, **kwargs):
     files.append(File.generated(config, "api/index.md", content=api_index_markdown(_pages)))
     for page in _pages:
         files.append(File.generated(config, page.path, content=page.markdown()))
+    for path, content in source_pages(_pages).items():
+        files.append(File.generated(config, path, content=content))
     for entry in tutorial_entries():  # the curves, served from where the benchmark wrote them
         for figure in entry.figures:
             files.append(File(figure, str(ROOT), config["site_dir"], config["use_directory_urls"]))
@@ -518,7 +631,60 @@ def sphinx_roles_to_links(html: str, public: set[str]) -> str:
     return _ROLE.sub(link, html)
 
 
+# Equations, as pymdownx.arithmatex (generic mode) leaves them: ``$...$`` as an inline span,
+# ``$$...$$`` as a block, the LaTeX between ``\(`` ``\)`` or ``\[`` ``\]``, HTML-escaped.
+_MATH = re.compile(
+    r'<(?P<tag>span|div) class="arithmatex">\s*'
+    r"\\(?P<open>[(\[])(?P<latex>.*?)\\[)\]]\s*</(?P=tag)>",
+    re.S,
+)
+
+
+def latex_to_mathml(html_text: str, where: str = "") -> str:
+    """Each equation typeset as MathML (Chromium, Firefox and Safari render MathML Core), at build
+    time: the site loads no math script and needs no network. An equation latex2mathml cannot
+    read fails the build, naming the page and the LaTeX."""
+    from html import unescape
+
+    from latex2mathml.converter import convert
+
+    def typeset(match: re.Match) -> str:
+        latex = unescape(match.group("latex")).strip()
+        display = "block" if match.group("open") == "[" else "inline"
+        # a block's equations, side by side after ``\qquad`` in the source, one a line here:
+        # the text column is narrower than a plain-text line
+        parts = split_equations(latex) if display == "block" else [latex]
+        try:
+            mathml = "".join(convert(part, display=display) for part in parts)
+        except Exception as error:  # latex2mathml raises its own exception classes
+            raise ValueError(
+                f"{where}: the equation {latex!r} is not LaTeX that latex2mathml reads ({error}); "
+                "rewrite it with the commands it supports (\\frac, \\sum, \\operatorname, ...)"
+            ) from error
+        return f'<{match.group("tag")} class="arithmatex">{mathml}</{match.group("tag")}>'
+
+    return _MATH.sub(typeset, html_text)
+
+
+def split_equations(latex: str) -> list[str]:
+    """``latex`` cut at each ``\\qquad`` outside braces and environments (``\\begin{cases}``):
+    the separate equations of a display block."""
+    parts, depth, start = [], 0, 0
+    for token in re.finditer(r"\\begin\b|\\end\b|\\qquad\b|(?<!\\)[{}]", latex):
+        text = token.group()
+        if text in ("{", "\\begin"):
+            depth += 1
+        elif text in ("}", "\\end"):
+            depth -= 1
+        elif depth == 0:
+            parts.append(latex[start : token.start()])
+            start = token.end()
+    parts.append(latex[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
 def on_page_content(html, page, config, files, **kwargs):
+    html = latex_to_mathml(html, page.file.src_uri)
     return sphinx_roles_to_links(html, {n for p in _pages for n in p.names})
 
 

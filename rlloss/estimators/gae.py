@@ -16,11 +16,18 @@ from rlloss.functional.returns import masked_standardize
 
 
 class GAE(ValueEstimator):
-    """Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
+    r"""Generalized advantage estimation (Schulman et al., arXiv:1506.02438).
 
-    ``advantage`` is :func:`rlloss.functional.gae_advantage`, ``value_target = advantage +
-    V(s)``; ``average_gae=True`` standardises the advantage over the batch, or within the groups
-    of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's keyword).
+    $$
+    \delta_t = r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1}) - V(s_t), \qquad
+    A_t = \delta_t + \gamma \lambda (1 - \text{done}_t) A_{t+1}, \qquad
+    A_T = 0
+    $$
+
+    ``advantage`` is $A_t$ (:func:`rlloss.functional.gae_advantage`), ``value_target`` is
+    $A_t + V(s_t)$; ``average_gae=True`` standardises the advantage over the batch, or within
+    the groups of the ids under ``group_key`` (e.g. a task id per batch element, TorchRL 0.14.1's
+    keyword).
 
     The value call (every estimator, :class:`~rlloss.estimators.base.ValueEstimator`):
     ``shifted=True`` computes ``V(s)`` and ``V(s')`` in one call over ``[s_0 .. s_{T-1}]`` with
@@ -162,8 +169,15 @@ def _expanded(valid: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 class MultiAgentGAE(GAE):
-    """GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
-    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's.
+    r"""GAE for per-agent values ``[*B, T, n_agents, 1]`` with team-level reward, done and
+    terminated ``[*B, T, 1]`` (broadcast along ``agent_dim`` of the values), as TorchRL's:
+    for each agent $k$,
+
+    $$
+    \delta^k_t = r_t + \gamma (1 - \text{terminated}_t) V^k(s_{t+1}) - V^k(s_t), \qquad
+    A^k_t = \delta^k_t + \gamma \lambda (1 - \text{done}_t) A^k_{t+1}
+    $$
+
     ``average_gae=True`` standardises each agent's advantages on their own (over the other
     dims: TorchRL 0.14.1's rule), within the groups of ``group_key`` when it is set.
 

@@ -13,8 +13,14 @@ from rlloss.estimators.value_norm import ValueNormalizer
 
 
 class TD0Estimator(ValueEstimator):
-    """One-step TD: ``value_target = r + gamma (1 - terminated) V(s')``, ``advantage =
-    value_target - V(s)``.
+    r"""One-step TD targets and advantages.
+
+    $$
+    \hat{V}_t = r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1}), \qquad
+    A_t = \hat{V}_t - V(s_t)
+    $$
+
+    (``value_target`` and ``advantage``).
 
     Examples:
         >>> import torch
@@ -88,7 +94,15 @@ class TD0Estimator(ValueEstimator):
 
 
 class TDLambdaEstimator(ValueEstimator):
-    """TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
+    r"""TD(lambda) returns (:func:`rlloss.functional.td_lambda_return`); ``lmbda=1`` is TD(1).
+
+    $$
+    G_t = r_t + \gamma (1 - \text{terminated}_t)
+    \big((1 - \lambda) V(s_{t+1}) + \lambda G_{t+1}\big), \qquad A_t = G_t - V(s_t)
+    $$
+
+    where the trace is cut (``done``, and at the batch's last step) $G_{t+1}$ is $V(s_{t+1})$;
+    ``value_target`` is $G_t$, ``advantage`` is $A_t$.
 
     Examples:
         >>> import torch
@@ -171,8 +185,14 @@ class TDLambdaEstimator(ValueEstimator):
 
 
 class TD1Estimator(TDLambdaEstimator):
-    """TD(1): the discounted return to the end of the batch, bootstrapped there
+    r"""TD(1): the discounted return to the end of the batch, bootstrapped there
     (:class:`TDLambdaEstimator` with ``lmbda=1``).
+
+    $$
+    G_t = r_t + \gamma (1 - \text{terminated}_t) G_{t+1}, \qquad A_t = G_t - V(s_t)
+    $$
+
+    with $G_{t+1} = V(s_{t+1})$ where the trajectory is cut (``done``, the batch's last step).
 
     Examples:
         >>> import torch

@@ -17,10 +17,24 @@ from rlloss.estimators.value_norm import ValueNormalizer
 
 
 class VTrace(ValueEstimator):
-    """V-trace (Espeholt et al., arXiv:1802.01561): off-policy corrected value targets and
-    advantages (:func:`rlloss.functional.vtrace`), the importance ratio ``pi(a|s) / mu(a|s)``
-    from the current ``actor_network`` (held out of the graph) and the behaviour log-prob
-    ``sample_log_prob`` stored at collection.
+    r"""V-trace (Espeholt et al., arXiv:1802.01561): off-policy corrected value targets and
+    advantages (:func:`rlloss.functional.vtrace`).
+
+    $$
+    v_t = V(s_t) + \delta_t + \gamma (1 - \text{done}_t) c_t \big(v_{t+1} - V(s_{t+1})\big),
+    \qquad
+    \delta_t = \rho_t \big(r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1}) - V(s_t)\big)
+    $$
+
+    $$
+    A_t = \rho_t \big(r_t + \gamma (1 - \text{terminated}_t) v_{t+1} - V(s_t)\big), \qquad
+    \rho_t = \min\Big(\bar{\rho}, \frac{\pi(a_t \mid s_t)}{\mu(a_t \mid s_t)}\Big), \quad
+    c_t = \min\Big(\bar{c}, \frac{\pi(a_t \mid s_t)}{\mu(a_t \mid s_t)}\Big)
+    $$
+
+    ($v_{t+1}$ is $V(s_{t+1})$ where the trajectory is cut), with the importance ratio
+    $\pi / \mu$ from the current ``actor_network`` (held out of the graph) and the behaviour
+    log-prob ``sample_log_prob`` stored at collection.
 
     Difference from TorchRL: TorchRL's ``VTrace`` scores a fresh action drawn from the current
     policy (or its mode) instead of the action taken; rlloss scores the taken action
@@ -62,7 +76,7 @@ class VTrace(ValueEstimator):
 
     @dataclasses.dataclass
     class _AcceptedKeys(ValueEstimator._AcceptedKeys):
-        action: NestedKey = "action"  # the action taken, scored by the current policy
+        action: NestedKey = "action"  # the action taken, scored by the current policy, [*B, T, *A]
 
     def __init__(
         self,

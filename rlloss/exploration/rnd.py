@@ -19,13 +19,18 @@ from rlloss.imitation.base import SupervisedLoss
 
 
 class RNDLoss(SupervisedLoss):
-    """Random Network Distillation: a trainable predictor ``f_hat`` regresses the features of a
-    frozen, randomly initialised target ``f`` on the observations the agent visits;
-    ``loss_predictor`` reduces ``1/K ||f_hat(s') - f(s')||^2``
-    (:func:`rlloss.functional.distillation_error`) over a random ``update_fraction`` of the
-    batch (the paper's 25%, sec. A.2). Where the predictor has not learned the target (states
-    seldom visited) the error is large: :meth:`intrinsic_reward` gives it, detached, as the
-    exploration bonus to add to the reward of any loss (PPO's in the paper).
+    r"""Random Network Distillation: a trainable predictor ``f_hat`` regresses the features of a
+    frozen, randomly initialised target ``f`` on the observations the agent visits:
+
+    $$
+    \mathcal{L}_{\text{predictor}} = \frac{1}{K} \big\lVert \hat{f}(s') - f(s') \big\rVert^2
+    $$
+
+    (:func:`rlloss.functional.distillation_error`, $K$ features), reduced over a random
+    ``update_fraction`` of the batch (the paper's 25%, sec. A.2). Where the predictor has not
+    learned the target (states seldom visited) the error is large: :meth:`intrinsic_reward`
+    gives it, detached, as the exploration bonus to add to the reward of any loss (PPO's in the
+    paper).
 
     TorchRL's ``RNDLoss`` with the same keywords, key and output. The networks are plain
     ``nn.Module`` s on the observation tensor, kept as given (the objects an ``RNDTransform``
@@ -86,7 +91,7 @@ class RNDLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by RNDLoss."""
 
-        observation: NestedKey = ("next", "observation")  # the states the bonus scores
+        observation: NestedKey = ("next", "observation")  # the states the bonus scores, [*B, *O]
 
     out_keys = ["loss_predictor"]
     update_fraction = Coefficient(low=0.0, high=1.0)

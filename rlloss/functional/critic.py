@@ -60,7 +60,12 @@ def clipped_value_loss(
     clip: Scalar,
     kind: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO value clipping: ``max(L(V, y), L(V_old + clamp(V - V_old, -clip, clip), y))``.
+    r"""PPO value clipping: ``max(L(V, y), L(V_old + clamp(V - V_old, -clip, clip), y))``.
+
+    $$
+    \max\Big(L(V, y),\; L\big(V_{\text{old}} + \operatorname{clip}(V - V_{\text{old}}, -c, c),
+    y\big)\Big)
+    $$
 
     Returns:
         The elementwise loss and the (gradient-free) indicator of clipped elements.
@@ -82,10 +87,15 @@ def clamped_loss(loss: torch.Tensor, limit: Scalar) -> torch.Tensor:
 
 
 def expectile_loss(difference: torch.Tensor, expectile: Scalar) -> torch.Tensor:
-    """The asymmetric squared loss ``|tau - 1(u < 0)| u^2`` of ``u = target - prediction``,
+    r"""The asymmetric squared loss ``|tau - 1(u < 0)| u^2`` of ``u = target - prediction``,
     elementwise: its minimiser is the ``tau``-expectile of the target (Kostrikov et al., "Offline
     Reinforcement Learning with Implicit Q-Learning", arXiv:2110.06169, eq. 5; ``tau = 0.5`` is
-    half the squared error)."""
+    half the squared error).
+
+    $$
+    \big|\tau - \mathbb{1}(u < 0)\big| \, u^2, \qquad u = \text{target} - \text{prediction}
+    $$
+    """
     weight = torch.where(difference < 0, 1.0 - expectile, expectile)
     return weight * difference.square()
 

@@ -44,8 +44,12 @@ def normal_log_prob(
     scale: torch.Tensor,
     log_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``log N(value; loc, scale^2) = -(value - loc)^2 / (2 scale^2) - log scale - log sqrt(2 pi)``,
-    elementwise (the shapes broadcast; no sum over an event dim).
+    r"""The Gaussian log-density ``log N(value; loc, scale^2)``, elementwise (the shapes
+    broadcast; no sum over an event dim).
+
+    $$
+    \log N(x; \mu, \sigma^2) = -\frac{(x - \mu)^2}{2 \sigma^2} - \log \sigma - \log \sqrt{2 \pi}
+    $$
 
     Args:
         value: the points, e.g. ``[*B, D]`` actions.
@@ -72,8 +76,13 @@ def sampled_normal_log_prob(noise: torch.Tensor, scale: torch.Tensor) -> torch.T
 
 
 def normal_entropy(scale: torch.Tensor, log_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise (``log_scale``:
-    ``log(scale)`` when already computed, see :func:`normal_log_prob`)."""
+    r"""``H[N(loc, scale^2)] = 1/2 + log sqrt(2 pi) + log scale``, elementwise (``log_scale``:
+    ``log(scale)`` when already computed, see :func:`normal_log_prob`).
+
+    $$
+    H[N(\mu, \sigma^2)] = \frac{1}{2} + \log \sqrt{2 \pi} + \log \sigma
+    $$
+    """
     log_scale = torch.log(scale) if log_scale is None else log_scale
     return log_scale + (0.5 + _LOG_SQRT_2PI)
 
@@ -93,9 +102,14 @@ def _is_unit_box(low: Scalar, high: Scalar) -> bool:
 
 
 def squash(preimage: torch.Tensor, low: Scalar = -1.0, high: Scalar = 1.0) -> torch.Tensor:
-    """``(high + low) / 2 + (high - low) / 2 * tanh(u)``: a pre-tanh value mapped into
+    r"""``(high + low) / 2 + (high - low) / 2 * tanh(u)``: a pre-tanh value mapped into
     ``[low, high]`` (elementwise); ``tanh(u)`` itself on the unit box (float bounds -1 and 1,
-    where the affine map is the identity: the same numbers, no arithmetic on the bounds)."""
+    where the affine map is the identity: the same numbers, no arithmetic on the bounds).
+
+    $$
+    \operatorname{squash}(u) = \frac{h + l}{2} + \frac{h - l}{2} \tanh(u)
+    $$
+    """
     if _is_unit_box(low, high):
         return torch.tanh(preimage)
     return (high + low) / 2 + (high - low) / 2 * torch.tanh(preimage)

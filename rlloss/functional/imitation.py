@@ -50,11 +50,16 @@ def action_error(
 def discriminator_cross_entropy(
     expert_probability: torch.Tensor, policy_probability: torch.Tensor, reduction: str = "none"
 ) -> torch.Tensor:
-    """GAIL's discriminator loss, elementwise: ``-log D(s_E, a_E) - log(1 - D(s, a))`` with ``D``
+    r"""GAIL's discriminator loss, elementwise: ``-log D(s_E, a_E) - log(1 - D(s, a))`` with ``D``
     the probability that a pair is the expert's (Ho & Ermon, arXiv:1606.03476, eq. 17, the
     discriminator's side; each log clamped at -100 as ``torch.nn.BCELoss``); with
     ``reduction`` ``"mean"`` or ``"sum"``, each term reduced in its own operation, then added
-    (the two have the same shape, so the same value as reducing their sum)."""
+    (the two have the same shape, so the same value as reducing their sum).
+
+    $$
+    \mathcal{L} = -\log D(s_E, a_E) - \log\big(1 - D(s, a)\big)
+    $$
+    """
     check_same_shape(expert_probability=expert_probability, policy_probability=policy_probability)
     expert = F.binary_cross_entropy(
         expert_probability, torch.ones_like(expert_probability), reduction=reduction
@@ -72,9 +77,14 @@ def interpolate(first: torch.Tensor, second: torch.Tensor, weight: torch.Tensor)
 
 
 def gradient_penalty(gradient: torch.Tensor, coefficient: Scalar = 1.0) -> torch.Tensor:
-    """``coefficient * (||g||_2 - 1)^2`` per sample, the norm over the last dim of ``gradient``
+    r"""``coefficient * (||g||_2 - 1)^2`` per sample, the norm over the last dim of ``gradient``
     (the discriminator's input gradient, ``[*B, F]``) (Gulrajani et al., arXiv:1704.00028,
-    eq. 3): ``[*B]``."""
+    eq. 3): ``[*B]``.
+
+    $$
+    \lambda \big(\lVert g \rVert_2 - 1\big)^2
+    $$
+    """
     return coefficient * (torch.linalg.vector_norm(gradient, dim=-1) - 1).square()
 
 
@@ -112,9 +122,14 @@ def linear_beta_schedule(steps: int, beta_start: float = 1e-4, beta_end: float =
 
 
 def diffuse(action: torch.Tensor, alpha_bar: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """DDPM's forward process in closed form, ``sqrt(alpha_bar_t) a_0 + sqrt(1 - alpha_bar_t)
+    r"""DDPM's forward process in closed form, ``sqrt(alpha_bar_t) a_0 + sqrt(1 - alpha_bar_t)
     eps`` (Ho et al., arXiv:2006.11239, eq. 4); ``alpha_bar``: ``[*B]`` (one step per sample),
-    ``action`` and ``noise``: ``[*B, D]``."""
+    ``action`` and ``noise``: ``[*B, D]``.
+
+    $$
+    a_t = \sqrt{\bar{\alpha}_t}\, a_0 + \sqrt{1 - \bar{\alpha}_t}\, \epsilon
+    $$
+    """
     check_same_shape(action=action, noise=noise)
     alpha_bar = alpha_bar.reshape(*alpha_bar.shape, *(1,) * (action.ndim - alpha_bar.ndim))
     return alpha_bar.sqrt() * action + (1.0 - alpha_bar).sqrt() * noise
@@ -123,9 +138,14 @@ def diffuse(action: torch.Tensor, alpha_bar: torch.Tensor, noise: torch.Tensor) 
 def noise_prediction_error(
     predicted: torch.Tensor, noise: torch.Tensor, reduction: str = "none"
 ) -> torch.Tensor:
-    """The simplified DDPM objective ``||eps - eps_theta(x_t, t)||^2``, elementwise (Ho et al.,
+    r"""The simplified DDPM objective ``||eps - eps_theta(x_t, t)||^2``, elementwise (Ho et al.,
     arXiv:2006.11239, eq. 14; Diffusion Policy's, Chi et al., arXiv:2303.04137); with
-    ``reduction`` ``"mean"`` or ``"sum"``, reduced over every element in the same operation."""
+    ``reduction`` ``"mean"`` or ``"sum"``, reduced over every element in the same operation.
+
+    $$
+    \big\lVert \epsilon - \epsilon_\theta(x_t, t) \big\rVert^2
+    $$
+    """
     check_same_shape(predicted=predicted, noise=noise)
     return F.mse_loss(predicted, noise.detach(), reduction=reduction)
 
@@ -151,18 +171,29 @@ def chunk_l1(
 
 
 def standard_normal_kl(mu: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
-    """``KL(N(mu, diag(exp(log_var))) || N(0, I)) = 1/2 sum_j (mu_j^2 + exp(log_var_j) - 1 -
+    r"""``KL(N(mu, diag(exp(log_var))) || N(0, I)) = 1/2 sum_j (mu_j^2 + exp(log_var_j) - 1 -
     log_var_j)``, the CVAE's latent regulariser (Kingma & Welling, arXiv:1312.6114, appendix B):
-    ``[*B]`` from ``[*B, Z]``."""
+    ``[*B]`` from ``[*B, Z]``.
+
+    $$
+    \mathrm{KL}\big(N(\mu, \mathrm{diag}(\sigma^2)) \,\|\, N(0, I)\big)
+    = \frac{1}{2} \sum_j \big(\mu_j^2 + \sigma_j^2 - 1 - \log \sigma_j^2\big)
+    $$
+    """
     check_same_shape(mu=mu, log_var=log_var)
     return 0.5 * (mu.square() + log_var.exp() - 1.0 - log_var).sum(-1)
 
 
 def distillation_error(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Random Network Distillation's error, per sample: ``1/K ||f_hat(s) - f(s)||^2`` between the
+    r"""Random Network Distillation's error, per sample: ``1/K ||f_hat(s) - f(s)||^2`` between the
     predictor's features and the frozen random target's (Burda et al., arXiv:1810.12894,
     sec. 2.2): the predictor's loss and, detached, the intrinsic reward. ``[*B, K]`` -> ``[*B]``;
-    no gradient reaches ``target``."""
+    no gradient reaches ``target``.
+
+    $$
+    \frac{1}{K} \big\lVert \hat{f}(s) - f(s) \big\rVert^2
+    $$
+    """
     check_same_shape(prediction=prediction, target=target)
     return (prediction - target.detach()).square().mean(-1)
 

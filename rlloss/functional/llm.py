@@ -62,10 +62,15 @@ def kl_trust_mask(
 def group_relative_advantage(
     returns: torch.Tensor, scale: bool = True, eps: float = 1e-6, dim: int = -1
 ) -> torch.Tensor:
-    """GRPO's outcome advantage ``(R_i - mean_g R) / std_g R`` over the ``G`` completions of one
+    r"""GRPO's outcome advantage ``(R_i - mean_g R) / std_g R`` over the ``G`` completions of one
     prompt laid along ``dim`` (arXiv:2402.03300, sec. 4.1.2; std with Bessel's correction and
     floored at ``eps``, as TorchRL's ``MCAdvantage``). ``scale=False``: Dr. GRPO's
-    ``R_i - mean_g R``, no division by the std (arXiv:2503.20783, sec. 3.2)."""
+    ``R_i - mean_g R``, no division by the std (arXiv:2503.20783, sec. 3.2).
+
+    $$
+    A_i = \frac{R_i - \mathrm{mean}_g(R)}{\mathrm{std}_g(R)}
+    $$
+    """
     centered = returns - returns.mean(dim, keepdim=True)
     if not scale:
         return centered
@@ -73,8 +78,13 @@ def group_relative_advantage(
 
 
 def sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """GSPO's length-normalised sequence log-ratio ``log s_i = (1/|y_i|) sum_t log r_{i,t}`` over
-    the valid tokens (arXiv:2507.18071, eq. 7), shape ``[*B, 1]``; 0 for an empty sequence."""
+    r"""GSPO's length-normalised sequence log-ratio ``log s_i = (1/|y_i|) sum_t log r_{i,t}`` over
+    the valid tokens (arXiv:2507.18071, eq. 7), shape ``[*B, 1]``; 0 for an empty sequence.
+
+    $$
+    \log s_i = \frac{1}{|y_i|} \sum_t \log r_{i,t}
+    $$
+    """
     check_same_shape(log_ratio=log_ratio, mask=mask)
     total = torch.where(mask, log_ratio, 0.0).sum(-1, keepdim=True)
     return total / mask.sum(-1, keepdim=True).clamp_min(1)

@@ -42,7 +42,11 @@ def dual_parameter_bound(maximum: float) -> float:
 
 
 def mpo_weights(q_values: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-    """E-step weights ``w_ij = softmax_j(Q_ij / eta)`` over the sample dim 0, no gradient.
+    r"""E-step weights ``w_ij = softmax_j(Q_ij / eta)`` over the sample dim 0, no gradient.
+
+    $$
+    w_{ij} = \frac{\exp(Q_{ij} / \eta)}{\sum_{j'} \exp(Q_{ij'} / \eta)}
+    $$
 
     The non-parametric policy ``q(a_ij|s_i) ~ pi_target(a_ij|s_i) exp(Q_ij / eta)`` represented
     by the ``N`` actions sampled from the target policy (arXiv:1806.06920, eq. 7).
@@ -60,7 +64,11 @@ def mpo_weights(q_values: torch.Tensor, temperature: torch.Tensor) -> torch.Tens
 def mpo_temperature_loss(
     q_values: torch.Tensor, temperature: torch.Tensor, epsilon: Scalar
 ) -> torch.Tensor:
-    """The temperature dual ``eta (epsilon + logsumexp_j(Q_ij / eta) - log N)`` per state.
+    r"""The temperature dual ``eta (epsilon + logsumexp_j(Q_ij / eta) - log N)`` per state.
+
+    $$
+    \mathcal{L}_{\eta} = \eta \Big(\epsilon + \log \sum_j \exp(Q_{ij} / \eta) - \log N\Big)
+    $$
 
     Minimising its batch mean over ``eta`` gives the temperature for which the E-step policy is
     ``epsilon`` away (in KL) from the target policy (arXiv:1806.06920, eq. 9, with the integral
@@ -148,10 +156,15 @@ def kl_penalty(kl: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 
 
 def lagrange_dual_loss(kl: torch.Tensor, alpha: torch.Tensor, epsilon: Scalar) -> torch.Tensor:
-    """``sum_d alpha_d (epsilon - sg(KL_d))``, ``[*B]``: minimising its batch mean makes
+    r"""``sum_d alpha_d (epsilon - sg(KL_d))``, ``[*B]``: minimising its batch mean makes
     ``alpha_d`` grow while the KL exceeds ``epsilon`` and shrink otherwise. Only ``alpha`` gets
     gradient. Any constraint ``c <= epsilon`` takes the KL's place (CQL's Lagrangian form: the
-    conservative penalty and its threshold ``tau``, Kumar et al., arXiv:2006.04779, appendix F)."""
+    conservative penalty and its threshold ``tau``, Kumar et al., arXiv:2006.04779, appendix F).
+
+    $$
+    \mathcal{L}_{\alpha} = \sum_d \alpha_d \big(\epsilon - \mathrm{sg}(\mathrm{KL}_d)\big)
+    $$
+    """
     return (alpha * (epsilon - kl.detach())).sum(-1)
 
 

@@ -36,10 +36,14 @@ def clip_bounds(epsilon_low: Scalar, epsilon_high: Scalar) -> tuple[Scalar, Scal
 
 
 def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """The policy-gradient objective (to maximise), elementwise: ``log pi(a|s) A``, whose
+    r"""The policy-gradient objective (to maximise), elementwise: ``log pi(a|s) A``, whose
     gradient is ``grad log pi(a|s) A`` (Williams, "Simple statistical gradient-following
     algorithms for connectionist reinforcement learning", 1992; with a learned baseline in ``A``,
     Mnih et al., arXiv:1602.01783, A2C/A3C). ``advantage`` is a constant (no gradient).
+
+    $$
+    L = \log \pi(a \mid s) A, \qquad \nabla L = \nabla \log \pi(a \mid s) A
+    $$
 
     Args:
         log_prob: ``log pi(a|s)``, any shape.
@@ -52,17 +56,26 @@ def policy_gradient_objective(log_prob: torch.Tensor, advantage: torch.Tensor) -
 def advantage_weights(
     advantage: torch.Tensor, temperature: Scalar, max_weight: float = 100.0
 ) -> torch.Tensor:
-    """Advantage-weighted regression's weights ``min(exp(temperature * A), max_weight)``, no
+    r"""Advantage-weighted regression's weights ``min(exp(temperature * A), max_weight)``, no
     gradient (Peng et al., arXiv:1910.00177; IQL's policy extraction, Kostrikov et al.,
-    arXiv:2110.06169, eq. 7, with ``temperature`` their ``beta`` and TorchRL's cap of 100)."""
+    arXiv:2110.06169, eq. 7, with ``temperature`` their ``beta`` and TorchRL's cap of 100).
+
+    $$
+    w = \min\big(\exp(\beta A), w_{\max}\big)
+    $$
+    """
     return (advantage.detach() * temperature).exp().clamp_max(max_weight)
 
 
 def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
+    r"""The importance-weighted surrogate objective (to maximise), elementwise: ``r A`` with
     ``r = pi(a|s) / pi_old(a|s) = exp(log_ratio)`` (Schulman et al., "Proximal Policy
     Optimization Algorithms", arXiv:1707.06347, eq. 6: the objective of conservative policy
     iteration).
+
+    $$
+    L = r A, \qquad r = \frac{\pi(a \mid s)}{\pi_{\text{old}}(a \mid s)}
+    $$
 
     Args:
         log_ratio: ``log r``, any shape.
@@ -76,8 +89,12 @@ def surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
 
 
 def kl_penalized_surrogate(surrogate: torch.Tensor, kl: torch.Tensor, beta: Scalar) -> torch.Tensor:
-    """PPO's KL-penalised objective (to maximise), elementwise: ``r A - beta KL(pi_old || pi)``
+    r"""PPO's KL-penalised objective (to maximise), elementwise: ``r A - beta KL(pi_old || pi)``
     (arXiv:1707.06347, eq. 8).
+
+    $$
+    L = r A - \beta \, \mathrm{KL}(\pi_{\text{old}} \,\|\, \pi)
+    $$
 
     Args:
         surrogate: ``r A``, see :func:`surrogate`.
@@ -96,12 +113,18 @@ def clipped_surrogate(
     dual_clip: Scalar | None = None,
     log_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """PPO's clipped surrogate objective (to maximise), elementwise.
+    r"""PPO's clipped surrogate objective (to maximise), elementwise.
 
-    ``L = min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)``, the ratio clipped in log space
-    (``log_low = log(1 - eps_low)``, ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`).
-    With ``dual_clip = c > 1`` the objective of negative advantages is bounded below:
-    ``max(L, c A)`` where ``A < 0`` (Ye et al. 2020). With ``log_weight = log w`` (a decoupled
+    $$
+    L = \min\big(r A,\; \operatorname{clip}(r, 1 - \epsilon_{\text{low}},
+    1 + \epsilon_{\text{high}}) A\big), \qquad
+    L_{\text{dual}} = \max(L, c A) \ \text{where}\ A < 0
+    $$
+
+    the ratio clipped in log space (``log_low = log(1 - eps_low)``,
+    ``log_high = log(1 + eps_high)``, see :func:`clip_bounds`); the second with
+    ``dual_clip = c > 1``, which bounds the objective of negative advantages below (Ye et al.
+    2020). With ``log_weight = log w`` (a decoupled
     proximal policy, :func:`decoupled_log_weight`), every term is weighted by ``w``:
     ``min(w r A, w clip(r) A)`` (and ``max(., c w A)``), ``r`` the ratio to the proximal policy
     (Hilton et al., "Batch size-invariance for policy optimization", arXiv:2110.00641, eq. 3).
@@ -171,8 +194,14 @@ def clipped(log_ratio: torch.Tensor, log_low: Scalar, log_high: Scalar) -> torch
 
 
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Non-negative estimator of KL(old || new) from samples of the old policy:
+    r"""Non-negative estimator of KL(old || new) from samples of the old policy:
     ``(r - 1) - log r`` (Schulman, "Approximating KL divergence", 2020, the "k3" estimator).
+
+    $$
+    \mathrm{k3}(r) = (r - 1) - \log r, \qquad
+    \mathbb{E}_{a \sim \pi_{\text{old}}}[\mathrm{k3}(r)]
+    = \mathrm{KL}(\pi_{\text{old}} \,\|\, \pi), \qquad r = \frac{\pi(a)}{\pi_{\text{old}}(a)}
+    $$
     """
     return torch.expm1(log_ratio) - log_ratio
 
@@ -193,16 +222,27 @@ def distribution_entropy(distribution: D.Distribution, samples: int = 1) -> torc
 def gaussian_kl(
     loc_p: torch.Tensor, scale_p: torch.Tensor, loc_q: torch.Tensor, scale_q: torch.Tensor
 ) -> torch.Tensor:
-    """``KL(N(loc_p, scale_p^2) || N(loc_q, scale_q^2))`` per dimension:
+    r"""``KL(N(loc_p, scale_p^2) || N(loc_q, scale_q^2))`` per dimension:
     ``log(scale_q / scale_p) + (scale_p^2 + (loc_p - loc_q)^2) / (2 scale_q^2) - 1/2``.
+
+    $$
+    \mathrm{KL}\big(N(\mu_p, \sigma_p^2) \,\|\, N(\mu_q, \sigma_q^2)\big)
+    = \log \frac{\sigma_q}{\sigma_p} + \frac{\sigma_p^2 + (\mu_p - \mu_q)^2}{2 \sigma_q^2}
+    - \frac{1}{2}
+    $$
     """
     variance_ratio = (scale_p / scale_q).square()
     return 0.5 * (variance_ratio + ((loc_p - loc_q) / scale_q).square() - 1 - variance_ratio.log())
 
 
 def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
-    """``KL(Cat(p) || Cat(q)) = sum_a p(a) (log p(a) - log q(a))`` over the last dim; actions
-    with ``p(a) = 0`` contribute 0."""
+    r"""``KL(Cat(p) || Cat(q)) = sum_a p(a) (log p(a) - log q(a))`` over the last dim; actions
+    with ``p(a) = 0`` contribute 0.
+
+    $$
+    \mathrm{KL}(p \,\|\, q) = \sum_a p(a) \big(\log p(a) - \log q(a)\big)
+    $$
+    """
     log_p, log_q = logits_p.log_softmax(-1), logits_q.log_softmax(-1)
     possible = log_p > -torch.inf
     # Select before the arithmetic so that impossible actions reach neither value nor gradient.

@@ -30,9 +30,15 @@ def dpo_log_ratio_margin(
     ref_chosen_log_prob: torch.Tensor,
     ref_rejected_log_prob: torch.Tensor,
 ) -> torch.Tensor:
-    """DPO's margin ``h = (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))``
+    r"""DPO's margin ``h = (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))``
     of the chosen ``y_w`` over the rejected ``y_l`` (arXiv:2305.18290, eq. 7; ``beta h`` is the
-    difference of the implicit rewards); the reference terms are detached."""
+    difference of the implicit rewards); the reference terms are detached.
+
+    $$
+    h = \big(\log \pi(y_w) - \log \pi_{\text{ref}}(y_w)\big)
+    - \big(\log \pi(y_l) - \log \pi_{\text{ref}}(y_l)\big)
+    $$
+    """
     check_same_shape(
         chosen_log_prob=chosen_log_prob,
         rejected_log_prob=rejected_log_prob,
@@ -44,9 +50,14 @@ def dpo_log_ratio_margin(
 
 
 def dpo_sigmoid_loss(margin: torch.Tensor, beta: Scalar, label_smoothing: Scalar = 0.0):
-    """DPO's loss ``-log sigmoid(beta h)`` (arXiv:2305.18290, eq. 7); with label smoothing
+    r"""DPO's loss ``-log sigmoid(beta h)`` (arXiv:2305.18290, eq. 7); with label smoothing
     ``eps`` (conservative DPO: the label is flipped with probability ``eps``), the cross-entropy
-    ``-(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)``."""
+    ``-(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)``.
+
+    $$
+    \mathcal{L} = -(1 - \epsilon) \log \sigma(\beta h) - \epsilon \log \sigma(-\beta h)
+    $$
+    """
     return -(1 - label_smoothing) * logsigmoid(beta * margin) - label_smoothing * logsigmoid(
         -beta * margin
     )
@@ -73,9 +84,13 @@ def ipo_loss(
     rejected_length: torch.Tensor,
     tau: Scalar,
 ) -> torch.Tensor:
-    """IPO's squared loss ``(h - 1 / (2 tau))^2`` (arXiv:2310.12036, eq. 17), the margin ``h``
+    r"""IPO's squared loss ``(h - 1 / (2 tau))^2`` (arXiv:2310.12036, eq. 17), the margin ``h``
     of the per-token log-ratios: each sequence's ``log pi(y) - log pi_ref(y)`` divided by its
     token count (at least 1), as the IPO authors' results and TRL compute it.
+
+    $$
+    \mathcal{L} = \Big(h - \frac{1}{2 \tau}\Big)^2
+    $$
 
     Args:
         chosen_log_ratio: ``[*B]`` the chosen response's summed log-ratio to the reference.
@@ -102,9 +117,15 @@ def simpo_loss(
     gamma: Scalar,
     label_smoothing: Scalar = 0.0,
 ) -> torch.Tensor:
-    """SimPO's reference-free loss ``-log sigmoid(beta/|y_w| log pi(y_w) - beta/|y_l| log
+    r"""SimPO's reference-free loss ``-log sigmoid(beta/|y_w| log pi(y_w) - beta/|y_l| log
     pi(y_l) - gamma)`` (arXiv:2405.14734, eq. 6) on the responses' mean token log-probs, with
-    the target margin ``gamma``; label smoothing ``eps`` as :func:`dpo_sigmoid_loss`'s."""
+    the target margin ``gamma``; label smoothing ``eps`` as :func:`dpo_sigmoid_loss`'s.
+
+    $$
+    \mathcal{L} = -\log \sigma\Big(\frac{\beta}{|y_w|} \log \pi(y_w)
+    - \frac{\beta}{|y_l|} \log \pi(y_l) - \gamma\Big)
+    $$
+    """
     check_same_shape(
         chosen_mean_log_prob=chosen_mean_log_prob, rejected_mean_log_prob=rejected_mean_log_prob
     )
@@ -113,9 +134,14 @@ def simpo_loss(
 
 
 def kto_reference_point(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    """KTO's reference point ``z_0 = max(0, mean_j (log pi(y'_j) - log pi_ref(y'_j)))``, the
+    r"""KTO's reference point ``z_0 = max(0, mean_j (log pi(y'_j) - log pi_ref(y'_j)))``, the
     batch estimate of ``KL(pi || pi_ref)`` on mismatched responses ``y'_j`` (arXiv:2402.01306,
-    sec. 4.1); a 0-dim tensor, no gradient."""
+    sec. 4.1); a 0-dim tensor, no gradient.
+
+    $$
+    z_0 = \max\Big(0, \frac{1}{m} \sum_j \log \frac{\pi(y'_j)}{\pi_{\text{ref}}(y'_j)}\Big)
+    $$
+    """
     check_same_shape(log_prob=log_prob, ref_log_prob=ref_log_prob)
     return (log_prob.detach() - ref_log_prob.detach()).mean().clamp_min(0)
 

@@ -47,17 +47,27 @@ def chosen_action_value(action_value: torch.Tensor, action: torch.Tensor) -> tor
 
 
 def greedy_value(action_value: torch.Tensor) -> torch.Tensor:
-    """``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989). ``amax``: the
-    value without the argmax (a tie shares the gradient, where ``max`` gives it to one action)."""
+    r"""``max_a Q(s, a)``, ``[*B, 1]`` (the Q-learning bootstrap; Watkins, 1989). ``amax``: the
+    value without the argmax (a tie shares the gradient, where ``max`` gives it to one action).
+
+    $$
+    y = \max_a Q(s, a)
+    $$
+    """
     return action_value.amax(-1, keepdim=True)
 
 
 def double_q_value(
     online_action_value: torch.Tensor, target_action_value: torch.Tensor
 ) -> torch.Tensor:
-    """``Q_target(s', argmax_a Q_online(s', a))``, ``[*B, 1]``: the online network picks the
+    r"""``Q_target(s', argmax_a Q_online(s', a))``, ``[*B, 1]``: the online network picks the
     action, the target network evaluates it (van Hasselt et al., "Deep Reinforcement Learning with
-    Double Q-learning", arXiv:1509.06461)."""
+    Double Q-learning", arXiv:1509.06461).
+
+    $$
+    y = \bar{Q}\big(s', \arg\max_{a} Q(s', a)\big)
+    $$
+    """
     check_same_shape(
         online_action_value=online_action_value, target_action_value=target_action_value
     )
@@ -65,23 +75,39 @@ def double_q_value(
 
 
 def clipped_double_q_value(ensemble_value: torch.Tensor) -> torch.Tensor:
-    """``min_i Q_i(s', a')`` over the leading ensemble dim of ``[E, *B, 1]`` (Fujimoto et al.,
-    "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477)."""
+    r"""``min_i Q_i(s', a')`` over the leading ensemble dim of ``[E, *B, 1]`` (Fujimoto et al.,
+    "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477).
+
+    $$
+    y = \min_i Q_i(s', a')
+    $$
+    """
     return ensemble_value.min(0).values
 
 
 def smoothed_target_action(
     action: torch.Tensor, noise_scale: Scalar, noise_clip: Scalar, low: Scalar, high: Scalar
 ) -> torch.Tensor:
-    """TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
-    noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14)."""
+    r"""TD3's target policy smoothing: ``clip(a + clip(eps, -c, c), low, high)``, ``eps ~ N(0,
+    noise_scale^2)`` drawn per element (Fujimoto et al., arXiv:1802.09477, eq. 14).
+
+    $$
+    a' = \operatorname{clip}\big(a + \operatorname{clip}(\epsilon, -c, c),
+    a_{\text{low}}, a_{\text{high}}\big),
+    \qquad \epsilon \sim N(0, \sigma^2)
+    $$
+    """
     noise = (standard_normal_like(action) * noise_scale).clamp(-noise_clip, noise_clip)
     return torch.clamp(action + noise, low, high)
 
 
 def soft_value(value: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar) -> torch.Tensor:
-    """SAC's soft state value ``V(s') = Q(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi``
+    r"""SAC's soft state value ``V(s') = Q(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi``
     (Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, eq. 3).
+
+    $$
+    V(s') = Q(s', a') - \alpha \log \pi(a' \mid s'), \qquad a' \sim \pi(\cdot \mid s')
+    $$
 
     Args:
         value: ``[*B, 1]`` Q-values of the sampled actions (already min over the ensemble).
@@ -96,9 +122,14 @@ def soft_value(value: torch.Tensor, log_prob: torch.Tensor, alpha: Scalar) -> to
 def discrete_soft_value(
     action_value: torch.Tensor, log_probs: torch.Tensor, alpha: Scalar
 ) -> torch.Tensor:
-    """Discrete SAC's exact soft value ``V(s') = sum_a pi(a|s') (Q(s', a) - alpha log pi(a|s'))``,
+    r"""Discrete SAC's exact soft value ``V(s') = sum_a pi(a|s') (Q(s', a) - alpha log pi(a|s'))``,
     ``[*B, 1]`` (Christodoulou, "Soft Actor-Critic for Discrete Action Settings",
-    arXiv:1910.07207, eq. 9). Actions of probability 0 contribute 0."""
+    arXiv:1910.07207, eq. 9). Actions of probability 0 contribute 0.
+
+    $$
+    V(s') = \sum_a \pi(a \mid s') \big(Q(s', a) - \alpha \log \pi(a \mid s')\big)
+    $$
+    """
     check_same_shape(action_value=action_value, log_probs=log_probs)
     possible = log_probs > -torch.inf
     log_probs = torch.where(possible, log_probs, 0.0)
@@ -107,8 +138,12 @@ def discrete_soft_value(
 
 
 def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:
-    """Entropy of a categorical policy, ``H(pi) = -sum_a pi(a) log pi(a)`` over the last dim
+    r"""Entropy of a categorical policy, ``H(pi) = -sum_a pi(a) log pi(a)`` over the last dim
     (Shannon, 1948; the entropy term of discrete SAC, arXiv:1910.07207, eq. 9).
+
+    $$
+    H(\pi) = -\sum_a \pi(a) \log \pi(a)
+    $$
 
     Actions of probability 0 (``log pi(a) = -inf``, as action masking produces) contribute 0 to
     the value and the gradient: the log-probs are masked before the arithmetic.
@@ -127,18 +162,28 @@ def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:
 def temperature_loss(
     log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
 ) -> torch.Tensor:
-    """SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
-    ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha)."""
+    r"""SAC's temperature loss ``-log(alpha) (log pi(a|s) + H_target)``, elementwise; only
+    ``log_alpha`` gets gradient (arXiv:1812.05905, eq. 18, written in log alpha).
+
+    $$
+    \mathcal{L}_{\alpha} = -\log \alpha \,\big(\log \pi(a \mid s) + \bar{\mathcal{H}}\big)
+    $$
+    """
     return -log_alpha * (log_prob + target_entropy).detach()
 
 
 def alpha_temperature_loss(
     alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: Scalar
 ) -> torch.Tensor:
-    """SAC's temperature loss as the paper writes it, ``-alpha (log pi(a|s) + H_target)``,
+    r"""SAC's temperature loss as the paper writes it, ``-alpha (log pi(a|s) + H_target)``,
     elementwise; only ``alpha`` gets gradient (arXiv:1812.05905, eq. 18; REDQ's, Chen et al.,
     arXiv:2101.05982, Algorithm 1). Its gradient in ``log alpha`` is ``alpha`` times that of
-    :func:`temperature_loss`."""
+    :func:`temperature_loss`.
+
+    $$
+    \mathcal{L}_{\alpha} = -\alpha \big(\log \pi(a \mid s) + \bar{\mathcal{H}}\big)
+    $$
+    """
     return -alpha * (log_prob + target_entropy).detach()
 
 
@@ -152,11 +197,16 @@ def straight_through_clamp(x: torch.Tensor, low: Scalar | None, high: Scalar | N
 def td3_bc_actor_loss(
     value: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor, alpha: Scalar
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TD3+BC's actor loss, elementwise: ``-lambda Q(s, pi(s)) + mean((pi(s) - a)^2)`` with
+    r"""TD3+BC's actor loss, elementwise: ``-lambda Q(s, pi(s)) + mean((pi(s) - a)^2)`` with
     ``lambda = alpha / mean|Q(s, pi(s))|`` (no gradient through ``lambda``): Fujimoto & Gu, "A
     Minimalist Approach to Offline Reinforcement Learning", arXiv:2106.06860, eq. 3. The
     behaviour-cloning term is the mean squared error over the batch and the action dims (a
     scalar added to every element), as in the paper's code and TorchRL.
+
+    $$
+    \mathcal{L} = -\lambda Q(s, \pi(s)) + \frac{1}{D} \sum_d \big(\pi(s)_d - a_d\big)^2, \qquad
+    \lambda = \frac{\alpha}{\frac{1}{N} \sum |Q(s, \pi(s))|}
+    $$
 
     Guard (not in the paper's code or TorchRL): ``mean|Q|`` is floored at the machine epsilon of
     ``value``'s dtype, so a critic whose outputs are all 0 (e.g. a zero-initialised last layer)
@@ -184,10 +234,14 @@ def cql_penalty(
     log_proposal: torch.Tensor | None = None,
     temperature: Scalar = 1.0,
 ) -> torch.Tensor:
-    """CQL(H)'s conservative penalty ``T log sum_a exp(Q(s, a) / T) - Q(s, a_data)``, ``[*B, 1]``
+    r"""CQL(H)'s conservative penalty ``T log sum_a exp(Q(s, a) / T) - Q(s, a_data)``, ``[*B, 1]``
     (Kumar et al., "Conservative Q-Learning for Offline Reinforcement Learning",
     arXiv:2006.04779, eq. 4 with the entropy regulariser: CQL(H)): it pushes down a soft maximum
     of the values and pushes up the dataset action's value.
+
+    $$
+    T \log \sum_a \exp\big(Q(s, a) / T\big) - Q(s, a_{\text{data}})
+    $$
 
     Discrete actions (``log_proposal=None``): the sum runs over every action. Continuous actions:
     it is estimated by importance sampling from ``K`` actions ``a_k`` drawn from proposals of
@@ -211,7 +265,11 @@ def cql_penalty(
 
 
 def expected_action_value(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """``Q(s, a) = sum_j z_j p_j(s, a)`` of a categorical return distribution, ``[*B, A]``.
+    r"""``Q(s, a) = sum_j z_j p_j(s, a)`` of a categorical return distribution, ``[*B, A]``.
+
+    $$
+    Q(s, a) = \sum_j z_j p_j(s, a)
+    $$
 
     Args:
         log_probs: ``[*B, K, A]`` log-probabilities of the ``K`` atoms for every action.
@@ -251,9 +309,13 @@ def categorical_projection(
 
 
 def max_backup_value(ensemble_value: torch.Tensor) -> torch.Tensor:
-    """CQL's max-backup target value ``min_i max_k Q_i(s', a'_k)`` over ``K`` actions sampled from
+    r"""CQL's max-backup target value ``min_i max_k Q_i(s', a'_k)`` over ``K`` actions sampled from
     the policy at ``s'`` (the authors' ``max_q_backup`` option, Kumar et al., arXiv:2006.04779),
     ``[*B, 1]``: the maximum over the samples per network, then the minimum over the networks.
+
+    $$
+    y = \min_i \max_k Q_i(s', a'_k)
+    $$
 
     Args:
         ensemble_value: ``[E, *B, K, 1]`` values of the sampled actions for each of ``E``

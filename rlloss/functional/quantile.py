@@ -15,9 +15,14 @@ import torch.nn.functional as F
 def quantile_midpoints(
     num_quantiles: int, dtype: torch.dtype | None = None, device: torch.device | None = None
 ) -> torch.Tensor:
-    """The quantile fractions ``tau_m = (2m - 1) / 2M``, ``m = 1..M`` (``[M]``) that a critic
+    r"""The quantile fractions ``tau_m = (2m - 1) / 2M``, ``m = 1..M`` (``[M]``) that a critic
     with ``M`` atoms estimates (Dabney et al., "Distributional Reinforcement Learning with
-    Quantile Regression", arXiv:1710.10044, Lemma 2)."""
+    Quantile Regression", arXiv:1710.10044, Lemma 2).
+
+    $$
+    \tau_m = \frac{2m - 1}{2M}, \qquad m = 1, \ldots, M
+    $$
+    """
     steps = torch.arange(num_quantiles, dtype=dtype, device=device)
     return (steps + 0.5) / num_quantiles
 

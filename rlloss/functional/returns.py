@@ -65,7 +65,11 @@ def reverse_discounted_sum(
 def td0_return(
     reward: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor, gamma: Scalar
 ) -> torch.Tensor:
-    """One-step TD target ``r_t + gamma * (1 - terminated_t) * V(s_{t+1})``.
+    r"""One-step TD target ``r_t + gamma * (1 - terminated_t) * V(s_{t+1})``.
+
+    $$
+    \hat{V}_t = r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1})
+    $$
 
     Args:
         reward: ``[*B, 1]`` tensors of one shape.
@@ -88,7 +92,12 @@ def td0_error(
     terminated: torch.Tensor,
     gamma: Scalar,
 ) -> torch.Tensor:
-    """TD error ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``."""
+    r"""TD error ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``.
+
+    $$
+    \delta_t = r_t + \gamma (1 - \text{terminated}_t) V(s_{t+1}) - V(s_t)
+    $$
+    """
     check_same_shape(reward=reward, value=value)
     return td0_return(reward, next_value, terminated, gamma) - value
 
@@ -103,7 +112,11 @@ def gae_advantage(
     lmbda: Scalar,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    """Generalized advantage estimate ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``.
+    r"""Generalized advantage estimate ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``.
+
+    $$
+    A_t = \delta_t + \gamma \lambda (1 - \text{done}_t) A_{t+1}, \qquad A_T = 0
+    $$
 
     Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
     Estimation", arXiv:1506.02438. ``delta_t`` is :func:`td0_error`: ``terminated`` removes the
@@ -137,7 +150,12 @@ def td_lambda_return(
     lmbda: Scalar,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    """TD(lambda) return ``G_t = r_t + gamma (1 - term_t) [(1 - lmbda) V_{t+1} + lmbda G_{t+1}]``.
+    r"""TD(lambda) return ``G_t = r_t + gamma (1 - term_t) [(1 - lmbda) V_{t+1} + lmbda G_{t+1}]``.
+
+    $$
+    G_t = r_t + \gamma (1 - \text{terminated}_t)
+    \big((1 - \lambda) V(s_{t+1}) + \lambda G_{t+1}\big)
+    $$
 
     Sutton & Barto, "Reinforcement Learning: An Introduction", section 12.1. Where the trace is
     cut (``done_t``, and always at the last step) ``G_{t+1}`` is replaced by the bootstrap value
@@ -179,16 +197,21 @@ def vtrace(
     c_bar: float = 1.0,
     time_dim: int = -2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace targets and advantages (Espeholt et al., "IMPALA", arXiv:1802.01561, eq. 1).
+    r"""V-trace targets and advantages (Espeholt et al., "IMPALA", arXiv:1802.01561, eq. 1).
 
-    With ``rho_t = min(rho_bar, pi/mu)``, ``c_t = min(c_bar, pi/mu)`` (``log_rho = log pi -
-    log mu``) and ``delta_t = rho_t (r_t + gamma (1 - term_t) V_{t+1} - V_t)``::
+    $$
+    v_t = V_t + \delta_t + \gamma (1 - \text{done}_t) c_t (v_{t+1} - V_{t+1}), \qquad
+    A_t = \rho_t \big(r_t + \gamma (1 - \text{terminated}_t) v'_{t+1} - V_t\big)
+    $$
 
-        v_t = V_t + delta_t + gamma (1 - done_t) c_t (v_{t+1} - V_{t+1})
-        A_t = rho_t (r_t + gamma (1 - term_t) v'_{t+1} - V_t)
+    $$
+    \delta_t = \rho_t \big(r_t + \gamma (1 - \text{terminated}_t) V_{t+1} - V_t\big), \qquad
+    \rho_t = \min\Big(\bar{\rho}, \frac{\pi}{\mu}\Big), \qquad
+    c_t = \min\Big(\bar{c}, \frac{\pi}{\mu}\Big)
+    $$
 
-    where ``v'_{t+1}`` is ``v_{t+1}`` inside a trajectory and ``V_{t+1}`` where it is cut
-    (``done_t``, and at the last step).
+    (``log_rho`` $= \log \pi - \log \mu$), where $v'_{t+1}$ is $v_{t+1}$ inside a trajectory and
+    $V_{t+1}$ where it is cut (``done_t``, and at the last step).
 
     Args:
         reward: ``[*B, T, 1]``.
@@ -220,9 +243,11 @@ def vtrace(
 def discounted_returns(
     reward: torch.Tensor, done: torch.Tensor, initial: torch.Tensor, gamma: float
 ) -> torch.Tensor:
-    """Forward discounted returns along time, restarted after each episode end::
+    r"""Forward discounted returns along time, restarted after each episode end:
 
-        R_t = r_t + gamma * (1 - done_{t-1}) * R_{t-1},    R_{-1} = initial
+    $$
+    R_t = r_t + \gamma (1 - \text{done}_{t-1}) R_{t-1}, \qquad R_{-1} = \text{initial}
+    $$
 
     Vectorised over time: the forward recursion is :func:`rlloss.functional.reverse_discounted_sum`
     on the time-reversed sequence, with the carried return entering through ``r_0``.

@@ -24,13 +24,21 @@ POLICY_INPUTS = ("observation", "action_chunk")
 
 
 class ACTLoss(SupervisedLoss):
-    """ACT's loss: the CVAE policy reconstructs the demonstrated chunk of ``T`` actions,
-    ``loss_reconstruction = mean_{t, d} |a_pred - a|`` per sample
-    (:func:`rlloss.functional.chunk_l1`, over the chunk's valid steps with a padding mask),
-    and its encoder's posterior stays near the prior, ``loss_kl = KL(N(mu, exp(log_var)) ||
-    N(0, I))`` (:func:`rlloss.functional.standard_normal_kl`); each reduced over the batch,
-    ``loss_act = loss_reconstruction + kl_weight * loss_kl`` (the two terms reported
-    detached).
+    r"""ACT's loss: the CVAE policy reconstructs the demonstrated chunk of $T$ actions
+    (:func:`rlloss.functional.chunk_l1`, over the chunk's valid steps with a padding mask) and
+    its encoder's posterior stays near the prior (:func:`rlloss.functional.standard_normal_kl`);
+    each reduced over the batch:
+
+    $$
+    \mathcal{L}_{\text{reconstruction}} = \frac{1}{T D} \sum_{t, d} |\hat{a}_{t,d} - a_{t,d}|,
+    \qquad
+    \mathcal{L}_{\text{kl}} = \mathrm{KL}\big(N(\mu, e^{\log \sigma^2}) \,\|\, N(0, I)\big),
+    \qquad
+    \mathcal{L}_{\text{act}} = \mathcal{L}_{\text{reconstruction}}
+    + w_{\text{kl}} \mathcal{L}_{\text{kl}}
+    $$
+
+    ($w_{\text{kl}}$ = ``kl_weight``; the two terms reported detached).
 
     TorchRL's ``ACTLoss`` with the same keywords, keys and outputs. The policy reads
     ``"observation"`` and ``"action_chunk"`` (the batch's ``observation`` and ``action_chunk``
@@ -89,12 +97,12 @@ class ACTLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by ACTLoss."""
 
-        observation: NestedKey = "observation"  # the policy's input
+        observation: NestedKey = "observation"  # the policy's input, [*B, *O]
         action_chunk: NestedKey = ACTION_CHUNK_KEY  # the demonstrated chunk [*B, T, D]
-        action_pred: NestedKey = "action_pred"  # the policy's chunk
-        mu: NestedKey = "mu"  # the CVAE encoder's mean
-        log_var: NestedKey = "log_var"  # the CVAE encoder's log-variance
-        pad_mask: NestedKey | None = None  # True on a chunk's padded steps (rlloss's)
+        action_pred: NestedKey = "action_pred"  # the policy's chunk, [*B, T, D]
+        mu: NestedKey = "mu"  # the CVAE encoder's mean, [*B, Z]
+        log_var: NestedKey = "log_var"  # the CVAE encoder's log-variance, [*B, Z]
+        pad_mask: NestedKey | None = None  # True on a chunk's padded steps (rlloss's), [*B, T]
 
     out_keys = ["loss_act", "loss_reconstruction", "loss_kl"]
     kl_weight = Coefficient(low=0.0, buffer=True)

@@ -24,7 +24,13 @@ DISTRIBUTION_KEYS = ("loc", "scale", "logits", "probs")
 
 
 class BCLoss(SupervisedLoss):
-    """Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
+    r"""Behaviour cloning: the actor's prediction against the demonstrated action ``a*``.
+
+    $$
+    \mathcal{L}_{\text{bc}} = \frac{1}{N} \sum \ell\big(\hat{a}(s), a^*\big)
+    \quad \text{or} \quad
+    \mathcal{L}_{\text{bc}} = -\frac{1}{N} \sum \log \pi(a^* \mid s)
+    $$
 
     ``loss_bc`` is, elementwise before the reduction (:func:`rlloss.functional.action_error`):
 
@@ -84,8 +90,8 @@ class BCLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by BCLoss."""
 
-        action: NestedKey = "action"  # the demonstrated action, and the actor's prediction
-        pad_mask: NestedKey | None = None  # True on padded elements
+        action: NestedKey = "action"  # the demonstrated action, and the actor's prediction, [*B, D]
+        pad_mask: NestedKey | None = None  # True where padded, [*B, H] of a chunk [*B, H, D]
 
     out_keys = ["loss_bc"]
 

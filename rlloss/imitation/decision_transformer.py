@@ -29,8 +29,8 @@ SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
 class _SequenceKeys:
     """Keys read by the Decision Transformer losses."""
 
-    action_target: NestedKey = "action"  # the dataset's action
-    action_pred: NestedKey = "action"  # the actor's action (OnlineDTLoss: its spec's entry)
+    action_target: NestedKey = "action"  # the dataset's action, [*B, T, A]
+    action_pred: NestedKey = "action"  # the actor's action (OnlineDTLoss: its spec's), [*B, T, A]
 
 
 class _SequenceModelLoss(SupervisedLoss):
@@ -53,9 +53,14 @@ class _SequenceModelLoss(SupervisedLoss):
 
 
 class DTLoss(_SequenceModelLoss):
-    """The Decision Transformer's loss: the actor, conditioned on returns-to-go, states and past
-    actions, regresses the dataset's actions, ``loss = mean(L(a_pred, a))`` over every action
-    element (``L``: ``loss_function``, :func:`rlloss.functional.distance`; the paper's squared
+    r"""The Decision Transformer's loss: the actor, conditioned on returns-to-go, states and past
+    actions, regresses the dataset's actions over every action element:
+
+    $$
+    \mathcal{L} = \frac{1}{N} \sum L(\hat{a}, a)
+    $$
+
+    ($L$: ``loss_function``, :func:`rlloss.functional.distance`; the paper's squared
     error for continuous actions, sec. 3).
 
     TorchRL's ``DTLoss`` with the same keywords, keys and output. The actor writes
@@ -132,9 +137,15 @@ class DTLoss(_SequenceModelLoss):
 
 
 class OnlineDTLoss(_SequenceModelLoss):
-    """The Online Decision Transformer's loss: a stochastic actor maximises the likelihood of
+    r"""The Online Decision Transformer's loss: a stochastic actor maximises the likelihood of
     the dataset's actions and an entropy bonus with a learned temperature (Zheng et al.,
     arXiv:2202.05607, eq. 5-7):
+
+    $$
+    \mathcal{L}_{\text{log\_likelihood}} = -\log \pi(a \mid s), \qquad
+    \mathcal{L}_{\text{entropy}} = -\alpha H[\pi(\cdot \mid s)], \qquad
+    \mathcal{L}_{\text{alpha}} = \alpha (H - \bar{H})
+    $$
 
     - ``loss_log_likelihood = -log pi(a|s)``;
     - ``loss_entropy = -alpha H[pi(.|s)]``, ``H`` a Monte-Carlo estimate over

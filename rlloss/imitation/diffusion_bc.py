@@ -21,13 +21,19 @@ DDPM_ATTRIBUTES = ("score_network", "num_steps", "alphas_cumprod")
 
 
 class DiffusionBCLoss(SupervisedLoss):
-    """Diffusion behaviour cloning: each demonstrated action ``a_0`` is noised to a random step
-    ``t ~ U{0, ..., T-1}`` of the DDPM forward process, ``a_t = sqrt(alpha_bar_t) a_0 +
-    sqrt(1 - alpha_bar_t) eps`` (:func:`rlloss.functional.diffuse`, ``alpha_bar`` the
-    actor's schedule, :func:`rlloss.functional.linear_beta_schedule` for TorchRL's
-    ``DiffusionActor``), and the score network ``eps_theta(a_t || s || t)`` regresses the noise:
-    ``loss_diffusion_bc = ||eps - eps_theta||^2`` (:func:`rlloss.functional.noise_prediction_error`)
-    reduced over every element.
+    r"""Diffusion behaviour cloning: each demonstrated action $a_0$ is noised to a random step of
+    the DDPM forward process and the score network regresses the noise:
+
+    $$
+    a_t = \sqrt{\bar{\alpha}_t}\, a_0 + \sqrt{1 - \bar{\alpha}_t}\, \epsilon, \qquad
+    \mathcal{L}_{\text{diffusion\_bc}} = \big\lVert \epsilon
+    - \epsilon_\theta(a_t, s, t) \big\rVert^2, \qquad
+    t \sim U\{0, \ldots, T - 1\}, \quad \epsilon \sim N(0, I)
+    $$
+
+    (:func:`rlloss.functional.diffuse`, $\bar{\alpha}$ the actor's schedule,
+    :func:`rlloss.functional.linear_beta_schedule` for TorchRL's ``DiffusionActor``;
+    :func:`rlloss.functional.noise_prediction_error`), reduced over every element.
 
     TorchRL's ``DiffusionBCLoss`` with the same keywords, keys and output, and the same draws
     (``t`` then ``eps``) for the same seed. The batch's ``loss_mask_key`` masks apply (TorchRL
@@ -62,8 +68,8 @@ class DiffusionBCLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by DiffusionBCLoss."""
 
-        action: NestedKey = "action"  # the clean demonstrated action
-        observation: NestedKey = "observation"  # the policy's conditioning
+        action: NestedKey = "action"  # the clean demonstrated action, [*B, D]
+        observation: NestedKey = "observation"  # the policy's conditioning, [*B, *O]
 
     out_keys = ["loss_diffusion_bc"]
 

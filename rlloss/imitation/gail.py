@@ -20,15 +20,21 @@ from rlloss.imitation.base import SupervisedLoss
 
 
 class GAILLoss(SupervisedLoss):
-    """GAIL's discriminator loss: ``D(s, a)``, the probability that a pair is the expert's,
-    learns to tell the expert's pairs from the policy's (collected) ones,
-    ``loss = -log D(s_E, a_E) - log(1 - D(s, a))`` elementwise
-    (:func:`rlloss.functional.discriminator_cross_entropy`); with ``use_grad_penalty``,
-    ``gp_loss = gp_lambda * mean((||grad D(x~)||_2 - 1)^2)`` at random points ``x~`` between the
-    two batches (each element mixed with its own uniform weight, as TorchRL's;
-    :func:`rlloss.functional.gradient_penalty`) is added to every element before the
-    reduction, and reported detached. The policy learns from :meth:`reward` with any of
-    rlloss's losses (:func:`rlloss.functional.gail_reward`).
+    r"""GAIL's discriminator loss: $D(s, a)$, the probability that a pair is the expert's,
+    learns to tell the expert's pairs from the policy's (collected) ones, elementwise
+    (:func:`rlloss.functional.discriminator_cross_entropy`), with ``use_grad_penalty`` a
+    gradient penalty:
+
+    $$
+    \mathcal{L} = -\log D(s_E, a_E) - \log\big(1 - D(s, a)\big), \qquad
+    \mathcal{L}_{\text{gp}} = \lambda_{\text{gp}} \frac{1}{N} \sum
+    \big(\lVert \nabla D(\tilde{x}) \rVert_2 - 1\big)^2
+    $$
+
+    at random points $\tilde{x}$ between the two batches (each element mixed with its own
+    uniform weight, as TorchRL's; :func:`rlloss.functional.gradient_penalty`), added to every
+    element before the reduction, and reported detached. The policy learns from :meth:`reward`
+    with any of rlloss's losses (:func:`rlloss.functional.gail_reward`).
 
     TorchRL's ``GAILLoss`` with the same keywords, keys and outputs. The discriminator reads
     the expert's keys (``expert_observation``, ``expert_action``: its ``in_keys``) and writes
@@ -85,11 +91,11 @@ class GAILLoss(SupervisedLoss):
     class _AcceptedKeys:
         """Keys read by GAILLoss."""
 
-        expert_action: NestedKey = "action"  # the demonstrated action
-        expert_observation: NestedKey = "observation"  # its observation
-        collector_action: NestedKey = "collector_action"  # the policy's action
-        collector_observation: NestedKey = "collector_observation"  # its observation
-        discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator
+        expert_action: NestedKey = "action"  # the demonstrated action, [*B, A]
+        expert_observation: NestedKey = "observation"  # its observation, [*B, *O]
+        collector_action: NestedKey = "collector_action"  # the policy's action, [*B, A]
+        collector_observation: NestedKey = "collector_observation"  # its observation, [*B, *O]
+        discriminator_pred: NestedKey = "d_logits"  # D(s, a), written by the discriminator, [*B, 1]
 
     gp_lambda = Coefficient(low=0.0)
 

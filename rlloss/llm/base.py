@@ -172,7 +172,7 @@ class ChatHistoryLoss(LossModule):
     class _AcceptedKeys:
         """history: the chat; log_probs: where the actor writes its token log-probs."""
 
-        history: NestedKey = ("history", "full")  # the chats (prompt and response)
+        history: NestedKey = ("history", "full")  # the chats (prompt and response), a History, [*B]
         log_probs: NestedKey = ("log_probs", "full")  # written: the actor's, [*B, T]
 
     _reads_loss_mask = False  # the assistant masks select the tokens, as in TorchRL

@@ -25,14 +25,20 @@ KL_DIRECTIONS = ("reverse", "forward")
 
 
 class DistillationLoss(ChatHistoryLoss):
-    """The k3 estimate of the KL between the student (the actor) and a teacher, per sequence over
+    r"""The k3 estimate of the KL between the student (the actor) and a teacher, per sequence over
     its assistant tokens (every attended token with ``assistant_only=False``), averaged over them
     (``normalize_by_seq_length``, else summed), reduced by ``reduction`` (TorchRL's
     ``DistillationLoss``: same keywords, keys and output class).
 
-    ``kl_direction="reverse"``: ``KL(student || teacher)``, ``k3(log p_T - log p_S)`` per token
-    (Agarwal et al., "On-Policy Distillation of Language Models", arXiv:2306.13649, with the
-    student's samples); ``"forward"``: ``k3(log p_S - log p_T)``. The teacher's log-probs are
+    $$
+    \mathrm{k3}(u) = e^{u} - 1 - u, \qquad
+    \text{reverse: } \mathrm{k3}(\log p_T - \log p_S), \qquad
+    \text{forward: } \mathrm{k3}(\log p_S - \log p_T)
+    $$
+
+    per token: ``kl_direction="reverse"`` estimates $\mathrm{KL}(p_S \,\|\, p_T)$ (Agarwal et al.,
+    "On-Policy Distillation of Language Models", arXiv:2306.13649, with the student's samples),
+    ``"forward"`` the other direction. The teacher's log-probs are
     read from ``("next", "teacher_log_probs", "full")`` and carry no gradient.
 
     Args:

@@ -18,21 +18,29 @@ LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 
 
 class DPOLoss(PreferenceLoss):
-    """Direct preference optimisation (Rafailov et al., "Direct Preference Optimization: Your
+    r"""Direct preference optimisation (Rafailov et al., "Direct Preference Optimization: Your
     Language Model is Secretly a Reward Model", arXiv:2305.18290) on a language model's
     chosen and rejected responses to the same prompts.
 
-    With the margin ``h = (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))``
-    (the chosen ``y_w``, the rejected ``y_l``, log-probs summed over the response tokens),
-    ``loss_dpo`` per pair is, by ``loss_type``:
+    With the margin
 
-    - ``"sigmoid"``: ``-(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)`` (eq. 7;
-      ``eps = label_smoothing``, conservative DPO);
-    - ``"robust"``: ``(-(1 - eps) log sigmoid(beta h) + eps log sigmoid(-beta h)) / (1 - 2 eps)``
+    $$
+    h = \big(\log \pi(y_w) - \log \pi_{\text{ref}}(y_w)\big)
+    - \big(\log \pi(y_l) - \log \pi_{\text{ref}}(y_l)\big)
+    $$
+
+    (the chosen $y_w$, the rejected $y_l$, log-probs summed over the response tokens),
+    ``loss_dpo`` per pair is, by ``loss_type`` ($\epsilon$ = ``label_smoothing``):
+
+    - ``"sigmoid"``: $-(1 - \epsilon) \log \sigma(\beta h) - \epsilon \log \sigma(-\beta h)$
+      (eq. 7; conservative DPO);
+    - ``"robust"``: $\big(-(1 - \epsilon) \log \sigma(\beta h) +
+      \epsilon \log \sigma(-\beta h)\big) / (1 - 2 \epsilon)$
       (Chowdhury et al., "Provably Robust DPO", arXiv:2403.00409, eq. 12);
-    - ``"hinge"``: ``max(0, 1 - beta h)`` (SLiC-HF, arXiv:2305.10425);
-    - ``"ipo"``: ``(h' - 1 / (2 beta))^2`` (Azar et al., arXiv:2310.12036, eq. 17), ``h'`` the
-      margin of the per-token log-ratios (each divided by its response's token count, as TRL).
+    - ``"hinge"``: $\max(0, 1 - \beta h)$ (SLiC-HF, arXiv:2305.10425);
+    - ``"ipo"``: $\big(h' - \frac{1}{2 \beta}\big)^2$ (Azar et al., arXiv:2310.12036, eq. 17),
+      $h'$ the margin of the per-token log-ratios (each divided by its response's token count,
+      as TRL).
 
     The reference log-probs come from ``reference_network`` (scored without gradient) or, when
     it is ``None``, from each response entry's ``ref_log_probs`` (per token or per response).

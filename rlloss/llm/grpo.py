@@ -34,11 +34,17 @@ AGGREGATIONS = ("token_mean", "prompt_mean", "seq_sum_constant", "none")
 
 
 class GRPOLoss(LossModule):
-    """GRPO's clipped token-level objective over a language model's sampled completions
+    r"""GRPO's clipped token-level objective over a language model's sampled completions
     (arXiv:2402.03300, eq. 3; TorchRL's ``GRPOLoss``, same keywords, keys and output class).
 
-    ``loss = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)`` per token, ``r_t`` the ratio
-    of the actor's token probability to the one stored at sampling (``("log_probs", "full")``),
+    $$
+    \mathcal{L}_t = -\min\Big(r_t A,\; \operatorname{clip}(r_t, 1 - \epsilon_{\text{low}},
+    1 + \epsilon_{\text{high}}) A\Big), \qquad
+    r_t = \frac{\pi_\theta(y_t \mid x, y_{<t})}{\pi_{\text{old}}(y_t \mid x, y_{<t})}
+    $$
+
+    per token, $r_t$ the ratio of the actor's token probability to the one stored at sampling
+    (``("log_probs", "full")``),
     over the tokens the actor's mask keeps (``masking_strategy``), aggregated by
     ``aggregation``: ``"token_mean"`` (DAPO's), ``"prompt_mean"`` (GRPO's: each sequence's mean,
     then the mean), ``"seq_sum_constant"`` (Dr. GRPO's: each sequence's sum over ``max_tokens``,
@@ -387,8 +393,15 @@ class GRPOLoss(LossModule):
 
 
 class DAPO(GRPOLoss):
-    """DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
-    eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12).
+    r"""DAPO (Yu et al., arXiv:2503.14476): GRPO with clip-higher, ``clip_epsilon=(eps_low,
+    eps_high)``, recommended ``(0.2, 0.28)`` (eq. 10), and the token-level mean (eq. 12) of
+    GRPO's per-token loss $\mathcal{L}_{i,t}$ over the $G$ sequences $o_i$:
+
+    $$
+    \mathcal{L} = \frac{1}{\sum_{i=1}^{G} |o_i|} \sum_{i=1}^{G} \sum_{t=1}^{|o_i|}
+    \mathcal{L}_{i,t}
+    $$
+
     TorchRL's ``DAPO``, same defaults (``clip_epsilon=0.2`` unless given).
 
     Examples:
@@ -454,10 +467,16 @@ class DAPO(GRPOLoss):
 
 
 class CISPOLoss(GRPOLoss):
-    """CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4): ``-sg(clip(r_t, 1 - eps_low, 1 + eps_high))
-    A log pi`` per token. The clipped weight is a constant, so a clipped token keeps its
-    gradient ``clip(r) A grad log pi`` (TorchRL's ``CISPOLoss`` clamps the ratio inside the
-    graph and so drops it, as PPO's clip does; the values agree).
+    r"""CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4), per token:
+
+    $$
+    \mathcal{L}_t = -\mathrm{sg}\Big(\operatorname{clip}(r_t, 1 - \epsilon_{\text{low}},
+    1 + \epsilon_{\text{high}})\Big) A \log \pi_\theta(y_t \mid x, y_{<t})
+    $$
+
+    The clipped weight is a constant ($\mathrm{sg}$: no gradient), so a clipped token keeps
+    its gradient $\operatorname{clip}(r_t) A \nabla \log \pi$ (TorchRL's ``CISPOLoss`` clamps
+    the ratio inside the graph and so drops it, as PPO's clip does; the values agree).
 
     Examples:
         >>> import torch
@@ -527,10 +546,17 @@ class CISPOLoss(GRPOLoss):
 
 
 class DrGRPOLoss(GRPOLoss):
-    """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
+    r"""Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
     GRPO without its length normalisation, each sequence's summed token loss divided by one
     constant (``max_tokens``, default the padded length), then the mean over the sequences
-    (``aggregation="seq_sum_constant"``). Its other half, no std in the group advantage, is the
+    (``aggregation="seq_sum_constant"``):
+
+    $$
+    \mathcal{L} = \frac{1}{G} \sum_{i=1}^{G} \frac{1}{T_{\max}} \sum_{t=1}^{|o_i|}
+    \mathcal{L}_{i,t}
+    $$
+
+    Its other half, no std in the group advantage, is the
     advantage's: ``MCAdvantage(..., scale=False)`` or
     :func:`rlloss.functional.group_relative_advantage` with ``scale=False``. Same keywords as
     :class:`GRPOLoss`, another default aggregation.
@@ -639,9 +665,17 @@ class DrGRPOLoss(GRPOLoss):
 
 
 class GSPOLoss(GRPOLoss):
-    """GSPO (Zheng et al., "Group Sequence Policy Optimization", arXiv:2507.18071): the ratio
-    of a sequence is ``s = exp(mean_t log r_t)`` over its valid tokens (eq. 7), clipped per
-    sequence; computed as GSPO-token (eq. 13), whose gradient is GSPO's when the advantage is
+    r"""GSPO (Zheng et al., "Group Sequence Policy Optimization", arXiv:2507.18071): the ratio
+    of a sequence is the geometric mean of its valid tokens' ratios (eq. 7), clipped per
+    sequence:
+
+    $$
+    s = \exp\Big(\frac{1}{|y|} \sum_{t} \log r_t\Big), \qquad
+    \mathcal{L} = -\min\Big(s A,\; \operatorname{clip}(s, 1 - \epsilon_{\text{low}},
+    1 + \epsilon_{\text{high}}) A\Big)
+    $$
+
+     computed as GSPO-token (eq. 13), whose gradient is GSPO's when the advantage is
     one per sequence. The paper's clip range is small: default ``clip_epsilon=(3e-4, 4e-4)``;
     the default aggregation is the mean over sequences (``"prompt_mean"``). Same keywords as
     :class:`GRPOLoss`, other defaults.

@@ -16,15 +16,23 @@ from rlloss.llm.preference import PreferenceLoss, masked_mean
 
 
 class KTOLoss(PreferenceLoss):
-    """KTO (Ethayarajh et al., "KTO: Model Alignment as Prospect Theoretic Optimization",
+    r"""KTO (Ethayarajh et al., "KTO: Model Alignment as Prospect Theoretic Optimization",
     arXiv:2402.01306): each response is labelled desirable or not, no pairs needed.
 
-    With ``r = log pi(y) - log pi_ref(y)`` and the reference point ``z_0 = max(0,
-    mean_j (log pi(y'_j) - log pi_ref(y'_j)))`` over mismatched responses ``y'`` (the batch's
-    ``kl_response`` entry: each prompt with another example's response; no gradient),
-    ``loss_kto`` per example is ``lambda_D (1 - sigmoid(beta (r - z_0)))`` for a desirable
-    response and ``lambda_U (1 - sigmoid(beta (z_0 - r)))`` for an undesirable one (eq. 7, the
-    formula of TRL's ``KTOTrainer``), reduced over all examples. Diagnostics (detached): ``kl``
+    $$
+    \mathcal{L}_{\text{kto}} =
+    \begin{cases}
+    \lambda_D \big(1 - \sigma(\beta (r - z_0))\big) & \text{desirable} \\
+    \lambda_U \big(1 - \sigma(\beta (z_0 - r))\big) & \text{undesirable}
+    \end{cases}
+    \qquad
+    r = \log \frac{\pi(y)}{\pi_{\text{ref}}(y)}, \quad
+    z_0 = \max\Big(0, \frac{1}{m} \sum_j \log \frac{\pi(y'_j)}{\pi_{\text{ref}}(y'_j)}\Big)
+    $$
+
+    per example, the reference point $z_0$ over mismatched responses $y'$ (the batch's
+    ``kl_response`` entry: each prompt with another example's response; no gradient) (eq. 7,
+    the formula of TRL's ``KTOTrainer``), reduced over all examples. Diagnostics (detached): ``kl``
     (``z_0``), ``reward_chosen`` and ``reward_rejected`` (the mean ``beta r`` over the desirable
     and the undesirable examples, 0 without one).
 

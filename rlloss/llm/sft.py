@@ -28,12 +28,17 @@ LOSS_FUNCTIONS = ("sft", "minor_sft")
 
 
 class SFTLoss(ChatHistoryLoss):
-    """Supervised fine-tuning loss over chat histories (TorchRL's ``SFTLoss``: same keywords,
+    r"""Supervised fine-tuning loss over chat histories (TorchRL's ``SFTLoss``: same keywords,
     keys and output class).
 
-    ``loss_sft = -(1/|y|) sum_t log pi(y_t)`` per sequence over the assistant tokens (the sum
-    with ``normalize_by_seq_length=False``), reduced by ``reduction``; with
-    ``loss_function="minor_sft"``, ``-log sigmoid(beta (log p(y) - log p_ref(y)))`` (MinorSFT),
+    $$
+    \mathcal{L}_{\text{sft}} = -\frac{1}{|y|} \sum_t \log \pi(y_t \mid x, y_{<t}), \qquad
+    \mathcal{L}_{\text{minor\_sft}} = -\log \sigma\Big(\beta \big(\log \pi(y)
+    - \log \pi_{\text{ref}}(y)\big)\Big)
+    $$
+
+    per sequence over the assistant tokens (the sum with ``normalize_by_seq_length=False``),
+    reduced by ``reduction``; the second with ``loss_function="minor_sft"`` (MinorSFT),
     the reference log-probs read from ``("next", "ref_log_probs", "full")`` (set to 0 outside
     the assistant tokens before any arithmetic: a value or NaN at a prompt position changes
     nothing), ``beta > 0``. With
@@ -135,7 +140,7 @@ class SFTLoss(ChatHistoryLoss):
     class _AcceptedKeys(ChatHistoryLoss._AcceptedKeys):
         """ref_log_prob: the reference model's token log-probs."""
 
-        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff
+        ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff, [*B, T]
 
     beta = Coefficient(low=0.0, low_open=True)  # MinorSFT: beta > 0
     kl_to_ref_coeff = Coefficient(low=0.0)

@@ -15,13 +15,18 @@ from rlloss.llm.preference import PreferenceLoss, reward_diagnostics
 
 
 class SimPOLoss(PreferenceLoss):
-    """SimPO (Meng et al., "SimPO: Simple Preference Optimization with a Reference-Free
+    r"""SimPO (Meng et al., "SimPO: Simple Preference Optimization with a Reference-Free
     Reward", arXiv:2405.14734): DPO without a reference model, the implicit reward being the
     length-normalised log-likelihood ``beta / |y| log pi(y)``, with a target margin ``gamma``.
 
-    ``loss_simpo = -(1 - eps) log sigmoid(m) - eps log sigmoid(-m)`` per pair, ``m = beta
-    mean_t log pi(y_w,t) - beta mean_t log pi(y_l,t) - gamma`` (eq. 6; ``eps =
-    label_smoothing``, 0 in the paper; TRL's ``CPOTrainer(loss_type="simpo")`` formula).
+    $$
+    \mathcal{L}_{\text{simpo}} = -(1 - \epsilon) \log \sigma(m) - \epsilon \log \sigma(-m),
+    \qquad
+    m = \frac{\beta}{|y_w|} \log \pi(y_w) - \frac{\beta}{|y_l|} \log \pi(y_l) - \gamma
+    $$
+
+    per pair (eq. 6; $\epsilon$ = ``label_smoothing``, 0 in the paper; TRL's
+    ``CPOTrainer(loss_type="simpo")`` formula).
     Diagnostics (detached): ``reward_chosen``, ``reward_rejected`` (the mean rewards ``beta
     mean_t log pi``), ``reward_margin``, ``reward_accuracy``.
 

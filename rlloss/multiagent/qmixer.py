@@ -28,10 +28,17 @@ from rlloss.offpolicy.q_learning import QLearningLoss
 
 
 class QMixerLoss(QLearningLoss):
-    """Q-learning on the mixed value of a team: each agent's network gives ``Q_i(o_i, .)``, the
-    mixer turns the agents' chosen values into the team's ``Q_tot(s, a) = f(Q_1(o_1, a_1), ...,
-    Q_n(o_n, a_n); s)``, regressed on ``y = r + gamma^n (1 - terminated) f_target(max_a
-    Q_1,target(o'_1, a), ...; s')`` (no gradient through ``y``). The reward, done and terminated
+    r"""Q-learning on the mixed value of a team: each agent's network gives ``Q_i(o_i, .)``, the
+    mixer $f$ turns the agents' chosen values into the team's, regressed on a target
+    (no gradient through $y$):
+
+    $$
+    Q_{\text{tot}}(s, a) = f\big(Q_1(o_1, a_1), \ldots, Q_n(o_n, a_n); s\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \bar{f}\big(\max_{a} \bar{Q}_1(o'_1, a), \ldots,
+    \max_{a} \bar{Q}_n(o'_n, a); s'\big)
+    $$
+
+    The reward, done and terminated
     flags are the team's (``[*B, 1]``); the agents' entries carry an agent dim
     (``("agents", "action")``: ``[*B, n_agents]`` indices or ``[*B, n_agents, A]`` one-hot).
 
@@ -128,10 +135,10 @@ class QMixerLoss(QLearningLoss):
 
         advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
         value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)
-        local_value: NestedKey = ("agents", "chosen_action_value")  # the mixer's per-agent input
-        global_value: NestedKey = "chosen_action_value"  # Q_tot, written by the mixer
-        action_value: NestedKey = ("agents", "action_value")  # Q_i(o_i, .) of each agent
-        action: NestedKey = ("agents", "action")  # each agent's action: index or one-hot
+        local_value: NestedKey = ("agents", "chosen_action_value")  # mixer input, [*B, N, 1]
+        global_value: NestedKey = "chosen_action_value"  # Q_tot, written by the mixer, [*B, 1]
+        action_value: NestedKey = ("agents", "action_value")  # Q_i(o_i, .) per agent, [*B, N, A]
+        action: NestedKey = ("agents", "action")  # index [*B, N] or one-hot [*B, N, A]
 
     out_keys = ["loss"]
     _reads_loss_mask = False  # TorchRL's QMixerLoss reads no padding mask

@@ -32,7 +32,16 @@ _CQL_OUT_KEYS = [
 
 
 class CQLLoss(ContinuousSoftActorCritic):
-    """Conservative Q-learning (CQL(H)) for offline RL with continuous actions, on SAC.
+    r"""Conservative Q-learning (CQL(H)) for offline RL with continuous actions, on SAC.
+
+    $$
+    \mathcal{L}_{\text{cql}} = w_{\min} \sum_i \Big[T \log \sum_k
+    \exp\Big(\frac{Q_i(s, a_k) - \log q(a_k)}{T}\Big) - Q_i(s, a)\Big], \qquad
+    \mathcal{L}_{\text{qvalue}} = \sum_i L\big(Q_i(s, a),\, r + \gamma^n
+    (1 - \text{terminated}) V'(s')\big)
+    $$
+
+    ($w_{\min}$ = ``min_q_weight``, $T$ = ``temperature``), in detail:
 
     - ``loss_qvalue = sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) V'(s')``, no
       gradient: ``V'(s') = min_i Q_i,target(s', a')`` with ``a' ~ pi(.|s')``
@@ -142,7 +151,7 @@ class CQLLoss(ContinuousSoftActorCritic):
     class _AcceptedKeys(ContinuousSoftActorCritic._AcceptedKeys):
         """Keys read by CQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
-        log_prob: NestedKey = "_log_prob"  # the key of log pi in ``actor_loss``'s metadata
+        log_prob: NestedKey = "_log_prob"  # the key of log pi in ``actor_loss``'s metadata, [*B]
         pred_q1: NestedKey = "pred_q1"  # kept for TorchRL's key names (not written)
         pred_q2: NestedKey = "pred_q2"  # kept for TorchRL's key names (not written)
         cql_q1_loss: NestedKey = "cql_q1_loss"  # kept for TorchRL's key names (not written)

@@ -17,11 +17,16 @@ from rlloss.offpolicy.q_learning import QLearningLoss
 
 
 class DiscreteCQLLoss(QLearningLoss):
-    """Discrete conservative Q-learning (Kumar et al., arXiv:2006.04779, CQL(H)) for offline RL:
-    DQN's regression, halved as TorchRL does (``loss_qvalue = 0.5 mean(L(Q(s, a), y))``, ``y``
-    the target network's greedy value), and ``loss_cql = mean(logsumexp_a Q(s, a) - Q(s,
-    a_data))`` (:func:`rlloss.functional.cql_penalty`); weight the two in the sum as the paper's
-    ``alpha`` asks.
+    r"""Discrete conservative Q-learning (Kumar et al., arXiv:2006.04779, CQL(H)) for offline RL:
+    DQN's regression, halved as TorchRL does ($y$ the target network's greedy value), and the
+    conservative penalty (:func:`rlloss.functional.cql_penalty`); weight the two in the sum as
+    the paper's $\alpha$ asks.
+
+    $$
+    \mathcal{L}_{\text{qvalue}} = \frac{1}{2N} \sum L\big(Q(s, a),\, y\big), \qquad
+    \mathcal{L}_{\text{cql}} = \frac{1}{N} \sum \Big(\log \sum_{a'} e^{Q(s, a')}
+    - Q(s, a)\Big)
+    $$
 
     TorchRL's ``DiscreteCQLLoss`` with the same keywords and outputs (``loss_qvalue``,
     ``loss_cql``, and the batch means ``td_error`` (``[1]``), ``pred_value`` (over every action)

@@ -31,14 +31,25 @@ from rlloss.offpolicy.base import (
 
 
 class IQLLoss(TDTargetLoss):
-    """IQL's actor, Q and value losses.
+    r"""IQL's actor, Q and value losses.
 
-    - ``loss_value = mean(|tau - 1(u < 0)| u^2)``, ``u = min_i Q_target,i(s, a) - V(s)``
-      (:func:`rlloss.functional.expectile_loss`, ``tau = expectile``);
-    - ``loss_qvalue = sum_i mean(L(Q_i(s, a), r + gamma^n (1 - terminated) V(s')))`` (``V(s')``
-      without gradient; n-step, PER weights and TD(lambda) targets as every off-policy loss);
-    - ``loss_actor = -mean(w log pi(a|s))`` with ``w = min(exp(temperature (min_i Q_target,i(s,
-      a) - V(s))), 100)`` (no gradient, :func:`rlloss.functional.advantage_weights`);
+    $$
+    \mathcal{L}_{\text{value}} = \frac{1}{N} \sum \big|\tau - \mathbb{1}(u < 0)\big| u^2,
+    \qquad u = \min_k \bar{Q}_k(s, a) - V(s)
+    $$
+
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_k \frac{1}{N} \sum
+    L\big(Q_k(s, a),\, r + \gamma^n (1 - \text{terminated}) V(s')\big), \qquad
+    \mathcal{L}_{\text{actor}} = -\frac{1}{N} \sum w \log \pi(a \mid s)
+    $$
+
+    with $w = \min\big(e^{\beta u}, 100\big)$, $\beta$ = ``temperature``:
+
+    - ``loss_value``: :func:`rlloss.functional.expectile_loss`, $\tau$ = ``expectile``;
+    - ``loss_qvalue``: $V(s')$ without gradient; n-step, PER weights and TD(lambda) targets as
+      every off-policy loss;
+    - ``loss_actor``: $w$ without gradient (:func:`rlloss.functional.advantage_weights`);
     - ``entropy``: ``-mean(log pi(a|s))`` of the dataset's actions (a diagnostic).
 
     ``forward`` writes ``td_error`` (``max_i (Q_i - y)^2``, ``[*B]``) into the batch for
@@ -114,10 +125,10 @@ class IQLLoss(TDTargetLoss):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by IQLLoss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
-        value: NestedKey = "state_value"  # written by the value network
-        action: NestedKey = "action"  # the dataset's action
+        value: NestedKey = "state_value"  # written by the value network, [*B, 1]
+        action: NestedKey = "action"  # the dataset's action, [*B, A]
         log_prob: NestedKey = "_log_prob"  # kept for TorchRL's key names (not written)
-        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks, [*B, 1]
 
     _actor_loss_key = "loss_actor"
     _choices = {**TDTargetLoss._choices, "scalar_output_mode": ("exclude", "non_tensor")}

@@ -16,10 +16,15 @@ from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
 
 
 class TD3BCLoss(TwinDelayedLoss):
-    """TD3+BC (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement Learning",
-    arXiv:2106.06860): TD3's critic, and an actor that also imitates the dataset,
-    ``loss_actor = -lambda Q_1(s, mu(s)) + mean((mu(s) - a)^2)`` with ``lambda = alpha /
-    mean|Q_1(s, mu(s))|`` (:func:`rlloss.functional.td3_bc_actor_loss`).
+    r"""TD3+BC (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement Learning",
+    arXiv:2106.06860): TD3's critic, and an actor that also imitates the dataset
+    (:func:`rlloss.functional.td3_bc_actor_loss`):
+
+    $$
+    \mathcal{L}_{\text{actor}} = -\lambda \frac{1}{N} \sum Q_1(s, \mu(s))
+    + \frac{1}{N} \sum \big(\mu(s) - a\big)^2, \qquad
+    \lambda = \frac{\alpha}{\frac{1}{N} \sum |Q_1(s, \mu(s))|}
+    $$
 
     TorchRL's ``TD3BCLoss`` with the same keywords and outputs: :class:`rlloss.TD3Loss`'s, plus
     ``bc_loss`` and ``lmbd``; ``state_action_value_actor`` is ``Q_1(s, mu(s))``, ``[*B]``, as

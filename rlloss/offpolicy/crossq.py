@@ -24,9 +24,21 @@ from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 
 class CrossQLoss(ContinuousSoftActorCritic):
-    """CrossQ's actor, critic and temperature losses: SAC without target networks, whose
+    r"""CrossQ's actor, critic and temperature losses: SAC without target networks, whose
     critics (with BatchNorm / BatchRenorm layers) see the current and the next transitions in
     one batch.
+
+    $$
+    \begin{bmatrix} Q_i(s, a) \\ Q_i(s', a') \end{bmatrix}
+    = Q_i\Big(\begin{bmatrix} s \\ s' \end{bmatrix},
+    \begin{bmatrix} a \\ a' \end{bmatrix}\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_i L\big(Q_i(s, a), y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \Big(\min_i \mathrm{sg}\big(Q_i(s', a')\big)
+    - \alpha \log \pi(a' \mid s')\Big)
+    $$
 
     Bhatt et al., "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample
     Efficiency and Simplicity", ICLR 2024 (https://openreview.net/pdf?id=PczQtTsTIX), Algorithm 1:
@@ -37,11 +49,12 @@ class CrossQLoss(ContinuousSoftActorCritic):
       the joint batch, so they cover both action distributions (the paper's Section 3); the
       critics run in train mode (running statistics updated), or in eval mode after
       ``loss.eval()``;
-    - critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i(s', a') -
-      alpha log pi(a'|s'))`` from the ``s'`` half of the same pass, detached (no target
-      network: the paper's "removing target networks");
-    - actor: ``alpha log pi(a~|s) - min_i Q_i(s, a~)`` with the critics in eval mode (running
-      statistics, not updated) and no gradient to them, as the authors' code and TorchRL do;
+    - critic: $\sum_i L(Q_i(s, a), y)$ with $y = r + \gamma^n (1 - \text{terminated})
+      \big(\min_i Q_i(s', a') - \alpha \log \pi(a' \mid s')\big)$ from the ``s'`` half of the
+      same pass, detached (no target network: the paper's "removing target networks");
+    - actor: $\alpha \log \pi(\tilde{a} \mid s) - \min_i Q_i(s, \tilde{a})$ with the critics in
+      eval mode (running statistics, not updated) and no gradient to them, as the authors' code
+      and TorchRL do;
     - temperature: SAC's ``-log alpha (log pi(a~|s) + target_entropy)``.
 
     ``forward`` returns ``out_keys`` (``loss_actor``, ``loss_qvalue``, ``loss_alpha``,

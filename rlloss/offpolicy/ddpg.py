@@ -21,10 +21,16 @@ from rlloss.offpolicy.deterministic import DeterministicActorCritic
 
 
 class DDPGLoss(DeterministicActorCritic):
-    """DDPG's actor and critic losses.
+    r"""DDPG's actor and critic losses.
 
-    Critic: ``L(Q(s, a), r + gamma^n (1 - terminated) Q_target(s', mu_target(s')))``. Actor:
-    ``-Q(s, mu(s))`` with the critic's parameters detached. :meth:`loss_actor` and
+    $$
+    \mathcal{L}_{\text{value}} = L\big(Q(s, a),\,
+    r + \gamma^n (1 - \text{terminated}) \bar{Q}(s', \bar{\mu}(s'))\big), \qquad
+    \mathcal{L}_{\text{actor}} = -Q(s, \mu(s))
+    $$
+
+    with $\bar{Q}$, $\bar{\mu}$ the target copies and the critic's parameters detached in the
+    actor's loss. :meth:`loss_actor` and
     :meth:`loss_value` can be called separately; ``forward`` returns both and writes the squared
     TD error ``td_error`` (``[*B]``) into the batch for prioritized replay.
 

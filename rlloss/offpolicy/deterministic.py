@@ -24,8 +24,8 @@ class DeterministicActorCritic(TDTargetLoss):
         """The keys of DDPG and TD3: the action and the critic's output, besides the replay
         keys."""
 
-        action: NestedKey = "action"  # the action taken, and the actor's output
-        state_action_value: NestedKey = "state_action_value"  # the critic's V(s)
+        action: NestedKey = "action"  # the action taken, and the actor's output, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # the critic's Q(s, a), [*B, 1]
 
     _estimator_keys = {"value": "state_action_value"}
     _actor_loss_key = "loss_actor"

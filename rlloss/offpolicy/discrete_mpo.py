@@ -19,14 +19,30 @@ from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
 
 
 class DiscreteMPOLoss(MaximumAPosteriori):
-    """Categorical MPO: the E-step enumerates the actions instead of sampling them.
+    r"""Categorical MPO: the E-step enumerates the actions instead of sampling them.
 
-    E-step: ``log q(a|s) = log_softmax_a(log pi_target(a|s) + Q_target(s, a) / eta)`` (no
-    gradient); temperature loss ``eta (epsilon + mean_s log sum_a pi_target(a|s) exp(Q_target(s,
-    a) / eta))``. M-step: ``loss_actor = mean_s [-sum_a q(a|s) log pi(a|s) + sg(alpha) KL(
-    pi_target || pi)]``, ``loss_alpha = alpha (epsilon_policy - sg(mean_s KL))`` (Acme's
-    ``CategoricalMPO``). Critic (expected SARSA, exact): ``L(Q(s, a), y)``, ``y = r + gamma^n (1
-    - terminated) sum_a' pi_target(a'|s') Q_target(s', a')``.
+    E-step (no gradient) and temperature loss:
+
+    $$
+    q(a \mid s) \propto \bar{\pi}(a \mid s) \exp\big(\bar{Q}(s, a) / \eta\big), \qquad
+    \mathcal{L}_{\eta} = \eta \Big(\epsilon + \mathbb{E}_s \log \sum_a \bar{\pi}(a \mid s)
+    \exp\big(\bar{Q}(s, a) / \eta\big)\Big)
+    $$
+
+    M-step ($\mathrm{sg}$: no gradient; Acme's ``CategoricalMPO``):
+
+    $$
+    \mathcal{L}_{\text{actor}} = \mathbb{E}_s \Big[-\sum_a q(a \mid s) \log \pi(a \mid s)
+    + \mathrm{sg}(\alpha) \mathrm{KL}(\bar{\pi} \,\|\, \pi)\Big], \qquad
+    \mathcal{L}_{\alpha} = \alpha \big(\epsilon_\pi - \mathrm{sg}(\mathbb{E}_s \mathrm{KL})\big)
+    $$
+
+    Critic (expected SARSA, exact):
+
+    $$
+    L\big(Q(s, a), y\big), \qquad y = r + \gamma^n (1 - \text{terminated})
+    \sum_{a'} \bar{\pi}(a' \mid s') \bar{Q}(s', a')
+    $$
 
     Reference: Abdolmaleki et al., "Maximum a Posteriori Policy Optimisation", arXiv:1806.06920,
     and "Relative Entropy Regularized Policy Iteration", arXiv:1812.02256.
@@ -84,8 +100,8 @@ class DiscreteMPOLoss(MaximumAPosteriori):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by DiscreteMPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken: index or one-hot
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q network, [*B, A]
 
     out_keys = [
         "loss_actor",

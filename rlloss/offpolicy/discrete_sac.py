@@ -27,12 +27,23 @@ from rlloss.offpolicy.soft_actor_critic import _SoftActorCritic
 
 
 class DiscreteSACLoss(_SoftActorCritic):
-    """Discrete SAC: the losses of :class:`rlloss.SACLoss` with exact expectations over the actions.
+    r"""Discrete SAC: the losses of :class:`rlloss.SACLoss` with exact expectations over actions.
 
-    Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) sum_a' pi(a'|s')
-    (min_i Q_i,target(s', a') - alpha log pi(a'|s'))``. Actor: ``sum_a pi(a|s) (alpha log
-    pi(a|s) - min_i Q_i(s, a))`` (critics detached). Temperature: ``-log alpha (sum_a pi log pi
-    + target_entropy)`` (arXiv:1910.07207, eqs. 9, 10 and 11). ``forward`` writes ``td_error``
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_k L\big(Q_k(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \sum_{a'} \pi(a' \mid s')
+    \Big(\min_k \bar{Q}_k(s', a') - \alpha \log \pi(a' \mid s')\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{actor}} = \sum_a \pi(a \mid s)
+    \Big(\alpha \log \pi(a \mid s) - \min_k Q_k(s, a)\Big), \qquad
+    \mathcal{L}_{\text{alpha}} = -\log \alpha \Big(\sum_a \pi(a \mid s) \log \pi(a \mid s)
+    + \bar{\mathcal{H}}\Big)
+    $$
+
+    (critics detached in the actor's loss, $\bar{\mathcal{H}}$ = ``target_entropy``;
+    arXiv:1910.07207, eqs. 9, 10 and 11). ``forward`` writes ``td_error``
     (``max_i |Q_i(s, a) - y|``, ``[*B]``) into the batch.
 
     Args:
@@ -86,8 +97,8 @@ class DiscreteSACLoss(_SoftActorCritic):
     class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
         """Keys read by DiscreteSACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken: index or one-hot
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks, [*B, A]
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
 
     def __init__(

@@ -25,13 +25,19 @@ from rlloss.offpolicy.q_learning import QLearningLoss
 
 
 class DQNLoss(QLearningLoss):
-    """Q-learning loss ``L(Q(s, a), r + gamma^n (1 - terminated) V'(s'))``.
+    r"""Q-learning loss on a TD target from a target network.
 
-    ``V'(s') = max_a Q_target(s', a)``, or with ``double_dqn=True`` the target network's value
-    of the online network's greedy action. ``n`` is ``steps_to_next_obs`` when the batch has it
-    (TorchRL's ``MultiStep``), else 1. The loss is weighted by ``priority_weight`` when the batch
-    has it (prioritized replay) and the squared TD error is written into the input batch under
-    ``td_error`` for ``replay_buffer.update_tensordict_priority(batch)``.
+    $$
+    \mathcal{L} = L\big(Q(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \max_{a'} \bar{Q}(s', a')
+    $$
+
+    with $\bar{Q}$ the target network; with ``double_dqn=True`` the target network's value of
+    the online network's greedy action, $\bar{Q}(s', \arg\max_{a'} Q(s', a'))$. $n$ is
+    ``steps_to_next_obs`` when the batch has it (TorchRL's ``MultiStep``), else 1. The loss is
+    weighted by ``priority_weight`` when the batch has it (prioritized replay) and the squared
+    TD error is written into the input batch under ``td_error`` for
+    ``replay_buffer.update_tensordict_priority(batch)``.
 
     Reference: Mnih et al., "Human-level control through deep reinforcement learning", Nature
     (2015); van Hasselt et al., "Deep Reinforcement Learning with Double Q-learning",
@@ -92,8 +98,13 @@ class DQNLoss(QLearningLoss):
 
 
 class DDQNLoss(DQNLoss):
-    """:class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias;
+    r""":class:`DQNLoss` with ``double_dqn=True`` (and a target network), as TorchRL's alias;
     its keywords are :class:`DQNLoss`'s but ``delay_value`` and ``double_dqn`` (both ``True``).
+
+    $$
+    \mathcal{L} = L\big(Q(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated})\, \bar{Q}\big(s', \arg\max_{a'} Q(s', a')\big)
+    $$
 
     Reference: van Hasselt, Guez and Silver, "Deep Reinforcement Learning with Double
     Q-learning", arXiv:1509.06461.
@@ -161,16 +172,24 @@ class DDQNLoss(DQNLoss):
 
 
 class DistributionalDQNLoss(DQNLoss):
-    """Categorical distributional Q-learning, C51 (Bellemare et al., "A Distributional
+    r"""Categorical distributional Q-learning, C51 (Bellemare et al., "A Distributional
     Perspective on Reinforcement Learning", arXiv:1707.06887), with double-Q bootstrapping.
 
     The network gives, for every action, log-probabilities over a fixed support of ``K`` returns
     ``z`` (``[*B, K, A]``, TorchRL's ``DistributionalQValueActor``). The target distribution
-    puts the target network's probabilities at the greedy next action ``a* = argmax_a sum_j z_j
-    p_j(s', a)`` (online network: double Q, as TorchRL) on the atoms ``r + gamma^n (1 -
-    terminated) z``, projected back onto ``z`` (:func:`rlloss.functional.categorical_projection`,
-    Algorithm 1); the loss is its cross-entropy with ``p(s, a)``: ``-sum_j m_j log p_j(s, a)``,
-    weighted by ``priority_weight`` when the batch has it. ``forward`` writes that per-sample
+    puts the target network's probabilities at the greedy next action (online network: double Q,
+    as TorchRL) on the shifted atoms, projected back onto ``z``
+    (:func:`rlloss.functional.categorical_projection`, Algorithm 1), and the loss is its
+    cross-entropy with $p(s, a)$:
+
+    $$
+    \mathcal{L} = -\sum_j m_j \log p_j(s, a), \qquad
+    m = \Phi_z\Big(r + \gamma^n (1 - \text{terminated}) z,\;
+    \bar{p}(s', a^*)\Big), \qquad a^* = \arg\max_{a} \sum_j z_j p_j(s', a)
+    $$
+
+    ($\Phi_z$ the projection onto the support), weighted by ``priority_weight`` when the batch
+    has it. ``forward`` writes that per-sample
     cross-entropy (``[*B, 1]``, TorchRL's priority) into the batch under ``td_error``.
 
     Args:
@@ -229,7 +248,7 @@ class DistributionalDQNLoss(DQNLoss):
         """Keys read by DistributionalDQNLoss (``priority``: the cross-entropy, ``[*B, 1]``)."""
 
         action_value: NestedKey = "action_value"  # log-probabilities [*B, K, A]
-        action: NestedKey = "action"  # the action taken: index or one-hot
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
 
     _one_step_targets_only = True  # TD(1) / TD(lambda) of a return distribution: not defined
 

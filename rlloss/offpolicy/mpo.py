@@ -23,12 +23,17 @@ from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
 
 
 class MPOLoss(MaximumAPosteriori):
-    """MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
+    r"""MPO with decoupled KL constraints for a Gaussian or tanh-Gaussian policy.
 
     E-step (arXiv:1806.06920, sec. 4): at each state ``s_i`` draw ``N = num_samples`` actions
-    ``a_ij`` from the target policy, score them with the target critic, and weight them by
-    ``w_ij = softmax_j(Q_ij / eta)`` (no gradient). The temperature's loss is ``eta (epsilon +
-    mean_i logsumexp_j(Q_ij / eta) - log N)``.
+    ``a_ij`` from the target policy, score them with the target critic, and weight them (no
+    gradient); the temperature $\eta$ has its dual loss:
+
+    $$
+    w_{ij} = \frac{\exp(Q_{ij} / \eta)}{\sum_{j'} \exp(Q_{ij'} / \eta)}, \qquad
+    \mathcal{L}_{\eta} = \eta \Big(\epsilon + \frac{1}{B} \sum_i
+    \log \sum_j \exp(Q_{ij} / \eta) - \log N\Big)
+    $$
 
     M-step, decoupled (arXiv:1812.02256, sec. 4.2): with the online ``N(mu, sigma)`` and the
     target ``N(mu_t, sigma_t)``, ``pi_mean = N(mu, sigma_t)`` and ``pi_stddev = N(mu_t, sigma)``;
@@ -156,8 +161,8 @@ class MPOLoss(MaximumAPosteriori):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by MPOLoss (``priority``: ``|TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken (and the Q network's action input)
-        state_action_value: NestedKey = "state_action_value"  # written by the Q network
+        action: NestedKey = "action"  # the action taken (and the Q network's action input), [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # written by the Q network, [*B, 1]
 
     # the M-step's KL bounds (mean, stddev) and the action penalty's
     epsilon_mean = Coefficient(low=0.0, low_open=True)

@@ -29,18 +29,27 @@ _EPS_GSDE = "_eps_gSDE"  # the gSDE noise entry TorchRL's REDQ sets to zeros for
 
 
 class REDQLoss(ContinuousSoftActorCritic):
-    """REDQ's actor, critic and temperature losses.
+    r"""REDQ's actor, critic and temperature losses.
 
     With ``a~ ~ pi(.|s)`` (reparameterised) and ``a' ~ pi(.|s')`` drawn together, and a subset
     ``J`` of ``M = sub_sample_len`` of the ``N = num_qvalue_nets`` target critics drawn uniformly
     without replacement at each call:
 
-    - critic: ``L(Q_i(s, a), y)`` for every ``i``, ``y = r + gamma^n (1 - terminated) (min_{j in
-      J} Q_j,target(s', a') - alpha log pi(a'|s'))`` (no gradient) (arXiv:2101.05982,
-      Algorithm 1);
-    - actor: ``alpha log pi(a~|s) - Q_i(s, a~)`` for every ``i`` (the mean over the ensemble,
-      line 13; the critics get no gradient from it);
-    - temperature: ``-alpha (log pi + target_entropy)`` over the log-probs of ``a~`` and ``a'``,
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_{i=1}^{N} L\big(Q_i(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated})
+    \Big(\min_{j \in J} \bar{Q}_j(s', a') - \alpha \log \pi(a' \mid s')\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{actor}} = \frac{1}{N} \sum_{i=1}^{N}
+    \Big(\alpha \log \pi(\tilde{a} \mid s) - Q_i(s, \tilde{a})\Big), \qquad
+    \mathcal{L}_{\text{alpha}} = -\alpha \big(\log \pi + \bar{\mathcal{H}}\big)
+    $$
+
+    - critic: $y$ without gradient (arXiv:2101.05982, Algorithm 1);
+    - actor: the mean over the ensemble (line 13; the critics get no gradient from it);
+    - temperature: over the log-probs of ``a~`` and ``a'``,
       ``alpha = exp(clamp(log_alpha, log min_alpha, log max_alpha))`` with the clamp's gradient
       taken as the identity (:func:`rlloss.functional.alpha_temperature_loss`,
       :func:`rlloss.functional.straight_through_clamp`): TorchRL's rule.

@@ -49,12 +49,25 @@ class StateValueBackup:
 
 
 class SACLoss(ContinuousSoftActorCritic):
-    """SAC's actor, critic and temperature losses (SAC v2; SAC v1 with a ``value_network``).
+    r"""SAC's actor, critic and temperature losses (SAC v2; SAC v1 with a ``value_network``).
 
-    Critic: ``sum_i L(Q_i(s, a), y)``, ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s',
-    a') - alpha log pi(a'|s'))`` with ``a' ~ pi(.|s')`` from the current policy, no gradient.
-    Actor: ``alpha log pi(a~|s) - min_i Q_i(s, a~)`` with ``a~`` reparameterised (the critics
-    get no gradient from it). Temperature: ``-log alpha (log pi(a~|s) + target_entropy)``
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_{k} L\big(Q_k(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated})
+    \Big(\min_{k} \bar{Q}_k(s', a') - \alpha \log \pi(a' \mid s')\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{actor}} = \alpha \log \pi(\tilde{a} \mid s) - \min_{k} Q_k(s, \tilde{a}),
+    \qquad
+    \mathcal{L}_{\text{alpha}} = -\log \alpha \,\big(\log \pi(\tilde{a} \mid s)
+    + \bar{\mathcal{H}}\big)
+    $$
+
+    The critic (``loss_qvalue``) regresses on $y$, with $a' \sim \pi(\cdot \mid s')$ from the
+    current policy and no gradient, $\bar{Q}_k$ the target copies. The actor (``loss_actor``)
+    uses $\tilde{a}$ reparameterised (the critics get no gradient from it); the temperature
+    (``loss_alpha``) drives the entropy towards $\bar{\mathcal{H}}$ (``target_entropy``)
     (arXiv:1812.05905, eqs. 5, 7 and 18). The Q networks are an ensemble of ``num_qvalue_nets``
     evaluated in one ``vmap`` call. ``forward`` writes ``td_error`` (``max_i |Q_i - y|``,
     ``[*B]``) into the batch.

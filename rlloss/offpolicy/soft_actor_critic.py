@@ -244,8 +244,8 @@ class ContinuousSoftActorCritic(_SoftActorCritic):
     class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
         """Keys read by the continuous SAC losses (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken, and the actor's sample key
-        state_action_value: NestedKey = "state_action_value"  # written by the Q networks
+        action: NestedKey = "action"  # the action taken, and the actor's sample key, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks, [*B, 1]
         log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
 
     def __init__(

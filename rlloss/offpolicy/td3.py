@@ -7,12 +7,22 @@ from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
 
 
 class TD3Loss(TwinDelayedLoss):
-    """TD3's actor and critic losses.
+    r"""TD3's actor and critic losses.
 
-    Critic: ``sum_i L(Q_i(s, a), y)`` with ``y = r + gamma^n (1 - terminated) min_i Q_i,target(s',
-    a')`` and ``a' = clip(mu_target(s') + clip(eps, -noise_clip, noise_clip), low, high)``,
-    ``eps ~ N(0, policy_noise^2)`` (target policy smoothing, clipped double Q). Actor: ``-Q_1(s,
-    mu(s))`` (the critics get no gradient from it). The Q networks are an ensemble of
+    $$
+    \mathcal{L}_{\text{qvalue}} = \sum_k L\big(Q_k(s, a),\, y\big), \qquad
+    y = r + \gamma^n (1 - \text{terminated}) \min_k \bar{Q}_k(s', a'), \qquad
+    \mathcal{L}_{\text{actor}} = -Q_1(s, \mu(s))
+    $$
+
+    $$
+    a' = \operatorname{clip}\big(\bar{\mu}(s') + \operatorname{clip}(\epsilon, -c, c),\,
+    a_{\text{low}}, a_{\text{high}}\big), \qquad \epsilon \sim N(0, \sigma^2)
+    $$
+
+    (target policy smoothing with $\sigma$ = ``policy_noise`` and $c$ = ``noise_clip``,
+    clipped double Q; the critics get no gradient from the actor's loss). The Q networks are an
+    ensemble of
     ``num_qvalue_nets`` evaluated in one ``vmap`` call. :meth:`loss_actor` and
     :meth:`loss_qvalue` can be called separately (delayed actor updates); ``forward`` returns
     both and writes ``td_error`` (max over the Q networks of the squared TD error, ``[*B]``)

@@ -14,17 +14,25 @@ from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
 
 
 class TQCLoss(ContinuousSoftActorCritic):
-    """TQC's actor, critic and temperature losses: SAC with quantile critics.
+    r"""TQC's actor, critic and temperature losses: SAC with quantile critics.
 
     Each of the ``num_qvalue_nets`` critics outputs ``M`` atoms ``theta_n^m(s, a)`` (the last
     dim of ``state_action_value``, ``[*B, M]``). Critic: the target critics' ``N M`` atoms at
     ``(s', a')``, ``a' ~ pi(.|s')``, are pooled and sorted and the ``d N`` largest dropped
     (``d = top_quantiles_to_drop_per_net``, :func:`rlloss.functional.truncated_mixture_atoms`);
-    the kept atoms give ``y_k = r + gamma^n (1 - terminated) (z_(k) - alpha log pi(a'|s'))``
-    and each critic is trained by the quantile Huber loss against all of them, summed over the
-    critics (:func:`rlloss.functional.quantile_huber_loss`; arXiv:2005.04269).
-    Actor: ``alpha log pi(a~|s) - 1/(N M) sum_n sum_m theta_n^m(s, a~)`` (the critics
-    get no gradient from it). Temperature: SAC's. ``forward`` writes ``td_error`` (``max_n``
+    the kept atoms give the targets $y_k$ and each critic is trained by the quantile Huber loss
+    against all of them, summed over the critics (:func:`rlloss.functional.quantile_huber_loss`;
+    arXiv:2005.04269):
+
+    $$
+    y_k = r + \gamma^n (1 - \text{terminated}) \big(z_{(k)} - \alpha \log \pi(a' \mid s')\big),
+    \qquad
+    \mathcal{L}_{\text{actor}} = \alpha \log \pi(\tilde{a} \mid s) -
+    \frac{1}{N M} \sum_{n=1}^{N} \sum_{m=1}^{M} \theta_n^m(s, \tilde{a})
+    $$
+
+    (the critics get no gradient from the actor's loss). Temperature: SAC's. ``forward`` writes
+    ``td_error`` (``max_n``
     of the mean ``|y_k - theta_n^m|`` over the atom pairs, ``[*B]``) into the batch.
 
     Args:

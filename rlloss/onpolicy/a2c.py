@@ -52,8 +52,18 @@ class _PolicyGradientLoss(OnPolicyLoss):
 
 
 class A2CLoss(_PolicyGradientLoss):
-    """A2C: ``loss_objective = -mean(log pi(a|s) A)``, ``loss_entropy = -entropy_coeff *
-    mean(H[pi(.|s)])`` and ``loss_critic = critic_coeff * mean(L(V(s), value_target))``.
+    r"""A2C: the policy gradient with an advantage, an entropy bonus and a critic.
+
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \log \pi_\theta(a_i \mid s_i) A_i,
+    \qquad
+    \mathcal{L}_{\text{entropy}} = -c_H \frac{1}{N} \sum_i H[\pi_\theta(\cdot \mid s_i)],
+    \qquad
+    \mathcal{L}_{\text{critic}} = c_V \frac{1}{N} \sum_i L\big(V(s_i), \hat{V}_i\big)
+    $$
+
+    with $c_H$ = ``entropy_coeff``, $c_V$ = ``critic_coeff`` and $\hat{V}$ the
+    ``value_target``.
 
     TorchRL's ``A2CLoss`` with the same keywords, keys and outputs (``loss_objective``,
     ``loss_critic``, ``entropy``, ``loss_entropy``; ``value_clip_fraction`` with
@@ -182,8 +192,15 @@ class A2CLoss(_PolicyGradientLoss):
 
 
 class ReinforceLoss(_PolicyGradientLoss):
-    """REINFORCE with a learned baseline: ``loss_actor = -mean(log pi(a|s) A)`` and
-    ``loss_value = mean(L(V(s), value_target))`` (no coefficient, no entropy bonus).
+    r"""REINFORCE with a learned baseline (no coefficient, no entropy bonus).
+
+    $$
+    \mathcal{L}_{\text{actor}} = -\frac{1}{N} \sum_i \log \pi_\theta(a_i \mid s_i) A_i,
+    \qquad
+    \mathcal{L}_{\text{value}} = \frac{1}{N} \sum_i L\big(V(s_i), \hat{V}_i\big)
+    $$
+
+    with $\hat{V}$ the ``value_target``.
 
     TorchRL's ``ReinforceLoss`` with the same keywords, keys and outputs (``loss_actor``,
     ``loss_value``; ``value_clip_fraction`` with ``clip_value``). The advantage is read from the

@@ -82,7 +82,7 @@ class OnPolicyLoss(LossModule):
         value_target: NestedKey = "value_target"  # critic regression target, [*B, 1]
         value: NestedKey = "state_value"  # the critic's V(s), [*B, 1]; old V(s) for clip_value
         sample_log_prob: NestedKey = "action_log_prob"  # log pi_old(a|s) at collection, [*B]
-        action: NestedKey = "action"  # the action taken
+        action: NestedKey = "action"  # the action taken, [*B, *A] (the action spec's shape)
         reward: NestedKey = "reward"  # read under "next" by the value estimator, [*B, 1]
         done: NestedKey = "done"  # read under "next" by the value estimator, [*B, 1]
         terminated: NestedKey = "terminated"  # under "next", read by the value estimator, [*B, 1]

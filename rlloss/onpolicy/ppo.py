@@ -31,11 +31,21 @@ if TYPE_CHECKING:
 
 
 class PPOLoss(OnPolicyLoss):
-    """PPO with the plain importance-weighted surrogate ``r A`` (no clipping, no penalty).
+    r"""PPO with the plain importance-weighted surrogate ``r A`` (no clipping, no penalty).
 
-    ``loss_objective = -mean(r A)`` with ``r = pi(a|s) / pi_old(a|s)``, ``loss_entropy =
-    -entropy_coeff * mean(H[pi(.|s)])`` and ``loss_critic = critic_coeff * mean(L(V(s),
-    value_target))``, ``L`` the ``loss_critic_type`` distance, optionally value-clipped.
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i r_i A_i, \qquad
+    r_i = \frac{\pi_\theta(a_i \mid s_i)}{\pi_{\text{old}}(a_i \mid s_i)}
+    $$
+
+    $$
+    \mathcal{L}_{\text{entropy}} = -c_H \frac{1}{N} \sum_i H[\pi_\theta(\cdot \mid s_i)],
+    \qquad
+    \mathcal{L}_{\text{critic}} = c_V \frac{1}{N} \sum_i L\big(V(s_i), \hat{V}_i\big)
+    $$
+
+    with $c_H$ = ``entropy_coeff``, $c_V$ = ``critic_coeff``, $\hat{V}$ the ``value_target``
+    and $L$ the ``loss_critic_type`` distance, optionally value-clipped.
 
     Args:
         actor_network: a TorchRL ``ProbabilisticActor`` (anything with ``get_dist(td)``).
@@ -226,11 +236,17 @@ class PPOLoss(OnPolicyLoss):
 
 
 class ClipPPOLoss(PPOLoss):
-    """PPO with the clipped surrogate, optionally dual-clipped.
+    r"""PPO with the clipped surrogate, optionally dual-clipped.
 
-    ``loss_objective = -mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A))``, the ratio
-    clipped in log space as TorchRL does; with ``dual_clip=c`` the objective of samples with
-    ``A < 0`` is bounded by ``c A`` (Ye et al., arXiv:1912.09729). Diagnostics:
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_{i} \min\left(r_i A_i,\;
+    \operatorname{clip}(r_i, 1 - \epsilon_{\text{low}}, 1 + \epsilon_{\text{high}}) A_i\right),
+    \qquad r_i = \frac{\pi_\theta(a_i \mid s_i)}{\pi_{\text{old}}(a_i \mid s_i)}
+    $$
+
+    (``loss_objective``), the ratio clipped in log space as TorchRL does; with
+    ``dual_clip=c`` the objective of samples with $A_i < 0$ is bounded by $c A_i$
+    (Ye et al., arXiv:1912.09729). Diagnostics:
     ``clip_fraction``, ``kl_approx`` (``mean(log pi_old - log pi)``, TorchRL's), ``ESS``
     (normalised effective sample size of the behaviour ratios over the batch's first dim, as
     TorchRL's: one per time step, agent or action feature of a multi-dim batch, a scalar for a
@@ -406,7 +422,13 @@ class ClipPPOLoss(PPOLoss):
 
 
 class KLPENPPOLoss(PPOLoss):
-    """PPO with an adaptive KL penalty: ``loss_objective = -mean(r A - beta KL(pi_old || pi))``.
+    r"""PPO with an adaptive KL penalty.
+
+    $$
+    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \Big(r_i A_i -
+    \beta \, \mathrm{KL}\big(\pi_{\text{old}}(\cdot \mid s_i) \,\|\,
+    \pi_\theta(\cdot \mid s_i)\big)\Big)
+    $$
 
     Schulman et al., arXiv:1707.06347, section 4. ``KL(pi_old || pi)`` is analytic when the
     distribution family has a closed form, computed from the distribution parameters the batch
@@ -634,8 +656,12 @@ class KLPENPPOLoss(PPOLoss):
 
 
 class RPOLoss(ClipPPOLoss):
-    """Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
-    noise in every forward, ``mu -> mu + z``, ``z ~ U(-rpo_alpha, rpo_alpha)`` per element.
+    r"""Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
+    noise in every forward, per element:
+
+    $$
+    \mu \rightarrow \mu + z, \qquad z \sim U(-\alpha_{\text{rpo}}, \alpha_{\text{rpo}})
+    $$
 
     Rahman & Xue, "Robust Policy Optimization in Deep Reinforcement Learning", arXiv:2212.07536;
     CleanRL's ``rpo_continuous_action.py``. The ratio uses the unperturbed log-prob stored at
@@ -685,7 +711,7 @@ class RPOLoss(ClipPPOLoss):
     class _AcceptedKeys(ClipPPOLoss._AcceptedKeys):
         """Keys read by RPOLoss: those of the PPO losses, and ``rpo_alpha``."""
 
-        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that apply the noise themselves
+        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that add the noise, [*B, 1]
 
     rpo_alpha = Coefficient(low=0.0, buffer=True)
 

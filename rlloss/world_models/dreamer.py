@@ -26,7 +26,16 @@ from rlloss.world_models.imagination import ImaginationLoss
 
 
 class DreamerModelLoss(WorldModelLossBase):
-    """DreamerV1's world-model loss on real sequences ``[B, T]``:
+    r"""DreamerV1's world-model loss on real sequences ``[B, T]``:
+
+    $$
+    \mathcal{L}_{\text{model\_kl}} = \lambda_{\text{kl}} \frac{1}{N} \sum
+    \max\big(\mathrm{KL}(q \,\|\, p), \text{free\_nats}\big), \qquad
+    \mathcal{L}_{\text{model\_reco}} = \lambda_{\text{reco}} \frac{1}{B T} \sum_{b, t}
+    \sum_{c, h, w} L(o, \hat{o})
+    $$
+
+    in detail:
 
     - ``loss_model_kl = lambda_kl mean(max(KL(q || p), free_nats))`` for the Gaussian posterior
       ``q`` and prior ``p`` (KL summed over the state dims; with ``delayed_clamp`` the mean is
@@ -117,13 +126,13 @@ class DreamerModelLoss(WorldModelLossBase):
         """Keys read by DreamerModelLoss, under "next"."""
 
         reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, T, 1]
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, T, 1]
         prior_mean: NestedKey = "prior_mean"  # the prior's mean (the model's), [*B, T, S]
         prior_std: NestedKey = "prior_std"  # the prior's scale, [*B, T, S]
         posterior_mean: NestedKey = "posterior_mean"  # the posterior's mean, [*B, T, S]
         posterior_std: NestedKey = "posterior_std"  # the posterior's scale, [*B, T, S]
-        pixels: NestedKey = "pixels"  # the observation
-        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's
+        pixels: NestedKey = "pixels"  # the observation, [*B, T, C, H, W]
+        reco_pixels: NestedKey = "reco_pixels"  # its reconstruction, the model's, [*B, T, C, H, W]
     _choices = {**WorldModelLossBase._choices, "reco_loss": DISTANCES, "reward_loss": DISTANCES}
 
     def __init__(
@@ -191,12 +200,18 @@ class DreamerModelLoss(WorldModelLossBase):
 
 
 class DreamerActorLoss(ImaginationLoss):
-    """DreamerV1's actor loss: ``loss_actor = -mean_B sum_t w_t R_t`` over trajectories of
-    ``imagination_horizon`` steps imagined from the batch's ``state`` / ``belief``, with
-    ``R_t`` the lambda-returns (:meth:`lambda_target`) and ``w_t = gamma^t`` (``discount_loss``,
-    default) or 1. Gradients reach the actor through the imagined dynamics (the environment's
-    and the critic's parameters are held out). ``forward`` returns ``(losses, imagined)``, the
-    imagined trajectories ``[N, H]`` with their ``lambda_target`` (the value loss's input).
+    r"""DreamerV1's actor loss over trajectories of ``imagination_horizon`` steps imagined from
+    the batch's ``state`` / ``belief``:
+
+    $$
+    \mathcal{L}_{\text{actor}} = -\frac{1}{B} \sum_{b} \sum_t w_t R_t
+    $$
+
+    with $R_t$ the lambda-returns (:meth:`lambda_target`) and $w_t = \gamma^t$
+    (``discount_loss``, default) or 1. Gradients reach the actor through the imagined dynamics
+    (the environment's and the critic's parameters are held out). ``forward`` returns
+    ``(losses, imagined)``, the imagined trajectories ``[N, H]`` with their ``lambda_target``
+    (the value loss's input).
 
     TorchRL's ``DreamerActorLoss`` with the same keywords, keys and outputs; ``gamma`` and
     ``lmbda`` come from ``make_value_estimator`` (``TD0``, ``TD1``, ``TDLambda``).
@@ -273,10 +288,10 @@ class DreamerActorLoss(ImaginationLoss):
         """Keys read by DreamerActorLoss (the start state is read under ``"state"``)."""
 
         belief: NestedKey = "belief"  # the latent belief, [*B, H]
-        reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"  # the critic's V(s)
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
+        reward: NestedKey = "reward"  # the imagined reward, under "next", [*B, T, 1]
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
 
     def _start_keys(self) -> list[NestedKey]:
         return ["state", self.tensor_keys.belief]
@@ -294,9 +309,15 @@ class DreamerActorLoss(ImaginationLoss):
 
 
 class DreamerValueLoss(LossModule):
-    """DreamerV1's value loss: ``loss_value = mean_B sum_t w_t L(v(s_t), R_t)`` on the imagined
-    states with their ``lambda_target`` (written by :class:`DreamerActorLoss`), ``w_t =
-    gamma^t`` (``discount_loss``, default) or 1, ``L`` the ``value_loss`` distance (``"l2"``).
+    r"""DreamerV1's value loss on the imagined states with their ``lambda_target`` $R_t$
+    (written by :class:`DreamerActorLoss`):
+
+    $$
+    \mathcal{L}_{\text{value}} = \frac{1}{B} \sum_{b} \sum_t w_t L\big(v(s_t), R_t\big)
+    $$
+
+    with $w_t = \gamma^t$ (``discount_loss``, default) or 1, $L$ the ``value_loss`` distance
+    (``"l2"``).
 
     TorchRL's ``DreamerValueLoss`` with the same keywords, keys and outputs; ``forward`` returns
     ``(losses, fake_data)``.
@@ -330,7 +351,7 @@ class DreamerValueLoss(LossModule):
     class _AcceptedKeys:
         """Keys read by DreamerValueLoss."""
 
-        value: NestedKey = "state_value"  # written by the value network
+        value: NestedKey = "state_value"  # written by the value network, [*B, T, 1]
 
     gamma = Coefficient(low=0.0, high=1.0)  # the estimators' range, on assignment too
     _choices = {**LossModule._choices, "value_loss": DISTANCES}

@@ -34,7 +34,21 @@ VALUE_LOSSES = ("symlog_mse", "two_hot")
 
 
 class DreamerV3ModelLoss(WorldModelLossBase):
-    """DreamerV3's world-model loss on real sequences ``[B, T]``.
+    r"""DreamerV3's world-model loss on real sequences ``[B, T]``.
+
+    $$
+    \mathcal{L}_{\text{model\_kl}} = \lambda_{\text{kl}} \frac{1}{N} \sum
+    \Big(\alpha \max\big(\mathrm{KL}(\mathrm{sg}(q) \,\|\, p), f_b\big) + (1 - \alpha)
+    \max\big(\mathrm{KL}(q \,\|\, \mathrm{sg}(p)), f_b\big)\Big)
+    $$
+
+    $$
+    \mathcal{L}_{\text{model\_reco}} = \lambda_{\text{reco}} \sum_{\text{heads}}
+    \frac{1}{B T} \sum_{b, t} \sum_{\text{event}}
+    \big|\operatorname{symlog}(x) - \operatorname{symlog}(\hat{x})\big|^p
+    $$
+
+    In detail:
 
     - ``loss_model_kl = lambda_kl mean(alpha max(KL(sg(q) || p), fb) + (1 - alpha) max(KL(q ||
       sg(p)), fb))`` per categorical (``kl_mode="balanced"``), or the two terms of the paper
@@ -127,14 +141,14 @@ class DreamerV3ModelLoss(WorldModelLossBase):
 
         reward: NestedKey = "reward"  # the real reward, then the decoded prediction, [*B, T, 1]
         reward_logits: NestedKey = "reward_logits"  # the two-hot reward logits, [*B, T, bins]
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, T, 1]
         prior_logits: NestedKey = "prior_logits"  # the prior's logits, [*B, T, cats, classes]
-        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, same shape
-        pixels: NestedKey = "pixels"  # the observations: a key, or a list (one per head)
-        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions: a key or a list
+        posterior_logits: NestedKey = "posterior_logits"  # the posterior's, [*B, T, cats, classes]
+        pixels: NestedKey = "pixels"  # observations [*B, T, C, H, W]: a key or a list
+        reco_pixels: NestedKey = "reco_pixels"  # their reconstructions, [*B, T, C, H, W]
         continue_pred: NestedKey = "continue_pred"  # the continuation logit, [*B, T, 1]
-        done: NestedKey = "done"  # the episode ends
-        terminated: NestedKey = "terminated"  # the continuation target's zeros
+        done: NestedKey = "done"  # the episode ends, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # the continuation target's zeros, [*B, T, 1]
     # checked at construction and on assignment (the lambda_* weights: by the base)
     _choices = {**WorldModelLossBase._choices, "kl_mode": KL_MODES, "reco_loss": ("l1", "l2")}
     kl_alpha = Coefficient(low=0.0, high=1.0)  # 1 - kl_alpha weighs the other KL term
@@ -271,10 +285,14 @@ class DreamerV3ModelLoss(WorldModelLossBase):
 
 
 class DreamerV3ValueLoss(LossModule):
-    """DreamerV3's critic loss on imagined trajectories, and on replayed sequences.
+    r"""DreamerV3's critic loss on imagined trajectories, and on replayed sequences.
 
-    ``loss_value = reduce(w_t (L(v(s_t), R_t) + beta L(v(s_t), v_slow(s_t))))`` with ``R_t`` the
-    imagined ``lambda_target`` (written by the actor loss), ``w_t`` the batch's
+    $$
+    \mathcal{L}_{\text{value}} = \operatorname{reduce}\Big(w_t \big(L(v(s_t), R_t)
+    + \beta L(v(s_t), v_{\text{slow}}(s_t))\big)\Big)
+    $$
+
+    with ``R_t`` the imagined ``lambda_target`` (written by the actor loss), ``w_t`` the batch's
     ``discount_weight`` when it has one, else ``gamma^t`` along the last batch dim
     (``discount_loss=True`` and a ``[B, T]`` batch) or 1, ``L`` the two-hot cross-entropy of the
     value logits (``"two_hot"``) or the symlog squared error of the value (``"symlog_mse"``),
@@ -334,12 +352,12 @@ class DreamerV3ValueLoss(LossModule):
         for :meth:`replay_value_loss`)."""
 
         value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
-        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits
+        value_logits: NestedKey = "state_value_logits"  # two-hot critic logits, [*B, T, bins]
         discount_weight: NestedKey = "discount_weight"  # optional, [*B, T, 1]
-        reward: NestedKey = "reward"  # imagined reward
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
-        bootstrap: NestedKey = "bootstrap"  # the first imagined return of each replay state
+        reward: NestedKey = "reward"  # imagined reward, [*B, T, 1]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
+        bootstrap: NestedKey = "bootstrap"  # each replay state's first imagined return, [*B, T]
 
     value_model: nn.Module
     value_model_params: TensorDictParams

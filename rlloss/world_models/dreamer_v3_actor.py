@@ -28,13 +28,21 @@ if TYPE_CHECKING:
 
 
 class DreamerV3ActorLoss(ImaginationLoss):
-    """DreamerV3's actor loss.
+    r"""DreamerV3's actor loss.
 
     From the batch's latent states (``state``, ``belief``), ``model_based_env`` imagines
     ``imagination_horizon`` steps of the actor; with ``R_t`` the lambda-returns
     (``continuation_model`` giving the continuation probabilities ``c_t``, else 1),
     ``w_t = c_0 prod gamma c_k`` the step weights (``discount_loss``) and
     ``S = max(min_scale, EMA(P95(R)) - EMA(P5(R)))``:
+
+    $$
+    \mathcal{L}_{\text{actor}} = -\frac{1}{N} \sum_t \frac{w_t R_t}{S}
+    - \eta \frac{1}{N} \sum_t w_t H[\pi(\cdot \mid s_t)], \qquad
+    S = \max\big(s_{\min}, \mathrm{EMA}(P_{95}(R)) - \mathrm{EMA}(P_{5}(R))\big)
+    $$
+
+    (reparameterised; the second form below with ``use_reinforce=True``):
 
     - ``loss_actor = -mean(w_t R_t / S) - eta mean(w_t H[pi(.|s_t)])`` (reparameterised), or
     - ``loss_actor = -mean(w_t log pi(a_t|s_t) sg(R_t - v(s_t)) / S) - eta mean(w_t H)``
@@ -140,14 +148,14 @@ class DreamerV3ActorLoss(ImaginationLoss):
 
         state: NestedKey = "state"  # the latent state, [*B, S]
         belief: NestedKey = "belief"  # the latent belief, [*B, H]
-        reward: NestedKey = "reward"  # the imagined reward, under "next"
-        value: NestedKey = "state_value"  # the critic's V(s)
-        action: NestedKey = "action"  # the actor's output
-        action_log_prob: NestedKey = "action_log_prob"  # the actor's output
-        done: NestedKey = "done"  # imagined episode end
-        terminated: NestedKey = "terminated"  # imagined termination
-        continuation: NestedKey = "continuation"  # written by continuation_model
-        discount_weight: NestedKey = "discount_weight"  # written into the imagined data
+        reward: NestedKey = "reward"  # the imagined reward, under "next", [*B, T, 1]
+        value: NestedKey = "state_value"  # the critic's V(s), [*B, T, 1]
+        action: NestedKey = "action"  # the actor's output, [*B, T, A]
+        action_log_prob: NestedKey = "action_log_prob"  # the actor's output, [*B, T]
+        done: NestedKey = "done"  # imagined episode end, [*B, T, 1]
+        terminated: NestedKey = "terminated"  # imagined termination, [*B, T, 1]
+        continuation: NestedKey = "continuation"  # written by continuation_model, [*B, T, 1]
+        discount_weight: NestedKey = "discount_weight"  # written into the imagined data, [*B, T, 1]
 
     entropy_bonus = Coefficient(low=0.0)
 

@@ -20,7 +20,12 @@ from rlloss.common import LossModule, accepts_tensor_arguments
 
 
 class DreamerV3Loss(LossModule):
-    """DreamerV3's model, actor, value and replay-value objectives, composed.
+    r"""DreamerV3's model, actor, value and replay-value objectives, composed.
+
+    $$
+    \mathcal{L} = \mathcal{L}_{\text{model}} + \mathcal{L}_{\text{actor}}
+    + \mathcal{L}_{\text{value}} + w_{\text{replay}} \mathcal{L}_{\text{replay\_value}}
+    $$
 
     ``forward(sample)`` (real sequences ``[B, T]``) runs ``model_loss`` (its posterior
     features), ``actor_loss`` from the ``B T`` detached posterior states ``("next", state)`` /
@@ -164,10 +169,10 @@ class DreamerV3Loss(LossModule):
     class _AcceptedKeys:
         """Posterior feature keys (under "next"), the reset marker and the returned context."""
 
-        state: NestedKey = "state"  # the posterior's stochastic state, under "next"
-        belief: NestedKey = "belief"  # the posterior's deterministic belief, under "next"
-        is_init: NestedKey = "is_init"  # marks the first step of a sequence
-        replay_context: NestedKey = "replay_context"  # written: detached state and belief
+        state: NestedKey = "state"  # the posterior's stochastic state, under "next", [*B, T, S]
+        belief: NestedKey = "belief"  # the posterior's belief, under "next", [*B, T, H]
+        is_init: NestedKey = "is_init"  # marks the first step of a sequence, [*B, T, 1]
+        replay_context: NestedKey = "replay_context"  # written: detached state, belief, [*B, T]
 
     # checked at construction and on assignment
     replay_value_loss_weight = Coefficient(low=0.0)

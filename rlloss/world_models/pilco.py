@@ -20,7 +20,12 @@ from rlloss.common import LossModule, accepts_tensor_arguments
 
 
 class ExponentialQuadraticCost(LossModule):
-    """``loss_cost = E_{x ~ N(m, S)}[1 - exp(-(x - t)^T W (x - t) / 2)]``, reduced over the batch.
+    r"""PILCO's saturating cost, its expectation under a Gaussian state, reduced over the batch.
+
+    $$
+    \mathcal{L}_{\text{cost}} = \mathbb{E}_{x \sim N(m, S)}
+    \Big[1 - \exp\Big(-\frac{1}{2} (x - t)^\top W (x - t)\Big)\Big]
+    $$
 
     TorchRL's ``ExponentialQuadraticCost`` with the same keywords, keys and output: the state's
     mean ``m`` (``[*B, D]``) and covariance ``S`` (``[*B, D, D]``) are read under
@@ -64,7 +69,7 @@ class ExponentialQuadraticCost(LossModule):
 
         loc: NestedKey = ("observation", "mean")  # the state mean, [*B, D]
         scale: NestedKey = ("observation", "var")  # the state covariance, [*B, D, D]
-        loss_cost: NestedKey = "loss_cost"  # the output entry
+        loss_cost: NestedKey = "loss_cost"  # written: the expected cost, [*B] ([] once reduced)
 
     def __init__(
         self,

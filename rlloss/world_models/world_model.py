@@ -24,8 +24,13 @@ SUB_LOSSES = ("reward", "done", "reconstruction", "latent")
 
 
 class WorldModelLoss(WorldModelLossBase):
-    """The world model's losses on real transitions, each ``weight * mean(L(prediction,
-    target))`` with ``L`` its distance (``"l2"``, ``"l1"`` or ``"smooth_l1"``):
+    r"""The world model's losses on real transitions, each
+
+    $$
+    \mathcal{L}_k = w_k \frac{1}{N} \sum L_k(\hat{x}_k, x_k)
+    $$
+
+    with $L_k$ its distance (``"l2"``, ``"l1"`` or ``"smooth_l1"``) and $w_k$ its weight:
 
     - ``loss_reward``: the predicted ``("next", reward)`` against the real reward;
     - ``loss_done``: the predicted ``("next", done)`` against the real done flag (as floats);
@@ -93,16 +98,16 @@ class WorldModelLoss(WorldModelLossBase):
         """Keys read by WorldModelLoss (``reward``, ``done``, ``terminated`` and their ``true_``
         forms under "next")."""
 
-        reward: NestedKey = "reward"  # the real reward, then the model's prediction
-        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside
-        done: NestedKey = "done"  # the real done flag, then the model's prediction
-        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside
-        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction
-        true_terminated: NestedKey = "true_terminated"  # written: the real flag, moved aside
-        observation: NestedKey = "observation"  # the observation
-        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's
-        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent
-        target_latent: NestedKey = "target_latent"  # the encoder's next latent
+        reward: NestedKey = "reward"  # the real reward, then the model's prediction, [*B, 1]
+        true_reward: NestedKey = "true_reward"  # written: the real reward, moved aside, [*B, 1]
+        done: NestedKey = "done"  # the real done flag, then the model's prediction, [*B, 1]
+        true_done: NestedKey = "true_done"  # written: the real done flag, moved aside, [*B, 1]
+        terminated: NestedKey = "terminated"  # the real flag, then the model's prediction, [*B, 1]
+        true_terminated: NestedKey = "true_terminated"  # written: the real flag, aside, [*B, 1]
+        observation: NestedKey = "observation"  # the observation, [*B, *O]
+        reconstructed_observation: NestedKey = "reconstructed_observation"  # the model's, [*B, *O]
+        predicted_latent: NestedKey = "predicted_latent"  # the model's next latent, [*B, Z]
+        target_latent: NestedKey = "target_latent"  # the encoder's next latent, [*B, Z]
     _choices = {
         **WorldModelLossBase._choices,
         **{f"{name}_loss": DISTANCES for name in SUB_LOSSES},
