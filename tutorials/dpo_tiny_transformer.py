@@ -78,6 +78,7 @@ sampled reward after DPO.
 """
 
 import copy
+import time
 
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
@@ -356,8 +357,8 @@ helpers.save_learning_curve(
     ylabel="reward accuracy of a step's pairs",
     window=5,
 )
-print(f"wall_time={helpers.time.perf_counter() - start_time:.1f}s")
-print(f"cpu_time={helpers.time.process_time():.1f}s")  # this process's CPU time, load-independent
+print(f"wall_time={time.perf_counter() - start_time:.1f}s")
+print(f"cpu_time={time.process_time():.1f}s")  # this process's CPU time, load-independent
 for name, value in zip(("preference_accuracy", "reward", "greedy_reward"), after, strict=True):
     print(f"dpo_{name}={value:.3f}")
 print(f"final_return={after[1]:.3f}")

@@ -95,7 +95,7 @@ states).
 
 import time
 
-import _helpers as helpers  # tutorials/_helpers.py: the plumbing
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ from tensordict.nn import (
 from torch import nn
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs.model_based import DreamerEnv
-from torchrl.envs.utils import ExplorationType
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import (
     MLP,
     RSSMPosteriorV3,
@@ -291,8 +291,12 @@ class LatentAgent:
         _, self.state = posterior_net(self.belief, encoder(x))
 
     def act(self, exploration: ExplorationType) -> np.ndarray:
-        td = TensorDict(state=self.state[0], belief=self.belief[0])
-        self.action = helpers.act(actor, td, exploration)[None]
+        td = TensorDict(state=self.state, belief=self.belief, batch_size=[1])  # a batch of one
+        was_training = actor.training
+        actor.eval()  # normalisation layers read their running statistics, and leave them
+        with torch.no_grad(), set_exploration_type(exploration):
+            self.action = actor(td)["action"]
+        actor.train(was_training)
         return ACTION_SCALE * self.action[0].numpy()
 
 

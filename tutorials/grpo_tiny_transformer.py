@@ -76,6 +76,8 @@ SFT and after GRPO (``sft_reward=``, ``sft_greedy_reward=``, ``grpo_reward=``,
 ``grpo_greedy_reward=``) and last ``final_return=``, the sampled reward after GRPO.
 """
 
+import time
+
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
 import transformers
@@ -336,8 +338,8 @@ helpers.save_learning_curve(
     ylabel="mean reward of an update's completions",
     window=5,
 )
-print(f"wall_time={helpers.time.perf_counter() - start_time:.1f}s")
-print(f"cpu_time={helpers.time.process_time():.1f}s")  # this process's CPU time, load-independent
+print(f"wall_time={time.perf_counter() - start_time:.1f}s")
+print(f"cpu_time={time.process_time():.1f}s")  # this process's CPU time, load-independent
 print(f"grpo_greedy_reward={grpo_greedy:.3f}")
 print(f"grpo_reward={grpo_reward:.3f}")
 print(f"final_return={grpo_reward:.3f}")
