@@ -23,9 +23,8 @@ episode had, as the zoo's benchmark evaluates deterministically.
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks a2c_cartpole``, seeds
 0, 1, 2): final_return (deterministic evaluation)
 500, 500 and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training
-return passes 475 between 100k and 200k steps); wall_time 217, 427 and 326 s. With TorchRL's
-``A2CLoss`` and ``GAE`` swapped in: final_return 500, 500 and 500; training 500.0, 500.0 and
-500.0; wall_time 395, 269 and 165 s. On seed 0 the two libraries give the same first 936
+return passes 475 between 100k and 200k steps). With TorchRL's ``A2CLoss`` and ``GAE`` swapped
+in: final_return 500, 500 and 500; training 500.0, 500.0 and 500.0. On seed 0 the two libraries give the same first 936
 episodes, then float rounding makes the runs drift apart.
 
 Run:

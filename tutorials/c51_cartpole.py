@@ -22,11 +22,9 @@ endless episode with gamma = 0.99 being 1 / (1 - gamma) = 100. After training, t
 
 Results (50,000 steps, one CPU thread each; seeds 0, 1, 2): final_return (greedy
 evaluation) 500, 500 and 500; the last 10 training episodes (epsilon 0.04) 500.0, 419.7 and
-469.6; wall 508, 521 and 522 s. The learning benchmark (``benchmarks/learning.py --tasks
-c51_cartpole``) ran this script with rlloss and with TorchRL's
-``DistributionalDQNLoss`` swapped in: final_return 500, 500, 500 for both; wall 917, 907, 465 s
-(rlloss) and 572, 442, 375 s (TorchRL); the walls are not a comparison of the two libraries
-(the per-update overhead is in the overhead benchmark).
+469.6. The learning benchmark (``benchmarks/learning.py --tasks c51_cartpole``) ran this script
+with rlloss and with TorchRL's ``DistributionalDQNLoss`` swapped in: final_return 500, 500, 500
+for both (the per-update overhead of the two libraries is in the overhead benchmark).
 
 Run:
     python tutorials/c51_cartpole.py --seed 0 --total-frames 50000 --out runs/c51_cartpole

@@ -31,10 +31,10 @@ it with a PD controller near the top (a textbook controller, not a learned one).
 episodes are played by the agent's own policy (with exploration noise), long after w reached 0.
 Hyperparameters are ``td3_pendulum.py``'s.
 
-Results (20,000 steps, one CPU thread on a shared 2-core machine; seeds 0, 1, 2): the mean of
+Results (20,000 steps, one CPU thread; seeds 0, 1, 2): the mean of
 10 consecutive episodes first reaches -200 after 3,600, 3,200 and 3,600 steps (plain TD3 from
-``td3_pendulum.py``: 8,200, 7,600 and 7,400); final_return -199.6, -209.2, -210.8 in 284, 278
-and 276 s (TD3: -193.8, -200.9, -202.0), the mean of the last 50 episodes -172.9, -157.3,
+``td3_pendulum.py``: 8,200, 7,600 and 7,400); final_return -199.6, -209.2, -210.8 (TD3: -193.8,
+-200.9, -202.0), the mean of the last 50 episodes -172.9, -157.3,
 -166.4 (TD3: -164.6, -157.0, -170.2). The teacher speeds learning up; once w is 0 the agent is
 as good as TD3 alone, which is as good as the teacher (about -150 over random starts; see
 ``td3_pendulum.py`` on why the last 10 episodes of these seeds score lower).

@@ -18,10 +18,10 @@ appendix F):
 
 Hyperparameters are the paper's for the Gym-MuJoCo datasets (alpha = min_q_weight 5 without the
 Lagrangian form, policy Adam 1e-4, critic Adam 3e-4, batch 256, 256x256 MLPs); the authors'
-behaviour-cloning warm-up of the actor is not used. The dataset, its minibatches and
-the evaluations come from ``_helpers.py``.
+behaviour-cloning warm-up of the actor is not used. The dataset (``OfflineDataset``, its
+observations standardised), its minibatches and the evaluations are in this file.
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -491.9, -363.9, -587.7 (rlloss); TorchRL's CQLLoss swapped in: -412.1, -357.6, -534.4 (its penalty groups the log-sum-exp differently, README); behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 781-789 s (rlloss), 1189-1199 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -491.9, -363.9, -587.7 (rlloss); TorchRL's CQLLoss swapped in: -412.1, -357.6, -534.4 (its penalty groups the log-sum-exp differently, README); behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. On CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once

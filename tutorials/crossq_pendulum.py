@@ -30,11 +30,9 @@ learning rate 1e-3, policy delay 3, UTD 1, two critics, batch 256, gamma 0.99, b
 renormalisation with momentum 0.01 (the paper's 0.99 in Flax's convention), eps 1e-3 and a
 warm-up of 100,000 steps, a 256x256 actor. Two choices of ours:
 
-- critics of 2x256 units instead of the paper's 2x2048. One update (batch 256, one CPU
-  thread, measured on the shared 2-core machine) costs about 40-60 ms with 256-unit critics,
-  85-140 ms with 512, 260-340 ms with 1024 and 1.1 s with 2048: a 20k-step run would take
-  about 6 hours with the paper's critics and 15-20 minutes with ours. Pendulum is small enough
-  for 256 units (SAC solves it with them);
+- critics of 2x256 units instead of the paper's 2x2048. On one CPU thread an update (batch
+  256) costs about 20 times as much with the paper's critics as with ours, hours for a 20k-step
+  run. Pendulum is small enough for 256 units (SAC solves it with them);
 - the batch renormalisation layers count their training passes (one per update for the
   critics, two for the actor), so with 20k steps they never leave the 100,000-step warm-up:
   they act as batch normalisation throughout, the paper's CrossQ with BatchNorm.
@@ -49,22 +47,21 @@ Results (20,000 steps, one CPU thread; ``benchmarks/learning.py``, whose summary
 
 - rlloss, seed 0: final_return (evaluation) -109.8; the evaluation first reaches -200 at 2,000
   steps (-139.5 after the first 1,000 gradient steps; -1409.4 at 1,000 steps, before any) and
-  stays between -108 and -122 from 4,000 steps on; the last 10 training episodes -206.1;
-  2,113 s. (SAC on the same loop, ``sac_pendulum.py``: -108.5 at 20k; its recorded runs
+  stays between -108 and -122 from 4,000 steps on; the last 10 training episodes -206.1.
+  (SAC on the same loop, ``sac_pendulum.py``: -108.5 at 20k; its recorded runs
   predate the periodic evaluation, so its first crossing is not known.)
 - TorchRL's ``CrossQLoss`` (the learning benchmark's one-import swap), seed 0: final_return
   -108.9; first at or above -200 at 3,000 steps (-137.4; -1027.6 at 2,000); the last 10
-  training episodes -204.6; 1,289 s. The two
-  runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
+  training episodes -204.6. The two runs agree until learning starts (the same -1409.4 at 1,000 steps) and part after it;
 - rlloss, seed 1: final_return -107.7; first at or above -200 at 3,000 steps (-108.9; -576.7
-  at 2,000), then between -105 and -110; the last 10 training episodes -200.2; 1,425 s;
+  at 2,000), then between -105 and -110; the last 10 training episodes -200.2;
 - TorchRL's, seed 1: final_return -108.6; first at or above -200 at 3,000 steps (-156.6;
-  -899.9 at 2,000); 1,160 s;
+  -899.9 at 2,000);
 - rlloss, seed 2: final_return -160.7 (seed 2's evaluation start states are the hard ones: SAC
   -160.3, TQC -157.7 on them); first at or above -200 at 5,000 steps (-179.1; -221.5 at 3,000,
-  -214.6 at 4,000); the last 10 training episodes -207.6; 1,917 s;
+  -214.6 at 4,000); the last 10 training episodes -207.6;
 - TorchRL's, seed 2: final_return -159.0; first at or above -200 at 4,000 steps (-158.7; -234.0
-  at 3,000); the last 10 training episodes -220.2; 2,073 s.
+  at 3,000); the last 10 training episodes -220.2.
 
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum

@@ -42,9 +42,9 @@ prompted with the medium or the random policy's return it stays near the bottom,
 -1035 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
 more than -1221.8; the medium prompt only slightly more than the random one). On seed 2 the
 transformer has not learnt to swing the pendulum up in 1,000 steps (every prompt about -1150):
-no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss, 579 s), seed 2
-reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds.
-Wall 271-528 s a run on a 2-core CPU under a load of 10 to 16 (torch 2.13).
+no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss), seed 2
+reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds
+(torch 2.13).
 
 Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
 ``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2

@@ -49,8 +49,7 @@ runs (the first version, with the penalty: 1.04, 0.17, 0.24 and 1.02, 0.07, 0.08
 back in its last updates (-302.5 at the end): GAIL's adversarial reward keeps moving, and the
 script keeps the last policy, not the best. The libraries' runs play the same first rollout and
 drift apart after the first update (episode returns of the first rollout identical, of the third
-already different), which training amplifies. Wall 700-717 s (rlloss), 937-946 s (TorchRL) a run,
-on a loaded 2-core CPU with up to 7 runs beside them (torch 2.13); figures in
+already different), which training amplifies (one CPU thread, torch 2.13); figures in
 benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
 figures).
 

@@ -14,10 +14,10 @@ Reinforcement Learning with Implicit Q-Learning" (arXiv:2110.06169), Algorithm 1
 4. Polyak-average the target critics (TorchRL's ``SoftUpdate``, tau = 0.005).
 
 Hyperparameters are the paper's for the MuJoCo datasets (expectile 0.7, temperature 3, Adam
-3e-4, batch 256, 256x256 MLPs), with a squared-error Q loss. The dataset, its minibatches and the
-evaluations come from ``_helpers.py``.
+3e-4, batch 256, 256x256 MLPs), with a squared-error Q loss. The dataset (``OfflineDataset``, its
+observations standardised), its minibatches and the evaluations are in this file.
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -157.1, -157.5, -238.6 (rlloss); TorchRL's IQLLoss swapped in: -157.1, -157.5, -238.6, the same to the digit; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. Wall 741-744 s (rlloss), 783-797 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -157.1, -157.5, -238.6 (rlloss); TorchRL's IQLLoss swapped in: -157.1, -157.5, -238.6, the same to the digit; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2. On CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once

@@ -35,8 +35,7 @@ evaluation); with a rate of 1e-3 at 500, 146 and 500. Each training phase takes 
 step per two environment steps.
 
 Results (100,000 steps, one CPU thread; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500
-and 136; the last 10 training episodes 500, 500 and 137; wall 994, 1,092 and 709 s. The target of
-475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
+and 136; the last 10 training episodes 500, 500 and 137. The target of 475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
 after 88k steps, with a learning rate already below 6% of its start. After the policy is nearly
 deterministic the temperature sits at its floor (with two actions KL(q || pi_target) cannot reach
 0.1), so the E-step is a greedy improvement on a Q-function that is still unstable, as in DQN;

@@ -41,8 +41,8 @@ second and third plots show the duals and KLs during training. After training, t
 mean (clipped to the bounds, no sampling) plays 10 evaluation episodes from start states no
 training episode had.
 
-Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6 and -192.7; the last 10 training
-episodes -143.0, -197.7 and -145.1; wall 552, 578 and 429 s. The 10-episode training mean first
+Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6
+and -192.7; the last 10 training episodes -143.0, -197.7 and -145.1. The 10-episode training mean first
 passes -200 after 15-17k steps.
 
 Pendulum episodes never terminate; they are truncated after 200 steps, and a truncated

@@ -27,12 +27,12 @@ for uniform random actions; ``dataset.json`` gives each one's mean return under 
 
 Results (seed 0, the dataset the offline tutorials use): 50,000 transitions, 250 episodes, mean
 return -839.2 +- 110.1 (behaviour policy: SAC after 3,000 steps; 2,500 steps gave -1092, 3,500
-gave -197, so 3,000 is the "medium" one); 50 s on the CPU.
+gave -197, so 3,000 is the "medium" one).
 Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean return
--149.7 +- 84.5; 254 s on a loaded 2-core CPU (torch 2.13).
+-149.7 +- 84.5 (torch 2.13).
 Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 transitions, 300
 episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
-483.4); 677 s on the 2-core CPU under a load of 11 to 16.
+483.4).
 
 Run:
     python tutorials/offline_dataset.py --seed 0 --out runs/pendulum_offline

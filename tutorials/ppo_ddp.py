@@ -37,17 +37,16 @@ episodes>``.
 Results (100k frames, 2 ranks with ``--baseline``, one seed at a time, on a 2-core CPU; the
 frame where the mean of the last 10 episodes first reached 475 in brackets):
 
-| seed | 2 ranks: final return, wall time | ``ppo_cartpole.py``: final return, wall time |
+| seed | 2 ranks: final return | ``ppo_cartpole.py``: final return |
 |---|---|---|
-| 0 | 500.0 (31.5k), 226.8 s | 500.0 (33.7k), 146.6 s |
-| 1 | 500.0 (26.0k), 210.9 s | 500.0 (57.2k), 100.5 s |
-| 2 | 500.0 (19.8k), 241.9 s | 500.0 (28.0k), 114.7 s |
+| 0 | 500.0 (31.5k) | 500.0 (33.7k) |
+| 1 | 500.0 (26.0k) | 500.0 (57.2k) |
+| 2 | 500.0 (19.8k) | 500.0 (28.0k) |
 
-Two ranks learn as one process does, and take longer here: the networks are tiny, and the
-all-reduces (the gradients, the advantage statistics) double an update's cost, 10.8 ms per
-update on each of 2 ranks for the loss alone against 22.2 ms through DDP with global
-advantages (the same machine, 300 updates of 128 samples), while the 7,800 updates of a run
-dominate it; the two processes also share the machine's two cores. Data
+Two ranks learn as one process does, and take longer on a 2-core CPU (``--baseline`` prints the
+two wall times): the networks are tiny, and the all-reduces (the gradients, the advantage
+statistics) about double an update's cost, while the 7,800 updates of a run dominate it; the two
+processes also share the machine's two cores. Data
 parallelism pays where each rank has its own cores or GPU and the environments or networks are
 costly.
 """

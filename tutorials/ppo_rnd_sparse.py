@@ -37,13 +37,10 @@ Results (seeds 0, 1, 2, 300k env steps, 146 rollouts; final = mean return of the
 training episodes, i.e. the share of them that reached the flag; then the step of the first
 episode that reached it and the share of the last 100 episodes that did; the TorchRL rows are
 this script with ``from rlloss import`` swapped to TorchRL's ``GAE``, ``ClipPPOLoss`` and
-``RNDLoss`` by ``benchmarks/torchrl_swap.py``; wall time on one CPU thread of a shared 2-core
-machine under a load of 10 to 30, the PPO-alone runs six at a time, so only roughly comparable):
+``RNDLoss`` by ``benchmarks/torchrl_swap.py``; one CPU thread):
 
-    PPO + RND, rlloss   seed 0: 0.3 (79k, 0.38, 456 s)  seed 1: 1.0 (83k, 1.00, 600 s)
-                        seed 2: 0.8 (89k, 0.75, 938 s)
-    PPO + RND, TorchRL  seed 0: 0.1 (79k, 0.08, 529 s)  seed 1: 1.0 (76k, 1.00, 719 s)
-                        seed 2: 1.0 (89k, 0.96, 1545 s)
+    PPO + RND, rlloss   seed 0: 0.3 (79k, 0.38)  seed 1: 1.0 (83k, 1.00)  seed 2: 0.8 (89k, 0.75)
+    PPO + RND, TorchRL  seed 0: 0.1 (79k, 0.08)  seed 1: 1.0 (76k, 1.00)  seed 2: 1.0 (89k, 0.96)
     PPO alone, rlloss   seed 0: 0.0 (never, 0.00)  seed 1: 1.0 (66k, 0.98)  seed 2: 0.3 (93k, 0.30)
     PPO alone, TorchRL  seed 0: 0.0 (never, 0.00)  seed 1: 0.9 (66k, 0.92)  seed 2: 0.0 (93k, 0.00)
 
@@ -83,8 +80,8 @@ it on up to 95 % of episodes and lost it twice (1 % of the last 100); N = 16 fou
 (97 % of the last 100); but there a uniform policy finds it within 400k steps with
 probability 82 % and 32 %, so PPO alone could too.
 
-Results (N = 20, 400k env steps, seeds 0, 1, 2; the same columns as above; the mean number of
-"right" actions per episode over the last 100 episodes in place of the wall time):
+Results (N = 20, 400k env steps, seeds 0, 1, 2; the same columns as above, then the mean number of
+"right" actions per episode over the last 100 episodes):
 
     PPO + RND, rlloss  seed 0: 0.59 (179k, 0.62, 18.7)  seed 1: 0.89 (193k, 0.99, 20.0)
                        seed 2: -0.01 (179k, 0.00, 13.0)
@@ -101,9 +98,7 @@ share of the last 100 episodes is 0.00 to 0.99 (rlloss seed 2 had held 86 % arou
 then left the path, as RND's bonus keeps pulling elsewhere). PPO alone never reached it in any
 run (0 of 19,968 episodes each): the move cost taught it to go left, 0.3 to 8 "rights" per
 episode at the end. The two libraries' runs part ways only during training. Figure:
-``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/ppo_rnd_curves.py --task "Deep Sea 20"``;
-runs two at a time under a load of about 10: PPO + RND 262-427 s, PPO alone 141-205 s of wall
-time each).
+``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/ppo_rnd_curves.py --task "Deep Sea 20"``).
 
 Run:
     python tutorials/ppo_rnd_sparse.py --seed 0 --out runs/ppo_rnd

@@ -26,15 +26,14 @@ targets up to 50.
 
 Budget: 150k steps. Tuning on seed 0 at the zoo's 100k: 390.6 without the reward scaling, 460.3
 with it (a few failed episodes while the learning rate was still annealing); at 150k every
-episode of seed 0 from 80k steps on lasted 500 steps. One run takes 5 to 7 minutes on one CPU
-thread of a shared 2-core machine (13 minutes under a load of 4-5).
+episode of seed 0 from 80k steps on lasted 500 steps.
 
-Results (``benchmarks/learning.py``, final return = mean of the last 10 training episodes, wall
-time on one thread of that shared machine):
+Results (``benchmarks/learning.py``, one CPU thread, final return = mean of the last 10 training
+episodes):
 
-    LSTM      seed 0: 500.0 (374 s), seed 1: 500.0 (423 s), seed 2: 500.0 (313 s);
+    LSTM      seed 0: 500.0, seed 1: 500.0, seed 2: 500.0;
               mean of 10 episodes first >= 475 at 78k, 92k, 32k steps
-    --no-rnn  seed 0: 56.7 (119 s), seed 1: 49.5 (126 s), seed 2: 36.5 (122 s);
+    --no-rnn  seed 0: 56.7, seed 1: 49.5, seed 2: 36.5;
               mean of the last 100 episodes 46-49, no episode longer than 211 steps
 
 ``--no-rnn`` trains a feed-forward policy and critic (64-64 tanh MLPs) on the same observation

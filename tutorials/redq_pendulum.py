@@ -24,11 +24,10 @@ arXiv:2101.05982, Algorithm 1):
 
 The paper uses G = 20 (and N = 10, M = 2, 256-unit critics) with one actor step per
 environment step; here every gradient step moves the actor too (the losses come from one
-``forward``, TorchRL's interface). On one CPU thread a REDQ update costs (measured, batch 256):
-57 ms with ten 2x256 critics, 26 ms with ten 2x128 critics (SAC's: 18 ms), so even G = 1 with
-256-unit critics takes about 20 minutes for 20k steps, and the paper's G = 20 about 6 hours.
-To keep a run near SAC's cost (about 10 minutes) we use 2x128 critics and G = 1 by default;
-``--utd G`` sets G (G = 2 doubles the time; a GPU, ``--device cuda``, runs the ensemble in
+``forward``, TorchRL's interface). On one CPU thread a REDQ update with ten 2x256 critics
+costs about three times SAC's, with ten 2x128 critics about one and a half times, and the
+paper's G = 20 multiplies that by 20. To keep a run near SAC's cost we use 2x128 critics and
+G = 1 by default; ``--utd G`` sets G (G = 2 doubles the time; a GPU, ``--device cuda``, runs the ensemble in
 one vmap call and has room for the paper's G = 20). Everything else is ``sac_pendulum.py``'s
 (the rl-zoo Pendulum SAC settings: 2x256 MLPs, batch 256, learning rate 1e-3, gamma 0.99,
 tau 0.005, alpha learned from 1.0, 1,000 random steps first), so that the two differ only by
@@ -37,11 +36,11 @@ with G gradient steps per environment step.
 
 Results (20,000 steps, one CPU thread): seed 0, final_return (evaluation) -111.7; the evaluation
 first reaches -200 at 4,000 steps (-128.2; -870.1 at 3,000); the last 10 training episodes
--182.9; wall 754 s (re-run through ``benchmarks/learning.py``: the same numbers, 1,067 s). Seeds
-1 and 2 (``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000
-steps; wall 1,011 s and 782 s. TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
+-182.9 (re-run through ``benchmarks/learning.py``: the same numbers). Seeds 1 and 2
+(``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000 steps.
+TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
 -108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
-rlloss); wall 1,035, 1,434 and 1,176 s.
+rlloss).
 
 Run:
     python tutorials/redq_pendulum.py --seed 0 --total-frames 20000 --out runs/redq_pendulum

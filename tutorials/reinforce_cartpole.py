@@ -37,9 +37,8 @@ the last 50k steps is 388, 460 and 417 on seeds 0, 1, 2 (57 to 65 over the first
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks reinforce_cartpole``,
 seeds 0, 1, 2): final_return (deterministic
 evaluation) 500, 500 and 500; the last 10 training episodes (sampled actions) 430.1, 455.1 and
-457.8; wall_time 241, 232 and 176 s. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator``
-swapped in: final_return 500, 500 and 500; training 406.0, 481.4 and 441.0; wall_time 236, 80
-and 95 s. On seed 0 the two libraries give the same first 902 episodes. A first version with a
+457.8. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator`` swapped in: final_return 500, 500
+and 500; training 406.0, 481.4 and 441.0. On seed 0 the two libraries give the same first 902 episodes. A first version with a
 constant lr of 1e-3 ended at final_return 500, 472.6 and 500 (rlloss), seed 1 after training
 returns of about 480.
 

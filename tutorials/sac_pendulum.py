@@ -39,14 +39,12 @@ their losses. After training, the policy's squashed mean (no sampling) plays 10 
 episodes from start states no training episode had.
 
 Results (20,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -108.5, -106.7
-and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 and -196.2; wall
-1,213, 824 and 689 s. The last 10 training episodes of a seed start from the same states whatever the
-agent (the resets depend on the seed alone), and for these seeds they are harder than average:
+and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 and -196.2. The
+last 10 training episodes of a seed start from the same states whatever the agent (the resets depend on the seed alone), and for these seeds they are harder than average:
 the near-optimal hand-written controller of ``compose_losses.py`` (about -150 over random
 starts) scores -184, -192 and -222 on them. Re-run with the periodic evaluation
 (``benchmarks/learning.py``): final_return -112.3, -106.5 and -158.2; the evaluation first at or
-above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000); wall 605,
-584 and 931 s.
+above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000).
 
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum

@@ -43,9 +43,9 @@ no training episode had (the yardstick of rl-zoo's published scores).
 Results (20,000 steps, one CPU thread; seeds 0, 1, 2):
 
 - TD3: final_return (evaluation) -109.4, -110.2, -159.2; the last 10 training episodes -202.7,
-  -207.1, -206.8; wall 293, 291 and 459 s;
+  -207.1, -206.8;
 - DDPG: final_return (evaluation) -112.2, -107.4, -160.6; the last 10 training episodes -202.1,
-  -204.1, -195.9; wall 739, 751 and 797 s.
+  -204.1, -195.9.
 
 Both meet -200 on 3 of 3 seeds (rl-zoo reports about -150). The last 10 training episodes score
 lower: they start from the same states for every agent of a seed, and for these seeds those

@@ -14,9 +14,9 @@ Approach to Offline Reinforcement Learning" (arXiv:2106.06860), eq. 3 on top of 
 
 Hyperparameters are the paper's (alpha 2.5, policy noise 0.2 and clip 0.5 in units of the
 action bound, policy delay 2, Adam 3e-4, batch 256, 256x256 MLPs; observations standardised
-with the dataset's statistics, ``_helpers.OfflineDataset``, for every method).
+with the dataset's statistics, ``OfflineDataset``, as in every offline tutorial).
 
-Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -808.1, -787.8, -822.7 (rlloss); TorchRL's TD3BCLoss swapped in: -805.7, -789.1, -822.9; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2: above the dataset on 3 of 3 seeds and above BC on 2 of 3 (seeds 1, 2), by a small margin -- on this narrow dataset the BC term keeps TD3+BC close to the behaviour policy. Wall 373-389 s (rlloss), 434-449 s (TorchRL), on CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
+Results (20,000 gradient steps on the seed-0 dataset; seeds 0, 1, 2): final_return -808.1, -787.8, -822.7 (rlloss); TorchRL's TD3BCLoss swapped in: -805.7, -789.1, -822.9; behaviour cloning -797.6, -812.0, -851.8; dataset mean -839.2: above the dataset on 3 of 3 seeds and above BC on 2 of 3 (seeds 1, 2), by a small margin -- on this narrow dataset the BC term keeps TD3+BC close to the behaviour policy. On CUDA (an H100, torch 2.11); figures in benchmarks/results/offline.json.
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once

@@ -32,10 +32,10 @@ Results (20,000 steps, ``benchmarks/learning.py``, one CPU thread): final_return
 -108.9, -108.9 and -157.7 on seeds 0, 1, 2 (seed 2's evaluation start states are the hard ones:
 SAC -160.3, REDQ -158.8 on them); the evaluation first at or above -200 at 4,000 steps on all
 three seeds (-180.2, -126.9, -169.4; -640.6, -656.8, -837.0 at 3,000), as SAC's first crossings
-(4,000 and 5,000) and REDQ's (4,000); the last 10 training episodes -177.8, -189.9, -194.1;
-wall 3,499, 3,014 and 3,437 s. TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
+(4,000 and 5,000) and REDQ's (4,000); the last 10 training episodes -177.8, -189.9, -194.1.
+TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
 -109.9, -105.3, -159.0, first at or above -200 at 4,000 steps on all three (-128.0, -126.7,
--169.6), the last 10 training episodes -179.2, -188.4, -201.7; wall 4,883, 4,419 and 4,301 s.
+-169.6), the last 10 training episodes -179.2, -188.4, -201.7.
 
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
