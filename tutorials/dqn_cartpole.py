@@ -179,12 +179,6 @@ else:
     replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
                                            batch_size=BATCH_SIZE)
 
-# ---- The loop: act epsilon-greedily and store the transitions; every 256 env steps (after the
-# first 1,000), 128 gradient steps on loss_module(batch)["loss"] (which also writes
-# batch["td_error"]), gradients clipped to MAX_GRAD_NORM, each followed by target_updater.step()
-# (Q copied into Q_target every TARGET_UPDATE_INTERVAL steps) and, with --per, new priorities
-# from batch["td_error"] (rlloss writes the squared TD error, as TorchRL does). The learning
-# rate is annealed from LR to 0 as (1 - progress)^2 ----
 
 def epsilon_at(frames: int) -> float:
     """rl-zoo's schedule, epsilon as a function of the frames so far: 1 (uniformly random) before
@@ -210,6 +204,12 @@ def epsilon_greedy(epsilon: float):
     return act
 
 
+# ---- The loop: act epsilon-greedily and store the transitions; every 256 env steps (after the
+# first 1,000), 128 gradient steps on loss_module(batch)["loss"] (which also writes
+# batch["td_error"]), gradients clipped to MAX_GRAD_NORM, each followed by target_updater.step()
+# (Q copied into Q_target every TARGET_UPDATE_INTERVAL steps) and, with --per, new priorities
+# from batch["td_error"] (rlloss writes the squared TD error, as TorchRL does). The learning
+# rate is annealed from LR to 0 as (1 - progress)^2 ----
 collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
 num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
