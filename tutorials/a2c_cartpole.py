@@ -23,9 +23,8 @@ episode had, as the zoo's benchmark evaluates deterministically.
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks a2c_cartpole``, seeds
 0, 1, 2): final_return (deterministic evaluation)
 500, 500 and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training
-return passes 475 between 100k and 200k steps); wall_time 217, 427 and 326 s. With TorchRL's
-``A2CLoss`` and ``GAE`` swapped in: final_return 500, 500 and 500; training 500.0, 500.0 and
-500.0; wall_time 395, 269 and 165 s. On seed 0 the two libraries give the same first 936
+return passes 475 between 100k and 200k steps). With TorchRL's ``A2CLoss`` and ``GAE`` swapped
+in: final_return 500, 500 and 500; training 500.0, 500.0 and 500.0. On seed 0 the two libraries give the same first 936
 episodes, then float rounding makes the runs drift apart.
 
 Run:
@@ -36,8 +35,16 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
 import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+from tqdm import tqdm
 
 from rlloss import GAE, A2CLoss
 
@@ -56,12 +63,73 @@ MAX_GRAD_NORM = 0.5
 
 device, start_time = helpers.start(args)  # seeds network init and action sampling
 
-# Environment: NUM_ENVS CartPoles stepped together.
-envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one and puts the true last observation in
+# infos["final_obs"] (gymnasium's default, NEXT_STEP, would spend the next step() on the reset).
+envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
 
-# Policy pi(a|s) (writes "logits", samples "action") and the value function V(s) ("state_value"):
-# separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
-actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
+# Policy pi(a|s): an MLP writes "logits"; ProbabilisticActor samples "action" from
+# Categorical(logits). Value function V(s), written to "state_value". Separate 64-64 tanh MLPs
+# (stable-baselines3's default for A2C).
+policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                 activation_class=nn.Tanh)
+actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                           in_keys=["logits"],
+                           distribution_class=torch.distributions.Categorical).to(device)
+critic = ValueOperator(
+    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+    in_keys=["observation"],
+).to(device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 # The policy gradient and the critic's squared error (R - V(s))^2.
@@ -70,11 +138,17 @@ loss_module = A2CLoss(actor_network=actor, critic_network=critic, entropy_coeff=
 optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=LR, alpha=RMSPROP_ALPHA,
                                 eps=RMSPROP_EPS)
 
-# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
-                                                           args.total_frames)
+
+def policy(td: TensorDict) -> torch.Tensor:
+    """a ~ pi(.|s), sampled by the actor."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
+
+
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = helpers.sample_from(actor)  # a ~ pi(.|s)
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 
 for iteration in range(num_iterations):
     # ---- Collect t_max steps of every env with the current policy ----
@@ -84,10 +158,14 @@ for iteration in range(num_iterations):
     with torch.no_grad():
         advantage_module(rollout)  # writes "advantage" and "value_target" (= R)
 
-    # ---- One gradient step on policy gradient + critic regression ----
-    # (an RMSprop step on the sum of the "loss_*" entries, objective and critic, the gradient
-    # norm clipped to MAX_GRAD_NORM: helpers.gradient_epochs with one epoch, one minibatch)
-    helpers.gradient_epochs(loss_module, optimizer, rollout, max_grad_norm=MAX_GRAD_NORM)
+    # ---- One gradient step on policy gradient + critic regression: an RMSprop step on the sum
+    # of the "loss_*" entries (objective and critic), the gradient norm clipped ----
+    losses = loss_module(rollout)
+    loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+    optimizer.step()
 
     if iteration % 50 == 0 or iteration + 1 == num_iterations:
         helpers.show_progress(pbar, episodes, collector.frames)

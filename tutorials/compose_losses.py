@@ -31,10 +31,10 @@ it with a PD controller near the top (a textbook controller, not a learned one).
 episodes are played by the agent's own policy (with exploration noise), long after w reached 0.
 Hyperparameters are ``td3_pendulum.py``'s.
 
-Results (20,000 steps, one CPU thread on a shared 2-core machine; seeds 0, 1, 2): the mean of
+Results (20,000 steps, one CPU thread; seeds 0, 1, 2): the mean of
 10 consecutive episodes first reaches -200 after 3,600, 3,200 and 3,600 steps (plain TD3 from
-``td3_pendulum.py``: 8,200, 7,600 and 7,400); final_return -199.6, -209.2, -210.8 in 284, 278
-and 276 s (TD3: -193.8, -200.9, -202.0), the mean of the last 50 episodes -172.9, -157.3,
+``td3_pendulum.py``: 8,200, 7,600 and 7,400); final_return -199.6, -209.2, -210.8 (TD3: -193.8,
+-200.9, -202.0), the mean of the last 50 episodes -172.9, -157.3,
 -166.4 (TD3: -164.6, -157.0, -170.2). The teacher speeds learning up; once w is 0 the agent is
 as good as TD3 alone, which is as good as the teacher (about -150 over random starts; see
 ``td3_pendulum.py`` on why the last 10 episodes of these seeds score lower).
@@ -49,14 +49,19 @@ BC weight); the last printed line is ``final_return=<mean return of the last 10 
 import dataclasses
 import itertools
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import numpy as np
 import torch
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.modules import MLP, TanhModule, ValueOperator
 from torchrl.objectives import SoftUpdate
+from tqdm import tqdm
 
 from rlloss import LossModule, TD3Loss
 
@@ -126,17 +131,47 @@ def teacher(observation: np.ndarray) -> float:
 
 
 device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
+
+# Pendulum-v1, one environment stepped one action at a time, and its action bounds as a TorchRL
+# spec.
+env = gym.make("Pendulum-v1")
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
 max_action = action_spec.space.high
+
+
+def mlp(in_features: int, out_features: int, cells: list[int]) -> nn.Module:
+    """A ReLU MLP with hidden layers of ``cells`` units."""
+    return MLP(in_features=in_features, out_features=out_features, num_cells=cells,
+               activation_class=nn.ReLU)
+
+
+def tanh_deterministic_actor(cells: list[int]) -> TensorDictSequential:
+    """mu(s): an MLP writes an unbounded ``"action_param"``; ``TanhModule`` maps it onto the
+    action bounds as ``"action"``."""
+    return TensorDictSequential(
+        TensorDictModule(mlp(obs_dim, action_dim, cells), in_keys=["observation"],
+                         out_keys=["action_param"]),
+        TanhModule(in_keys=["action_param"], out_keys=["action"], spec=action_spec),
+    ).to(device)
+
+
+def q_critic(cells: list[int]) -> ValueOperator:
+    """Q(s, a): an MLP on the concatenated observation and action, writing
+    ``"state_action_value"``."""
+    return ValueOperator(mlp(obs_dim + action_dim, 1, cells), in_keys=["observation", "action"])
+
 
 # The shared actor mu(s) and the critics Q(s, a), as in td3_pendulum.py (256-256 ReLU MLPs; the
 # actor's output mapped onto the action bounds by a tanh).
-actor = helpers.tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
+actor = tanh_deterministic_actor([256, 256])
 
 
 def make_critic():
     """Q(s, a), writing "state_action_value"."""
-    return helpers.q_critic(obs_dim, action_dim, [256, 256]).to(device)
+    return q_critic([256, 256]).to(device)
 
 
 # ---- Two losses on one actor, reading different entries of the same batch ----
@@ -156,7 +191,9 @@ target_updater = SoftUpdate(td3_loss, tau=TAU)
 # td3_loss.parameters() holds the actor (shared with bc_loss) and the critic ensemble.
 optimizer = torch.optim.Adam(td3_loss.parameters(), lr=LR)
 
-replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)
+# TorchRL's replay buffer, on the training device, sampling minibatches uniformly.
+replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                       batch_size=BATCH_SIZE)
 bc_weights = []  # (frames, w) at every actor update
 critic_steps = itertools.count(1)  # counts the calls of update()
 
@@ -184,17 +221,50 @@ def update(batch):
         target_updater.step()
 
 
-# ---- The loop: act with the agent's own policy (uniformly at random before LEARNING_STARTS,
-# then mu(s) + Gaussian noise) and label each state with the teacher's action; store; update
-# after LEARNING_STARTS ----
-helpers.off_policy_loop(
-    args.total_frames, stepper, action_spec,
-    helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE), replay_buffer, update,
-    learning_starts=LEARNING_STARTS,
-    labels=lambda obs: {"expert_action": stepper.tensor([teacher(obs)])},
-    log=lambda frame, losses: {"bc_weight": f"{bc_weights[-1][1]:.2f}" if bc_weights else "n/a"},
-)
-episodes = stepper.episodes
+def tensor(x, dtype=torch.float32) -> torch.Tensor:
+    """numpy (from the environment, on CPU) -> torch on the device."""
+    return torch.as_tensor(x, dtype=dtype, device=device)
+
+
+obs, _ = env.reset(seed=args.seed)
+episode_return = 0.0
+episodes = []  # (frames, episode_return) for every finished episode
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly at random before LEARNING_STARTS, then mu(s) plus Gaussian noise of
+    # std EXPLORATION_NOISE in units of the upper bound, clipped to the bounds ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        with torch.no_grad():
+            action = actor(TensorDict(observation=tensor(obs), device=device))["action"]
+        noise = torch.randn_like(action) * EXPLORATION_NOISE * max_action
+        action = (action + noise).clamp(action_spec.space.low, action_spec.space.high)
+
+    # ---- Step and store the transition, labelled with the teacher's action for the state.
+    # ("next", "observation") is the true successor, and only termination stops bootstrapping
+    # (Pendulum's episodes are truncated, never ended) ----
+    transition = TensorDict(observation=tensor(obs), device=device)
+    transition["expert_action"] = tensor([teacher(obs)])
+    transition["action"] = action
+    obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
+    transition["next"] = TensorDict(observation=tensor(obs), reward=tensor([reward]),
+                                    terminated=tensor([terminated], torch.bool), device=device)
+    replay_buffer.add(transition)
+    episode_return += reward
+    if terminated or truncated:
+        episodes.append((frame, episode_return))
+        episode_return = 0.0
+        obs, _ = env.reset()
+
+    # ---- Learn: after LEARNING_STARTS, one update per env step on a fresh minibatch ----
+    if frame > LEARNING_STARTS:
+        update(replay_buffer.sample())
+    if frame % 1_000 == 0:
+        bc_weight = f"{bc_weights[-1][1]:.2f}" if bc_weights else "n/a"
+        helpers.show_progress(pbar, episodes, frame, bc_weight=bc_weight)
+pbar.close()
+env.close()
 
 # ---- A figure of the learning curve and the BC weight ----
 fig = Figure(figsize=(6, 6))

@@ -28,8 +28,7 @@ accuracy**, the fraction of 256 held-out pairs (correct reversal, near miss) who
 answer the model finds the more likely (``log pi(chosen) > log pi(rejected)``). The pad and
 end-of-sequence tokens are suppressed while sampling (fixed-length answers).
 
-Budget: 20 SFT steps and 6,400 pairs (200 DPO steps): 42 to 52 s of CPU time on one thread
-(``cpu_time=``).
+Budget: 20 SFT steps and 6,400 pairs (200 DPO steps), one CPU thread.
 
 Results (the defaults, DPO ``sigmoid``, seeds 0, 1, 2; on the 256 evaluation strings or pairs):
 
@@ -44,8 +43,7 @@ reward, greedy completion                   0.471 / 0.878    0.554 / 0.984    0.
 DPO on pairs that only say "the correct reversal beats this near miss" raises the preference
 accuracy on held-out pairs to 0.96-1.00 and, with it, the task reward of the model's own
 completions: sampled from 0.20-0.26 to 0.42-0.76, greedy from 0.47-0.55 to 0.65-0.98, with no
-reward model and no sampling during training. CPU time (``cpu_time=``) 42 to 52 s a run; wall
-time 3.5 to 6 minutes on the shared 2-core machine.
+reward model and no sampling during training.
 
 The other losses, the same budget (after the preference phase: preference accuracy / sampled
 reward / greedy reward; after SFT as above). ``simpo`` is ``--variant simpo`` (``SimPOLoss``,
@@ -78,6 +76,7 @@ sampled reward after DPO.
 """
 
 import copy
+import time
 
 import _helpers as helpers  # tutorials/_helpers.py
 import torch
@@ -356,8 +355,8 @@ helpers.save_learning_curve(
     ylabel="reward accuracy of a step's pairs",
     window=5,
 )
-print(f"wall_time={helpers.time.perf_counter() - start_time:.1f}s")
-print(f"cpu_time={helpers.time.process_time():.1f}s")  # this process's CPU time, load-independent
+print(f"wall_time={time.perf_counter() - start_time:.1f}s")
+print(f"cpu_time={time.process_time():.1f}s")  # this process's CPU time, load-independent
 for name, value in zip(("preference_accuracy", "reward", "greedy_reward"), after, strict=True):
     print(f"dpo_{name}={value:.3f}")
 print(f"final_return={after[1]:.3f}")

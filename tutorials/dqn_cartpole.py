@@ -53,11 +53,16 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
 import torch
+from tensordict import TensorDict
 from torch import nn
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import HardUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import DQNLoss
 from rlloss.data import PrioritizedSampler  # TorchRL's, in pure torch on the buffer's device
@@ -70,7 +75,7 @@ args = parser.parse_args()
 # Hyperparameters (rl-baselines3-zoo, dqn.yml, CartPole-v1, except the loss and lr schedule).
 # Those of the loop (4 envs, 64 steps of each then 128 gradient steps, 1,000 random steps first,
 # a replay memory of 100,000 transitions, minibatches of 64, epsilon from 1 to 0.04 over the
-# first 16% of training) are helpers.DQNCartPole's, shared with c51_cartpole.py.
+# first 16% of training) are below, shared with c51_cartpole.py.
 GAMMA = 0.99
 LR = 2.3e-3  # annealed to 0 as (1 - progress)^2
 # Gradient steps between target copies: once per training phase. (rl-zoo's target_update_interval
@@ -78,18 +83,85 @@ LR = 2.3e-3  # annealed to 0 as (1 - progress)^2
 TARGET_UPDATE_INTERVAL = 128
 MAX_GRAD_NORM = 10.0
 
-# Seeds network init, exploration and replay sampling; makes the 4 CartPoles: run.device,
-# run.obs_dim, run.num_actions.
-run = helpers.DQNCartPole(args)
+# The loop's settings (rl-baselines3-zoo's dqn.yml, CartPole-v1; the same in dqn_cartpole.py and
+# c51_cartpole.py): NUM_ENVS CartPoles stepped together, NUM_STEPS steps of each between
+# training phases (4 * 64 = 256 env steps, rl-zoo's train_freq), GRADIENT_STEPS gradient steps
+# per training phase, LEARNING_STARTS env steps of uniformly random actions before training, a
+# replay memory of BUFFER_SIZE transitions sampled in minibatches of BATCH_SIZE, and epsilon
+# decaying linearly from EPS_START to EPS_END over the first EXPLORATION_FRACTION of training.
+NUM_ENVS = 4
+NUM_STEPS = 64
+GRADIENT_STEPS = 128
+LEARNING_STARTS = 1_000
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 64
+EPS_START, EPS_END, EXPLORATION_FRACTION = 1.0, 0.04, 0.16
+
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
+
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one and puts the true last observation in
+# infos["final_obs"] (gymnasium's default, NEXT_STEP, would spend the next step() on the reset).
+envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
 
 # Q(s, .): an MLP writes "action_value"; QValueActor adds the greedy "action" (an index).
-q_net = MLP(in_features=run.obs_dim, out_features=run.num_actions, num_cells=[256, 256],
+q_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
             activation_class=nn.ReLU)
-actor = QValueActor(q_net, in_keys=["observation"], action_space="categorical").to(run.device)
+actor = QValueActor(q_net, in_keys=["observation"], action_space="categorical").to(device)
 
 # Double DQN with a squared-error loss; the loss keeps the target copy of the Q-network.
 loss_module = DQNLoss(actor, loss_function="l2", double_dqn=True,
-                      action_space="categorical").to(run.device)
+                      action_space="categorical").to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_INTERVAL - 1)
@@ -99,19 +171,82 @@ optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 # sampled in proportion to the priorities the loss's "td_error" gives (minibatches then also hold
 # "priority_weight" and "index").
 if args.per:
-    sampler = PrioritizedSampler(run.BUFFER_SIZE, alpha=0.6, beta=0.4)
-    replay_buffer = helpers.replay_memory(run.BUFFER_SIZE, run.BATCH_SIZE, run.device,
-                                          sampler=sampler, priority_key="td_error")
+    sampler = PrioritizedSampler(BUFFER_SIZE, alpha=0.6, beta=0.4)
+    replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                           batch_size=BATCH_SIZE, sampler=sampler,
+                                           priority_key="td_error")
 else:
-    replay_buffer = helpers.replay_memory(run.BUFFER_SIZE, run.BATCH_SIZE, run.device)
+    replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                           batch_size=BATCH_SIZE)
+
+
+def epsilon_at(frames: int) -> float:
+    """rl-zoo's schedule, epsilon as a function of the frames so far: 1 (uniformly random) before
+    LEARNING_STARTS; a linear decay from EPS_START to EPS_END over the first EXPLORATION_FRACTION
+    of the frames, then EPS_END."""
+    if frames < LEARNING_STARTS:
+        return 1.0
+    progress = min(1.0, frames / (EXPLORATION_FRACTION * total_frames))
+    return EPS_START + progress * (EPS_END - EPS_START)
+
+
+def epsilon_greedy(epsilon: float):
+    """A behaviour policy for ``VectorCollector.step``: the actor's greedy ``"action"`` (an
+    index, argmax_a Q(s, a)), replaced by a uniformly random one with probability ``epsilon``."""
+
+    def act(td: TensorDict) -> torch.Tensor:
+        with torch.no_grad():
+            greedy = actor(td)["action"]
+        explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+        random_action = torch.randint(num_actions, greedy.shape, device=greedy.device)
+        return torch.where(explore, random_action, greedy)
+
+    return act
+
 
 # ---- The loop: act epsilon-greedily and store the transitions; every 256 env steps (after the
 # first 1,000), 128 gradient steps on loss_module(batch)["loss"] (which also writes
 # batch["td_error"]), gradients clipped to MAX_GRAD_NORM, each followed by target_updater.step()
 # (Q copied into Q_target every TARGET_UPDATE_INTERVAL steps) and, with --per, new priorities
-# from batch["td_error"] (rlloss writes the squared TD error, as TorchRL does). Then save the
-# learning curve, evaluate the greedy policy (argmax_a Q(s, a), no epsilon) on start states
-# training never scored, and report ----
-run.train(actor, loss_module, optimizer, target_updater, "Double DQN on CartPole-v1",
-          replay_buffer=replay_buffer, max_grad_norm=MAX_GRAD_NORM,
-          after_update=replay_buffer.update_tensordict_priority if args.per else None)
+# from batch["td_error"] (rlloss writes the squared TD error, as TorchRL does). The learning
+# rate is annealed from LR to 0 as (1 - progress)^2 ----
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+episodes = collector.episodes  # (frames, episode_return) for every finished episode
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+total_frames = num_iterations * NUM_ENVS * NUM_STEPS
+pbar = tqdm(total=total_frames, unit="frames")
+base_lr = optimizer.param_groups[0]["lr"]
+
+for iteration in range(num_iterations):
+    optimizer.param_groups[0]["lr"] = base_lr * (1.0 - iteration / num_iterations) ** 2
+
+    # ---- Act: NUM_STEPS steps of every env, epsilon-greedily (epsilon read before each step),
+    # and store the transitions ----
+    steps = []
+    for _ in range(NUM_STEPS):
+        epsilon = epsilon_at(collector.frames)
+        steps.append(collector.step(epsilon_greedy(epsilon)))
+    replay_buffer.extend(torch.cat(steps))
+
+    # ---- Learn: once LEARNING_STARTS env steps are stored, GRADIENT_STEPS gradient steps, each
+    # on a fresh minibatch ----
+    if collector.frames >= LEARNING_STARTS:
+        for _ in range(GRADIENT_STEPS):
+            batch = replay_buffer.sample()
+            loss = loss_module(batch)["loss"]
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+            target_updater.step()
+            if args.per:
+                replay_buffer.update_tensordict_priority(batch)
+
+    helpers.show_progress(pbar, episodes, collector.frames, eps=f"{epsilon:.2f}")
+pbar.close()
+envs.close()
+
+# ---- Save the learning curve, evaluate the greedy policy (argmax_a Q(s, a), no epsilon) on
+# start states training never scored, and report ----
+helpers.finish(args, start_time, episodes, "Double DQN on CartPole-v1", env_id="CartPole-v1",
+               policy=helpers.greedy_action(actor, device))

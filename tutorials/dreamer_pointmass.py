@@ -56,20 +56,17 @@ DreamerV3. DreamerV3 rather than DreamerV1: both imagine the same 15 steps from 
 posterior states, so DreamerV1 would not make an update much cheaper.
 
 Budget: 2,000 env steps (500 random), 975 updates (200 of the world model alone, then 775 of
-all three parts; 128 replayed steps per env step), about 0.15 s of CPU an update on one thread
-(0.19 s with TorchRL's classes; CPU times on a shared machine, not a benchmark):
-143 to 155 s with rlloss and 179 to 212 s with TorchRL's classes swapped in, in the six runs
-below (cpu_time, the whole script; wall 146 to 307 s on the shared 2-core machine).
+all three parts; 128 replayed steps per env step), one CPU thread.
 
 Results (2,000 env steps, 975 updates; final_return: the actor's mode on 10 unseen start
 states, the same ones for the random policy; seeds 0, 1, 2):
 
 - random policy: -111.0, -88.8, -116.3;
 - rlloss: final_return -9.6, -8.7, -9.3; the last 10 training episodes (sampled actions)
-  -15.5, -16.2, -13.5; CPU 154.1, 143.4, 154.6 s;
+  -15.5, -16.2, -13.5;
 - TorchRL's classes swapped in (``benchmarks/torchrl_swap.py``, the same script, seeds and
   budget): final_return -11.5, -22.1, -13.3; the last 10 training episodes -22.6, -59.1,
-  -33.8; CPU 179.4, 195.6, 212.1 s.
+  -33.8.
 
 It learns with both libraries on all three seeds; TorchRL's learns later (its seed 1 was
 still improving at the end: its training episodes reached -25 to -48 only in the last 350
@@ -95,7 +92,7 @@ states).
 
 import time
 
-import _helpers as helpers  # tutorials/_helpers.py: the plumbing
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
@@ -110,7 +107,7 @@ from tensordict.nn import (
 from torch import nn
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs.model_based import DreamerEnv
-from torchrl.envs.utils import ExplorationType
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import (
     MLP,
     RSSMPosteriorV3,
@@ -291,8 +288,12 @@ class LatentAgent:
         _, self.state = posterior_net(self.belief, encoder(x))
 
     def act(self, exploration: ExplorationType) -> np.ndarray:
-        td = TensorDict(state=self.state[0], belief=self.belief[0])
-        self.action = helpers.act(actor, td, exploration)[None]
+        td = TensorDict(state=self.state, belief=self.belief, batch_size=[1])  # a batch of one
+        was_training = actor.training
+        actor.eval()  # normalisation layers read their running statistics, and leave them
+        with torch.no_grad(), set_exploration_type(exploration):
+            self.action = actor(td)["action"]
+        actor.train(was_training)
         return ACTION_SCALE * self.action[0].numpy()
 
 

@@ -42,9 +42,9 @@ prompted with the medium or the random policy's return it stays near the bottom,
 -1035 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
 more than -1221.8; the medium prompt only slightly more than the random one). On seed 2 the
 transformer has not learnt to swing the pendulum up in 1,000 steps (every prompt about -1150):
-no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss, 579 s), seed 2
-reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds.
-Wall 271-528 s a run on a 2-core CPU under a load of 10 to 16 (torch 2.13).
+no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss), seed 2
+reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds
+(torch 2.13).
 
 Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
 ``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2
@@ -67,13 +67,15 @@ prompted with the target return).
 """
 
 import json
+from pathlib import Path
 
-import _helpers as helpers  # tutorials/_helpers.py: the plumbing (dataset, evaluation, results)
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
+from torchrl.data import Bounded, LazyMemmapStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import (
     DecisionTransformerInferenceWrapper,
@@ -96,8 +98,14 @@ parser.add_argument("--eval-targets", type=float, nargs="*", default=None,
                          "policy's mean return)")
 parser.set_defaults(total_frames=1_000, eval_every=500)  # an expert dataset is learnt quickly
 args = parser.parse_args()
-device, start_time = helpers.start(args)
-action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
+device, start_time = helpers.start(args)  # seeds network init, dropout and minibatch sampling
+# Pendulum-v1's action bounds as a TorchRL spec, its observation and action dims (the environment
+# only evaluates: the agent learns from the dataset alone).
+env = gym.make(ENV_ID)
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
 
 # offline_dataset.py steps NUM_ENVS environments together; Pendulum's episodes last EPISODE_LEN.
 NUM_ENVS, EPISODE_LEN, RETURN_SCALE = 10, 200, 100.0
@@ -105,8 +113,39 @@ BATCH_SIZE, CONTEXT, LR, WEIGHT_DECAY = 64, 20, 3e-4, 1e-4
 TRANSFORMER = dict(n_embd=64, n_layer=2, n_head=1, n_inner=256, activation="relu",
                    n_positions=1024, resid_pdrop=0.1, attn_pdrop=0.1)  # a small GPT-2
 
+
+class OfflineDataset:
+    """The transitions of ``offline_dataset.py`` (a TorchRL ``LazyMemmapStorage`` read back with
+    ``loads``), held in memory with their observations standardised by the dataset's mean and std
+    (TD3+BC's normalisation, Fujimoto & Gu, arXiv:2106.06860, section 5); ``standardise`` does
+    the same to an environment's observation."""
+
+    def __init__(self, path: Path, device: torch.device, batch_size: int) -> None:
+        if not (path / "storage").exists():
+            raise SystemExit(f"no dataset at {path}: run tutorials/offline_dataset.py first "
+                             f"(its --out/dataset), or pass --dataset.")
+        size = json.loads((path.parent / "dataset.json").read_text())["transitions"]
+        buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(size), batch_size=batch_size)
+        buffer.loads(path)
+        data = buffer.storage[:].to(device).clone()  # 50k small transitions: held in memory
+        self.mean = data["observation"].mean(0)
+        self.std = data["observation"].std(0) + 1e-3
+        for key in ("observation", ("next", "observation")):
+            data[key] = (data[key] - self.mean) / self.std
+        self.data, self.device, self.batch_size = data, device, batch_size
+
+    def sample(self) -> TensorDict:
+        """A minibatch of ``batch_size`` transitions drawn uniformly with replacement."""
+        index = torch.randint(len(self.data), (self.batch_size,), device=self.device)
+        return self.data[index]
+
+    def standardise(self, observation) -> torch.Tensor:
+        obs = torch.as_tensor(observation, dtype=torch.float32, device=self.device)
+        return (obs - self.mean) / self.std
+
+
 # ---- 1. The dataset's episodes [E, EPISODE_LEN] and their returns-to-go ----
-dataset = helpers.OfflineDataset(args.dataset, device, BATCH_SIZE)  # observations standardised
+dataset = OfflineDataset(args.dataset, device, BATCH_SIZE)  # observations standardised
 episodes = (dataset.data.reshape(-1, NUM_ENVS).transpose(0, 1)
             .reshape(NUM_ENVS, -1, EPISODE_LEN).reshape(-1, EPISODE_LEN))
 done = episodes["next", "done"].squeeze(-1)
@@ -167,8 +206,10 @@ def evaluate(episodes: int, seed: int, target: float | None = None) -> list[floa
                             action=torch.stack(actions[-CONTEXT:], 1),
                             return_to_go=torch.stack(returns_to_go[-CONTEXT:], 1),
                             batch_size=[episodes])
-        with set_exploration_type(ExplorationType.DETERMINISTIC), helpers.eval_mode(actor):
+        actor.eval()  # no dropout while playing
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
             action = inference_actor(window)["action"]  # [episodes, action_dim]
+        actor.train()
         steps = [env.step(a) for env, a in zip(envs, action.cpu().numpy(), strict=True)]
         reward = np.array([step[1] for step in steps], dtype=np.float32)
         episode_returns += reward

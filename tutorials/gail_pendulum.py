@@ -49,8 +49,7 @@ runs (the first version, with the penalty: 1.04, 0.17, 0.24 and 1.02, 0.07, 0.08
 back in its last updates (-302.5 at the end): GAIL's adversarial reward keeps moving, and the
 script keeps the last policy, not the best. The libraries' runs play the same first rollout and
 drift apart after the first update (episode returns of the first rollout identical, of the third
-already different), which training amplifies. Wall 700-717 s (rlloss), 937-946 s (TorchRL) a run,
-on a loaded 2-core CPU with up to 7 runs beside them (torch 2.13); figures in
+already different), which training amplifies (one CPU thread, torch 2.13); figures in
 benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
 figures).
 
@@ -63,16 +62,20 @@ It writes ``OUT/returns.csv`` (one row per training episode, the environment's r
 final deterministic policy's mean over ``--eval-episodes`` fresh episodes).
 """
 
+import json
 from pathlib import Path
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
 from torch import nn
+from torchrl.data import Bounded, LazyMemmapStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
+from tqdm import tqdm
 
 from rlloss import GAE, ClipPPOLoss, GAILLoss
 from rlloss.functional import gail_reward, kl_k3
@@ -100,9 +103,45 @@ NUM_ENVS, NUM_STEPS, NUM_EPOCHS, MINIBATCH_SIZE = 4, 512, 10, 128
 GAMMA, LMBDA, LR, KL_THRESHOLD, CLIP_EPSILON, MAX_GRAD_NORM = 0.9, 0.95, 1e-3, 0.008, 0.2, 0.5
 DISC_STEPS, DISC_BATCH, DISC_LR, GP_LAMBDA = args.disc_steps, 256, 3e-4, args.gp_lambda
 
+
+class OfflineDataset:
+    """The transitions of ``offline_dataset.py`` (a TorchRL ``LazyMemmapStorage`` read back with
+    ``loads``), held in memory with their observations standardised by the dataset's mean and std
+    (TD3+BC's normalisation, Fujimoto & Gu, arXiv:2106.06860, section 5); ``standardise`` does
+    the same to an environment's observation."""
+
+    def __init__(self, path: Path, device: torch.device, batch_size: int) -> None:
+        if not (path / "storage").exists():
+            raise SystemExit(f"no dataset at {path}: run tutorials/offline_dataset.py first "
+                             f"(its --out/dataset), or pass --dataset.")
+        size = json.loads((path.parent / "dataset.json").read_text())["transitions"]
+        buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(size), batch_size=batch_size)
+        buffer.loads(path)
+        data = buffer.storage[:].to(device).clone()  # 50k small transitions: held in memory
+        self.mean = data["observation"].mean(0)
+        self.std = data["observation"].std(0) + 1e-3
+        for key in ("observation", ("next", "observation")):
+            data[key] = (data[key] - self.mean) / self.std
+        self.data, self.device, self.batch_size = data, device, batch_size
+
+    def sample(self) -> TensorDict:
+        """A minibatch of ``batch_size`` transitions drawn uniformly with replacement."""
+        index = torch.randint(len(self.data), (self.batch_size,), device=self.device)
+        return self.data[index]
+
+    def standardise(self, observation) -> torch.Tensor:
+        obs = torch.as_tensor(observation, dtype=torch.float32, device=self.device)
+        return (obs - self.mean) / self.std
+
+
 # The expert's pairs, observations standardised by their own mean and std.
-expert = helpers.OfflineDataset(args.dataset, device, DISC_BATCH)
-action_spec, obs_dim, action_dim = helpers.env_spec(ENV_ID, device)
+expert = OfflineDataset(args.dataset, device, DISC_BATCH)
+# Pendulum-v1's action bounds as a TorchRL spec, its observation and action dims.
+env = gym.make(ENV_ID)
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
 
 # pi(a|s) = Normal(mu(s), sigma), sigma state-independent (rpo_pendulum.py's); V(s).
 actor = ProbabilisticActor(
@@ -113,7 +152,10 @@ actor = ProbabilisticActor(
         in_keys=["observation"], out_keys=["loc", "scale"]),
     in_keys=["loc", "scale"], distribution_class=IndependentNormal, return_log_prob=True,
 ).to(device)
-critic = helpers.state_value_critic(obs_dim, device)
+critic = ValueOperator(
+    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+    in_keys=["observation"],
+).to(device)
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 ppo = ClipPPOLoss(actor, critic, clip_epsilon=CLIP_EPSILON, entropy_coeff=0.0, critic_coeff=0.5,
                   loss_critic_type="l2", normalize_advantage=True).to(device)
@@ -123,9 +165,18 @@ reward_normalizer = RewardNormalizer(num_envs=NUM_ENVS, gamma=GAMMA).to(device)
 
 # D(s, a) in (0, 1): a 64-64 tanh MLP on the concatenated pair and a sigmoid, under the expert's
 # keys ("observation", "action"); GAILLoss reads the policy's at "collector_*".
+
+
+class ConcatInputs(nn.Sequential):
+    """``nn.Sequential`` on its inputs joined along the last dim (D reads (s, a))."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.cat(inputs, -1))
+
+
 discriminator = TensorDictModule(
-    helpers.ConcatInputs(MLP(in_features=obs_dim + action_dim, out_features=1,
-                             num_cells=[64, 64], activation_class=nn.Tanh), nn.Sigmoid()),
+    ConcatInputs(MLP(in_features=obs_dim + action_dim, out_features=1,
+                     num_cells=[64, 64], activation_class=nn.Tanh), nn.Sigmoid()),
     in_keys=["observation", "action"], out_keys=["d_logits"],
 ).to(device)
 gail = GAILLoss(discriminator, use_grad_penalty=GP_LAMBDA > 0, gp_lambda=GP_LAMBDA)
@@ -169,13 +220,65 @@ def policy_kl(batch: TensorDict) -> torch.Tensor:
     return kl_k3(log_prob - batch["action_log_prob"]).mean()
 
 
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
 def sample_action(td: TensorDict) -> torch.Tensor:
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
         return actor(td)["action"]  # also writes "loc", "scale", "action_log_prob"
 
 
-collector, num_iterations, pbar = helpers.start_collection(
-    helpers.make_vec(ENV_ID, NUM_ENVS), device, args.seed, NUM_STEPS, args.total_frames)
+# NUM_ENVS Pendulums stepped together. SAME_STEP autoreset: when an episode ends, step() returns
+# the first observation of the next one and puts the true last observation in infos["final_obs"].
+envs = gym.make_vec(ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 for _ in range(num_iterations):
     rollout = torch.stack([collector.step(sample_action, keep=("loc", "scale", "action_log_prob"))
                            for _ in range(NUM_STEPS)], dim=1)  # [NUM_ENVS, NUM_STEPS]
@@ -186,16 +289,26 @@ for _ in range(num_iterations):
         rollout["next", "reward"] = reward_normalizer(reward, rollout["next", "done"])
         advantage_module(rollout)
     flat = rollout.reshape(-1)
-    helpers.gradient_epochs(ppo, optimizer, flat, num_epochs=NUM_EPOCHS,
-                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
-                            after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
+    # PPO epochs: random minibatches (a fresh permutation every epoch), each an Adam step on the
+    # sum of the "loss_*" entries; after each epoch KLAdaptiveLR adapts the learning rate to the
+    # KL of the policy from the one that collected the rollout.
+    for _ in range(NUM_EPOCHS):
+        order = torch.randperm(flat.numel(), device=flat.device)
+        for idx in order.split(MINIBATCH_SIZE):
+            losses = ppo(flat[idx])
+            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(ppo.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+        scheduler.step(policy_kl(flat))
     with torch.no_grad():  # D's mean on the rollout's pairs and on expert pairs
         d_policy = discriminator(pairs)["d_logits"].mean().item()
         d_expert = discriminator(expert_pairs())["d_logits"].mean().item()
     helpers.show_progress(pbar, collector.episodes, collector.frames,
                           d_policy=f"{d_policy:.2f}", d_expert=f"{d_expert:.2f}")
 pbar.close()
-collector.envs.close()
+envs.close()
 
 
 def deterministic_policy(observation: np.ndarray) -> np.ndarray:

@@ -22,10 +22,17 @@ Run:
     python tutorials/klpen_cartpole.py --seed 0 --total-frames 150000 --out runs/klpen_cartpole
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import numpy as np
 import torch
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+from tqdm import tqdm
 
 from rlloss import GAE, KLPENPPOLoss
 
@@ -43,12 +50,73 @@ ENTROPY_COEFF, CRITIC_COEFF, MAX_GRAD_NORM = 0.0, 0.5, 0.5
 # Seeds network init and action sampling (all the CPU's threads: this script never set one).
 device, start_time = helpers.start(args, one_thread=False)
 
-# Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (as ppo_cartpole.py).
-envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one and puts the true last observation in
+# infos["final_obs"] (gymnasium's default, NEXT_STEP, would spend the next step() on the reset).
+envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
 
 # Policy pi(a|s) = Categorical(logits(s)), which also writes "action_log_prob", and value function
 # V(s): separate 64-64 tanh MLPs, the networks of ppo_cartpole.py.
-actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device, return_log_prob=True)
+policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                 activation_class=nn.Tanh)
+actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                           in_keys=["logits"],
+                           distribution_class=torch.distributions.Categorical,
+                           return_log_prob=True).to(device)
+critic = ValueOperator(
+    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+    in_keys=["observation"],
+).to(device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 # L^KLPEN with a fixed beta: beta is updated once per update, below, as in the paper.
@@ -59,12 +127,18 @@ loss_module = KLPENPPOLoss(actor_network=actor, critic_network=critic, dtarg=DTA
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 
-# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
-                                                           args.total_frames)
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
 penalty_log = []  # (frames, beta used in the update, KL d after the update) for every update
-policy = helpers.sample_from(actor)  # a ~ pi(.|s)
+
+
+def policy(td: TensorDict) -> torch.Tensor:
+    """a ~ pi(.|s), sampled by the actor."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
+
 
 for iteration in range(num_iterations):
     optimizer.param_groups[0]["lr"] = LR * (1.0 - iteration / num_iterations)
@@ -81,8 +155,15 @@ for iteration in range(num_iterations):
     beta = loss_module.beta.item()
     # ppo_cartpole.py's epochs: random minibatches, an Adam step on the sum of the "loss_*"
     # entries each (the outputs also hold "kl" and "beta": the mean KL and the beta used)
-    helpers.gradient_epochs(loss_module, optimizer, flat, num_epochs=NUM_EPOCHS,
-                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM)
+    for _ in range(NUM_EPOCHS):
+        order = torch.randperm(flat.numel(), device=flat.device)
+        for idx in order.split(MINIBATCH_SIZE):
+            losses = loss_module(flat[idx])
+            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
 
     # ---- Adapt beta: d = KL(pi_old || pi_new) over the rollout, after the update ----
     with torch.no_grad():

@@ -23,7 +23,7 @@ Data flow per iteration:
    and std per agent, entropy bonus 0.01) over 30 epochs of minibatches of 400.
 
 Hyperparameters follow TorchRL's multi-agent PPO tutorial (Navigation, 3 agents, 100-step
-episodes). Budget: 60,000 frames (10 iterations), about four minutes on one CPU thread.
+episodes). Budget: 60,000 frames (10 iterations), one CPU thread.
 
 Results, MAPPO, 60,000 frames, seeds 0, 1, 2; the mean episode return (over the agents) of
 the 60 episodes of the first and of the last iteration, and ``final_return`` (last 10 episodes):

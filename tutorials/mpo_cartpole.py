@@ -35,8 +35,7 @@ evaluation); with a rate of 1e-3 at 500, 146 and 500. Each training phase takes 
 step per two environment steps.
 
 Results (100,000 steps, one CPU thread; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500
-and 136; the last 10 training episodes 500, 500 and 137; wall 994, 1,092 and 709 s. The target of
-475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
+and 136; the last 10 training episodes 500, 500 and 137. The target of 475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
 after 88k steps, with a learning rate already below 6% of its start. After the policy is nearly
 deterministic the temperature sits at its floor (with two actions KL(q || pi_target) cannot reach
 0.1), so the E-step is a greedy improvement on a Q-function that is still unstable, as in DQN;
@@ -54,13 +53,20 @@ KLs after each training phase) and ``OUT/curve.png`` (returns, duals, KLs); it p
 ``eval_return=`` and last ``final_return=`` (both the mean return of the greedy evaluation).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
 import torch
+from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor
 from torchrl.objectives import HardUpdate
+from tqdm import tqdm
 
 from rlloss import DiscreteMPOLoss
 
@@ -83,8 +89,62 @@ TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 
 device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
 
-# Environment: NUM_ENVS CartPoles stepped together, with SAME_STEP autoreset (_helpers.make_vec).
-envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
+TITLE = "Categorical MPO on CartPole-v1"
+
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one and puts the true last observation in
+# infos["final_obs"] (gymnasium's default, NEXT_STEP, would spend the next step() on the reset).
+envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
 
 # pi(a|s) = Categorical(softmax(logits(s))); the sampled "action" is an index.
 policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[256, 256],
@@ -107,28 +167,49 @@ loss_module = DiscreteMPOLoss(
 ).to(device)
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_PERIOD - 1)
-# Adam: the networks at LR, the duals at DUAL_LR. update(batch): one step on the sum of the MPO
-# losses, the networks' gradients clipped to MAX_GRAD_NORM, then Acme's floor on the dual
-# parameters and the target update; it returns the loss outputs (mpo_pendulum.py's update).
-optimizer, update = helpers.mpo_optimisation(loss_module, actor, critic, target_updater, lr=LR,
-                                             dual_lr=DUAL_LR, max_grad_norm=MAX_GRAD_NORM)
+# Adam: the networks at LR (the first parameter group), the duals (temperature, alpha) at
+# DUAL_LR.
+network_parameters = [*actor.parameters(), *critic.parameters()]
+optimizer = torch.optim.Adam([
+    {"params": network_parameters, "lr": LR},
+    {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
+])
 
-replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+
+def update(batch: TensorDict) -> TensorDict:
+    """One Adam step on the sum of the MPO losses, the networks' gradient norm clipped to
+    MAX_GRAD_NORM, then Acme's floor on the dual parameters and the target update; returns the
+    loss outputs (their duals and KLs are the diagnostics)."""
+    losses = loss_module(batch)
+    loss = (losses["loss_actor"] + losses["loss_qvalue"]
+            + losses["loss_temperature"] + losses["loss_alpha"])
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
+    optimizer.step()
+    loss_module.clamp_duals()
+    target_updater.step()
+    return losses
+
+
+# TorchRL's replay buffer, on the training device, sampling minibatches uniformly.
+replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                       batch_size=BATCH_SIZE)
 
 DIAGNOSTICS = ["temperature", "alpha", "kl_q", "kl", "q_mean"]
 diagnostics = []  # (frames, *DIAGNOSTICS) after each training phase
-# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
-                                                           args.total_frames)
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-sample = helpers.sample_from(actor)  # a ~ pi(.|s)
 
 
-def behaviour(td):
+def behaviour(td: TensorDict) -> torch.Tensor:
     """Uniformly random actions before LEARNING_STARTS, then a ~ pi(.|s)."""
     if collector.frames < LEARNING_STARTS:
         return torch.randint(num_actions, (NUM_ENVS,), device=device)
-    return sample(td)
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
 
 
 for iteration in range(num_iterations):
@@ -150,12 +231,35 @@ pbar.close()
 envs.close()
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
-helpers.save_dual_diagnostics(args.out, episodes, "Categorical MPO on CartPole-v1", DIAGNOSTICS,
-                              diagnostics, duals=("temperature", "alpha"),
-                              kl_bounds={"kl_q": 0.1, "kl": 2.5e-3})
+def save_dual_diagnostics(episodes, duals: tuple[str, ...], kl_bounds: dict[str, float]) -> None:
+    """``OUT/diagnostics.csv`` (the rows of ``diagnostics``) and ``OUT/curve.png``, three panels:
+    the episode returns, the ``duals`` and the KLs named in ``kl_bounds``, each with its bound
+    dotted (log scales)."""
+    helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
+    fig = Figure(figsize=(15, 4))
+    ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
+    helpers.plot_returns(ax_returns, episodes)
+    ax_returns.set(xlabel="environment steps", ylabel="episode return", title=TITLE)
+    if diagnostics:
+        rows = np.array(diagnostics)
+        columns = dict(zip(DIAGNOSTICS, rows[:, 1:].T, strict=True))
+        for name in duals:
+            ax_duals.plot(rows[:, 0], columns[name], label=name)
+        ax_duals.set(xlabel="environment steps", yscale="log", title="duals")
+        ax_duals.legend()
+        for name, bound in kl_bounds.items():
+            (line,) = ax_kls.plot(rows[:, 0], columns[name], label=name)
+            ax_kls.axhline(bound, color=line.get_color(), linestyle=":")
+        ax_kls.set(xlabel="environment steps", yscale="log", title="KLs (dotted: their bounds)")
+        ax_kls.legend()
+    fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+
+
+save_dual_diagnostics(episodes, duals=("temperature", "alpha"),
+                      kl_bounds={"kl_q": 0.1, "kl": 2.5e-3})
 
 
 # ---- Save the learning curve, evaluate the most probable action argmax_a pi(a|s) (no
 # sampling) on start states training never scored, report ----
-helpers.finish(args, start_time, episodes, "Categorical MPO on CartPole-v1", env_id="CartPole-v1",
+helpers.finish(args, start_time, episodes, TITLE, env_id="CartPole-v1",
                policy=helpers.most_probable_action(actor, device), plot=False)

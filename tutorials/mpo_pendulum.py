@@ -41,8 +41,8 @@ second and third plots show the duals and KLs during training. After training, t
 mean (clipped to the bounds, no sampling) plays 10 evaluation episodes from start states no
 training episode had.
 
-Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6 and -192.7; the last 10 training
-episodes -143.0, -197.7 and -145.1; wall 552, 578 and 429 s. The 10-episode training mean first
+Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6
+and -192.7; the last 10 training episodes -143.0, -197.7 and -145.1. The 10-episode training mean first
 passes -200 after 15-17k steps.
 
 Pendulum episodes never terminate; they are truncated after 200 steps, and a truncated
@@ -57,11 +57,19 @@ KLs every 500 steps) and ``OUT/curve.png`` (returns, duals, KLs); it prints ``tr
 last ``final_return=`` (both the mean return of the evaluation episodes).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
+import torch
+from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
 from torchrl.objectives import HardUpdate
+from tqdm import tqdm
 
 from rlloss import MPOLoss
 
@@ -81,7 +89,16 @@ TARGET_UPDATE_PERIOD = 100  # gradient steps between hard target updates
 LOG_EVERY = 500  # env steps between rows of diagnostics.csv
 
 device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
+TITLE = "MPO on Pendulum-v1"
+
+# Pendulum-v1, one environment stepped one action at a time, and its action bounds as a TorchRL
+# spec (the actor's and the loss's).
+env = gym.make("Pendulum-v1")
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
+low, high = action_spec.space.low, action_spec.space.high
 
 # pi(a|s) = Normal(mu(s), sigma(s)), independent across action dimensions. The MLP writes
 # (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased softplus).
@@ -117,45 +134,119 @@ loss_module = MPOLoss(
 ).to(device)
 # HardUpdate copies on every (interval + 1)-th step(), hence the - 1.
 target_updater = HardUpdate(loss_module, value_network_update_interval=TARGET_UPDATE_PERIOD - 1)
-# Adam: the networks at LR, the duals at DUAL_LR. update(batch): one step on the sum of the MPO
-# losses, the networks' gradients clipped to MAX_GRAD_NORM, then Acme's floor on the dual
-# parameters and the target update; it returns the loss outputs.
-optimizer, update = helpers.mpo_optimisation(loss_module, actor, critic, target_updater, lr=LR,
-                                             dual_lr=DUAL_LR, max_grad_norm=MAX_GRAD_NORM)
+# Adam: the networks at LR (the first parameter group), the duals (temperature, multipliers) at
+# DUAL_LR.
+network_parameters = [*actor.parameters(), *critic.parameters()]
+optimizer = torch.optim.Adam([
+    {"params": network_parameters, "lr": LR},
+    {"params": list(loss_module.dual_parameters()), "lr": DUAL_LR},
+])
 
-replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+
+def update(batch: TensorDict) -> TensorDict:
+    """One Adam step on the sum of the MPO losses, the networks' gradient norm clipped to
+    MAX_GRAD_NORM, then Acme's floor on the dual parameters and the target update; returns the
+    loss outputs (their duals and KLs are the diagnostics)."""
+    losses = loss_module(batch)
+    loss = (losses["loss_actor"] + losses["loss_qvalue"]
+            + losses["loss_temperature"] + losses["loss_alpha"])
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(network_parameters, MAX_GRAD_NORM)
+    optimizer.step()
+    loss_module.clamp_duals()
+    target_updater.step()
+    return losses
+
+
+# TorchRL's replay buffer, on the training device, sampling minibatches uniformly.
+replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                       batch_size=BATCH_SIZE)
 DIAGNOSTICS = ["temperature", "alpha_mean", "alpha_stddev", "penalty_temperature",
                "kl_q", "kl_mean", "kl_stddev", "q_mean"]
 diagnostics = []  # (frames, *DIAGNOSTICS) every LOG_EVERY steps
 
 
-def log_diagnostics(frame, losses):
-    """Every LOG_EVERY env steps: a row of the duals and KLs of the last update, and the
-    temperature eta on the progress bar."""
-    if losses is None:
-        return {}
-    diagnostics.append((frame, *(float(losses[k]) for k in DIAGNOSTICS)))
-    return {"eta": f"{float(losses['temperature']):.3f}"}
+def tensor(x, dtype=torch.float32) -> torch.Tensor:
+    """numpy (from the environment, on CPU) -> torch on the device."""
+    return torch.as_tensor(x, dtype=dtype, device=device)
 
 
-# ---- The loop: act (uniformly at random before LEARNING_STARTS, then a ~ pi(.|s), unbounded:
-# the environment gets it clipped to the bounds), store the transition, update after
-# LEARNING_STARTS ----
-helpers.off_policy_loop(args.total_frames, stepper, action_spec, helpers.sample_from(actor),
-                        replay_buffer, update, learning_starts=LEARNING_STARTS,
-                        env_action=lambda a: a.clamp(action_spec.space.low, action_spec.space.high),
-                        log=log_diagnostics, log_every=LOG_EVERY)
-episodes = stepper.episodes
+obs, _ = env.reset(seed=args.seed)
+episode_return = 0.0
+episodes = []  # (frames, episode_return) for every finished episode
+losses = None  # the last update's loss outputs
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly at random before LEARNING_STARTS, then a ~ pi(.|s), unbounded ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            action = actor(TensorDict(observation=tensor(obs), device=device))["action"]
+
+    # ---- Step (the environment gets the action clipped to the bounds) and store the
+    # transition with the unclipped action. ("next", "observation") is the true successor, and
+    # only termination stops bootstrapping (Pendulum's episodes are truncated, never ended) ----
+    transition = TensorDict(observation=tensor(obs), device=device)
+    transition["action"] = action
+    obs, reward, terminated, truncated, _ = env.step(action.clamp(low, high).cpu().numpy())
+    transition["next"] = TensorDict(observation=tensor(obs), reward=tensor([reward]),
+                                    terminated=tensor([terminated], torch.bool), device=device)
+    replay_buffer.add(transition)
+    episode_return += reward
+    if terminated or truncated:
+        episodes.append((frame, episode_return))
+        episode_return = 0.0
+        obs, _ = env.reset()
+
+    # ---- Learn: after LEARNING_STARTS, one update per env step on a fresh minibatch ----
+    if frame > LEARNING_STARTS:
+        losses = update(replay_buffer.sample())
+
+    # ---- Every LOG_EVERY steps: a row of the duals and KLs of the last update; the progress
+    # bar shows the temperature eta ----
+    if frame % LOG_EVERY == 0:
+        shown = {}
+        if losses is not None:
+            diagnostics.append((frame, *(float(losses[k]) for k in DIAGNOSTICS)))
+            shown = {"eta": f"{float(losses['temperature']):.3f}"}
+        helpers.show_progress(pbar, episodes, frame, **shown)
+pbar.close()
+env.close()
 
 # ---- Save the duals and KLs, and a figure of them beside the learning curve ----
+def save_dual_diagnostics(episodes, duals: tuple[str, ...], kl_bounds: dict[str, float]) -> None:
+    """``OUT/diagnostics.csv`` (the rows of ``diagnostics``) and ``OUT/curve.png``, three panels:
+    the episode returns, the ``duals`` and the KLs named in ``kl_bounds``, each with its bound
+    dotted (log scales)."""
+    helpers.write_csv(args.out / "diagnostics.csv", ["frames", *DIAGNOSTICS], diagnostics)
+    fig = Figure(figsize=(15, 4))
+    ax_returns, ax_duals, ax_kls = fig.subplots(1, 3)
+    helpers.plot_returns(ax_returns, episodes)
+    ax_returns.set(xlabel="environment steps", ylabel="episode return", title=TITLE)
+    if diagnostics:
+        rows = np.array(diagnostics)
+        columns = dict(zip(DIAGNOSTICS, rows[:, 1:].T, strict=True))
+        for name in duals:
+            ax_duals.plot(rows[:, 0], columns[name], label=name)
+        ax_duals.set(xlabel="environment steps", yscale="log", title="duals")
+        ax_duals.legend()
+        for name, bound in kl_bounds.items():
+            (line,) = ax_kls.plot(rows[:, 0], columns[name], label=name)
+            ax_kls.axhline(bound, color=line.get_color(), linestyle=":")
+        ax_kls.set(xlabel="environment steps", yscale="log", title="KLs (dotted: their bounds)")
+        ax_kls.legend()
+    fig.savefig(args.out / "curve.png", dpi=100, bbox_inches="tight")
+
+
 kl_bounds = {"kl_q": 0.1, "kl_mean": 2.5e-3 * action_dim, "kl_stddev": 1e-4 * action_dim}
-helpers.save_dual_diagnostics(args.out, episodes, "MPO on Pendulum-v1", DIAGNOSTICS, diagnostics,
-                              duals=("temperature", "alpha_mean", "alpha_stddev",
-                                     "penalty_temperature"),
-                              kl_bounds=kl_bounds)  # the per-dimension bounds summed
+save_dual_diagnostics(episodes, duals=("temperature", "alpha_mean", "alpha_stddev",
+                                       "penalty_temperature"),
+                      kl_bounds=kl_bounds)  # the per-dimension bounds summed
 
 
 # ---- Save the learning curve, evaluate the mean mu(s) (clipped to the bounds, no sampling) on
 # start states training never scored, report ----
-helpers.finish(args, start_time, episodes, "MPO on Pendulum-v1", env_id="Pendulum-v1",
+helpers.finish(args, start_time, episodes, TITLE, env_id="Pendulum-v1",
                policy=helpers.deterministic_action(actor, device, clip_to=action_spec), plot=False)

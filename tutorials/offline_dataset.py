@@ -27,12 +27,12 @@ for uniform random actions; ``dataset.json`` gives each one's mean return under 
 
 Results (seed 0, the dataset the offline tutorials use): 50,000 transitions, 250 episodes, mean
 return -839.2 +- 110.1 (behaviour policy: SAC after 3,000 steps; 2,500 steps gave -1092, 3,500
-gave -197, so 3,000 is the "medium" one); 50 s on the CPU.
+gave -197, so 3,000 is the "medium" one).
 Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean return
--149.7 +- 84.5; 254 s on a loaded 2-core CPU (torch 2.13).
+-149.7 +- 84.5 (torch 2.13).
 Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 transitions, 300
 episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
-483.4); 677 s on the 2-core CPU under a load of 11 to 16.
+483.4).
 
 Run:
     python tutorials/offline_dataset.py --seed 0 --out runs/pendulum_offline
@@ -48,10 +48,12 @@ import sys
 import time
 from pathlib import Path
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import numpy as np
 import torch
 from matplotlib.figure import Figure  # the object-oriented API renders with Agg, no GUI needed
+from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from tqdm import tqdm
@@ -106,9 +108,60 @@ def behaviour_policy(frames: int):
     return sample_action
 
 
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
 # ---- 2. Play each policy in turn in NUM_ENVS environments and store the transitions ----
-collector = helpers.VectorCollector(helpers.make_vec(ENV_ID, NUM_ENVS), torch.device(args.device),
-                                    seed=args.seed + 1_000)  # resets no training episode had
+# NUM_ENVS Pendulums stepped together. SAME_STEP autoreset: when an episode ends, step() returns
+# the first observation of the next one and puts the true last observation in infos["final_obs"].
+envs = gym.make_vec(ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+collector = VectorCollector(envs, torch.device(args.device),
+                            seed=args.seed + 1_000)  # resets no training episode had
 steps, per_policy = [], []
 for frames in args.agent_frames:
     sample_action, first = behaviour_policy(frames), len(collector.episodes)
@@ -116,7 +169,7 @@ for frames in args.agent_frames:
     returns = [ret for _, ret in collector.episodes[first:]]
     per_policy.append({"agent_frames": frames, "episodes": len(returns),
                        "mean_return": float(np.mean(returns)) if returns else float("nan")})
-collector.envs.close()
+envs.close()
 episodes = collector.episodes
 replay_buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(steps) * NUM_ENVS))
 replay_buffer.extend(torch.cat(steps).cpu())

@@ -28,8 +28,7 @@ to the target 0.035, 0.028, 0.033. The open-loop plan: -16.5, -16.0, -16.1, fina
 0.55, 0.58, 0.61 (the process noise on the velocity accumulates with nothing to correct it).
 Uniformly random actions: -45.2, -44.7, -44.2. With TorchRL's ``ExponentialQuadraticCost``
 swapped in (``benchmarks/torchrl_swap.py``): the same figures to the printed digits,
-all three seeds. About 8 s of CPU time on one thread (wall 27 to 39 s on a shared, busy
-2-core machine).
+all three seeds (one CPU thread).
 
 Run:
     python tutorials/pilco_planning.py --seed 0 --total-frames 500 --out runs/pilco_planning

@@ -37,17 +37,16 @@ episodes>``.
 Results (100k frames, 2 ranks with ``--baseline``, one seed at a time, on a 2-core CPU; the
 frame where the mean of the last 10 episodes first reached 475 in brackets):
 
-| seed | 2 ranks: final return, wall time | ``ppo_cartpole.py``: final return, wall time |
+| seed | 2 ranks: final return | ``ppo_cartpole.py``: final return |
 |---|---|---|
-| 0 | 500.0 (31.5k), 226.8 s | 500.0 (33.7k), 146.6 s |
-| 1 | 500.0 (26.0k), 210.9 s | 500.0 (57.2k), 100.5 s |
-| 2 | 500.0 (19.8k), 241.9 s | 500.0 (28.0k), 114.7 s |
+| 0 | 500.0 (31.5k) | 500.0 (33.7k) |
+| 1 | 500.0 (26.0k) | 500.0 (57.2k) |
+| 2 | 500.0 (19.8k) | 500.0 (28.0k) |
 
-Two ranks learn as one process does, and take longer here: the networks are tiny, and the
-all-reduces (the gradients, the advantage statistics) double an update's cost, 10.8 ms per
-update on each of 2 ranks for the loss alone against 22.2 ms through DDP with global
-advantages (the same machine, 300 updates of 128 samples), while the 7,800 updates of a run
-dominate it; the two processes also share the machine's two cores. Data
+Two ranks learn as one process does, and take longer on a 2-core CPU (``--baseline`` prints the
+two wall times): the networks are tiny, and the all-reduces (the gradients, the advantage
+statistics) about double an update's cost, while the 7,800 updates of a run dominate it; the two
+processes also share the machine's two cores. Data
 parallelism pays where each rank has its own cores or GPU and the environments or networks are
 costly.
 """
@@ -59,10 +58,17 @@ import sys
 import time
 from pathlib import Path
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
 import torch
 import torch.distributed as dist
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 from tqdm import tqdm
 
 from rlloss import GAE, ClipPPOLoss
@@ -101,6 +107,69 @@ if NUM_ENVS % world_size:
     raise SystemExit(f"{NUM_ENVS} environments do not split over {world_size} ranks evenly")
 envs_per_rank = NUM_ENVS // world_size
 
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
+def categorical_actor_critic() -> tuple[ProbabilisticActor, ValueOperator]:
+    """ppo_cartpole.py's networks, separate 64-64 tanh MLPs: the policy pi(a|s) (writes "logits",
+    samples "action" from Categorical(logits)) and V(s) (writes "state_value")."""
+    policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                     activation_class=nn.Tanh)
+    actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                               in_keys=["logits"],
+                               distribution_class=torch.distributions.Categorical).to(device)
+    critic = ValueOperator(
+        MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+        in_keys=["observation"],
+    ).to(device)
+    return actor, critic
+
+
 baseline = None
 if args.baseline and rank == 0:  # before this run's clock starts; the other ranks wait for it
     command = [
@@ -122,10 +191,11 @@ if distributed:
 
 torch.manual_seed(args.seed)  # the same initial networks on every rank
 start_time = time.perf_counter()
-envs = helpers.make_vec("CartPole-v1", envs_per_rank)
-actor, critic = helpers.categorical_actor_critic(
-    envs.single_observation_space.shape[0], envs.single_action_space.n, device
-)
+# This rank's CartPoles, SAME_STEP autoreset (ppo_cartpole.py's) and ppo_cartpole.py's networks.
+envs = gym.make_vec("CartPole-v1", num_envs=envs_per_rank, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
+actor, critic = categorical_actor_critic()
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 # ppo_cartpole.py's loss, the advantages normalised by the mean and std of the global batch.
 loss_module = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=CLIP_EPSILON,
@@ -142,8 +212,15 @@ optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
 torch.manual_seed(args.seed + rank)  # each rank samples its own actions
 # env i of this rank is seeded seed + envs_per_rank * rank + i: one process's seeds for all 8
-collector = helpers.VectorCollector(envs, device, seed=args.seed + envs_per_rank * rank)
-policy = helpers.sample_from(actor)
+collector = VectorCollector(envs, device, seed=args.seed + envs_per_rank * rank)
+
+
+def policy(td: TensorDict) -> torch.Tensor:
+    """a ~ pi(.|s), sampled by the actor."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
+
+
 frames_per_batch = NUM_ENVS * NUM_STEPS  # global
 num_iterations = max(1, args.total_frames // frames_per_batch)
 pbar = tqdm(total=num_iterations * frames_per_batch, unit="frames", disable=rank != 0)
@@ -164,8 +241,14 @@ for iteration in range(num_iterations):
     # ---- 20 epochs over the rollout; DDP averages the gradients of the ranks' halves ----
     # One minibatch per epoch: the whole rollout, in any order. Each epoch an Adam step on the
     # sum of the "loss_*" entries of the DDP model, the averaged gradients' norm clipped first.
-    helpers.gradient_epochs(loss_module, optimizer, rollout.reshape(-1), num_epochs=NUM_EPOCHS,
-                            max_grad_norm=MAX_GRAD_NORM, model=model)
+    batch = rollout.reshape(-1)
+    for _ in range(NUM_EPOCHS):
+        losses = model(batch)
+        loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
     pbar.update(frames_per_batch)
 pbar.close()
 envs.close()

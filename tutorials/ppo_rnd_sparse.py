@@ -37,13 +37,10 @@ Results (seeds 0, 1, 2, 300k env steps, 146 rollouts; final = mean return of the
 training episodes, i.e. the share of them that reached the flag; then the step of the first
 episode that reached it and the share of the last 100 episodes that did; the TorchRL rows are
 this script with ``from rlloss import`` swapped to TorchRL's ``GAE``, ``ClipPPOLoss`` and
-``RNDLoss`` by ``benchmarks/torchrl_swap.py``; wall time on one CPU thread of a shared 2-core
-machine under a load of 10 to 30, the PPO-alone runs six at a time, so only roughly comparable):
+``RNDLoss`` by ``benchmarks/torchrl_swap.py``; one CPU thread):
 
-    PPO + RND, rlloss   seed 0: 0.3 (79k, 0.38, 456 s)  seed 1: 1.0 (83k, 1.00, 600 s)
-                        seed 2: 0.8 (89k, 0.75, 938 s)
-    PPO + RND, TorchRL  seed 0: 0.1 (79k, 0.08, 529 s)  seed 1: 1.0 (76k, 1.00, 719 s)
-                        seed 2: 1.0 (89k, 0.96, 1545 s)
+    PPO + RND, rlloss   seed 0: 0.3 (79k, 0.38)  seed 1: 1.0 (83k, 1.00)  seed 2: 0.8 (89k, 0.75)
+    PPO + RND, TorchRL  seed 0: 0.1 (79k, 0.08)  seed 1: 1.0 (76k, 1.00)  seed 2: 1.0 (89k, 0.96)
     PPO alone, rlloss   seed 0: 0.0 (never, 0.00)  seed 1: 1.0 (66k, 0.98)  seed 2: 0.3 (93k, 0.30)
     PPO alone, TorchRL  seed 0: 0.0 (never, 0.00)  seed 1: 0.9 (66k, 0.92)  seed 2: 0.0 (93k, 0.00)
 
@@ -83,8 +80,8 @@ it on up to 95 % of episodes and lost it twice (1 % of the last 100); N = 16 fou
 (97 % of the last 100); but there a uniform policy finds it within 400k steps with
 probability 82 % and 32 %, so PPO alone could too.
 
-Results (N = 20, 400k env steps, seeds 0, 1, 2; the same columns as above; the mean number of
-"right" actions per episode over the last 100 episodes in place of the wall time):
+Results (N = 20, 400k env steps, seeds 0, 1, 2; the same columns as above, then the mean number of
+"right" actions per episode over the last 100 episodes):
 
     PPO + RND, rlloss  seed 0: 0.59 (179k, 0.62, 18.7)  seed 1: 0.89 (193k, 0.99, 20.0)
                        seed 2: -0.01 (179k, 0.00, 13.0)
@@ -101,9 +98,7 @@ share of the last 100 episodes is 0.00 to 0.99 (rlloss seed 2 had held 86 % arou
 then left the path, as RND's bonus keeps pulling elsewhere). PPO alone never reached it in any
 run (0 of 19,968 episodes each): the move cost taught it to go left, 0.3 to 8 "rights" per
 episode at the end. The two libraries' runs part ways only during training. Figure:
-``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/learning.py --rnd-title "Deep Sea 20"``;
-runs two at a time under a load of about 10: PPO + RND 262-427 s, PPO alone 141-205 s of wall
-time each).
+``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/learning.py --rnd-title "Deep Sea 20"``).
 
 Run:
     python tutorials/ppo_rnd_sparse.py --seed 0 --out runs/ppo_rnd
@@ -117,16 +112,19 @@ and with ``--rnd`` the mean intrinsic bonus per rollout); the last printed line 
 
 import argparse
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.envs.transforms.rnd import RunningMeanStd
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+from tqdm import tqdm
 
 from rlloss import GAE, ClipPPOLoss, RNDLoss
 from rlloss.training import RewardNormalizer
@@ -152,7 +150,6 @@ if args.task == "deepsea":  # without one, the policy collapsed onto a path and 
 MAX_GRAD_NORM = 0.5
 EXT_COEFF, INT_COEFF = 2.0, 1.0  # the paper's weights of the two (normalised) rewards
 RND_FEATURES = 64
-
 
 
 class SparseReward(gym.Wrapper):
@@ -200,13 +197,66 @@ class DeepSea(gym.Env):
 
 TASK_NAME = f"Deep Sea {args.size}" if args.task == "deepsea" else "sparse MountainCar-v0"
 device, start_time = helpers.start(args)  # seeds network init and action sampling
+# NUM_ENVS copies stepped together. SAME_STEP autoreset: when an episode ends, step() returns the
+# first observation of the next one and puts the true last observation in infos["final_obs"].
 if args.task == "deepsea":
     gym.register("DeepSea-v0", entry_point=DeepSea,
                  kwargs={"size": args.size, "mapping_seed": args.seed})
-    envs, obs_dim, num_actions = helpers.discrete_vec("DeepSea-v0", NUM_ENVS)
+    env_id, wrappers = "DeepSea-v0", []
 else:
-    envs, obs_dim, num_actions = helpers.discrete_vec("MountainCar-v0", NUM_ENVS, (SparseReward,))
+    env_id, wrappers = "MountainCar-v0", [SparseReward]
+envs = gym.make_vec(env_id, num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+                    wrappers=wrappers)
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
 space = envs.single_observation_space
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
 
 
 class ScaleToUnit(nn.Module):
@@ -251,11 +301,36 @@ rnd_bonus = RNDLoss(predictor, target, obs_rms=obs_rms, reduction="none", update
 rnd_optimizer = torch.optim.Adam(predictor.parameters(), lr=RND_LR)
 int_normalizer = RewardNormalizer(num_envs=NUM_ENVS, gamma=GAMMA).to(device)
 
-collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
-                                                           args.total_frames)
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = helpers.sample_from(actor)
+
+
+def policy(td: TensorDict) -> torch.Tensor:
+    """a ~ pi(.|s), sampled by the actor."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
+
+
 bonuses = []  # (frames, mean raw intrinsic reward of the rollout)
+
+
+def gradient_epochs(module: nn.Module, optimizer: torch.optim.Optimizer, batch: TensorDict,
+                    max_grad_norm: float) -> None:
+    """NUM_EPOCHS passes over ``batch`` in random minibatches of MINIBATCH_SIZE (a fresh
+    permutation every pass), each an ``optimizer`` step on the sum of ``module``'s "loss_*"
+    outputs, the gradient norm clipped to ``max_grad_norm``."""
+    for _ in range(NUM_EPOCHS):
+        order = torch.randperm(batch.numel(), device=batch.device)
+        for idx in order.split(MINIBATCH_SIZE):
+            losses = module(batch[idx])
+            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)
+            optimizer.step()
+
 
 for _ in range(num_iterations):
     rollout = torch.stack([collector.step(policy, keep=("action_log_prob",))
@@ -274,11 +349,9 @@ for _ in range(num_iterations):
     with torch.no_grad():
         advantage_module(rollout)  # "advantage" and "value_target" on the combined reward
     flat = rollout.reshape(-1)
-    helpers.gradient_epochs(loss_module, optimizer, flat, num_epochs=NUM_EPOCHS,
-                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM)
+    gradient_epochs(loss_module, optimizer, flat, MAX_GRAD_NORM)
     if args.rnd:  # the predictor regresses the target on a quarter of each minibatch
-        helpers.gradient_epochs(rnd_loss, rnd_optimizer, flat, num_epochs=NUM_EPOCHS,
-                                minibatch_size=MINIBATCH_SIZE, max_grad_norm=10.0)
+        gradient_epochs(rnd_loss, rnd_optimizer, flat, max_grad_norm=10.0)
     helpers.show_progress(pbar, episodes, collector.frames)
 pbar.close()
 envs.close()

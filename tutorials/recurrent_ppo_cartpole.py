@@ -26,15 +26,14 @@ targets up to 50.
 
 Budget: 150k steps. Tuning on seed 0 at the zoo's 100k: 390.6 without the reward scaling, 460.3
 with it (a few failed episodes while the learning rate was still annealing); at 150k every
-episode of seed 0 from 80k steps on lasted 500 steps. One run takes 5 to 7 minutes on one CPU
-thread of a shared 2-core machine (13 minutes under a load of 4-5).
+episode of seed 0 from 80k steps on lasted 500 steps.
 
-Results (``benchmarks/learning.py``, final return = mean of the last 10 training episodes, wall
-time on one thread of that shared machine):
+Results (``benchmarks/learning.py``, one CPU thread, final return = mean of the last 10 training
+episodes):
 
-    LSTM      seed 0: 500.0 (374 s), seed 1: 500.0 (423 s), seed 2: 500.0 (313 s);
+    LSTM      seed 0: 500.0, seed 1: 500.0, seed 2: 500.0;
               mean of 10 episodes first >= 475 at 78k, 92k, 32k steps
-    --no-rnn  seed 0: 56.7 (119 s), seed 1: 49.5 (126 s), seed 2: 36.5 (122 s);
+    --no-rnn  seed 0: 56.7, seed 1: 49.5, seed 2: 36.5;
               mean of the last 100 episodes 46-49, no episode longer than 211 steps
 
 ``--no-rnn`` trains a feed-forward policy and critic (64-64 tanh MLPs) on the same observation
@@ -51,7 +50,7 @@ printed line is ``final_return=<mean return of the last 10 episodes>``.
 """
 
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
@@ -60,6 +59,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, LSTMModule, ProbabilisticActor, ValueOperator, set_recurrent_mode
+from tqdm import tqdm
 
 from rlloss import (
     GAE,
@@ -115,6 +115,53 @@ obs_dim = envs.single_observation_space.shape[0]
 num_actions = envs.single_action_space.n
 
 
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
+
 def recurrent_actor_critic() -> tuple[ProbabilisticActor, TensorDictSequential]:
     """An LSTM policy and an LSTM critic, each with its own state entries. The actor's LSTM
     writes "actor_features", a 64-unit ReLU head the "logits" of Categorical(logits); the
@@ -151,10 +198,18 @@ def recurrent_actor_critic() -> tuple[ProbabilisticActor, TensorDictSequential]:
 
 
 if args.no_rnn:
-    mlp_actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
-    actor = ProbabilisticActor(mlp_actor.module[0], in_keys=["logits"],
+    # ppo_cartpole.py's networks: separate 64-64 tanh MLPs; the actor also stores
+    # log pi_old(a|s)
+    policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                     activation_class=nn.Tanh)
+    actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                               in_keys=["logits"],
                                distribution_class=torch.distributions.Categorical,
-                               return_log_prob=True)  # also stores log pi_old(a|s)
+                               return_log_prob=True).to(device)
+    critic = ValueOperator(
+        MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+        in_keys=["observation"],
+    ).to(device)
 else:
     actor, critic = recurrent_actor_critic()
 state_keys = recurrent_state_keys(actor, critic)  # [] for the MLPs
@@ -203,15 +258,9 @@ class RecurrentPolicy:
         self.carry["is_init"] = done.clone()
 
 
-def recurrent_loss(chunks: TensorDict) -> TensorDict:
-    """The loss outputs for ``chunks``, the LSTMs run over each chunk's steps (recurrent mode)."""
-    with set_recurrent_mode(True):
-        return loss_module(chunks)
-
-
-# env i is seeded with seed + i; a progress bar over num_iterations * NUM_ENVS * NUM_STEPS frames
-collector, num_iterations, pbar = helpers.start_collection(envs, device, args.seed, NUM_STEPS,
-                                                           args.total_frames)
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
+num_iterations = max(1, args.total_frames // (NUM_ENVS * NUM_STEPS))
+pbar = tqdm(total=num_iterations * NUM_ENVS * NUM_STEPS, unit="frames")
 policy = RecurrentPolicy()
 keep = ("action_log_prob", "is_init", *state_keys)
 
@@ -238,8 +287,14 @@ for iteration in range(num_iterations):
     # All chunks in one minibatch; each epoch an Adam step on the sum of the "loss_*" entries
     # of the loss in recurrent mode (padding masked out by ("collector", "mask")).
     chunks = chunk_sequences(rollout, SEQ_LEN, state_keys=state_keys)
-    helpers.gradient_epochs(loss_module, optimizer, chunks, num_epochs=NUM_EPOCHS,
-                            max_grad_norm=MAX_GRAD_NORM, model=recurrent_loss)
+    for _ in range(NUM_EPOCHS):
+        with set_recurrent_mode(True):
+            losses = loss_module(chunks)
+        loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
 
     helpers.show_progress(pbar, collector.episodes, collector.frames)
 pbar.close()

@@ -24,11 +24,10 @@ arXiv:2101.05982, Algorithm 1):
 
 The paper uses G = 20 (and N = 10, M = 2, 256-unit critics) with one actor step per
 environment step; here every gradient step moves the actor too (the losses come from one
-``forward``, TorchRL's interface). On one CPU thread a REDQ update costs (measured, batch 256):
-57 ms with ten 2x256 critics, 26 ms with ten 2x128 critics (SAC's: 18 ms), so even G = 1 with
-256-unit critics takes about 20 minutes for 20k steps, and the paper's G = 20 about 6 hours.
-To keep a run near SAC's cost (about 10 minutes) we use 2x128 critics and G = 1 by default;
-``--utd G`` sets G (G = 2 doubles the time; a GPU, ``--device cuda``, runs the ensemble in
+``forward``, TorchRL's interface). On one CPU thread a REDQ update with ten 2x256 critics
+costs about three times SAC's, with ten 2x128 critics about one and a half times, and the
+paper's G = 20 multiplies that by 20. To keep a run near SAC's cost we use 2x128 critics and
+G = 1 by default; ``--utd G`` sets G (G = 2 doubles the time; a GPU, ``--device cuda``, runs the ensemble in
 one vmap call and has room for the paper's G = 20). Everything else is ``sac_pendulum.py``'s
 (the rl-zoo Pendulum SAC settings: 2x256 MLPs, batch 256, learning rate 1e-3, gamma 0.99,
 tau 0.005, alpha learned from 1.0, 1,000 random steps first), so that the two differ only by
@@ -37,11 +36,11 @@ with G gradient steps per environment step.
 
 Results (20,000 steps, one CPU thread): seed 0, final_return (evaluation) -111.7; the evaluation
 first reaches -200 at 4,000 steps (-128.2; -870.1 at 3,000); the last 10 training episodes
--182.9; wall 754 s (re-run through ``benchmarks/learning.py``: the same numbers, 1,067 s). Seeds
-1 and 2 (``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000
-steps; wall 1,011 s and 782 s. TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
+-182.9 (re-run through ``benchmarks/learning.py``: the same numbers). Seeds 1 and 2
+(``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000 steps.
+TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
 -108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
-rlloss); wall 1,035, 1,434 and 1,176 s.
+rlloss).
 
 Run:
     python tutorials/redq_pendulum.py --seed 0 --total-frames 20000 --out runs/redq_pendulum
@@ -53,19 +52,28 @@ above -200), ``train_return=``, ``eval_return=`` and last ``final_return=`` (the
 the final deterministic policy's evaluation episodes).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py: the plumbing
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import torch
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import REDQLoss
 
-# --seed, --total-frames, --device, --out, --eval-every, --eval-episodes, --save-actor, --utd
-parser = helpers.soft_actor_critic_parser(__doc__, "runs/redq_pendulum")
+parser = helpers.tutorial_parser(__doc__, "runs/redq_pendulum", total_frames=20_000)
+helpers.evaluation_flags(parser, every=1_000, save_actor=True)  # --eval-every, --eval-episodes,
+# --save-actor
 parser.add_argument("--utd", type=int, default=1,
                     help="G, gradient steps per environment step (update-to-data ratio)")
 args = parser.parse_args()
 
-# Hyperparameters: sac_pendulum.py's (the loop's in helpers.SoftActorCriticPendulum) and REDQ's.
+# Hyperparameters: sac_pendulum.py's and REDQ's.
 GAMMA, TAU, LR = 0.99, 0.005, 1e-3
 HIDDEN = [256, 256]  # the actor's
 NUM_CRITICS = 10  # N
@@ -73,23 +81,130 @@ SUBSET = 2  # M, target critics in each target's minimum
 CRITIC_CELLS = [128, 128]  # each critic's hidden layers (see the docstring)
 MIN_ALPHA = 1e-3  # TorchRL's REDQ floor is 0.1
 
-# Seeds torch and makes Pendulum-v1: run.device, run.action_spec, run.obs_dim, run.action_dim.
-run = helpers.SoftActorCriticPendulum(args)
+# The loop's settings (rl-baselines3-zoo's Pendulum SAC, shared by the SAC-family tutorials):
+# 1,000 steps of uniformly random actions before learning, a replay buffer of 100,000
+# transitions sampled in minibatches of 256, and the evaluation return whose first crossing is
+# reported.
+LEARNING_STARTS = 1_000
+BUFFER_SIZE = 100_000
+BATCH_SIZE = 256
+EVAL_TARGET = -200.0
+
+device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
+
+# Pendulum-v1, one environment stepped one action at a time, and its action bounds as a TorchRL
+# spec (the actor's; the loss's target entropy -dim(A) = -1 comes from it).
+env = gym.make("Pendulum-v1")
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
+
+
+def mlp(in_features: int, out_features: int, cells: list[int]) -> nn.Module:
+    """A ReLU MLP with hidden layers of ``cells`` units."""
+    return MLP(in_features=in_features, out_features=out_features, num_cells=cells,
+               activation_class=nn.ReLU)
+
+
+def tanh_normal_actor(cells: list[int]) -> ProbabilisticActor:
+    """pi(a|s) = tanh-squashed Normal(mu(s), sigma(s)) scaled onto the action bounds. The MLP
+    writes (mu, raw sigma); NormalParamExtractor splits them and makes sigma positive (biased
+    softplus)."""
+    net = nn.Sequential(mlp(obs_dim, 2 * action_dim, cells), NormalParamExtractor())
+    bounds = {"low": action_spec.space.low, "high": action_spec.space.high}
+    return ProbabilisticActor(TensorDictModule(net, ["observation"], ["loc", "scale"]),
+                              in_keys=["loc", "scale"], spec=action_spec,
+                              distribution_class=TanhNormal,
+                              distribution_kwargs=bounds).to(device)
+
+
+def q_critic(cells: list[int]) -> ValueOperator:
+    """Q(s, a): an MLP on the concatenated observation and action, writing
+    ``"state_action_value"``."""
+    return ValueOperator(mlp(obs_dim + action_dim, 1, cells),
+                         in_keys=["observation", "action"])
+
 
 # pi(a|s): SAC's tanh-squashed Gaussian; N critics (one vmap call) with target copies; the target
 # entropy -dim(A) = -1 comes from the actor's spec.
-actor = helpers.tanh_normal_actor(run.obs_dim, run.action_spec, HIDDEN)
-critics = [helpers.q_critic(run.obs_dim, run.action_dim, CRITIC_CELLS) for _ in range(NUM_CRITICS)]
+actor = tanh_normal_actor(HIDDEN)
+critics = [q_critic(CRITIC_CELLS) for _ in range(NUM_CRITICS)]
 loss_module = REDQLoss(actor, critics, num_qvalue_nets=NUM_CRITICS, sub_sample_len=SUBSET,
-                       loss_function="l2", alpha_init=1.0, min_alpha=MIN_ALPHA).to(run.device)
+                       loss_function="l2", alpha_init=1.0, min_alpha=MIN_ALPHA).to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)  # as TorchRL takes gamma
 target_updater = SoftUpdate(loss_module, tau=TAU)
 # One optimizer for actor, critics and log(alpha): each loss only reaches its own parameters.
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-# ---- sac_pendulum.py's loop with G updates per env step: 1,000 random steps, then act with
-# a ~ pi(.|s); after each env step, G times a gradient step on a fresh minibatch on
-# loss_qvalue + loss_actor + loss_alpha, then the targets; evaluations every --eval-every
-# frames; the learning curve, the final evaluation, the report ----
-run.train(actor, loss_module, optimizer, "REDQ on Pendulum-v1", target_updater=target_updater,
-          updates_per_step=args.utd)
+
+def update(batch: TensorDict) -> TensorDict:
+    """One gradient step on loss_qvalue + loss_actor + loss_alpha, then the target networks
+    (Q_target <- tau Q + (1 - tau) Q_target); returns the loss outputs."""
+    losses = loss_module(batch)
+    loss = losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    target_updater.step()
+    return losses
+
+
+# TorchRL's replay buffer, on the training device, sampling minibatches uniformly.
+replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                       batch_size=BATCH_SIZE)
+# Every --eval-every steps the deterministic policy (the squashed mean) plays --eval-episodes
+# episodes from start states no training episode had; it draws no torch random number.
+evaluator = helpers.deterministic_evaluator(args, actor, "Pendulum-v1", device)
+
+
+def tensor(x, dtype=torch.float32) -> torch.Tensor:
+    """numpy (from the environment, on CPU) -> torch on the device."""
+    return torch.as_tensor(x, dtype=dtype, device=device)
+
+
+obs, _ = env.reset(seed=args.seed)
+episode_return = 0.0
+episodes = []  # (frames, episode_return) for every finished episode
+losses = None  # the last update's loss outputs
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly at random for the first LEARNING_STARTS steps, then a ~ pi(.|s) (the
+    # observation as a batch of one) ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+            action = actor(TensorDict(observation=tensor(obs), device=device)[None])["action"][0]
+
+    # ---- Step and store the transition. ("next", "observation") is the true successor, and
+    # only termination stops bootstrapping (Pendulum's episodes are truncated, never ended) ----
+    transition = TensorDict(observation=tensor(obs), device=device)
+    transition["action"] = action
+    obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
+    transition["next"] = TensorDict(observation=tensor(obs), reward=tensor([reward]),
+                                    terminated=tensor([terminated], torch.bool), device=device)
+    replay_buffer.add(transition)
+    episode_return += reward
+    if terminated or truncated:
+        episodes.append((frame, episode_return))
+        episode_return = 0.0
+        obs, _ = env.reset()
+
+    # ---- Learn: after LEARNING_STARTS, G = --utd updates per env step, each on a fresh minibatch ----
+    if frame > LEARNING_STARTS:
+        for _ in range(args.utd):
+            losses = update(replay_buffer.sample())
+
+    evaluator.maybe(frame)
+    if frame % 1_000 == 0:  # the progress bar shows the temperature alpha
+        alpha = f"{float(losses['alpha']):.3f}" if losses is not None else "n/a"
+        helpers.show_progress(pbar, episodes, frame, alpha=alpha)
+pbar.close()
+env.close()
+
+# ---- Save the learning curve, evaluate the final policy on start states training never
+# scored, save the actor (--save-actor), print the first evaluation at or above EVAL_TARGET, and
+# report ----
+helpers.finish(args, start_time, episodes, "REDQ on Pendulum-v1", evaluator=evaluator, actor=actor,
+               target=EVAL_TARGET)

@@ -37,9 +37,8 @@ the last 50k steps is 388, 460 and 417 on seeds 0, 1, 2 (57 to 65 over the first
 Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks reinforce_cartpole``,
 seeds 0, 1, 2): final_return (deterministic
 evaluation) 500, 500 and 500; the last 10 training episodes (sampled actions) 430.1, 455.1 and
-457.8; wall_time 241, 232 and 176 s. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator``
-swapped in: final_return 500, 500 and 500; training 406.0, 481.4 and 441.0; wall_time 236, 80
-and 95 s. On seed 0 the two libraries give the same first 902 episodes. A first version with a
+457.8. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator`` swapped in: final_return 500, 500
+and 500; training 406.0, 481.4 and 441.0. On seed 0 the two libraries give the same first 902 episodes. A first version with a
 constant lr of 1e-3 ended at final_return 500, 472.6 and 500 (rlloss), seed 1 after training
 returns of about 480.
 
@@ -51,8 +50,15 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 ``final_return=`` (both the mean return of the deterministic evaluation).
 """
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
+import numpy as np
 import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 from tqdm import tqdm
 
 from rlloss import ReinforceLoss, TD1Estimator
@@ -68,21 +74,94 @@ LR = 1e-3  # linearly annealed to 0
 
 device, start_time = helpers.start(args)  # seeds network init and action sampling
 
-# Environment: NUM_ENVS CartPoles stepped together.
-envs, obs_dim, num_actions = helpers.discrete_vec("CartPole-v1", NUM_ENVS)
+# Environment: NUM_ENVS CartPoles stepped together. SAME_STEP autoreset: when an episode ends,
+# step() returns the first observation of the next one and puts the true last observation in
+# infos["final_obs"] (gymnasium's default, NEXT_STEP, would spend the next step() on the reset).
+envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+obs_dim, num_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
+
+
+class VectorCollector:
+    """Steps ``envs`` with a policy. ``step(policy)`` returns the transitions (observation,
+    action, next: observation, reward, terminated, done), each ``[num_envs]``; ``episodes`` holds
+    ``(frames, episode_return)`` for every finished episode."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int) -> None:
+        self.envs, self.device = envs, device
+        self.obs, _ = envs.reset(seed=seed)  # env i is seeded with seed + i
+        self.running_return = np.zeros(envs.num_envs)
+        self.episodes: list[tuple[int, float]] = []
+        self.frames = 0
+
+    def reset(self) -> None:
+        """Start a new episode in every env; the unfinished ones are dropped (they never enter
+        ``episodes``)."""
+        self.obs, _ = self.envs.reset()
+        self.running_return[:] = 0.0
+
+    def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
+        """numpy (from the envs, on CPU) -> torch on the device."""
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+    def step(self, policy, keep: tuple = ()) -> TensorDict:
+        """One step of every env with the action ``policy(td)`` returns for ``td["observation"]``;
+        the transition keeps the entries ``keep`` that ``policy`` wrote into ``td``."""
+        num_envs = self.envs.num_envs
+        td = TensorDict(observation=self.tensor(self.obs), batch_size=[num_envs],
+                        device=self.device)
+        td["action"] = policy(td)
+        self.obs, reward, terminated, truncated, infos = self.envs.step(td["action"].cpu().numpy())
+        done = terminated | truncated
+        # ("next", "observation") must be the true successor state: for finished envs `obs`
+        # already holds the reset observation, the final one is in infos["final_obs"].
+        next_obs = self.obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = infos["final_obs"][i]
+        td["next"] = td.get("next", TensorDict(batch_size=[num_envs])).update(TensorDict(
+            observation=self.tensor(next_obs),
+            reward=self.tensor(reward).unsqueeze(-1),
+            # Only termination stops bootstrapping: an episode truncated at the time limit still
+            # has a future, r + gamma * V(s') is the right target.
+            terminated=self.tensor(terminated, torch.bool).unsqueeze(-1),
+            done=self.tensor(done, torch.bool).unsqueeze(-1),
+            batch_size=[num_envs],
+        ))
+        self.running_return += reward
+        self.frames += num_envs
+        for i in np.flatnonzero(done):
+            self.episodes.append((self.frames, self.running_return[i]))
+            self.running_return[i] = 0.0
+        return td.select("observation", "action", "next", *keep)
+
 
 # Policy pi(a|s) (writes "logits", samples "action") and the baseline V(s) ("state_value"):
-# separate 64-64 tanh MLPs (_helpers.categorical_actor_critic).
-actor, critic = helpers.categorical_actor_critic(obs_dim, num_actions, device)
+# separate 64-64 tanh MLPs (stable-baselines3's default for A2C and PPO).
+policy_net = MLP(in_features=obs_dim, out_features=num_actions, num_cells=[64, 64],
+                 activation_class=nn.Tanh)
+actor = ProbabilisticActor(TensorDictModule(policy_net, ["observation"], ["logits"]),
+                           in_keys=["logits"],
+                           distribution_class=torch.distributions.Categorical).to(device)
+critic = ValueOperator(
+    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+    in_keys=["observation"],
+).to(device)
 
 return_module = TD1Estimator(gamma=GAMMA, value_network=critic)
 loss_module = ReinforceLoss(actor_network=actor, critic_network=critic,
                             loss_critic_type="l2").to(device)  # the squared error (G - V(s))^2
 optimizer = torch.optim.Adam(loss_module.parameters(), lr=LR)
 
-collector = helpers.VectorCollector(envs, device, seed=args.seed)
+collector = VectorCollector(envs, device, seed=args.seed)  # env i is seeded with seed + i
 episodes = collector.episodes  # (frames, episode_return) for every finished episode
-policy = helpers.sample_from(actor)  # a ~ pi(.|s)
+
+
+def policy(td: TensorDict) -> torch.Tensor:
+    """a ~ pi(.|s), sampled by the actor."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        return actor(td)["action"]
+
+
 pbar = tqdm(total=args.total_frames, unit="frames")
 
 while collector.frames < args.total_frames:

@@ -33,7 +33,7 @@ import argparse
 import time
 from pathlib import Path
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
 import gymnasium as gym
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from tensordict import TensorDict
 from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
+from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
 from tqdm import tqdm
 
 from rlloss import GAE, KLAdaptiveLR, RewardNormalizer, RPOLoss
@@ -123,7 +123,11 @@ actor = ProbabilisticActor(
     distribution_class=IndependentNormal,
     return_log_prob=True,
 ).to(device)
-critic = helpers.state_value_critic(obs_dim, device)  # V(s): a 64-64 tanh MLP
+# V(s), written to "state_value": a 64-64 tanh MLP.
+critic = ValueOperator(
+    MLP(in_features=obs_dim, out_features=1, num_cells=[64, 64], activation_class=nn.Tanh),
+    in_keys=["observation"],
+).to(device)
 
 advantage_module = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
 loss_module = RPOLoss(actor_network=actor, critic_network=critic, rpo_alpha=args.rpo_alpha,
@@ -199,9 +203,16 @@ for _ in range(num_iterations):
     # Random minibatches, an Adam step on the sum of the "loss_*" entries each (fresh noise z on
     # mu(s) in every call of the loss); after each epoch the scheduler reads the epoch's KL.
     flat = rollout.reshape(-1)
-    helpers.gradient_epochs(loss_module, optimizer, flat, num_epochs=NUM_EPOCHS,
-                            minibatch_size=MINIBATCH_SIZE, max_grad_norm=MAX_GRAD_NORM,
-                            after_epoch=lambda flat=flat: scheduler.step(policy_kl(flat)))
+    for _ in range(NUM_EPOCHS):
+        order = torch.randperm(flat.numel(), device=flat.device)  # a fresh permutation
+        for idx in order.split(MINIBATCH_SIZE):
+            losses = loss_module(flat[idx])
+            loss = sum(value for key, value in losses.items() if key.startswith("loss_"))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+        scheduler.step(policy_kl(flat))
     lr_log.append((frames, optimizer.param_groups[0]["lr"]))
 
     recent = [ret for _, ret in episodes[-10:]]

@@ -43,9 +43,9 @@ no training episode had (the yardstick of rl-zoo's published scores).
 Results (20,000 steps, one CPU thread; seeds 0, 1, 2):
 
 - TD3: final_return (evaluation) -109.4, -110.2, -159.2; the last 10 training episodes -202.7,
-  -207.1, -206.8; wall 293, 291 and 459 s;
+  -207.1, -206.8;
 - DDPG: final_return (evaluation) -112.2, -107.4, -160.6; the last 10 training episodes -202.1,
-  -204.1, -195.9; wall 739, 751 and 797 s.
+  -204.1, -195.9.
 
 Both meet -200 on 3 of 3 seeds (rl-zoo reports about -150). The last 10 training episodes score
 lower: they start from the same states for every agent of a seed, and for these seeds those
@@ -63,9 +63,16 @@ It writes ``OUT/returns.csv`` (one row per finished episode) and ``OUT/curve.png
 
 import itertools
 
-import _helpers as helpers  # tutorials/_helpers.py
+import _helpers as helpers  # tutorials/_helpers.py: flags, evaluation, plots
+import gymnasium as gym
 import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.modules import MLP, TanhModule, ValueOperator
 from torchrl.objectives import SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 from rlloss import DDPGLoss, TD3Loss
 
@@ -87,14 +94,44 @@ POLICY_NOISE, NOISE_CLIP = 0.2, 0.5  # target policy smoothing (TD3 only), units
 POLICY_DELAY = 1 if args.ddpg else 2  # critic steps per actor (and target) step
 
 device, start_time = helpers.start(args)  # seeds network init, exploration and replay sampling
-stepper, action_spec, obs_dim, action_dim = helpers.make_stepper("Pendulum-v1", device, args.seed)
+
+# Pendulum-v1, one environment stepped one action at a time, and its action bounds as a TorchRL
+# spec.
+env = gym.make("Pendulum-v1")
+action_spec = Bounded(low=torch.as_tensor(env.action_space.low),
+                      high=torch.as_tensor(env.action_space.high),
+                      shape=env.action_space.shape, device=device)
+obs_dim, action_dim = env.observation_space.shape[0], action_spec.shape[-1]
 max_action = action_spec.space.high  # Pendulum: 2 (symmetric bounds)
 
+
+def mlp(in_features: int, out_features: int, cells: list[int]) -> nn.Module:
+    """A ReLU MLP with hidden layers of ``cells`` units."""
+    return MLP(in_features=in_features, out_features=out_features, num_cells=cells,
+               activation_class=nn.ReLU)
+
+
+def tanh_deterministic_actor(cells: list[int]) -> TensorDictSequential:
+    """mu(s): an MLP writes an unbounded ``"action_param"``; ``TanhModule`` maps it onto the
+    action bounds as ``"action"``."""
+    return TensorDictSequential(
+        TensorDictModule(mlp(obs_dim, action_dim, cells), in_keys=["observation"],
+                         out_keys=["action_param"]),
+        TanhModule(in_keys=["action_param"], out_keys=["action"], spec=action_spec),
+    ).to(device)
+
+
+def q_critic(cells: list[int]) -> ValueOperator:
+    """Q(s, a): an MLP on the concatenated observation and action, writing
+    ``"state_action_value"``."""
+    return ValueOperator(mlp(obs_dim + action_dim, 1, cells), in_keys=["observation", "action"])
+
+
 # mu(s): a 256-256 ReLU MLP writes an unbounded "action_param"; TanhModule maps it onto
-# [low, high] (helpers.tanh_deterministic_actor). Q(s, a): a 256-256 ReLU MLP on the concatenated
-# observation and action, writing "state_action_value" (helpers.q_critic).
-actor = helpers.tanh_deterministic_actor(obs_dim, action_spec, [256, 256])
-critics = [helpers.q_critic(obs_dim, action_dim, [256, 256]).to(device)
+# [low, high]. Q(s, a): a 256-256 ReLU MLP on the concatenated observation and action, writing
+# "state_action_value".
+actor = tanh_deterministic_actor([256, 256])
+critics = [q_critic([256, 256]).to(device)
            for _ in range(1 if args.ddpg else 2)]
 
 if args.ddpg:
@@ -117,7 +154,9 @@ target_updater = SoftUpdate(loss_module, tau=TAU)
 actor_optimizer = torch.optim.Adam(loss_module.actor_network.parameters(), lr=LR)
 critic_optimizer = torch.optim.Adam(critic_params, lr=LR)
 
-replay_buffer = helpers.replay_memory(BUFFER_SIZE, BATCH_SIZE, device)  # on the training device
+# TorchRL's replay buffer, on the training device, sampling minibatches uniformly.
+replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
+                                       batch_size=BATCH_SIZE)
 critic_steps = itertools.count(1)  # counts the calls of update()
 
 
@@ -136,15 +175,50 @@ def update(batch):
         target_updater.step()  # target actor and critics
 
 
-# ---- The loop: act (uniformly at random before LEARNING_STARTS, then mu(s) + Gaussian noise),
-# store the transition, update after LEARNING_STARTS ----
-helpers.off_policy_loop(args.total_frames, stepper, action_spec,
-                        helpers.gaussian_exploration(actor, action_spec, EXPLORATION_NOISE),
-                        replay_buffer, update,
-                        learning_starts=LEARNING_STARTS)
+def tensor(x, dtype=torch.float32) -> torch.Tensor:
+    """numpy (from the environment, on CPU) -> torch on the device."""
+    return torch.as_tensor(x, dtype=dtype, device=device)
+
+
+obs, _ = env.reset(seed=args.seed)
+episode_return = 0.0
+episodes = []  # (frames, episode_return) for every finished episode
+pbar = tqdm(total=args.total_frames, unit="frames")
+for frame in range(1, args.total_frames + 1):
+    # ---- Act: uniformly at random before LEARNING_STARTS, then mu(s) plus Gaussian noise of
+    # std EXPLORATION_NOISE in units of the upper bound, clipped to the bounds ----
+    if frame <= LEARNING_STARTS:
+        action = action_spec.rand()
+    else:
+        with torch.no_grad():
+            action = actor(TensorDict(observation=tensor(obs), device=device))["action"]
+        noise = torch.randn_like(action) * EXPLORATION_NOISE * max_action
+        action = (action + noise).clamp(action_spec.space.low, action_spec.space.high)
+
+    # ---- Step and store the transition. ("next", "observation") is the true successor, and
+    # only termination stops bootstrapping (Pendulum's episodes are truncated, never ended) ----
+    transition = TensorDict(observation=tensor(obs), device=device)
+    transition["action"] = action
+    obs, reward, terminated, truncated, _ = env.step(action.cpu().numpy())
+    transition["next"] = TensorDict(observation=tensor(obs), reward=tensor([reward]),
+                                    terminated=tensor([terminated], torch.bool), device=device)
+    replay_buffer.add(transition)
+    episode_return += reward
+    if terminated or truncated:
+        episodes.append((frame, episode_return))
+        episode_return = 0.0
+        obs, _ = env.reset()
+
+    # ---- Learn: after LEARNING_STARTS, one update per env step on a fresh minibatch ----
+    if frame > LEARNING_STARTS:
+        update(replay_buffer.sample())
+    if frame % 1_000 == 0:
+        helpers.show_progress(pbar, episodes, frame)
+pbar.close()
+env.close()
 
 # ---- Save the learning curve, evaluate mu(s) (no exploration noise) on start states training
 # never scored, report ----
-helpers.finish(args, start_time, stepper.episodes,
+helpers.finish(args, start_time, episodes,
                f"{'DDPG' if args.ddpg else 'TD3'} on Pendulum-v1",
                env_id="Pendulum-v1", policy=helpers.deterministic_action(actor, device))
