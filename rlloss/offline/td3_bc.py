@@ -12,7 +12,7 @@ from torchrl.data import TensorSpec
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
+from rlloss.offpolicy.td3 import TwinDelayedLoss
 
 
 class TD3BCLoss(TwinDelayedLoss):
