@@ -1,5 +1,6 @@
 """TD3+BC: ``TD3BCLoss`` (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement
-Learning", arXiv:2106.06860), on the TD3 base."""
+Learning", arXiv:2106.06860), on TD3's steps (``TwinDelayedLoss``, ``offpolicy/td3.py``): TD3's
+critic, and its own actor loss."""
 
 from __future__ import annotations
 

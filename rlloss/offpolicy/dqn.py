@@ -106,12 +106,9 @@ class QLearningLoss(TDTargetLoss):
         return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
 
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
-        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient.
-
-        Gradient recording is switched off and back by hand (``_compat.set_grad_mode``), the
-        same as ``with torch.no_grad():`` without its context manager's Python frames: DQN's
-        whole forward is small enough at small batches for them to count (issue 49's
-        hand-written comparison)."""
+        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient
+        (recording switched off and back as ``torch.no_grad()`` does, see
+        ``_compat.set_grad_mode``)."""
         enabled = torch.is_grad_enabled()
         _compat.set_grad_mode(False)
         try:
