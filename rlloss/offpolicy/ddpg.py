@@ -86,8 +86,8 @@ class DDPGLoss(TDTargetLoss):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by DDPGLoss (``priority``: the squared TD error, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken, and the actor's output
-        state_action_value: NestedKey = "state_action_value"  # the critic's Q(s, a)
+        action: NestedKey = "action"  # the action taken, and the actor's output, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # the critic's Q(s, a), [*B, 1]
 
     _estimator_keys = {"value": "state_action_value"}
     _actor_loss_key = "loss_actor"

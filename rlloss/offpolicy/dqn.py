@@ -36,13 +36,14 @@ class QLearningLoss(TDTargetLoss):
 
     @dataclasses.dataclass
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """Keys read by DQNLoss (``priority``: the squared TD error, ``[*B, 1]``)."""
+        """Keys read by DQNLoss."""
 
-        value: NestedKey = "chosen_action_value"  # Q(s, a) (kept for TorchRL's key names)
+        priority: NestedKey = "td_error"  # written: the squared TD error, for PER, [*B, 1]
+        value: NestedKey = "chosen_action_value"  # Q(s, a): kept for TorchRL's key names (not read)
         advantage: NestedKey = "advantage"  # kept for TorchRL's key names (not read)
         value_target: NestedKey = "value_target"  # kept for TorchRL's key names (not read)
-        action_value: NestedKey = "action_value"  # Q(s, .) written by the value network
-        action: NestedKey = "action"  # the action taken: index or one-hot
+        action_value: NestedKey = "action_value"  # Q(s, .) written by the value network, [*B, A]
+        action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
 
     out_keys = ["loss"]
 

@@ -60,8 +60,8 @@ class TwinDelayedLoss(TDTargetLoss):
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by TD3Loss (``priority``: ``max_i`` squared TD error, ``[*B]``)."""
 
-        action: NestedKey = "action"  # the action taken, and the actor's output
-        state_action_value: NestedKey = "state_action_value"  # the critics' Q(s, a)
+        action: NestedKey = "action"  # the action taken, and the actor's output, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # the critics' Q(s, a), [*B, 1]
 
     _estimator_keys = {"value": "state_action_value"}
     _actor_loss_key = "loss_actor"
