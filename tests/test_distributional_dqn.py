@@ -68,6 +68,14 @@ def pair(action_space="one_hot", delay_value=True, **kwargs):
     return ours, theirs
 
 
+def test_is_no_dqn_loss_as_in_torchrl():
+    """TorchRL's DistributionalDQNLoss derives from LossModule, not from DQNLoss: an
+    ``isinstance(loss, DQNLoss)`` dispatch treats both libraries' C51 the same."""
+    for library in (rlloss, torchrl_objectives):
+        assert not issubclass(library.DistributionalDQNLoss, library.DQNLoss)
+        assert issubclass(library.DistributionalDQNLoss, library.LossModule)
+
+
 @pytest.mark.parametrize("action_space", ["one_hot", "categorical"])
 @pytest.mark.parametrize("delay_value", [True, False])
 @pytest.mark.parametrize("replay", ["plain", "weights", "n-step", "large-rewards"])

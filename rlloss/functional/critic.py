@@ -115,6 +115,9 @@ def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -
         The detached error, same shape as the inputs.
     """
     check_same_shape(value=value, target=target)
+    if kind == "squared":  # the l2 distance's one operation: the same numbers as the square
+        squared = _compat.mse_loss(value.detach(), target, "none")
+        return squared.detach() if squared.requires_grad else squared  # a target with gradient
     return _error_size(value.detach() - target, kind)
 
 

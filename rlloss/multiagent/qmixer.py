@@ -24,7 +24,7 @@ from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
-from rlloss.offpolicy.q_learning import QLearningLoss
+from rlloss.offpolicy.dqn import QLearningLoss
 
 
 class QMixerLoss(QLearningLoss):

@@ -13,7 +13,7 @@ from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._networks import entry
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.q_learning import QLearningLoss
+from rlloss.offpolicy.dqn import QLearningLoss
 
 
 class DiscreteCQLLoss(QLearningLoss):

@@ -1,5 +1,6 @@
 """TD3+BC: ``TD3BCLoss`` (Fujimoto & Gu, "A Minimalist Approach to Offline Reinforcement
-Learning", arXiv:2106.06860), on the TD3 base."""
+Learning", arXiv:2106.06860), on TD3's steps (``TwinDelayedLoss``, ``offpolicy/td3.py``): TD3's
+critic, and its own actor loss."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torchrl.data import TensorSpec
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.twin_delayed import TwinDelayedLoss
+from rlloss.offpolicy.td3 import TwinDelayedLoss
 
 
 class TD3BCLoss(TwinDelayedLoss):

@@ -17,10 +17,10 @@ from rlloss._checks import check_network
 from rlloss._networks import NetworkCall, entry
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.deterministic import DeterministicActorCritic
+from rlloss.offpolicy.base import TDTargetLoss
 
 
-class DDPGLoss(DeterministicActorCritic):
+class DDPGLoss(TDTargetLoss):
     r"""DDPG's actor and critic losses.
 
     $$
@@ -89,8 +89,15 @@ class DDPGLoss(DeterministicActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys(DeterministicActorCritic._AcceptedKeys):
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by DDPGLoss (``priority``: the squared TD error, ``[*B]``)."""
+
+        action: NestedKey = "action"  # the action taken, and the actor's output, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # the critic's Q(s, a), [*B, 1]
+
+    _estimator_keys = {"value": "state_action_value"}
+    _actor_loss_key = "loss_actor"
+    _deterministic_actor = True
 
     out_keys = [
         "loss_actor",
@@ -128,16 +135,21 @@ class DDPGLoss(DeterministicActorCritic):
             priority_weighting=priority_weighting,
             policy_loss_addons=policy_loss_addons,
         )
+        self.delay_actor = delay_actor
         self.delay_value = delay_value
         self.actor_network = actor_network
         self.value_network = value_network
         self._expose_parameters("actor_network", "value_network")
         self._read_action_key(actor_network, value_network)
-        self._register_actor_calls(delay_actor)
-        value_key = self.tensor_keys.state_action_value
+        action_key, value_key = self.tensor_keys.action, self.tensor_keys.state_action_value
+        self._actor_call = NetworkCall(actor_network, until=action_key)
+        # without target copies, the next action and value come from the online networks
+        # (no gradient)
+        self._target_actor_call = self._actor_call
+        if delay_actor:
+            self._target_actor_call = self._register_target_network("actor_network", action_key)
         self._value_call = NetworkCall(value_network, until=value_key)
         self._detached_value_call = self._register_detached_view("value_network", value_key)
-        # without a target copy, the next value comes from the online critic (no gradient)
         self._target_value_call = self._detached_value_call
         if delay_value:
             self._target_value_call = self._register_target_network("value_network", value_key)
@@ -150,8 +162,11 @@ class DDPGLoss(DeterministicActorCritic):
         if len(written) == 1:
             self.tensor_keys.action = written[0]
 
-    def _critic_in_keys(self) -> list[NestedKey]:
-        return self.value_network.in_keys
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        actor_keys, critic_keys = self.actor_network.in_keys, self.value_network.in_keys
+        next_keys = [*actor_keys, *(k for k in critic_keys if k != self.tensor_keys.action)]
+        return self._transition_keys([*actor_keys, *critic_keys], next_keys)
 
     def _value(self, call: Callable, batch: TensorDictBase, action: torch.Tensor):
         """``Q(s, action)``, ``[*B, 1]``, from ``call``: the online critic, its target copy or
