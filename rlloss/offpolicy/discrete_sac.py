@@ -7,26 +7,38 @@ import dataclasses
 import math
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
     check_choice,
     check_in_range,
+    check_network,
 )
+from rlloss._ensembles import ensemble_architecture
 from rlloss._networks import (
+    DistributionCall,
     entry,
     network_inputs,
 )
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.base import ACTION_SPACES
-from rlloss.offpolicy.soft_actor_critic import _SoftActorCritic
+from rlloss.common import accepts_tensor_arguments
+from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.temperature import (
+    OUT_KEYS,
+    SCALAR_OUTPUT_MODES,
+    log_temperatures,
+    projected_alpha,
+    soft_outputs,
+    zero_where_done,
+)
 
 
-class DiscreteSACLoss(_SoftActorCritic):
+class DiscreteSACLoss(TDTargetLoss):
     r"""Discrete SAC: the losses of :class:`rlloss.SACLoss` with exact expectations over actions.
 
     $$
@@ -94,12 +106,23 @@ class DiscreteSACLoss(_SoftActorCritic):
     """
 
     @dataclasses.dataclass
-    class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
+    class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
         """Keys read by DiscreteSACLoss (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
+        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
         action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks, [*B, A]
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
+
+    out_keys = OUT_KEYS
+    _actor_loss_key = "loss_actor"
+    _choices = {**TDTargetLoss._choices, "scalar_output_mode": SCALAR_OUTPUT_MODES}
+    # ``exp(log_alpha)``: a parameter, or a buffer with ``fixed_alpha``; bounds on it, None:
+    # unbounded; the temperature loss's target
+    log_alpha = Coefficient(buffer=True)
+    min_log_alpha = Coefficient(buffer=True)
+    max_log_alpha = Coefficient(buffer=True)
+    target_entropy = Coefficient(buffer=True)
 
     def __init__(
         self,
@@ -136,33 +159,98 @@ class DiscreteSACLoss(_SoftActorCritic):
                 raise ValueError("DiscreteSACLoss: target_entropy='auto' needs num_actions.")
             check_in_range("num_actions", num_actions, 1, integer=True)
             target_entropy = -math.log(1.0 / num_actions) * target_entropy_weight
+        check_network(type(self).__name__, "actor_network", actor_network)
+        check_network(type(self).__name__, "qvalue_network", qvalue_network, ensemble=True)
         super().__init__(
-            actor_network,
-            qvalue_network,
-            value="action_value",
-            num_qvalue_nets=num_qvalue_nets,
             loss_function=loss_function,
-            alpha_init=alpha_init,
-            min_alpha=min_alpha,
-            max_alpha=max_alpha,
-            fixed_alpha=fixed_alpha,
-            delay_qvalue=delay_qvalue,
-            priority_key=priority_key,
-            separate_losses=separate_losses,
-            reduction=reduction,
-            skip_done_states=skip_done_states,
-            deactivate_vmap=deactivate_vmap,
-            use_prioritized_weights=use_prioritized_weights,
-            scalar_output_mode=scalar_output_mode,
             gamma=gamma,
-            delay_actor=delay_actor,
+            reduction=reduction,
+            use_prioritized_weights=use_prioritized_weights,
             priority_weighting=priority_weighting,
+            separate_losses=separate_losses,
             policy_loss_addons=policy_loss_addons,
+            priority_key=priority_key,
+            deactivate_vmap=deactivate_vmap,
         )
+        if scalar_output_mode is not None:
+            check_choice("scalar_output_mode", scalar_output_mode, SCALAR_OUTPUT_MODES)
+        self.scalar_output_mode = scalar_output_mode or "exclude"
+        self.skip_done_states = skip_done_states
+        self.delay_qvalue = delay_qvalue
+        self.fixed_alpha = fixed_alpha
+        self.delay_actor = delay_actor
+        self._register_temperature(actor_network, alpha_init, min_alpha, max_alpha)
+        self._register_networks(actor_network, qvalue_network, num_qvalue_nets)
         self.num_actions = num_actions
         self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
         keys = self._actor_call.parameter_keys if self._actor_call.direct else {}
         self._logits_key = keys.get("logits") if set(keys) == {"logits"} else None
+
+    def _register_temperature(self, actor_network, alpha_init, min_alpha, max_alpha) -> None:
+        """``log_alpha`` (a parameter, a buffer with ``fixed_alpha``) on the actor's device and
+        its bounds ``min_log_alpha`` / ``max_log_alpha`` (``None``: unbounded)."""
+        device = next(actor_network.parameters()).device
+        log_alpha, min_log_alpha, max_log_alpha = log_temperatures(alpha_init, min_alpha, max_alpha)
+        if self.fixed_alpha:
+            self._register_coefficients(device, log_alpha=log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(torch.tensor(log_alpha, device=device))
+        self._register_coefficients(
+            device, min_log_alpha=min_log_alpha, max_log_alpha=max_log_alpha
+        )
+
+    def _register_networks(self, actor_network, qvalue_network, num_qvalue_nets) -> None:
+        """The actor and its call (a target copy with ``delay_actor``, as TorchRL keeps), and the
+        ``num_qvalue_nets`` Q networks (target copies with ``delay_qvalue``) evaluated up to
+        ``action_value``."""
+        self.actor_network = actor_network
+        self._expose_parameters("actor_network")
+        self._actor_call = DistributionCall(actor_network)
+        if self.delay_actor:
+            self._register_target_network("actor_network")
+        self._qvalue = self._register_qvalue_ensemble(
+            qvalue_network,
+            num_qvalue_nets,
+            target=self.delay_qvalue,
+            until=self.tensor_keys.action_value,
+        )
+
+    qvalue_network = ensemble_architecture("_qvalue", "qvalue_network_params")
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        actor_in_keys = self.actor_network.in_keys
+        keys = [*actor_in_keys, *self._qvalue.in_keys, self.tensor_keys.action]
+        return self._transition_keys(keys, actor_in_keys)
+
+    def _alpha(self) -> torch.Tensor:
+        """``exp(log_alpha)`` (no gradient), ``log_alpha`` projected in place onto its bounds."""
+        return projected_alpha(self.log_alpha, self.min_log_alpha, self.max_log_alpha)
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """All three losses, ``alpha`` and the policy's ``entropy`` estimate (``-sum_a pi log
+        pi``); writes ``td_error`` into ``tensordict``."""
+        batch = self._valid_batch(tensordict)
+        loss_qvalue, info = self.loss_qvalue(batch)
+        loss_actor, info_actor = self.loss_actor(batch)
+        expected_log_prob = info_actor["log_prob"]
+        self._write_priority(tensordict, info["td_error"])
+        loss_alpha = rlf.temperature_loss(self.log_alpha, expected_log_prob, self.target_entropy)
+        out = {
+            "loss_actor": loss_actor,
+            "loss_qvalue": loss_qvalue,
+            "loss_alpha": self._reduce_replayed(loss_alpha.unsqueeze(-1), batch),
+            **self._addon_entries(info_actor),
+        }
+        return soft_outputs(
+            out,
+            self.log_alpha,
+            expected_log_prob,
+            self.reduction,
+            self.scalar_output_mode,
+            tensordict.batch_size,
+        )
 
     def _log_probs(self, batch: TensorDictBase) -> torch.Tensor:
         """``log pi(.|s)``, ``[*B, num_actions]``."""
@@ -195,8 +283,8 @@ class DiscreteSACLoss(_SoftActorCritic):
         return self._actor_call(batch)
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
-        (see :meth:`_soft_critic_loss`)."""
+        """``sum_i L(Q_i(s, a), y)`` reduced; ``td_error = max_i |Q_i - y|`` ``[*B]``, and the
+        targets and values (detached) as ``target_value``, ``pred_value``."""
         alpha = self._alpha()
         with torch.no_grad():
             next_batch = entry(tensordict, "next")
@@ -206,10 +294,16 @@ class DiscreteSACLoss(_SoftActorCritic):
             next_value = rlf.discrete_soft_value(
                 rlf.clipped_double_q_value(next_values), self._log_probs(next_batch), alpha
             )
-            next_value = self._skip_done(tensordict, next_value)
+            if self.skip_done_states:  # TorchRL does not run the actor at done next states
+                done = self._get(tensordict, "done", nested=True).reshape(tensordict.batch_size)
+                next_value = zero_where_done(next_value, done)
             target = self._td_target(tensordict, next_value)
         action = self._get(tensordict, "action")
         values = rlf.chosen_action_value(
             self._action_values(tensordict), action.expand(self.num_qvalue_nets, *action.shape)
         )
-        return self._soft_critic_loss(values, target, tensordict)
+        info = {
+            "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
+            **self._regression_diagnostics(values, target),
+        }
+        return self._ensemble_critic_loss(values, target, tensordict), info

@@ -15,37 +15,8 @@ from torchrl.data import TensorSpec
 
 from rlloss import functional as rlf
 from rlloss._networks import NetworkCall, entry
-from rlloss.offpolicy.soft_actor_critic import _OUT_KEYS, ContinuousSoftActorCritic
-
-
-class SoftQBackup:
-    """SAC v2's critic target: ``y = r + gamma^n (1 - terminated) (min_i Q_i,target(s', a') -
-    alpha log pi(a'|s'))``; no other network."""
-
-    out_keys: tuple[str, ...] = ()
-
-    @staticmethod
-    def critic_loss(loss: SACLoss, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        return ContinuousSoftActorCritic.loss_qvalue(loss, tensordict)
-
-    @staticmethod
-    def other_losses(loss: SACLoss, tensordict: TensorDictBase) -> dict:
-        return {}
-
-
-class StateValueBackup:
-    """SAC v1's critic target through a state-value network: ``y = r + gamma^n (1 - terminated)
-    V_target(s')``, with ``V`` trained by ``loss_value`` (:meth:`SACLoss.loss_value`)."""
-
-    out_keys: tuple[str, ...] = ("loss_value",)
-
-    @staticmethod
-    def critic_loss(loss: SACLoss, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        return loss._qvalue_v1_loss(tensordict)
-
-    @staticmethod
-    def other_losses(loss: SACLoss, tensordict: TensorDictBase) -> dict:
-        return {"loss_value": loss.loss_value(tensordict)}
+from rlloss.offpolicy.soft_actor_critic import ContinuousSoftActorCritic
+from rlloss.offpolicy.temperature import OUT_KEYS
 
 
 class SACLoss(ContinuousSoftActorCritic):
@@ -204,7 +175,6 @@ class SACLoss(ContinuousSoftActorCritic):
         )
         self.value_network = value_network
         self.delay_value = delay_value
-        self._backup = SoftQBackup if value_network is None else StateValueBackup
         if value_network is not None:  # SAC v1 (arXiv:1801.01290): V(s) and its target
             self._expose_parameters("value_network")
             self._value_call = NetworkCall(value_network, self.tensor_keys.value)
@@ -217,11 +187,12 @@ class SACLoss(ContinuousSoftActorCritic):
     @property
     def _version(self) -> int:
         """TorchRL's attribute: 1 with a state-value network (SAC v1), else 2."""
-        return 1 if self._backup is StateValueBackup else 2
+        return 2 if self.value_network is None else 1
 
     @property
     def out_keys(self) -> list[str]:
-        return [*_OUT_KEYS, *self._backup.out_keys]
+        value_keys = [] if self.value_network is None else ["loss_value"]
+        return [*OUT_KEYS, *value_keys]
 
     @property
     def in_keys(self) -> list[NestedKey]:
@@ -231,12 +202,18 @@ class SACLoss(ContinuousSoftActorCritic):
         return list(dict.fromkeys([*keys, *self.value_network.in_keys]))
 
     def _value_losses(self, tensordict: TensorDictBase) -> dict:
-        return self._backup.other_losses(self, tensordict)
+        """SAC v1's ``loss_value`` (none for SAC v2)."""
+        if self.value_network is None:
+            return {}
+        return {"loss_value": self.loss_value(tensordict)}
 
     def loss_qvalue(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
-        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``
-        (``y`` from the backup: SAC v2's soft Q target, or SAC v1's state value)."""
-        return self._backup.critic_loss(self, tensordict)
+        """``sum_i L(Q_i(s, a), y)`` reduced, and ``td_error``, ``target_value``, ``pred_value``:
+        SAC v2's soft Q target (:meth:`_soft_target`), or SAC v1's state value
+        (:meth:`_qvalue_v1_loss`)."""
+        if self.value_network is None:
+            return super().loss_qvalue(tensordict)
+        return self._qvalue_v1_loss(tensordict)
 
     def loss_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """SAC v1's state-value loss ``L(V(s), min_i Q_i,target(s, a~) - alpha log pi(a~|s))``

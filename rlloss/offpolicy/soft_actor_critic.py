@@ -1,6 +1,8 @@
-"""The soft actor-critic base shared by SAC, discrete SAC, CQL, TQC, REDQ and CrossQ: the Q
-ensemble, the temperature and its loss, and (for continuous actions) the policy sample with its
-log-prob, Q at substituted actions, the soft target and the actor and critic losses.
+"""The continuous-action soft actor-critic base (SAC v2's steps), shared by ``SACLoss``,
+``REDQLoss``, ``TQCLoss``, ``CrossQLoss`` and ``CQLLoss`` (``rlloss.offline``): the Q ensemble,
+the temperature and its loss, a reparameterised policy sample with its log-prob, Q at
+substituted actions, the soft target and the actor and critic losses. ``DiscreteSACLoss`` shares
+the temperature's functions only (:mod:`rlloss.offpolicy.temperature`).
 
 Haarnoja et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905."""
 
@@ -15,12 +17,10 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite, TensorSpec
 
-from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
     Coefficient,
     check_choice,
-    check_in_range,
     check_network,
 )
 from rlloss._ensembles import ensemble_architecture
@@ -31,32 +31,43 @@ from rlloss._networks import (
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.temperature import (
+    OUT_KEYS,
+    SCALAR_OUTPUT_MODES,
+    log_temperatures,
+    projected_alpha,
+    soft_outputs,
+    zero_where_done,
+)
 
-_OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 
-
-class _SoftActorCritic(TDTargetLoss):
-    """What both SAC losses share: the Q ensemble, the temperature ``alpha = exp(log_alpha)``
-    (a parameter, or a buffer with ``fixed_alpha``; projected onto ``[min_alpha, max_alpha]``
-    before each use, as TorchRL does), its loss and the outputs.
-
-    ``value``: the name of the key the Q networks write (``tensor_keys.<value>``); the other
-    keywords are documented in :class:`SACLoss`, ``replay`` in
+class ContinuousSoftActorCritic(TDTargetLoss):
+    """The continuous-action soft actor-critic (SAC v2, no state-value network): the Q ensemble,
+    the temperature ``alpha = exp(log_alpha)`` (a parameter, or a buffer with ``fixed_alpha``;
+    projected onto ``[min_alpha, max_alpha]`` before each use, as TorchRL does) and its loss, a
+    reparameterised policy sample with its log-prob (:meth:`_policy_sample`), the Q ensemble at
+    substituted actions (:meth:`_q_values`), the soft target (:meth:`_soft_target`), the actor
+    loss (:meth:`loss_actor`) and the critic loss (:meth:`loss_qvalue`).
+    :class:`rlloss.SACLoss`, ``CQLLoss``, ``TQCLoss``, ``REDQLoss`` and ``CrossQLoss`` each add
+    their own pieces; the keywords are documented in :class:`rlloss.SACLoss`, the replay ones in
     :class:`rlloss.offpolicy.TDTargetLoss`.
     """
 
     @dataclasses.dataclass
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
-        """The keys both SAC losses have (besides the replay keys)."""
+        """Keys read by the continuous SAC losses (``priority``: ``max_i |TD error|``, ``[*B]``)."""
 
-        value: NestedKey = "state_value"  # kept for TorchRL's key names (not read)
+        value: NestedKey = "state_value"  # V(s), written by SAC v1's value network, [*B, 1]
+        action: NestedKey = "action"  # the action taken, and the actor's sample key, [*B, A]
+        state_action_value: NestedKey = "state_action_value"  # written by the Q networks, [*B, 1]
+        log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
 
-    out_keys = _OUT_KEYS
+    out_keys = OUT_KEYS
     # with separate_losses, critic layers shared with the actor stay the actor's parameters
     # (detached in the critic loss, as TorchRL's); else every critic layer is the loss's own copy
     _ties_shared_layers = False
     _actor_loss_key = "loss_actor"
-    _choices = {**TDTargetLoss._choices, "scalar_output_mode": ("exclude", "non_tensor")}
+    _choices = {**TDTargetLoss._choices, "scalar_output_mode": SCALAR_OUTPUT_MODES}
     # ``exp(log_alpha)``: a parameter, or a buffer with ``fixed_alpha``; bounds on it, None:
     # unbounded; the temperature loss's target (NaN: read from the first batch)
     log_alpha = Coefficient(buffer=True)
@@ -66,10 +77,11 @@ class _SoftActorCritic(TDTargetLoss):
 
     def __init__(
         self,
-        actor_network,
-        qvalue_network,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module | list[nn.Module],
         *,
-        value: str,
+        action_spec: TensorSpec | None = None,
+        target_entropy: str | float = "auto",
         num_qvalue_nets: int = 2,
         loss_function: str = "smooth_l1",
         alpha_init: float = 1.0,
@@ -103,7 +115,7 @@ class _SoftActorCritic(TDTargetLoss):
             deactivate_vmap=deactivate_vmap,
         )
         if scalar_output_mode is not None:
-            check_choice("scalar_output_mode", scalar_output_mode, ("exclude", "non_tensor"))
+            check_choice("scalar_output_mode", scalar_output_mode, SCALAR_OUTPUT_MODES)
         self.scalar_output_mode = scalar_output_mode or "exclude"
         self.skip_done_states = skip_done_states
         self.delay_qvalue = delay_qvalue
@@ -111,26 +123,32 @@ class _SoftActorCritic(TDTargetLoss):
         device = next(actor_network.parameters()).device
         self._register_temperature(device, alpha_init, min_alpha, max_alpha)
         self.delay_actor = delay_actor
-        value_key = getattr(self.tensor_keys, value)
+        value_key = self.tensor_keys.state_action_value
         self._register_networks(actor_network, qvalue_network, num_qvalue_nets, value_key)
+        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
+        if len(sample_keys) == 1:
+            self.set_keys(action=sample_keys[0])
+        self._qvalue_action_key = self.tensor_keys.action
+        self._register_action_bounds()
+        if target_entropy == "auto":
+            action_spec = (
+                action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+            )
+            target_entropy = self._action_entropy_target(action_spec)
+        self._target_entropy_from_batch = target_entropy is None
+        target_entropy = math.nan if target_entropy is None else target_entropy
+        self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
 
     def _register_temperature(self, device, alpha_init, min_alpha, max_alpha) -> None:
         """``log_alpha`` (a parameter, a buffer with ``fixed_alpha``) and its bounds
         ``min_log_alpha`` / ``max_log_alpha`` (``None``: unbounded), after checking them."""
-        check_in_range("alpha_init", alpha_init, 0.0, low_open=True)
-        for name, bound in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
-            if bound is not None:
-                check_in_range(name, bound, 0.0, low_open=True)
-        if min_alpha is not None and max_alpha is not None:
-            check_in_range("max_alpha", max_alpha, min_alpha)
+        log_alpha, min_log_alpha, max_log_alpha = log_temperatures(alpha_init, min_alpha, max_alpha)
         if self.fixed_alpha:
-            self._register_coefficients(device, log_alpha=math.log(alpha_init))
+            self._register_coefficients(device, log_alpha=log_alpha)
         else:
-            self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init), device=device))
+            self.log_alpha = nn.Parameter(torch.tensor(log_alpha, device=device))
         self._register_coefficients(
-            device,
-            min_log_alpha=None if min_alpha is None else math.log(min_alpha),
-            max_log_alpha=None if max_alpha is None else math.log(max_alpha),
+            device, min_log_alpha=min_log_alpha, max_log_alpha=max_log_alpha
         )
 
     def _register_networks(self, actor_network, qvalue_network, num_qvalue_nets, value_key):
@@ -160,13 +178,36 @@ class _SoftActorCritic(TDTargetLoss):
         keys = [*actor_in_keys, *self._qvalue.in_keys, self.tensor_keys.action]
         return self._transition_keys(keys, actor_in_keys)
 
+    def _register_action_bounds(self) -> None:
+        """``action_low``/``action_high``: the bounds of the actor's distribution (a TanhNormal's
+        ``low``/``high``), ``None`` (not in ``state_dict``) for a distribution without them."""
+        bounds = self._actor_call.bounds or (None, None)
+        for name, bound in zip(("low", "high"), bounds, strict=True):
+            if bound is not None:
+                dtype, device = torch.get_default_dtype(), self.log_alpha.device
+                bound = torch.as_tensor(bound, dtype=dtype, device=device).clone()
+            self.register_buffer(f"action_{name}", bound)
+
+    def _action_entropy_target(self, action_spec) -> float | None:
+        """``-dim(A)`` from a spec (TorchRL's rule), or ``None`` to read it from the batch."""
+        if action_spec is None:
+            return None
+        container_shape = torch.Size([])
+        if isinstance(action_spec, Composite):
+            # the dims of the composite holding the action (e.g. a group's agent dim) are not
+            # action dims (TorchRL's rule): ``("agents", "action")`` [n_agents, D] gives -D
+            key = self.tensor_keys.action
+            parent = key[:-1] if isinstance(key, tuple) and len(key) > 1 else None
+            container = action_spec if parent is None else action_spec.get(parent, None)
+            container_shape = action_spec.shape if container is None else container.shape
+            action_spec = action_spec.get(key, None)
+        if action_spec is None:  # e.g. a ProbabilisticActor built without a spec
+            return None
+        return -float(action_spec.shape[len(container_shape) :].numel())
+
     def _alpha(self) -> torch.Tensor:
-        """``exp(log_alpha)`` (no gradient), after projecting ``log_alpha`` in place onto
-        ``[log min_alpha, log max_alpha]`` (TorchRL's behaviour; no host sync)."""
-        if self.min_log_alpha is not None or self.max_log_alpha is not None:
-            with torch.no_grad():
-                self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
-        return self.log_alpha.detach().exp()
+        """``exp(log_alpha)`` (no gradient), ``log_alpha`` projected in place onto its bounds."""
+        return projected_alpha(self.log_alpha, self.min_log_alpha, self.max_log_alpha)
 
     def _soft_critic_loss(
         self, values: torch.Tensor, target: torch.Tensor, tensordict: TensorDictBase
@@ -204,17 +245,16 @@ class _SoftActorCritic(TDTargetLoss):
         return self._outputs(out, log_prob, tensordict)
 
     def _outputs(self, losses: dict, log_prob: torch.Tensor, tensordict: TensorDictBase):
-        """The losses with ``alpha`` and ``entropy`` (``-mean(log pi)``): one TensorDict of
-        scalars, or with ``reduction="none"`` of per-sample losses (the two scalars as non-tensor
-        entries with ``scalar_output_mode="non_tensor"``, else left out, as TorchRL)."""
-        scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}
-        if self.reduction != "none":
-            return _compat.output_tensordict({**losses, **scalars})
-        out = TensorDict(losses, batch_size=tensordict.batch_size)  # per-sample losses
-        if self.scalar_output_mode == "non_tensor":
-            for name, value in scalars.items():
-                out.set_non_tensor(name, value)
-        return out
+        """The losses with ``alpha`` and ``entropy`` (see
+        :func:`rlloss.offpolicy.temperature.soft_outputs`)."""
+        return soft_outputs(
+            losses,
+            self.log_alpha,
+            log_prob,
+            self.reduction,
+            self.scalar_output_mode,
+            tensordict.batch_size,
+        )
 
     def _value_losses(self, tensordict: TensorDictBase) -> dict:
         """Losses of networks besides the actor, critics and temperature (SAC v1's V)."""
@@ -226,117 +266,7 @@ class _SoftActorCritic(TDTargetLoss):
         if not self.skip_done_states:
             return value
         done = self._get(tensordict, "done", nested=True).reshape(tensordict.batch_size)
-        done = done.reshape(*done.shape, *(1,) * (value.ndim - done.ndim))
-        return torch.where(done, torch.zeros((), dtype=value.dtype, device=value.device), value)
-
-
-class ContinuousSoftActorCritic(_SoftActorCritic):
-    """The continuous-action soft actor-critic steps every SAC-family loss shares (SAC v2, no
-    state-value network): a reparameterised policy sample with its log-prob
-    (:meth:`_policy_sample`), the Q ensemble at substituted actions (:meth:`_q_values`), the soft
-    target (:meth:`_soft_target`), the actor loss (:meth:`loss_actor`) and the critic loss
-    (:meth:`loss_qvalue`). :class:`rlloss.SACLoss`, ``CQLLoss``, ``TQCLoss``, ``REDQLoss`` and
-    ``CrossQLoss`` each add their own pieces; the keywords are documented in
-    :class:`rlloss.SACLoss`.
-    """
-
-    @dataclasses.dataclass
-    class _AcceptedKeys(_SoftActorCritic._AcceptedKeys):
-        """Keys read by the continuous SAC losses (``priority``: ``max_i |TD error|``, ``[*B]``)."""
-
-        action: NestedKey = "action"  # the action taken, and the actor's sample key, [*B, A]
-        state_action_value: NestedKey = "state_action_value"  # written by the Q networks, [*B, 1]
-        log_prob: NestedKey = "action_log_prob"  # kept for TorchRL's key names (not read)
-
-    def __init__(
-        self,
-        actor_network: nn.Module,
-        qvalue_network: nn.Module | list[nn.Module],
-        *,
-        action_spec: TensorSpec | None = None,
-        target_entropy: str | float = "auto",
-        num_qvalue_nets: int = 2,
-        loss_function: str = "smooth_l1",
-        alpha_init: float = 1.0,
-        min_alpha: float | None = None,
-        max_alpha: float | None = None,
-        fixed_alpha: bool = False,
-        delay_qvalue: bool = True,
-        delay_actor: bool = False,
-        skip_done_states: bool = False,
-        scalar_output_mode: str | None = None,
-        gamma: float | None = None,
-        reduction: str | None = None,
-        use_prioritized_weights: bool | str = "auto",
-        priority_weighting: str = "mean",
-        separate_losses: bool = False,
-        policy_loss_addons: list | None = None,
-        priority_key: NestedKey | None = None,
-        deactivate_vmap: bool = False,
-    ) -> None:
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            value="state_action_value",
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function=loss_function,
-            alpha_init=alpha_init,
-            min_alpha=min_alpha,
-            max_alpha=max_alpha,
-            fixed_alpha=fixed_alpha,
-            delay_qvalue=delay_qvalue,
-            delay_actor=delay_actor,
-            skip_done_states=skip_done_states,
-            scalar_output_mode=scalar_output_mode,
-            gamma=gamma,
-            reduction=reduction,
-            use_prioritized_weights=use_prioritized_weights,
-            priority_weighting=priority_weighting,
-            separate_losses=separate_losses,
-            policy_loss_addons=policy_loss_addons,
-            priority_key=priority_key,
-            deactivate_vmap=deactivate_vmap,
-        )
-        sample_keys = getattr(actor_network, "dist_sample_keys", None) or []
-        if len(sample_keys) == 1:
-            self.set_keys(action=sample_keys[0])
-        self._qvalue_action_key = self.tensor_keys.action
-        self._register_action_bounds()
-        if target_entropy == "auto":
-            action_spec = (
-                action_spec if action_spec is not None else getattr(actor_network, "spec", None)
-            )
-            target_entropy = self._action_entropy_target(action_spec)
-        self._target_entropy_from_batch = target_entropy is None
-        target_entropy = math.nan if target_entropy is None else target_entropy
-        self._register_coefficients(self.log_alpha.device, target_entropy=target_entropy)
-
-    def _register_action_bounds(self) -> None:
-        """``action_low``/``action_high``: the bounds of the actor's distribution (a TanhNormal's
-        ``low``/``high``), ``None`` (not in ``state_dict``) for a distribution without them."""
-        bounds = self._actor_call.bounds or (None, None)
-        for name, bound in zip(("low", "high"), bounds, strict=True):
-            if bound is not None:
-                dtype, device = torch.get_default_dtype(), self.log_alpha.device
-                bound = torch.as_tensor(bound, dtype=dtype, device=device).clone()
-            self.register_buffer(f"action_{name}", bound)
-
-    def _action_entropy_target(self, action_spec) -> float | None:
-        """``-dim(A)`` from a spec (TorchRL's rule), or ``None`` to read it from the batch."""
-        if action_spec is None:
-            return None
-        container_shape = torch.Size([])
-        if isinstance(action_spec, Composite):
-            # the dims of the composite holding the action (e.g. a group's agent dim) are not
-            # action dims (TorchRL's rule): ``("agents", "action")`` [n_agents, D] gives -D
-            key = self.tensor_keys.action
-            parent = key[:-1] if isinstance(key, tuple) and len(key) > 1 else None
-            container = action_spec if parent is None else action_spec.get(parent, None)
-            container_shape = action_spec.shape if container is None else container.shape
-            action_spec = action_spec.get(key, None)
-        if action_spec is None:  # e.g. a ProbabilisticActor built without a spec
-            return None
-        return -float(action_spec.shape[len(container_shape) :].numel())
+        return zero_where_done(value, done)
 
     def _policy_sample(
         self, batch: TensorDictBase, call: DistributionCall | None = None, repeats: int = 1

@@ -75,7 +75,7 @@ def normalize(msg):
     # (the split over classes is listed under each group as `variants` / `by class`)
     s = re.sub(
         r"(?<![\w.<])(ClipPPOLoss|KLPENPPOLoss|PPOLoss|A2CLoss|ReinforceLoss|DQNLoss|DDPGLoss|TD3BCLoss|TD3Loss|"
-        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|CQLLoss|DistributionalDQNLoss|TQCLoss|REDQLoss|CrossQLoss|TDTargetLoss|_SoftActorCritic)(?![\w'>])",
+        r"DiscreteSACLoss|SACLoss|DiscreteIQLLoss|IQLLoss|DiscreteCQLLoss|CQLLoss|DistributionalDQNLoss|TQCLoss|REDQLoss|CrossQLoss|TDTargetLoss|ContinuousSoftActorCritic)(?![\w'>])",
         "<Loss>",
         s,
     )
