@@ -2,6 +2,8 @@
 
 * :mod:`benchmarks.harness` -- the one measurement harness: the timed levels, the equality gate,
   interleaved timing, one case's rows; the level and mode names every script uses.
+* :mod:`benchmarks.records` -- what it prints and writes: text tables, the ``machine`` block of
+  every result file, the JSON result.
 * :mod:`benchmarks.cases` -- the cases, one module per family of losses, each with the
   hand-written plain-torch baseline beside its builders; shared builders in ``cases/common.py``.
 * :mod:`benchmarks.profiling` -- where a step's time goes (cProfile) and its instruction count

@@ -84,7 +84,7 @@ import torch._logging  # noqa: E402
 from torch._inductor.compile_fx import compile_fx  # noqa: E402
 
 from benchmarks.cases import CASES  # noqa: E402
-from benchmarks.harness import machine_info, text_table  # noqa: E402
+from benchmarks.records import machine_info, text_table  # noqa: E402
 
 METHOD = __doc__.split("\n\n", 3)[3]  # what each figure means, recorded in the JSON
 FRESH_BATCHES = 20

@@ -54,8 +54,8 @@ from benchmarks.cases.common import (  # noqa: E402
     replay_batch,
 )
 from benchmarks.cases.sac import actor_of  # noqa: E402
-from benchmarks.harness import machine_info  # noqa: E402
 from benchmarks.per_sampler import time_methods  # noqa: E402
+from benchmarks.records import machine_info  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "compiled_update.json"
 DQN_OBS, DQN_ACTIONS, GAMMA, TAU, LR = 8, 4, 0.99, 0.005, 3e-4

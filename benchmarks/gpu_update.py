@@ -60,7 +60,7 @@ from benchmarks.compiled_update import (  # noqa: E402
     UNIFORM_SAMPLERS,
     make_update,
 )
-from benchmarks.harness import machine_info  # noqa: E402
+from benchmarks.records import machine_info  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "gpu_update.json"
 METHODS = {  # name: (compile, cuda_graph, the batch drawn in the step's trace where it can be)

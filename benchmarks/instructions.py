@@ -30,12 +30,13 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
-from benchmarks.harness import LEVELS, RATIOS, machine_info  # noqa: E402
+from benchmarks.harness import LEVELS, RATIOS  # noqa: E402
 from benchmarks.profiling import (  # noqa: E402
     dumped_instructions,
     instructions_per_step,
     read_dumped_instructions,
 )
+from benchmarks.records import machine_info  # noqa: E402
 
 # steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
 HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)

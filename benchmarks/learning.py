@@ -34,9 +34,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import learning_runs  # noqa: E402
-from benchmarks.harness import machine_info  # noqa: E402
 from benchmarks.learning_curves import RND_MODES, draw_rnd_figure, rnd_summary  # noqa: E402
 from benchmarks.learning_tasks import TASKS  # noqa: E402
+from benchmarks.records import machine_info  # noqa: E402
 
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "learning"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "learning.json"

@@ -35,7 +35,7 @@ if str(REPO_ROOT) not in sys.path:
     # benchmark the working tree, not whatever rlloss may be installed
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import harness  # noqa: E402
+from benchmarks import harness, records  # noqa: E402
 from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
 from benchmarks.cases.ensembles import ENSEMBLES, with_critics  # noqa: E402
@@ -88,7 +88,7 @@ def growth_table(rows: list[dict]) -> list[str]:
         + [f"{row['growth'][m]:.2f}x" if m in row["growth"] else "-" for m in methods]
         for row in rows
     ]
-    return ["", "Growth with the number of critics:", *harness.text_table(header, body, True)]
+    return ["", "Growth with the number of critics:", *records.text_table(header, body, True)]
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -236,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
                 for row in harness.run_case(case, build(b, cfg.seed), b, cfg)
             ]
             rows.extend(case_rows)
-            harness.print_table(case, case_rows[0]["description"], case_rows)
+            records.print_table(case, case_rows[0]["description"], case_rows)
     if cfg.critics:
         print("\n".join(growth_table(with_growth(rows))))
 
-    ok = harness.write_result(rows, vars(cfg), cfg.out, cfg.merge)
+    ok = records.write_result(rows, vars(cfg), cfg.out, cfg.merge)
     print(f"\nwrote {cfg.out}" + ("" if ok else "  (some rows FAILED)"))
     return 0 if ok else 1
 

@@ -23,8 +23,9 @@ import torch  # noqa: E402
 
 from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
-from benchmarks.harness import LEVELS, MODES, machine_info  # noqa: E402
+from benchmarks.harness import LEVELS, MODES  # noqa: E402
 from benchmarks.profiling import profile_rows  # noqa: E402
+from benchmarks.records import machine_info  # noqa: E402
 
 
 def steps_of(args: argparse.Namespace, case: str) -> int:
