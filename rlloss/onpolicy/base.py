@@ -156,13 +156,8 @@ class OnPolicyLoss(LossModule):
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff  # TorchRL's default
         super().__init__()
+        self._check_objective()
         owner = type(self).__name__
-        if not callable(getattr(type(self), "_objective", None)):
-            raise TypeError(
-                f"{owner} is an on-policy base without a policy objective: "
-                "subclasses define _objective(batch, advantage, mask) -> (distribution, "
-                "outputs); use PPOLoss, ClipPPOLoss, A2CLoss... "
-            )
         critic_coeff = critic_coefficient(owner, actor_network, critic_network, critic_coeff)
         entropy_coeff, self._entropy_coeff_map = entropy_coefficients(entropy_coeff)
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
@@ -194,15 +189,22 @@ class OnPolicyLoss(LossModule):
             vf_clip_param=vf_clip_param,
             max_importance_ratio=max_importance_ratio,
         )
-        self._critic_params_without_shared = None  # with separate_losses: see _refresh_views
-        if separate_losses and self._has_critic:
-            params = critic_params_detached_from_actor(actor_network, critic_network)
-            self._critic_params_without_shared = params
+        self._critic_params_without_shared = self._critic_params_cut_from_actor()
         self._register_proximal_policy(delay_actor)
         for name, keys in declared_actor_keys(actor_network).items():  # over the defaults
             setattr(self.tensor_keys, name, keys)
         if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
             self.make_value_estimator()
+
+    @classmethod
+    def _check_objective(cls) -> None:
+        """Refuse a base without a policy objective (``_objective``)."""
+        if not callable(getattr(cls, "_objective", None)):
+            raise TypeError(
+                f"{cls.__name__} is an on-policy base without a policy objective: "
+                "subclasses define _objective(batch, advantage, mask) -> (distribution, "
+                "outputs); use PPOLoss, ClipPPOLoss, A2CLoss... "
+            )
 
     def _register_networks(self, actor_network, critic_network, value_normalizer) -> None:
         """Hold the actor, the critic, their calls and the critic's value normaliser."""
@@ -265,12 +267,17 @@ class OnPolicyLoss(LossModule):
             return None
         return TensorDict.from_module(self.critic_network)
 
+    def _critic_params_cut_from_actor(self) -> TensorDict | None:
+        """With ``separate_losses``, the critic's parameters with those it shares with the actor
+        detached (:func:`~rlloss.onpolicy.networks.critic_params_detached_from_actor`);
+        ``None`` without, or when nothing is shared."""
+        if not (self.separate_losses and self._has_critic):
+            return None
+        return critic_params_detached_from_actor(self.actor_network, self.critic_network)
+
     def _refresh_views(self) -> None:
-        """The views on the networks' parameters made again (after ``.to``, ``load_state_dict``):
-        the critic's parameters cut from the actor's, the proximal policy's."""
         if self._critic_params_without_shared is not None:
-            params = critic_params_detached_from_actor(self.actor_network, self.critic_network)
-            self._critic_params_without_shared = params
+            self._critic_params_without_shared = self._critic_params_cut_from_actor()
         if getattr(self, "_proximal", None) is not None:  # read from the tree: see TDTargetLoss
             target = dict(self.named_children())["target_actor_network_params"]
             self._proximal.use(target.flatten_keys("."))

@@ -188,15 +188,20 @@ class KLPENPPOLoss(PPOLoss):
         )
         if beta_min is not None and beta_max is not None and beta_min > beta_max:
             raise ValueError(f"beta_min ({beta_min}) must be <= beta_max ({beta_max}).")
+        self._check_collecting_policy()
+        self.adaptive_beta = adaptive_beta
+        self.beta_min, self.beta_max = beta_min, beta_max
+        self._beta_init = float(beta)
+        self._kl_constants = KLAdaptationConstants()
+
+    def _check_collecting_policy(self) -> None:
+        """KLPEN rebuilds the collecting policy from the parameters the batch stores: the actor
+        must build its distribution from named parameters."""
         if self._actor_call.head is None:
             raise TypeError(
                 "KLPENPPOLoss needs an actor ending in a ProbabilisticTensorDictModule (a TorchRL "
                 "ProbabilisticActor) to rebuild the collecting policy from stored parameters."
             )
-        self.adaptive_beta = adaptive_beta
-        self.beta_min, self.beta_max = beta_min, beta_max
-        self._beta_init = float(beta)
-        self._kl_constants = KLAdaptationConstants()
 
     def reset(self) -> None:
         """Restore the initial beta (TorchRL's ``reset``), in place."""

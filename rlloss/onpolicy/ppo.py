@@ -374,22 +374,27 @@ class ClipPPOLoss(PPOLoss):
             normalize_advantage_global=normalize_advantage_global,
             process_group=process_group,
         )
+        self._register_clip_epsilon(clip_epsilon, asymmetric)
+        self._register_coefficients(self.entropy_coeff.device, dual_clip=dual_clip)
+        self._clip_bounds = LogClipBounds()
+
+    def _register_clip_epsilon(self, clip_epsilon, asymmetric: bool) -> None:
+        """The clip buffers: ``clip_epsilon``, or ``clip_epsilon_low`` and ``clip_epsilon_high``
+        for a ``(low, high)`` pair."""
         device = self.entropy_coeff.device
         self._asymmetric_clip = asymmetric
-        if asymmetric:
-            if len(clip_epsilon) != 2:
-                raise ValueError(
-                    "clip_epsilon must be a float or a (low, high) pair of length 2, got "
-                    f"{clip_epsilon}."
-                )
-            ClipPPOLoss.clip_epsilon_low.check(clip_epsilon[0], "clip_epsilon[0]")
-            ClipPPOLoss.clip_epsilon_high.check(clip_epsilon[1], "clip_epsilon[1]")
-            low, high = clip_epsilon
-            self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
-        else:
+        if not asymmetric:
             self._register_coefficients(device, clip_epsilon=clip_epsilon)
-        self._register_coefficients(device, dual_clip=dual_clip)
-        self._clip_bounds = LogClipBounds()
+            return
+        if len(clip_epsilon) != 2:
+            raise ValueError(
+                "clip_epsilon must be a float or a (low, high) pair of length 2, got "
+                f"{clip_epsilon}."
+            )
+        ClipPPOLoss.clip_epsilon_low.check(clip_epsilon[0], "clip_epsilon[0]")
+        ClipPPOLoss.clip_epsilon_high.check(clip_epsilon[1], "clip_epsilon[1]")
+        low, high = clip_epsilon
+        self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
