@@ -191,8 +191,6 @@ class OnPolicyLoss(LossModule):
         )
         self._critic_params_without_shared = self._critic_params_cut_from_actor()
         self._register_proximal_policy(delay_actor)
-        for name, keys in declared_actor_keys(actor_network).items():  # over the defaults
-            setattr(self.tensor_keys, name, keys)
         if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
             self.make_value_estimator()
 
@@ -207,7 +205,8 @@ class OnPolicyLoss(LossModule):
             )
 
     def _register_networks(self, actor_network, critic_network, value_normalizer) -> None:
-        """Hold the actor, the critic, their calls and the critic's value normaliser."""
+        """Hold the actor, the critic, their calls and the critic's value normaliser; read the
+        action and log-prob keys the actor declares, over the defaults."""
         check_value_normalizer(type(self).__name__, value_normalizer)
         if value_normalizer is not None and critic_network is None:
             raise ValueError(
@@ -219,6 +218,8 @@ class OnPolicyLoss(LossModule):
         self.critic_network = critic_network
         self._actor_call = DistributionCall(actor_network)
         self._critic_call = None if critic_network is None else NetworkCall(critic_network)
+        for name, keys in declared_actor_keys(actor_network).items():
+            setattr(self.tensor_keys, name, keys)
 
     def _set_advantage_normalization(
         self, local: bool, global_: bool, process_group, exclude_dims, advantage_norm
