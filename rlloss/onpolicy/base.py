@@ -55,6 +55,7 @@ from rlloss.onpolicy.networks import (
     critic_coefficient,
     critic_params_detached_from_actor,
     declared_actor_keys,
+    lacks_any,
     missing_old_value_error,
     proximal_policy,
     with_actor_features,
@@ -412,8 +413,8 @@ class OnPolicyLoss(LossModule):
         params = self._critic_params_without_shared
         if self.separate_losses:
             batch = batch.detach()
-        grad = torch.is_grad_enabled() and not self.separate_losses
-        batch = with_actor_features(batch, self.actor_network, self._critic_call.in_keys, grad)
+        if lacks_any(batch, self._critic_call.in_keys):  # a critic head on the actor's trunk
+            batch = with_actor_features(batch, self.actor_network, self.separate_losses)
         if params is None:
             outputs = self._critic_call(batch)
         else:

@@ -58,19 +58,23 @@ def critic_params_detached_from_actor(
     return params
 
 
-def with_actor_features(
-    batch: TensorDictBase, actor_network: nn.Module, critic_in_keys: list, grad: bool
-) -> TensorDictBase:
-    """The batch, with the actor trunk's outputs added (on a shallow copy) when the critic
-    reads some that the batch lacks (a critic head on the actor's trunk: TorchRL's actor call
-    leaves them in the batch); ``grad=False`` computes them without a graph."""
-    for key in critic_in_keys:  # a loop: no generator frame per call
+def lacks_any(batch: TensorDictBase, keys: list) -> bool:
+    """Whether ``batch`` lacks one of ``keys`` (the critic's inputs: a critic head on the actor's
+    trunk reads features the batch does not hold)."""
+    for key in keys:  # a loop: no generator frame per call
         if entry(batch, key) is None:
-            break
-    else:
-        return batch
+            return True
+    return False
+
+
+def with_actor_features(
+    batch: TensorDictBase, actor_network: nn.Module, detach: bool
+) -> TensorDictBase:
+    """A shallow copy of the batch with the actor trunk's outputs added (TorchRL's actor call
+    leaves them in the batch, where a critic head on the trunk reads them); ``detach``
+    (``separate_losses``) computes them without a graph."""
     batch = batch.copy()
-    with torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not detach):
         actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
     return batch
 
