@@ -413,3 +413,41 @@ def test_vf_clip_param_clamps_the_per_element_critic_loss():
         rlloss.PPOLoss(actor, critic, vf_clip_param=0.0)
     with pytest.raises(ValueError, match="vf_clip_param must be in"):
         clamped.vf_clip_param = -1.0
+
+
+@pytest.mark.parametrize("max_importance_ratio", [None, 2.0])
+def test_surrogate_hook_receives_the_record_of_its_inputs(max_importance_ratio):
+    """A PPO variant overriding ``_surrogate`` gets one ``SurrogateInputs``: the log-ratio to the
+    collecting policy, the log-weight (``None`` unless the behaviour ratio is capped), the
+    batch's advantage, the mask, the batch and the current policy."""
+    from rlloss.onpolicy.ppo import SurrogateInputs
+
+    seen = []
+
+    class Recording(rlloss.PPOLoss):
+        def _surrogate(self, inputs):
+            seen.append(inputs)
+            return super()._surrogate(inputs)
+
+    actor = make_actor()
+    batch = rollout(actor)
+    new_actor = perturbed(actor, 0.5)
+    loss = Recording(new_actor, make_critic(), max_importance_ratio=max_importance_ratio)
+    out = loss(batch)
+    (inputs,) = seen
+    assert isinstance(inputs, SurrogateInputs)
+    log_prob = new_actor.get_dist(batch.clone()).log_prob(batch["action"])
+    expected = (log_prob - batch["action_log_prob"]).unsqueeze(-1)
+    torch.testing.assert_close(inputs.log_ratio, expected)
+    torch.testing.assert_close(inputs.advantage, batch["advantage"])
+    assert inputs.mask is None and inputs.batch.batch_size == batch.batch_size
+    assert isinstance(inputs.distribution, torch.distributions.Distribution)
+    if max_importance_ratio is None:
+        assert inputs.log_weight is None
+        torch.testing.assert_close(inputs.behaviour_log_ratio, expected)
+    else:  # the cap lifts the behaviour log-prob: log r + w <= log(cap)
+        behaviour = inputs.log_ratio + inputs.log_weight
+        torch.testing.assert_close(inputs.behaviour_log_ratio, behaviour)
+        assert behaviour.max() <= torch.tensor(2.0).log() + 1e-6
+    surrogate = inputs.behaviour_log_ratio.exp() * batch["advantage"]
+    torch.testing.assert_close(out["loss_objective"], -surrogate.mean())

@@ -1,5 +1,5 @@
-"""rlloss.training.schedulers: KLAdaptiveLR, PiecewiseSchedule and KL early stopping against
-naive rules."""
+"""rlloss.training.schedulers and rlloss.training.piecewise: KLAdaptiveLR, PiecewiseSchedule and
+KL early stopping against naive rules."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rlloss.training.piecewise import PiecewiseSchedule
 from rlloss.training.schedulers import (
     KLAdaptiveLR,
     KLEarlyStopping,
-    PiecewiseSchedule,
     kl_adaptive_lr,
     kl_exceeds,
 )

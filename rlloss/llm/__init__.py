@@ -3,7 +3,8 @@
 from rlloss.llm.advantage import MCAdvantage
 from rlloss.llm.distillation import DistillationLoss
 from rlloss.llm.dpo import DPOLoss
-from rlloss.llm.grpo import DAPO, CISPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss
+from rlloss.llm.grpo import GRPOLoss
+from rlloss.llm.grpo_variants import DAPO, CISPOLoss, DrGRPOLoss, GSPOLoss
 from rlloss.llm.kto import KTOLoss
 from rlloss.llm.selection import MCAdvantageSelector
 from rlloss.llm.sft import SFTLoss

@@ -1,5 +1,6 @@
 """MPO for categorical policies: ``DiscreteMPOLoss`` (Abdolmaleki et al., arXiv:1806.06920 and
-arXiv:1812.02256)."""
+arXiv:1812.02256), on the MPO base :class:`rlloss.offpolicy.mpo.MaximumAPosteriori` that it
+shares with :class:`rlloss.MPOLoss`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rlloss._checks import Coefficient, check_in_range
 from rlloss._networks import DistributionCall, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
-from rlloss.offpolicy.maximum_a_posteriori import MaximumAPosteriori
+from rlloss.offpolicy.mpo import MaximumAPosteriori
 
 
 class DiscreteMPOLoss(MaximumAPosteriori):

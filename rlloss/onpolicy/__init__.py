@@ -4,7 +4,9 @@
 
 from rlloss.onpolicy.a2c import A2CLoss, ReinforceLoss
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
-from rlloss.onpolicy.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss, RPOLoss
+from rlloss.onpolicy.klpen import KLPENPPOLoss
+from rlloss.onpolicy.ppo import ClipPPOLoss, PPOLoss
+from rlloss.onpolicy.rpo import RPOLoss
 
 __all__ = [
     "A2CLoss",

@@ -11,34 +11,31 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
-from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import CompositeDistribution
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import _compat
+from rlloss import _compat, _distributions
 from rlloss import functional as rlf
 from rlloss._call_errors import missing_output_error
 from rlloss._checks import (
     Coefficient,
-    MissingKeyError,
     batch_mask,
     check_choice,
-    check_network,
     next_key,
 )
-from rlloss._ensembles import FrozenPolicy
 from rlloss._keywords import NOT_GIVEN, NotGiven, given_networks
 from rlloss._networks import (
     DistributionCall,
     NetworkCall,
     action_log_prob,
     as_list,
-    entry,
     log_prob_of,
     parameter_device,
+    sum_heads,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
@@ -53,7 +50,16 @@ from rlloss.onpolicy.advantage import (
     norm_scaled_advantage,
     standardized_advantage,
 )
-from rlloss.onpolicy.entropy import entropy_coefficients, entropy_loss
+from rlloss.onpolicy.entropy import entropy_coefficients, head_entropies, weighted_entropy
+from rlloss.onpolicy.networks import (
+    critic_coefficient,
+    critic_params_detached_from_actor,
+    declared_actor_keys,
+    lacks_any,
+    missing_old_value_error,
+    proximal_policy,
+    with_actor_features,
+)
 from rlloss.training.distributed import check_process_group
 
 if TYPE_CHECKING:
@@ -151,7 +157,9 @@ class OnPolicyLoss(LossModule):
         )
         entropy_coeff = 0.01 if entropy_coeff is None else entropy_coeff  # TorchRL's default
         super().__init__()
-        critic_coeff = self._check_networks(actor_network, critic_network, critic_coeff)
+        self._check_objective()
+        owner = type(self).__name__
+        critic_coeff = critic_coefficient(owner, actor_network, critic_network, critic_coeff)
         entropy_coeff, self._entropy_coeff_map = entropy_coefficients(entropy_coeff)
         check_choice("loss_critic_type", loss_critic_type, DISTANCES)
         if isinstance(clip_value, bool):  # ClipPPOLoss maps True to clip_epsilon; here, TorchRL's
@@ -182,33 +190,24 @@ class OnPolicyLoss(LossModule):
             vf_clip_param=vf_clip_param,
             max_importance_ratio=max_importance_ratio,
         )
-        self._critic_params_without_shared = self._critic_params_detached_from_actor()
+        self._critic_params_without_shared = self._critic_params_cut_from_actor()
         self._register_proximal_policy(delay_actor)
-        self._read_actor_keys(actor_network)
         if value_normalizer is not None:  # built now: it holds the normaliser (state, compile)
             self.make_value_estimator()
 
-    def _check_networks(self, actor_network, critic_network, critic_coeff) -> float | None:
-        """Refuse a base without a policy objective and what is not a network; the critic's
-        coefficient, 1.0 by default with a critic (a ``TypeError`` for one without a critic)."""
-        owner = type(self).__name__
-        if not callable(getattr(type(self), "_objective", None)):
+    @classmethod
+    def _check_objective(cls) -> None:
+        """Refuse a base without a policy objective (``_objective``)."""
+        if not callable(getattr(cls, "_objective", None)):
             raise TypeError(
-                f"{owner} is an on-policy base without a policy objective: "
+                f"{cls.__name__} is an on-policy base without a policy objective: "
                 "subclasses define _objective(batch, advantage, mask) -> (distribution, "
                 "outputs); use PPOLoss, ClipPPOLoss, A2CLoss... "
             )
-        check_network(owner, "actor_network", actor_network)
-        if critic_network is not None:
-            check_network(owner, "critic_network", critic_network)
-        if critic_coeff is None and critic_network is not None:
-            return 1.0
-        if critic_network is None and critic_coeff not in (None, 0, 0.0):
-            raise TypeError(f"{owner}: critic_coeff={critic_coeff} needs a critic_network.")
-        return critic_coeff
 
     def _register_networks(self, actor_network, critic_network, value_normalizer) -> None:
-        """Hold the actor, the critic, their calls and the critic's value normaliser."""
+        """Hold the actor, the critic, their calls and the critic's value normaliser; read the
+        action and log-prob keys the actor declares, over the defaults."""
         check_value_normalizer(type(self).__name__, value_normalizer)
         if value_normalizer is not None and critic_network is None:
             raise ValueError(
@@ -220,6 +219,8 @@ class OnPolicyLoss(LossModule):
         self.critic_network = critic_network
         self._actor_call = DistributionCall(actor_network)
         self._critic_call = None if critic_network is None else NetworkCall(critic_network)
+        for name, keys in declared_actor_keys(actor_network).items():
+            setattr(self.tensor_keys, name, keys)
 
     def _set_advantage_normalization(
         self, local: bool, global_: bool, process_group, exclude_dims, advantage_norm
@@ -242,25 +243,11 @@ class OnPolicyLoss(LossModule):
         self._proximal = None
         if not delay_actor:
             return
-        if not self._functional:  # TorchRL's refusal
-            raise ValueError(
-                "delay_actor=True requires functional=True: the proximal policy is held in "
-                "target_actor_network_params, which only exists for functionalized modules."
-            )
+        proximal, params = proximal_policy(self.actor_network, self._functional)
         _compat.expect_updater(self, "actor_network")
-        self._proximal = FrozenPolicy(self.actor_network)
-        tensors = TensorDict.from_module(self._proximal.module)
-        self.target_actor_network_params = TensorDictParams(tensors, no_convert=True)
+        self._proximal, self.target_actor_network_params = proximal, params
         self._refresh_views()
         self._warn_until_every_target_has_an_updater()
-
-    def _read_actor_keys(self, actor_network: nn.Module) -> None:
-        """The action and log-prob keys the actor declares (TorchRL's ``dist_sample_keys`` and
-        ``log_prob_keys``), over the defaults."""
-        for name, attr in (("sample_log_prob", "log_prob_keys"), ("action", "dist_sample_keys")):
-            keys = getattr(actor_network, attr, None)  # one per head: TorchRL keeps the list
-            if keys:
-                setattr(self.tensor_keys, name, list(keys) if len(keys) > 1 else keys[0])
 
     @property
     def functional(self) -> bool:
@@ -282,23 +269,17 @@ class OnPolicyLoss(LossModule):
             return None
         return TensorDict.from_module(self.critic_network)
 
-    def _critic_params_detached_from_actor(self) -> TensorDict | None:
+    def _critic_params_cut_from_actor(self) -> TensorDict | None:
         """With ``separate_losses``, the critic's parameters with those it shares with the actor
-        replaced by detached views (same storage), or ``None`` when nothing is shared."""
+        detached (:func:`~rlloss.onpolicy.networks.critic_params_detached_from_actor`);
+        ``None`` without, or when nothing is shared."""
         if not (self.separate_losses and self._has_critic):
             return None
-        actor_params = {id(p) for p in self.actor_network.parameters()}
-        params = TensorDict.from_module(self.critic_network)
-        shared = [k for k, p in params.items(True, True) if id(p) in actor_params]
-        if not shared:
-            return None
-        for key in shared:
-            params.set(key, params.get(key).detach())
-        return params
+        return critic_params_detached_from_actor(self.actor_network, self.critic_network)
 
     def _refresh_views(self) -> None:
         if self._critic_params_without_shared is not None:
-            self._critic_params_without_shared = self._critic_params_detached_from_actor()
+            self._critic_params_without_shared = self._critic_params_cut_from_actor()
         if getattr(self, "_proximal", None) is not None:  # read from the tree: see TDTargetLoss
             target = dict(self.named_children())["target_actor_network_params"]
             self._proximal.use(target.flatten_keys("."))
@@ -399,25 +380,41 @@ class OnPolicyLoss(LossModule):
     def loss_entropy(
         self, distribution: D.Distribution, mask: torch.Tensor | None, shape=None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``-entropy_coeff * H`` reduced, and the mean entropy (detached); per head for a
-        composite distribution, summed to ``shape``
-        (:func:`rlloss.onpolicy.entropy.entropy_loss`)."""
-        return entropy_loss(
-            distribution,
-            self.entropy_coeff,
-            self._entropy_coeff_map,
-            self.samples_mc_entropy,
-            self.reduction,
-            mask,
-            self.diagnostics,
-            shape,
+        """``-entropy_coeff * H[pi(.|s)]`` reduced (analytic where the distribution has a
+        closed form, else ``samples_mc_entropy`` draws), and the mean entropy (detached); per
+        head for a composite distribution, summed to ``shape``."""
+        if isinstance(distribution, CompositeDistribution):
+            return self._composite_entropy_loss(distribution, mask, shape)
+        entropy = _distributions.entropy(distribution, self.samples_mc_entropy)  # [*B]
+        reduced = rlf.reduce(entropy, self.reduction, mask)
+        if not self.diagnostics:
+            return -(self.entropy_coeff * reduced), {}
+        mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
+        return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
+
+    def _composite_entropy_loss(
+        self, distribution: CompositeDistribution, mask: torch.Tensor | None, shape=None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``-sum_h c_h H_h`` reduced, ``c_h`` from TorchRL's per-head map or ``entropy_coeff``,
+        and the entropies: their sum's mean, and per head as ``composite_entropy`` (with
+        ``shape``: TorchRL's PPO layout, ``[*shape, 1]``)."""
+        heads, summed_to = head_entropies(distribution, self.samples_mc_entropy, shape)
+        coeff, coeff_map = self.entropy_coeff, self._entropy_coeff_map
+        reduced = rlf.reduce(
+            weighted_entropy(heads, summed_to, coeff, coeff_map), self.reduction, mask
         )
+        if not self.diagnostics:
+            return -reduced, {}
+        entropy = rlf.reduce(sum_heads(heads, summed_to), "mean", mask)
+        reported = heads.detach().unsqueeze(-1) if shape is not None else heads.detach()
+        return -reduced, {"entropy": entropy.detach(), "composite_entropy": reported}
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
         params = self._critic_params_without_shared
         if self.separate_losses:
             batch = batch.detach()
-        batch = self._with_actor_features(batch)
+        if lacks_any(batch, self._critic_call.in_keys):  # a critic head on the actor's trunk
+            batch = with_actor_features(batch, self.actor_network, self.separate_losses)
         if params is None:
             outputs = self._critic_call(batch)
         else:
@@ -430,31 +427,12 @@ class OnPolicyLoss(LossModule):
             raise missing_output_error(owner, network, "value", key, written)
         return value
 
-    def _with_actor_features(self, batch: TensorDictBase) -> TensorDictBase:
-        """The batch, with the actor trunk's outputs added when the critic reads some that the
-        batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
-        batch); detached under ``separate_losses``."""
-        for key in self._critic_call.in_keys:  # a loop: no generator frame per call
-            if entry(batch, key) is None:
-                break
-        else:
-            return batch
-        batch = batch.copy()
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.separate_losses):
-            self.actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
-        return batch
-
     def _old_value(self, batch: TensorDictBase) -> torch.Tensor:
         """``V_old(s)`` stored at collection, needed by value clipping (TorchRL's message)."""
         value = self._read(batch, "value")
         if value is None:
-            clip = float(self.clip_value)  # an error path: reading the buffer is fine
-            raise MissingKeyError(
-                f"{type(self).__name__}: clip_value is set to {clip}, but the key "
-                f"{self.tensor_keys.value} was not found in the input tensordict. Make sure that "
-                f"{self._value_key_hint} exists in the input tensordict (store V(s) at "
-                "collection, or rename it with loss.set_keys(value=...))."
-            )
+            key, hint = self.tensor_keys.value, self._value_key_hint
+            raise missing_old_value_error(type(self).__name__, self.clip_value, key, hint)
         return value
 
     def loss_critic(

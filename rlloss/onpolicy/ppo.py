@@ -3,16 +3,19 @@
 Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347. The modules read
 keys, call :mod:`rlloss.functional` and write ``loss_*`` entries plus detached diagnostics;
 summing every ``loss_*`` entry gives the training objective.
+
+This module holds what the PPO family shares: the policy's log-ratio to the proximal policy
+(:meth:`PPOLoss._policy`) and the surrogate hook, which takes a :class:`SurrogateInputs` record.
+:class:`rlloss.KLPENPPOLoss` (``onpolicy/klpen.py``) and :class:`rlloss.RPOLoss`
+(``onpolicy/rpo.py``) build on these two classes, as MAPPO and IPPO do.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
-from tensordict.nn import CompositeDistribution
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
@@ -23,11 +26,30 @@ from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list, stored_log_prob, sum_heads
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
-from rlloss.onpolicy.constants import KLAdaptationConstants, LogClipBounds
-from rlloss.training.distributed import all_mean
+from rlloss.onpolicy.constants import LogClipBounds
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
+
+
+class SurrogateInputs(NamedTuple):
+    """What a PPO surrogate reads (:meth:`PPOLoss._surrogate`), shapes ``[*B, 1]`` unless said.
+
+    The clipped surrogate reads the ratios, the advantage and the mask; KLPEN's penalty also
+    the batch (the collecting policy's stored parameters) and the current policy.
+    """
+
+    log_ratio: torch.Tensor  # log pi(a|s) - log pi_prox(a|s), the ratio that is clipped
+    log_weight: torch.Tensor | None  # log(pi_prox / pi_behav); None where it is 0
+    advantage: torch.Tensor  # A(s, a), normalised as asked
+    mask: torch.Tensor | None  # the valid steps of a padded batch, [*B]; None: all
+    batch: TensorDictBase  # the batch the loss reads
+    distribution: D.Distribution  # the current policy pi(.|s)
+
+    @property
+    def behaviour_log_ratio(self) -> torch.Tensor:
+        """``log pi(a|s) - log pi_behav(a|s)``: ``log_ratio + log_weight``."""
+        return self.log_ratio if self.log_weight is None else self.log_ratio + self.log_weight
 
 
 class PPOLoss(OnPolicyLoss):
@@ -206,25 +228,15 @@ class PPOLoss(OnPolicyLoss):
             return log_prob
         return sum_heads(log_prob, batch.batch_size if shape is None else shape)
 
-    def _surrogate(
-        self,
-        log_ratio: torch.Tensor,
-        log_weight: torch.Tensor | None,
-        advantage: torch.Tensor,
-        mask: torch.Tensor | None,
-        batch: TensorDictBase,
-        distribution: D.Distribution,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The per-element surrogate objective (to maximise) and its diagnostics; the ratio is
-        the behaviour ratio, ``log_ratio + log_weight``."""
-        behaviour = log_ratio if log_weight is None else log_ratio + log_weight
-        return rlf.surrogate(behaviour, advantage), {}
+    def _surrogate(self, inputs: SurrogateInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The per-element surrogate objective (to maximise, ``[*B, 1]``) and its diagnostics:
+        ``r A`` with the behaviour ratio ``r = pi / pi_behav``."""
+        return rlf.surrogate(inputs.behaviour_log_ratio, inputs.advantage), {}
 
     def _objective(self, batch, advantage, mask):
         distribution, log_ratio, log_weight = self._policy(batch, advantage.shape[:-1])
-        surrogate, out = self._surrogate(
-            log_ratio, log_weight, advantage, mask, batch, distribution
-        )
+        inputs = SurrogateInputs(log_ratio, log_weight, advantage, mask, batch, distribution)
+        surrogate, out = self._surrogate(inputs)
         out["loss_objective"] = as_scalar_output(
             rlf.reduce(-surrogate, self.reduction, mask), self.reduction
         )
@@ -378,22 +390,27 @@ class ClipPPOLoss(PPOLoss):
             normalize_advantage_global=normalize_advantage_global,
             process_group=process_group,
         )
+        self._register_clip_epsilon(clip_epsilon, asymmetric)
+        self._register_coefficients(self.entropy_coeff.device, dual_clip=dual_clip)
+        self._clip_bounds = LogClipBounds()
+
+    def _register_clip_epsilon(self, clip_epsilon, asymmetric: bool) -> None:
+        """The clip buffers: ``clip_epsilon``, or ``clip_epsilon_low`` and ``clip_epsilon_high``
+        for a ``(low, high)`` pair."""
         device = self.entropy_coeff.device
         self._asymmetric_clip = asymmetric
-        if asymmetric:
-            if len(clip_epsilon) != 2:
-                raise ValueError(
-                    "clip_epsilon must be a float or a (low, high) pair of length 2, got "
-                    f"{clip_epsilon}."
-                )
-            ClipPPOLoss.clip_epsilon_low.check(clip_epsilon[0], "clip_epsilon[0]")
-            ClipPPOLoss.clip_epsilon_high.check(clip_epsilon[1], "clip_epsilon[1]")
-            low, high = clip_epsilon
-            self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
-        else:
+        if not asymmetric:
             self._register_coefficients(device, clip_epsilon=clip_epsilon)
-        self._register_coefficients(device, dual_clip=dual_clip)
-        self._clip_bounds = LogClipBounds()
+            return
+        if len(clip_epsilon) != 2:
+            raise ValueError(
+                "clip_epsilon must be a float or a (low, high) pair of length 2, got "
+                f"{clip_epsilon}."
+            )
+        ClipPPOLoss.clip_epsilon_low.check(clip_epsilon[0], "clip_epsilon[0]")
+        ClipPPOLoss.clip_epsilon_high.check(clip_epsilon[1], "clip_epsilon[1]")
+        low, high = clip_epsilon
+        self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
@@ -402,15 +419,17 @@ class ClipPPOLoss(PPOLoss):
             return self._clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
         return self._clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
-    def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
+    def _surrogate(self, inputs: SurrogateInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The clipped (and dual-clipped) surrogate, ``[*B, 1]``, and its diagnostics."""
         low, high = self._log_clip_bounds()
+        log_ratio, mask = inputs.log_ratio, inputs.mask
         surrogate = rlf.clipped_surrogate(
-            log_ratio, advantage, low, high, self.dual_clip, log_weight
+            log_ratio, inputs.advantage, low, high, self.dual_clip, inputs.log_weight
         )
         if not self.diagnostics:
             return surrogate, {}
         with torch.no_grad():  # the clipped ratio's fraction; the behaviour ratio's statistics
-            behaviour = log_ratio if log_weight is None else log_ratio + log_weight
+            behaviour = inputs.behaviour_log_ratio
             ratio = behaviour.exp()
             info = {
                 "clip_fraction": rlf.reduce(rlf.clipped(log_ratio, low, high), "mean", mask),
@@ -419,403 +438,3 @@ class ClipPPOLoss(PPOLoss):
                 "mean_ratio": rlf.reduce(ratio, "mean", mask),
             }
         return surrogate, info
-
-
-class KLPENPPOLoss(PPOLoss):
-    r"""PPO with an adaptive KL penalty.
-
-    $$
-    \mathcal{L}_{\text{objective}} = -\frac{1}{N} \sum_i \Big(r_i A_i -
-    \beta \, \mathrm{KL}\big(\pi_{\text{old}}(\cdot \mid s_i) \,\|\,
-    \pi_\theta(\cdot \mid s_i)\big)\Big)
-    $$
-
-    Schulman et al., arXiv:1707.06347, section 4. ``KL(pi_old || pi)`` is analytic when the
-    distribution family has a closed form, computed from the distribution parameters the batch
-    stores (``loc``/``scale``, ``logits``), else a Monte-Carlo estimate with ``samples_mc_kl``
-    draws. After the loss is built, beta adapts (in training mode, with grad enabled, when
-    ``adaptive_beta``): ``mean KL > 1.5 dtarg -> beta *= increment``, ``mean KL < dtarg / 1.5 ->
-    beta *= decrement``, clamped to ``[beta_min, beta_max]``. Outputs add ``kl`` (mean KL) and
-    ``beta`` (the value the loss used).
-
-    Data-parallel training: with a ``process_group``, or the default group when
-    ``torch.distributed`` is initialised, the KL that adapts beta (in the forward and in
-    :meth:`update_beta`) is the mean of the ranks' mean KLs (an all-reduce on the device, no host
-    sync), so beta stays equal on every rank; ``kl`` in the output stays this rank's.
-
-    Args:
-        dtarg: target KL. beta: initial beta (a buffer, in ``state_dict``).
-        increment: the factor on beta when the KL is high (``>= 1``).
-        decrement: the factor on beta when the KL is low (``<= 1``).
-        samples_mc_kl: draws of the Monte-Carlo KL.
-        adaptive_beta: adapt beta in each forward; with ``False`` call :meth:`update_beta`
-            yourself (e.g. once per epoch with the epoch's mean KL).
-        beta_min: an optional lower bound on beta.
-        beta_max: an optional upper bound on beta.
-
-    The other keywords are as :class:`PPOLoss`.
-
-    Differences from TorchRL: TorchRL multiplies beta in place after building ``beta * KL``, so
-    the backward pass sees the updated beta while the reported loss used the old one; here the
-    gradient is that of the reported loss. TorchRL also adapts beta under ``torch.no_grad()`` and
-    in eval mode, and with a host sync (``if kl.mean() > ...``); rlloss's update is a
-    ``torch.where`` on the buffer. TorchRL's ``kl`` output is per sample; rlloss's is the mean.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tensordict.nn import TensorDictModule
-        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
-        >>> from rlloss import KLPENPPOLoss
-        >>> actor = ProbabilisticActor(
-        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
-        ...     ["logits"],
-        ...     distribution_class=torch.distributions.Categorical,
-        ...     return_log_prob=True,
-        ... )
-        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
-        >>> batch = TensorDict(
-        ...     observation=torch.randn(8, 3),
-        ...     action=torch.randint(2, (8,)),
-        ...     action_log_prob=torch.full((8,), -0.69),
-        ...     logits=torch.zeros(8, 2),
-        ...     advantage=torch.randn(8, 1),
-        ...     value_target=torch.randn(8, 1),
-        ...     batch_size=[8],
-        ... )
-        >>> loss = KLPENPPOLoss(actor, critic, dtarg=0.01, beta=1.0)
-        >>> out = loss(batch)  # batch holds the logits (or loc/scale) of the collecting policy
-        >>> out["loss_objective"].backward()
-        >>> print(out["beta"], out["kl"])
-    """
-
-    beta = Coefficient(low=0.0, buffer=True)
-    dtarg = Coefficient(low=0.0, low_open=True)
-    increment = Coefficient(low=1.0)
-    decrement = Coefficient(low=0.0, high=1.0, low_open=True)
-    samples_mc_kl = Coefficient(low=1, integer=True)
-    beta_min = Coefficient(low=0.0)  # None: unbounded; checked on assignment too
-    beta_max = Coefficient(low=0.0)
-    _surrogate_keys = ("kl", "beta")
-
-    def __init__(
-        self,
-        actor_network: nn.Module | None = None,
-        critic_network: nn.Module | None = None,
-        *,
-        dtarg: float = 0.01,
-        beta: float = 1.0,
-        increment: float = 2.0,
-        decrement: float = 0.5,
-        samples_mc_kl: int = 1,
-        entropy_bonus: bool = True,
-        samples_mc_entropy: int = 1,
-        entropy_coeff: float | dict[NestedKey, float] | None = None,
-        critic_coeff: float | None = None,
-        loss_critic_type: str = "smooth_l1",
-        normalize_advantage: bool = False,
-        normalize_advantage_exclude_dims: tuple[int, ...] = (),
-        advantage_norm: nn.Module | None = None,
-        gamma: float | None = None,
-        separate_losses: bool = False,
-        reduction: str | None = None,
-        clip_value: float | None = None,
-        delay_actor: bool = False,
-        max_importance_ratio: float | None = None,
-        device: torch.device | str | None = None,
-        log_explained_variance: bool = True,
-        advantage_key: NestedKey | None = None,
-        value_target_key: NestedKey | None = None,
-        value_key: NestedKey | None = None,
-        functional: bool = True,
-        actor: nn.Module | None = None,
-        critic: nn.Module | None = None,
-        entropy_coef: NotGiven = NOT_GIVEN,
-        critic_coef: NotGiven = NOT_GIVEN,
-        diagnostics: bool = True,
-        vf_clip_param: float | None = None,
-        policy_loss_addons: list | None = None,
-        value_normalizer: ValueNormalizer | None = None,
-        normalize_advantage_global: bool = False,
-        process_group: ProcessGroup | None = None,
-        adaptive_beta: bool = True,
-        beta_min: float | None = None,
-        beta_max: float | None = None,
-    ) -> None:
-        super().__init__(
-            actor_network,
-            critic_network,
-            entropy_bonus=entropy_bonus,
-            samples_mc_entropy=samples_mc_entropy,
-            entropy_coeff=entropy_coeff,
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-            normalize_advantage=normalize_advantage,
-            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
-            advantage_norm=advantage_norm,
-            gamma=gamma,
-            separate_losses=separate_losses,
-            reduction=reduction,
-            clip_value=clip_value,
-            delay_actor=delay_actor,
-            max_importance_ratio=max_importance_ratio,
-            device=device,
-            log_explained_variance=log_explained_variance,
-            advantage_key=advantage_key,
-            value_target_key=value_target_key,
-            value_key=value_key,
-            functional=functional,
-            actor=actor,
-            critic=critic,
-            entropy_coef=entropy_coef,
-            critic_coef=critic_coef,
-            diagnostics=diagnostics,
-            vf_clip_param=vf_clip_param,
-            policy_loss_addons=policy_loss_addons,
-            value_normalizer=value_normalizer,
-            normalize_advantage_global=normalize_advantage_global,
-            process_group=process_group,
-        )
-        self._register_coefficients(
-            self.entropy_coeff.device,
-            dtarg=dtarg,
-            beta=beta,
-            increment=increment,
-            decrement=decrement,
-            samples_mc_kl=samples_mc_kl,
-        )
-        if beta_min is not None and beta_max is not None and beta_min > beta_max:
-            raise ValueError(f"beta_min ({beta_min}) must be <= beta_max ({beta_max}).")
-        if self._actor_call.head is None:
-            raise TypeError(
-                "KLPENPPOLoss needs an actor ending in a ProbabilisticTensorDictModule (a TorchRL "
-                "ProbabilisticActor) to rebuild the collecting policy from stored parameters."
-            )
-        self.adaptive_beta = adaptive_beta
-        self.beta_min, self.beta_max = beta_min, beta_max
-        self._beta_init = float(beta)
-        self._kl_constants = KLAdaptationConstants()
-
-    def reset(self) -> None:
-        """Restore the initial beta (TorchRL's ``reset``), in place."""
-        self.beta.fill_(self._beta_init)
-
-    @property
-    def in_keys(self) -> list[NestedKey]:
-        return list(dict.fromkeys([*super().in_keys, *self._actor_call.parameter_keys.values()]))
-
-    def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
-        surrogate, info = super()._surrogate(
-            log_ratio, log_weight, advantage, mask, batch, distribution
-        )
-        kl = self._kl_from_collecting_policy(batch, distribution, advantage.shape[:-1])
-        kl = kl.unsqueeze(-1)
-        beta = self.beta.clone()  # the beta of this loss, whatever the update below does
-        mean_kl = rlf.reduce(kl.detach(), "mean", mask)
-        if self.adaptive_beta and self.training and torch.is_grad_enabled():
-            self._adapt_beta(mean_kl)  # a 0-d tensor of beta's dtype and device already
-        objective = rlf.kl_penalized_surrogate(surrogate, kl, beta)
-        return objective, {**info, "kl": mean_kl, "beta": beta}
-
-    def _kl_from_collecting_policy(
-        self, batch: TensorDictBase, distribution: D.Distribution, shape=None
-    ) -> torch.Tensor:
-        """``KL(pi_old || pi)``, ``[*B]``, ``pi_old`` rebuilt from the stored parameters (the
-        proximal policy with ``delay_actor``); summed over the heads of a composite
-        distribution, to ``shape`` (the advantage's; default ``[*B]``)."""
-        previous = (
-            self._actor_call.stored(batch) if self._proximal is None else self._proximal(batch)
-        )
-        if not isinstance(distribution, CompositeDistribution):
-            return rlf.kl_divergence(previous, distribution, self.samples_mc_kl)
-        return sum(
-            sum_heads(
-                rlf.kl_divergence(previous.dists[name], head, self.samples_mc_kl),
-                batch.batch_size if shape is None else shape,
-            )
-            for name, head in distribution.dists.items()
-        )
-
-    @torch.no_grad()
-    def update_beta(self, kl: float | torch.Tensor) -> torch.Tensor:
-        """Adapt beta to a mean KL (a float or a one-element tensor), averaged over the ranks of
-        the process group if there is one, without a host sync."""
-        kl = torch.as_tensor(kl, dtype=self.beta.dtype, device=self.beta.device).reshape(())
-        return self._adapt_beta(kl)
-
-    def _adapt_beta(self, kl: torch.Tensor) -> torch.Tensor:
-        """:meth:`update_beta` of a 0-d tensor of beta's dtype and device, without gradient
-        (``kl`` is detached and beta a buffer: no ``no_grad`` frame on each forward)."""
-        if self.beta.requires_grad and torch.is_grad_enabled():  # a parameter: no graph either
-            with torch.no_grad():
-                return self._adapt_beta(kl)
-        kl = all_mean(kl, self.process_group)
-        beta, bounds = self.beta, (self.beta_min, self.beta_max)
-        up, down, thresholds = self._kl_constants(beta, self.dtarg, self.increment, self.decrement)
-        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds, thresholds))
-
-
-class RPOLoss(ClipPPOLoss):
-    r"""Robust Policy Optimization: ClipPPOLoss whose new-policy location gets fresh uniform
-    noise in every forward, per element:
-
-    $$
-    \mu \rightarrow \mu + z, \qquad z \sim U(-\alpha_{\text{rpo}}, \alpha_{\text{rpo}})
-    $$
-
-    Rahman & Xue, "Robust Policy Optimization in Deep Reinforcement Learning", arXiv:2212.07536;
-    CleanRL's ``rpo_continuous_action.py``. The ratio uses the unperturbed log-prob stored at
-    collection; the noise reaches the new log-prob and the entropy only. ``rpo_alpha=0`` is
-    ClipPPOLoss exactly.
-
-    Args:
-        rpo_alpha: noise half-width (a buffer). CleanRL's default 0.5; 0.01 is advised for some
-            MuJoCo tasks.
-        noise_in_actor: instead of perturbing the location itself, write ``rpo_alpha`` into the
-            batch (``[*B, 1]`` under ``tensor_keys.rpo_alpha``) for an actor that reads it and
-            applies the noise (skrl's style).
-
-    The other keywords are as :class:`ClipPPOLoss`.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
-        >>> from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
-        >>> from rlloss import RPOLoss
-        >>> actor = ProbabilisticActor(
-        ...     TensorDictModule(
-        ...         torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor()),
-        ...         ["observation"],
-        ...         ["loc", "scale"],
-        ...     ),
-        ...     ["loc", "scale"],
-        ...     distribution_class=TanhNormal,
-        ...     return_log_prob=True,
-        ... )
-        >>> critic = ValueOperator(torch.nn.Linear(3, 1), in_keys=["observation"])
-        >>> batch = TensorDict(
-        ...     observation=torch.randn(8, 3),
-        ...     action=torch.rand(8, 1) * 1.8 - 0.9,
-        ...     action_log_prob=torch.zeros(8),
-        ...     advantage=torch.randn(8, 1),
-        ...     value_target=torch.randn(8, 1),
-        ...     batch_size=[8],
-        ... )
-        >>> loss = RPOLoss(actor, critic, rpo_alpha=0.5)
-        >>> out = loss(batch)  # the mean perturbed by U(-0.5, 0.5) noise before the log-probability
-        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
-    """
-
-    @dataclasses.dataclass
-    class _AcceptedKeys(ClipPPOLoss._AcceptedKeys):
-        """Keys read by RPOLoss: those of the PPO losses, and ``rpo_alpha``."""
-
-        rpo_alpha: NestedKey = "rpo_alpha"  # written for actors that add the noise, [*B, 1]
-
-    rpo_alpha = Coefficient(low=0.0, buffer=True)
-
-    def __init__(
-        self,
-        actor_network: nn.Module | None = None,
-        critic_network: nn.Module | None = None,
-        *,
-        rpo_alpha: float = 0.5,
-        noise_in_actor: bool = False,
-        clip_epsilon: float | tuple[float, float] = 0.2,
-        entropy_bonus: bool = True,
-        samples_mc_entropy: int = 1,
-        entropy_coeff: float | dict[NestedKey, float] | None = None,
-        critic_coeff: float | None = None,
-        loss_critic_type: str = "smooth_l1",
-        normalize_advantage: bool = False,
-        normalize_advantage_exclude_dims: tuple[int, ...] = (),
-        advantage_norm: nn.Module | None = None,
-        gamma: float | None = None,
-        separate_losses: bool = False,
-        reduction: str | None = None,
-        clip_value: bool | float | None = None,
-        delay_actor: bool = False,
-        max_importance_ratio: float | None = None,
-        device: torch.device | str | None = None,
-        log_explained_variance: bool = True,
-        advantage_key: NestedKey | None = None,
-        value_target_key: NestedKey | None = None,
-        value_key: NestedKey | None = None,
-        functional: bool = True,
-        actor: nn.Module | None = None,
-        critic: nn.Module | None = None,
-        entropy_coef: NotGiven = NOT_GIVEN,
-        critic_coef: NotGiven = NOT_GIVEN,
-        diagnostics: bool = True,
-        vf_clip_param: float | None = None,
-        policy_loss_addons: list | None = None,
-        value_normalizer: ValueNormalizer | None = None,
-        normalize_advantage_global: bool = False,
-        process_group: ProcessGroup | None = None,
-        dual_clip: float | None = None,
-    ) -> None:
-        super().__init__(
-            actor_network,
-            critic_network,
-            clip_epsilon=clip_epsilon,
-            entropy_bonus=entropy_bonus,
-            samples_mc_entropy=samples_mc_entropy,
-            entropy_coeff=entropy_coeff,
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-            normalize_advantage=normalize_advantage,
-            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
-            advantage_norm=advantage_norm,
-            gamma=gamma,
-            separate_losses=separate_losses,
-            reduction=reduction,
-            clip_value=clip_value,
-            delay_actor=delay_actor,
-            max_importance_ratio=max_importance_ratio,
-            device=device,
-            log_explained_variance=log_explained_variance,
-            advantage_key=advantage_key,
-            value_target_key=value_target_key,
-            value_key=value_key,
-            functional=functional,
-            actor=actor,
-            critic=critic,
-            entropy_coef=entropy_coef,
-            critic_coef=critic_coef,
-            diagnostics=diagnostics,
-            vf_clip_param=vf_clip_param,
-            policy_loss_addons=policy_loss_addons,
-            value_normalizer=value_normalizer,
-            normalize_advantage_global=normalize_advantage_global,
-            process_group=process_group,
-            dual_clip=dual_clip,
-        )
-        self._register_coefficients(self.entropy_coeff.device, rpo_alpha=rpo_alpha)
-        self.noise_in_actor = noise_in_actor
-        if not noise_in_actor:
-            keys = self._actor_call.parameter_keys if self._actor_call.head is not None else {}
-            if "loc" not in keys or not self._actor_call.splittable:
-                raise TypeError(
-                    "RPOLoss perturbs the 'loc' parameter of a TorchRL ProbabilisticActor whose "
-                    "last module builds a location-scale distribution (e.g. IndependentNormal or "
-                    "TanhNormal); this actor's distribution has no 'loc' built that way (a "
-                    "categorical policy has logits: RPO's noise is defined for continuous "
-                    "actions). For another actor pass "
-                    "noise_in_actor=True and apply the noise in the actor."
-                )
-            self._loc_key = keys["loc"]
-
-    def _distribution(self, batch: TensorDictBase) -> D.Distribution:
-        if self.noise_in_actor:
-            batch = batch.copy()
-            batch.set(self.tensor_keys.rpo_alpha, self.rpo_alpha.expand(*batch.batch_size, 1))
-            return self._actor_call(batch)
-
-        def perturb(params: dict) -> dict:
-            return {
-                **params,
-                self._loc_key: rlf.rpo_perturbation(params[self._loc_key], self.rpo_alpha),
-            }
-
-        return self._actor_call(batch, perturb)

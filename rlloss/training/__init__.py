@@ -3,7 +3,8 @@ value normalisation, target-network updaters, the compiled update, ``torch.distr
 reductions and sequence chunking."""
 
 from rlloss.training.normalizers import RewardNormalizer
-from rlloss.training.schedulers import KLAdaptiveLR, KLEarlyStopping, PiecewiseSchedule, kl_exceeds
+from rlloss.training.piecewise import PiecewiseSchedule
+from rlloss.training.schedulers import KLAdaptiveLR, KLEarlyStopping, kl_exceeds
 from rlloss.training.sequences import chunk_sequences, recurrent_state_keys
 from rlloss.training.update import Update, compile_update
 from rlloss.training.updaters import HardUpdate, SoftUpdate
