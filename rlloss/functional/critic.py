@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss._checks import check_same_shape
 from rlloss.functional.reduce import reduce
 
@@ -28,7 +28,7 @@ def distance(
     """
     check_same_shape(prediction=prediction, target=target)
     if kind == "l2":  # F.mse_loss's operation without its broadcast (the shapes are equal)
-        return _compat.mse_loss(prediction, target, reduction)
+        return _fast.mse_loss(prediction, target, reduction)
     if kind == "l1":
         return F.l1_loss(prediction, target, reduction=reduction)
     if kind == "smooth_l1":

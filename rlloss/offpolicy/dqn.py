@@ -15,7 +15,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_atoms, check_support
 from rlloss._networks import entry
@@ -288,4 +288,4 @@ class DistributionalDQNLoss(DQNLoss):
         target = self._target_distribution(batch, support)
         cross_entropy = -(target * log_probs).sum(-1, keepdim=True)
         self._write_priority(tensordict, cross_entropy.detach())
-        return _compat.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})
+        return _fast.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})

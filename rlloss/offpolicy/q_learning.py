@@ -15,7 +15,7 @@ from torch import nn
 from torchrl.data import TensorSpec
 from torchrl.modules import QValueActor
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_network
 from rlloss._networks import NetworkCall, entry
@@ -105,12 +105,12 @@ class QLearningLoss(TDTargetLoss):
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
         """``V'(s')``: greedy (or double-Q) value of the next state, without gradient.
 
-        Gradient recording is switched off and back by hand (``_compat.set_grad_mode``), the
+        Gradient recording is switched off and back by hand (``_fast.set_grad_mode``), the
         same as ``with torch.no_grad():`` without its context manager's Python frames: DQN's
         whole forward is small enough at small batches for them to count (issue 49's
         hand-written comparison)."""
         enabled = torch.is_grad_enabled()
-        _compat.set_grad_mode(False)
+        _fast.set_grad_mode(False)
         try:
             key = self._tensor_keys.action_value
             if not self.delay_value:
@@ -120,7 +120,7 @@ class QLearningLoss(TDTargetLoss):
                 return rlf.greedy_value(target)
             return rlf.double_q_value(self._value_call(next_batch)[key], target)
         finally:
-            _compat.set_grad_mode(enabled)
+            _fast.set_grad_mode(enabled)
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
@@ -130,4 +130,4 @@ class QLearningLoss(TDTargetLoss):
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
         loss = self._critic_loss(value, target, batch, mask)
-        return _compat.output_tensordict({"loss": loss})
+        return _fast.output_tensordict({"loss": loss})

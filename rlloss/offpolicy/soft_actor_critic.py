@@ -15,7 +15,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite, TensorSpec
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import (
     Coefficient,
@@ -23,11 +23,9 @@ from rlloss._checks import (
     check_in_range,
     check_network,
 )
+from rlloss._distribution_calls import DistributionCall
 from rlloss._ensembles import ensemble_architecture
-from rlloss._networks import (
-    DistributionCall,
-    entry,
-)
+from rlloss._networks import entry
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss
@@ -209,7 +207,7 @@ class _SoftActorCritic(TDTargetLoss):
         entries with ``scalar_output_mode="non_tensor"``, else left out, as TorchRL)."""
         scalars = {"alpha": self.log_alpha.detach().exp(), "entropy": -log_prob.mean()}
         if self.reduction != "none":
-            return _compat.output_tensordict({**losses, **scalars})
+            return _fast.output_tensordict({**losses, **scalars})
         out = TensorDict(losses, batch_size=tensordict.batch_size)  # per-sample losses
         if self.scalar_output_mode == "non_tensor":
             for name, value in scalars.items():

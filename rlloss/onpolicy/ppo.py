@@ -17,13 +17,13 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list, stored_log_prob, sum_heads
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
-from rlloss.onpolicy.constants import KLAdaptationConstants, LogClipBounds
 from rlloss.training.distributed import all_mean
 
 if TYPE_CHECKING:
@@ -377,11 +377,11 @@ class ClipPPOLoss(PPOLoss):
         else:
             self._register_coefficients(device, clip_epsilon=clip_epsilon)
         self._register_coefficients(device, dual_clip=dual_clip)
-        self._clip_bounds = LogClipBounds()
+        self._clip_bounds = _fast.VersionedCache(rlf.clip_bounds)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
-        while the buffers are unchanged, :class:`~rlloss.onpolicy.constants.LogClipBounds`)."""
+        while the buffers are unchanged, :class:`~rlloss._fast.VersionedCache`)."""
         if self._asymmetric_clip:
             return self._clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
         return self._clip_bounds(self.clip_epsilon, self.clip_epsilon)
@@ -572,7 +572,7 @@ class KLPENPPOLoss(PPOLoss):
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
         self._beta_init = float(beta)
-        self._kl_constants = KLAdaptationConstants()
+        self._kl_constants = _fast.KLAdaptationConstants(rlf.adaptive_kl_thresholds)
 
     def reset(self) -> None:
         """Restore the initial beta (TorchRL's ``reset``), in place."""
