@@ -85,7 +85,7 @@ def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | Ten
     """``batch.get(key, None)`` for a key already unravelled (a string or a flat tuple of strings,
     as ``TensorDictModule`` stores its keys). For a TensorDict, the lookup ``get`` makes after
     unravelling its key, which it would otherwise do again on every call."""
-    if type(batch) is TensorDict or isinstance(batch, TensorDictBase):  # the ABC check: slower
+    if type(batch) is TensorDict or isinstance(batch, TensorDictBase):
         return _fast.get_path(batch, (key,) if isinstance(key, str) else key)
     return batch.get(key, None)
 
@@ -147,7 +147,7 @@ def stacked_inputs(batches: list, network, exclude: NestedKey | None = None) -> 
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
         inputs = []
-        for key in in_keys:  # a loop, not a comprehension (a frame of its own before 3.12)
+        for key in in_keys:
             inputs.append(values[key] if key in values else entry(batch, key))
         try:
             outputs = call(*inputs)
@@ -188,7 +188,7 @@ class NetworkCall:
     def __init__(self, module, until: NestedKey | None = None) -> None:
         self.module = module
         self.steps = _plan(module, until)
-        self.in_keys = tuple(getattr(module, "in_keys", ()))  # read per call: no property frame
+        self.in_keys = tuple(getattr(module, "in_keys", ()))
 
     def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:

@@ -180,7 +180,7 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
     def _mask_paths(self) -> tuple:
         if not self._reads_loss_mask:
             return ()
-        key = self._loss_mask_key  # TorchRL's property's value, without its frame per call
+        key = self._loss_mask_key  # TorchRL's property's value
         if isinstance(key, str) and key == "auto":
             return _AUTO_MASK_PATHS
         return () if key is None else (_compat.unravel_key(key),)

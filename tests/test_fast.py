@@ -310,3 +310,51 @@ def test_set_grad_mode_switches_recording_as_no_grad_does():
     finally:
         _fast.set_grad_mode(True)
     assert torch.is_grad_enabled() and (2 * x).requires_grad
+
+
+# ----------------------------------------------------------------------------- cached values
+def _log_bounds(low: torch.Tensor, high: torch.Tensor) -> tuple:
+    """A naive ``(log(1 - low), log(1 + high))``, counting its calls."""
+    _log_bounds.calls += 1
+    return torch.log(1 - low), torch.log(1 + high)
+
+
+def test_versioned_cache_recomputes_when_a_buffer_is_written_or_replaced():
+    _log_bounds.calls = 0
+    cache = _fast.VersionedCache(_log_bounds)
+    low, high = torch.tensor(0.2), torch.tensor(0.3)
+    first = cache(low, high)
+    assert cache(low, high) is first and _log_bounds.calls == 1  # unchanged: kept
+    torch.testing.assert_close(first, (torch.log(torch.tensor(0.8)), torch.log(torch.tensor(1.3))))
+    low.fill_(0.1)  # written in place (a schedule, load_state_dict): recomputed
+    torch.testing.assert_close(cache(low, high)[0], torch.log(torch.tensor(0.9)))
+    high = torch.tensor(0.5)  # replaced (.to(device), an assignment): recomputed
+    torch.testing.assert_close(cache(low, high)[1], torch.log(torch.tensor(1.5)))
+    assert _log_bounds.calls == 3
+
+
+def test_versioned_cache_keeps_no_value_that_carries_a_gradient_or_has_no_version():
+    _log_bounds.calls = 0
+    cache = _fast.VersionedCache(_log_bounds)
+    low = torch.tensor(0.2, requires_grad=True)
+    high = torch.tensor(0.3)
+    first, second = cache(low, high), cache(low, high)
+    assert first is not second and _log_bounds.calls == 2  # a graph of its own each call
+    first[0].backward()
+    torch.testing.assert_close(low.grad, torch.tensor(-1 / 0.8))
+    with torch.inference_mode():
+        low, high = torch.tensor(0.2), torch.tensor(0.3)
+        torch.testing.assert_close(cache(low, high)[0], torch.log(torch.tensor(0.8)))
+
+
+def test_kl_adaptation_constants_are_beside_beta_and_follow_the_hyperparameters():
+    beta = torch.tensor(1.0, dtype=torch.float64)
+    constants = _fast.KLAdaptationConstants(lambda dtarg: (1.5 * dtarg, dtarg / 1.5))
+    up, down, (high, low) = constants(beta, 0.01, 2.0, 0.5)
+    for value, expected in [(up, 2.0), (down, 0.5), (high, 0.015), (low, 0.01 / 1.5)]:
+        assert value.dtype == torch.float64 and value.shape == ()
+        torch.testing.assert_close(value, torch.tensor(expected, dtype=torch.float64))
+    assert constants(beta, 0.01, 2.0, 0.5)[0] is up  # unchanged: kept
+    torch.testing.assert_close(constants(beta, 0.02, 2.0, 0.5)[2][0], beta.new_tensor(0.03))
+    increment = torch.tensor(3.0)  # tensors are passed as they are, thresholds left to the update
+    assert constants(beta, 0.01, increment, 0.5) == (increment, 0.5, None)

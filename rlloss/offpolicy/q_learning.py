@@ -106,9 +106,7 @@ class QLearningLoss(TDTargetLoss):
         """``V'(s')``: greedy (or double-Q) value of the next state, without gradient.
 
         Gradient recording is switched off and back by hand (``_fast.set_grad_mode``), the
-        same as ``with torch.no_grad():`` without its context manager's Python frames: DQN's
-        whole forward is small enough at small batches for them to count (issue 49's
-        hand-written comparison)."""
+        same as ``with torch.no_grad():`` (see ``docs/guides/performance.md``)."""
         enabled = torch.is_grad_enabled()
         _fast.set_grad_mode(False)
         try:

@@ -434,7 +434,7 @@ class OnPolicyLoss(LossModule):
         """The batch, with the actor trunk's outputs added when the critic reads some that the
         batch lacks (a critic head on the actor's trunk: TorchRL's actor call leaves them in the
         batch); detached under ``separate_losses``."""
-        for key in self._critic_call.in_keys:  # a loop: no generator frame per call
+        for key in self._critic_call.in_keys:
             if entry(batch, key) is None:
                 break
         else:

@@ -623,7 +623,7 @@ class KLPENPPOLoss(PPOLoss):
 
     def _adapt_beta(self, kl: torch.Tensor) -> torch.Tensor:
         """:meth:`update_beta` of a 0-d tensor of beta's dtype and device, without gradient
-        (``kl`` is detached and beta a buffer: no ``no_grad`` frame on each forward)."""
+        (``kl`` is detached and beta a buffer: no ``no_grad`` needed)."""
         if self.beta.requires_grad and torch.is_grad_enabled():  # a parameter: no graph either
             with torch.no_grad():
                 return self._adapt_beta(kl)
