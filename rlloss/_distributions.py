@@ -7,10 +7,10 @@ TorchRL's) are evaluated from their parameters through :mod:`rlloss.functional`
 :func:`~rlloss.functional.categorical_log_prob`,
 :func:`~rlloss.functional.categorical_entropy`): the same numbers as the distribution's own
 methods, without their Python (argument validation checks, ``**`` through the tensor's Python
-operator, nested ``Independent`` / ``Normal`` calls; ``docs/guides/performance.md``). Every other distribution (TanhNormal, masked or ordinal categoricals, composite,
-truncated...) and any distribution built with ``validate_args=True`` keeps its own call. The
-choice is made from the Python types only: nothing is synchronised, and ``torch.compile`` traces
-either path.
+operator, nested ``Independent`` / ``Normal`` calls; ``docs/guides/performance.md``). Every
+other distribution (TanhNormal, masked or ordinal categoricals, composite, truncated...) and any
+distribution built with ``validate_args=True`` keeps its own call. The choice is made from the
+Python types only: nothing is synchronised, and ``torch.compile`` traces either path.
 """
 
 from __future__ import annotations
