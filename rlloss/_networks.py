@@ -8,7 +8,8 @@ positional ``in_keys``, ``TensorDictSequential`` of those,
 TorchRL's ``ValueOperator``, ``QValueActor``'s backbone and ``ProbabilisticActor``),
 :class:`NetworkCall` plans once which ``nn.Module`` to call on which entries and then runs the
 inner modules directly on tensors. Anything else falls back to calling the module on a shallow
-copy of the batch, so the caller's TensorDict is never written to.
+copy of the batch, so the caller's TensorDict is never written to. A policy's distribution is
+:class:`rlloss._distribution_calls.DistributionCall`'s, on the same plans.
 """
 
 from __future__ import annotations
