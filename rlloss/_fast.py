@@ -101,16 +101,6 @@ def mse_loss(prediction: torch.Tensor, target: torch.Tensor, reduction: str) -> 
     return torch._C._nn.mse_loss(prediction, target, code)
 
 
-def set_grad_mode(enabled: bool) -> None:
-    """Switch autograd's recording on or off for the current thread, as entering and leaving
-    ``torch.no_grad()`` do (a caller restores the previous mode in a ``finally``).
-
-    Replaces the ``torch.no_grad()`` context-manager object; ``torch._C._set_grad_enabled`` is
-    the switch it flips (dynamo traces it as a grad-mode change, so ``fullgraph=True`` holds).
-    """
-    torch._C._set_grad_enabled(enabled)
-
-
 class TensorSlots:
     """Where ``module``'s tensors named ``names`` (dotted) live, found once, for :meth:`call`.
 

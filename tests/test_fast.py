@@ -301,17 +301,6 @@ def test_mse_loss_is_f_mse_loss_bit_for_bit_with_its_gradient(reduction):
         _fast.mse_loss(prediction, target, "average")
 
 
-def test_set_grad_mode_switches_recording_as_no_grad_does():
-    x = torch.ones(3, requires_grad=True)
-    assert torch.is_grad_enabled()
-    _fast.set_grad_mode(False)
-    try:
-        assert not torch.is_grad_enabled() and not (2 * x).requires_grad
-    finally:
-        _fast.set_grad_mode(True)
-    assert torch.is_grad_enabled() and (2 * x).requires_grad
-
-
 # ----------------------------------------------------------------------------- cached values
 def _log_bounds(low: torch.Tensor, high: torch.Tensor) -> tuple:
     """A naive ``(log(1 - low), log(1 + high))``, counting its calls."""

@@ -103,13 +103,8 @@ class QLearningLoss(TDTargetLoss):
         return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
 
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
-        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient.
-
-        Gradient recording is switched off and back by hand (``_fast.set_grad_mode``), the
-        same as ``with torch.no_grad():`` (see ``docs/guides/performance.md``)."""
-        enabled = torch.is_grad_enabled()
-        _fast.set_grad_mode(False)
-        try:
+        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient."""
+        with torch.no_grad():
             key = self._tensor_keys.action_value
             if not self.delay_value:
                 return rlf.greedy_value(self._value_call(next_batch)[key])
@@ -117,8 +112,6 @@ class QLearningLoss(TDTargetLoss):
             if not self.double_dqn:
                 return rlf.greedy_value(target)
             return rlf.double_q_value(self._value_call(next_batch)[key], target)
-        finally:
-            _fast.set_grad_mode(enabled)
 
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
