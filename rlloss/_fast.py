@@ -242,38 +242,6 @@ class TanhNormalBuilder:
 # ----------------------------------------------------------------------------- cached values
 
 
-class VersionedCache:
-    """``cache(low, high)``: ``function(low, high)`` of two buffers, computed again only when a
-    buffer is replaced (``loss.clip_epsilon = tensor``, ``.to(device)``) or written in place (a
-    schedule's ``loss.clip_epsilon = 0.1``, ``load_state_dict``, ``fill_``), which bumps its
-    version counter.
-
-    Replaces ``function(low, high)`` on every forward (PPO's log clip bounds). Values that carry
-    a gradient, and tensors without a version counter (inference mode, functorch), are computed
-    every call; compiled code computes them in its graph.
-    """
-
-    def __init__(self, function: Callable) -> None:
-        self.function = function
-        self._cache: tuple = ()
-
-    def __call__(self, low: torch.Tensor, high: torch.Tensor) -> tuple:
-        if torch.compiler.is_dynamo_compiling():
-            return self.function(low, high)
-        cached = self._cache
-        if cached and cached[0] is low and cached[1] is high:
-            if cached[2] == low._version and cached[3] == high._version:
-                return cached[4]
-        values = self.function(low, high)
-        if low.requires_grad or high.requires_grad:
-            return values
-        try:
-            self._cache = (low, high, low._version, high._version, values)
-        except RuntimeError:  # inference-mode or functorch tensors keep no version counter
-            pass
-        return values
-
-
 class KLAdaptationConstants:
     """``(increment, decrement, thresholds)`` for :func:`rlloss.functional.adaptive_kl_beta`
     (``thresholds(dtarg)``: :func:`rlloss.functional.adaptive_kl_thresholds`), as 0-d tensors

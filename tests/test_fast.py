@@ -302,40 +302,6 @@ def test_mse_loss_is_f_mse_loss_bit_for_bit_with_its_gradient(reduction):
 
 
 # ----------------------------------------------------------------------------- cached values
-def _log_bounds(low: torch.Tensor, high: torch.Tensor) -> tuple:
-    """A naive ``(log(1 - low), log(1 + high))``, counting its calls."""
-    _log_bounds.calls += 1
-    return torch.log(1 - low), torch.log(1 + high)
-
-
-def test_versioned_cache_recomputes_when_a_buffer_is_written_or_replaced():
-    _log_bounds.calls = 0
-    cache = _fast.VersionedCache(_log_bounds)
-    low, high = torch.tensor(0.2), torch.tensor(0.3)
-    first = cache(low, high)
-    assert cache(low, high) is first and _log_bounds.calls == 1  # unchanged: kept
-    torch.testing.assert_close(first, (torch.log(torch.tensor(0.8)), torch.log(torch.tensor(1.3))))
-    low.fill_(0.1)  # written in place (a schedule, load_state_dict): recomputed
-    torch.testing.assert_close(cache(low, high)[0], torch.log(torch.tensor(0.9)))
-    high = torch.tensor(0.5)  # replaced (.to(device), an assignment): recomputed
-    torch.testing.assert_close(cache(low, high)[1], torch.log(torch.tensor(1.5)))
-    assert _log_bounds.calls == 3
-
-
-def test_versioned_cache_keeps_no_value_that_carries_a_gradient_or_has_no_version():
-    _log_bounds.calls = 0
-    cache = _fast.VersionedCache(_log_bounds)
-    low = torch.tensor(0.2, requires_grad=True)
-    high = torch.tensor(0.3)
-    first, second = cache(low, high), cache(low, high)
-    assert first is not second and _log_bounds.calls == 2  # a graph of its own each call
-    first[0].backward()
-    torch.testing.assert_close(low.grad, torch.tensor(-1 / 0.8))
-    with torch.inference_mode():
-        low, high = torch.tensor(0.2), torch.tensor(0.3)
-        torch.testing.assert_close(cache(low, high)[0], torch.log(torch.tensor(0.8)))
-
-
 def test_kl_adaptation_constants_are_beside_beta_and_follow_the_hyperparameters():
     beta = torch.tensor(1.0, dtype=torch.float64)
     constants = _fast.KLAdaptationConstants(lambda dtarg: (1.5 * dtarg, dtarg / 1.5))

@@ -377,14 +377,12 @@ class ClipPPOLoss(PPOLoss):
         else:
             self._register_coefficients(device, clip_epsilon=clip_epsilon)
         self._register_coefficients(device, dual_clip=dual_clip)
-        self._clip_bounds = _fast.VersionedCache(rlf.clip_bounds)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
-        while the buffers are unchanged, :class:`~rlloss._fast.VersionedCache`)."""
+        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers."""
         if self._asymmetric_clip:
-            return self._clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
-        return self._clip_bounds(self.clip_epsilon, self.clip_epsilon)
+            return rlf.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
+        return rlf.clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
     def _surrogate(self, log_ratio, log_weight, advantage, mask, batch, distribution):
         low, high = self._log_clip_bounds()
