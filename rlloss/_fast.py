@@ -237,34 +237,3 @@ class TanhNormalBuilder:
         template.non_trivial_max = bool(template.non_trivial_max)
         template.non_trivial_min = bool(template.non_trivial_min)
         return template
-
-
-# ----------------------------------------------------------------------------- cached values
-
-
-class KLAdaptationConstants:
-    """``(increment, decrement, thresholds)`` for :func:`rlloss.functional.adaptive_kl_beta`
-    (``thresholds(dtarg)``: :func:`rlloss.functional.adaptive_kl_thresholds`), as 0-d tensors
-    beside beta, made again when a hyperparameter or beta's device or dtype changes.
-
-    Replaces passing the Python numbers, which the update would make tensors (copies from the
-    host) in every comparison and product. Hyperparameters assigned as tensors are passed as
-    they are, and compiled code computes the thresholds in its graph.
-    """
-
-    def __init__(self, thresholds: Callable) -> None:
-        self.thresholds = thresholds
-        self._key, self._constants = None, ()
-
-    def __call__(self, beta: torch.Tensor, dtarg, increment, decrement) -> tuple:
-        tensors = (torch.Tensor, torch.Tensor, torch.Tensor)
-        if torch.compiler.is_dynamo_compiling() or any(
-            map(isinstance, (dtarg, increment, decrement), tensors)
-        ):
-            return increment, decrement, None  # the thresholds computed in the update
-        key = (dtarg, increment, decrement, beta.device, beta.dtype)
-        if self._key != key:
-            values = (increment, decrement, *self.thresholds(dtarg))
-            full = [torch.full((), v, dtype=beta.dtype, device=beta.device) for v in values]
-            self._key, self._constants = key, (full[0], full[1], (full[2], full[3]))
-        return self._constants

@@ -299,17 +299,3 @@ def test_mse_loss_is_f_mse_loss_bit_for_bit_with_its_gradient(reduction):
     assert torch.equal(ours, theirs) and torch.equal(grad_ours, grad_theirs)
     with pytest.raises(ValueError, match="not a valid value for reduction"):
         _fast.mse_loss(prediction, target, "average")
-
-
-# ----------------------------------------------------------------------------- cached values
-def test_kl_adaptation_constants_are_beside_beta_and_follow_the_hyperparameters():
-    beta = torch.tensor(1.0, dtype=torch.float64)
-    constants = _fast.KLAdaptationConstants(lambda dtarg: (1.5 * dtarg, dtarg / 1.5))
-    up, down, (high, low) = constants(beta, 0.01, 2.0, 0.5)
-    for value, expected in [(up, 2.0), (down, 0.5), (high, 0.015), (low, 0.01 / 1.5)]:
-        assert value.dtype == torch.float64 and value.shape == ()
-        torch.testing.assert_close(value, torch.tensor(expected, dtype=torch.float64))
-    assert constants(beta, 0.01, 2.0, 0.5)[0] is up  # unchanged: kept
-    torch.testing.assert_close(constants(beta, 0.02, 2.0, 0.5)[2][0], beta.new_tensor(0.03))
-    increment = torch.tensor(3.0)  # tensors are passed as they are, thresholds left to the update
-    assert constants(beta, 0.01, increment, 0.5) == (increment, 0.5, None)

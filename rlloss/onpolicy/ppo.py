@@ -17,7 +17,6 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._keywords import NOT_GIVEN, NotGiven
@@ -570,7 +569,6 @@ class KLPENPPOLoss(PPOLoss):
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
         self._beta_init = float(beta)
-        self._kl_constants = _fast.KLAdaptationConstants(rlf.adaptive_kl_thresholds)
 
     def reset(self) -> None:
         """Restore the initial beta (TorchRL's ``reset``), in place."""
@@ -627,8 +625,8 @@ class KLPENPPOLoss(PPOLoss):
                 return self._adapt_beta(kl)
         kl = all_mean(kl, self.process_group)
         beta, bounds = self.beta, (self.beta_min, self.beta_max)
-        up, down, thresholds = self._kl_constants(beta, self.dtarg, self.increment, self.decrement)
-        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds, thresholds))
+        up, down = self.increment, self.decrement
+        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds))
 
 
 class RPOLoss(ClipPPOLoss):
