@@ -23,7 +23,7 @@ def accepts_tensor_arguments(forward):
 
     @functools.wraps(forward)
     def forward_with_tensors(self, tensordict=None, *args, **kwargs):
-        # a plain TensorDict first: the abstract-class check costs a Python frame a call
+        # a plain TensorDict first, then the abstract-class check
         direct = type(tensordict) is TensorDict or isinstance(tensordict, TensorDictBase)
         if not args and not kwargs and direct:
             check_batch(self, tensordict)

@@ -7,11 +7,10 @@ TorchRL's) are evaluated from their parameters through :mod:`rlloss.functional`
 :func:`~rlloss.functional.categorical_log_prob`,
 :func:`~rlloss.functional.categorical_entropy`): the same numbers as the distribution's own
 methods, without their Python (argument validation checks, ``**`` through the tensor's Python
-operator, nested ``Independent`` / ``Normal`` frames), which at batch 64 cost as much as the
-arithmetic. Every other distribution (TanhNormal, masked or ordinal categoricals, composite,
-truncated...) and any distribution built with ``validate_args=True`` keeps its own call. The
-choice is made from the Python types only: nothing is synchronised, and ``torch.compile`` traces
-either path.
+operator, nested ``Independent`` / ``Normal`` calls; ``docs/guides/performance.md``). Every
+other distribution (TanhNormal, masked or ordinal categoricals, composite, truncated...) and any
+distribution built with ``validate_args=True`` keeps its own call. The choice is made from the
+Python types only: nothing is synchronised, and ``torch.compile`` traces either path.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def _log_scale(normal: D.Normal) -> torch.Tensor:
     forward and backward). Kept only when computed with gradient enabled (a value made under
     ``no_grad`` would cut the gradient of a later use); not kept while compiling (the graph
     shares it by itself)."""
-    if torch.compiler.is_dynamo_compiling():  # one frame a call, not is_compiling's two
+    if torch.compiler.is_dynamo_compiling():
         return torch.log(normal.scale)
     shared = normal.__dict__.get("_rlloss_log_scale")
     if shared is not None:

@@ -13,9 +13,10 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _compat
+from rlloss import _compat, _fast
 from rlloss._call_errors import CALL_ERRORS, explained
-from rlloss._networks import DistributionCall, NetworkCall, _plan, inputs_at_action
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall, _plan, inputs_at_action
 
 # Modules applied elementwise (or along the feature dim only): they act on stacked members as is.
 _ELEMENTWISE = (
@@ -203,14 +204,14 @@ def members_in_turn(
     params: Mapping[str, torch.Tensor],
     inputs: Mapping,
     size: int,
-    slots: _compat.TensorSlots | None = None,
+    slots: _fast.TensorSlots | None = None,
     split: list | None = None,
 ) -> dict:
     """``module`` called once per member on ``params[k][i]`` (views: the gradients and in-place
     buffer updates reach the stacked tensors), each output stacked along a leading ``[size]``
     dim: what ``torch.vmap(functional_call)`` gives, without its batching layer.
 
-    With ``slots`` (eager calls: ``module``'s :class:`rlloss._compat.TensorSlots` for the names
+    With ``slots`` (eager calls: ``module``'s :class:`rlloss._fast.TensorSlots` for the names
     of ``params``, found once per ensemble), the member's tensors are put in them and
     ``module``'s :class:`NetworkCall` runs directly; without (compiled calls), through
     ``functional_call``. A tensor that requires gradient is split with ``unbind``, whose
@@ -281,7 +282,7 @@ class Ensemble:
         )
         self.online: dict[str, torch.Tensor] = {}
         self.target: dict[str, torch.Tensor] = {}
-        self.slots: dict[_MemberCall, _compat.TensorSlots] = {}  # per member module, found once
+        self.slots: dict[_MemberCall, _fast.TensorSlots] = {}  # per member module, found once
         self.views: dict[tuple, tuple] = {}  # (target, detach) -> storages, members' views
         self.member_size = 0  # the tensor elements of one member
 
@@ -298,14 +299,14 @@ class Ensemble:
         self.views = {}
         self.member_size = sum(v[0].numel() for v in self.online.values())  # no host sync
 
-    def _slots(self, module: _MemberCall) -> _compat.TensorSlots | None:
+    def _slots(self, module: _MemberCall) -> _fast.TensorSlots | None:
         """The slots of ``module``'s tensors named as the stacked ones (``None`` while a
         compiled graph is traced: :func:`members_in_turn` then uses ``functional_call``)."""
         if torch.compiler.is_compiling():
             return None
         slots = self.slots.get(module)
         if slots is None:
-            slots = self.slots[module] = _compat.TensorSlots(module, self.online)
+            slots = self.slots[module] = _fast.TensorSlots(module, self.online)
         return slots
 
     def _no_grad_views(self, key: tuple, params: Mapping, slots, size: int) -> list:

@@ -8,12 +8,12 @@ positional ``in_keys``, ``TensorDictSequential`` of those,
 TorchRL's ``ValueOperator``, ``QValueActor``'s backbone and ``ProbabilisticActor``),
 :class:`NetworkCall` plans once which ``nn.Module`` to call on which entries and then runs the
 inner modules directly on tensors. Anything else falls back to calling the module on a shallow
-copy of the batch, so the caller's TensorDict is never written to.
+copy of the batch, so the caller's TensorDict is never written to. A policy's distribution is
+:class:`rlloss._distribution_calls.DistributionCall`'s, on the same plans.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 
 import torch
@@ -21,16 +21,14 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.nn import (
     CompositeDistribution,
     ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
     TensorDictSequential,
     set_composite_lp_aggregate,
 )
 from tensordict.utils import NestedKey
 from torch import distributions as D
-from torchrl.modules import DistributionalDQNnet, TanhNormal
+from torchrl.modules import DistributionalDQNnet
 
-from rlloss import _compat, _distributions
-from rlloss import functional as rlf
+from rlloss import _compat, _distributions, _fast
 from rlloss._call_errors import CALL_ERRORS, check_action_dtype, explained
 
 Step = tuple[Callable, list[NestedKey], list[NestedKey]]
@@ -88,8 +86,8 @@ def entry(batch: TensorDictBase | Mapping, key: NestedKey) -> torch.Tensor | Ten
     """``batch.get(key, None)`` for a key already unravelled (a string or a flat tuple of strings,
     as ``TensorDictModule`` stores its keys). For a TensorDict, the lookup ``get`` makes after
     unravelling its key, which it would otherwise do again on every call."""
-    if type(batch) is TensorDict or isinstance(batch, TensorDictBase):  # the ABC check: slower
-        return _compat.get_path(batch, (key,) if isinstance(key, str) else key)
+    if type(batch) is TensorDict or isinstance(batch, TensorDictBase):
+        return _fast.get_path(batch, (key,) if isinstance(key, str) else key)
     return batch.get(key, None)
 
 
@@ -150,7 +148,7 @@ def stacked_inputs(batches: list, network, exclude: NestedKey | None = None) -> 
 def _run(steps: list[Step], batch: TensorDictBase, values: dict) -> dict:
     for call, in_keys, out_keys in steps:
         inputs = []
-        for key in in_keys:  # a loop, not a comprehension (a frame of its own before 3.12)
+        for key in in_keys:
             inputs.append(values[key] if key in values else entry(batch, key))
         try:
             outputs = call(*inputs)
@@ -191,7 +189,7 @@ class NetworkCall:
     def __init__(self, module, until: NestedKey | None = None) -> None:
         self.module = module
         self.steps = _plan(module, until)
-        self.in_keys = tuple(getattr(module, "in_keys", ()))  # read per call: no property frame
+        self.in_keys = tuple(getattr(module, "in_keys", ()))
 
     def __call__(self, batch: TensorDictBase | Mapping) -> Mapping[NestedKey, torch.Tensor]:
         if self.steps is None:
@@ -220,152 +218,6 @@ class NetworkCall:
         """The outputs on ``inputs`` by key: the plan on the dict, else the module on a
         TensorDict."""
         return self(inputs if self.steps is not None else inputs_batch(inputs, batch_size))
-
-
-class DistributionCall:
-    """``DistributionCall(actor)(batch)`` returns ``actor.get_dist(batch)`` without writing the
-    distribution parameters into ``batch``.
-
-    ``perturb``, when given, receives the parameters (a dict keyed by batch key, see
-    :attr:`parameter_keys`) and returns the ones to build the distribution with; it needs an
-    actor whose parameters come before its distribution head (``self.splittable``): planned
-    modules (``self.direct``), or others (TorchRL's ``LSTMModule`` / ``GRUModule``) run through
-    the actor's ``get_dist_params`` on a shallow copy of the batch. :meth:`stored` builds the
-    distribution from parameters stored in a batch at collection time (TorchRL's
-    ``build_dist_from_params``).
-
-    :meth:`sample_with_log_prob` draws a reparameterised action and its log-prob: from the
-    ``loc``/``scale`` of a TanhNormal actor that qualifies (``self.squashes``: planned, TorchRL's
-    ``TanhNormal`` over one event dim with ``tanh_loc=False``) through
-    :func:`rlloss.functional.tanh_normal_sample_and_log_prob` (no ``torch.distributions``
-    transforms, no host sync), else with the distribution's ``rsample`` and ``log_prob``: the
-    same maths either way. ``self.bounds`` is ``(low, high)`` for a distribution that has them.
-    """
-
-    def __init__(self, actor) -> None:
-        self.actor = actor
-        self.steps = None
-        self.head = _distribution_head(actor)
-        self._head_in_keys = () if self.head is None else tuple(self.head.in_keys)
-        self.splittable = (
-            self.head is not None
-            and type(actor).get_dist is ProbabilisticTensorDictSequential.get_dist
-            and not actor.return_composite
-            and not _is_composite(self.head)
-            and actor.module[-1] is self.head
-        )
-        if self.splittable:
-            steps = [_plan(child) for child in actor.module[:-1]]
-            if all(step is not None for step in steps):
-                self.steps = [s for step in steps for s in step]
-        # TanhNormal without its constructor's host syncs, IndependentNormal without its Python
-        splittable, keys = self.splittable, self.splittable and self.parameter_keys
-        self._builder = _compat.distribution_builder(self.head, keys) if splittable else None
-        self.bounds = _distribution_bounds(self.head)
-        self.squashes = self.direct and _is_plain_tanh_normal(self.head)
-        self.unit_box = self.bounds is not None and rlf.distributions._is_unit_box(*self.bounds)
-
-    @property
-    def direct(self) -> bool:
-        return self.steps is not None
-
-    @property
-    def parameter_keys(self) -> dict[str, NestedKey]:
-        """Distribution keyword -> batch key of the distribution's parameters."""
-        return {_last(d): k for d, k in zip(self.head.dist_keys, self.head.in_keys, strict=True)}
-
-    def distribution_parameters(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
-        """The distribution's parameters on ``batch``, keyed by batch key (a splittable actor):
-        for losses that use them without building the distribution."""
-        if self.steps is None:  # modules the planner does not know: the actor's own call
-            try:
-                values = self.actor.get_dist_params(batch.copy())
-            except (*CALL_ERRORS, KeyError) as error:
-                raise explained_module_error(error, self.actor, batch) from error
-            return {k: values.get(k) for k in self.head.in_keys}
-        values = _run(self.steps, batch, {})
-        return {k: values[k] if k in values else entry(batch, k) for k in self._head_in_keys}
-
-    def __call__(
-        self, batch: TensorDictBase, perturb: Callable[[dict], dict] | None = None
-    ) -> D.Distribution:
-        if self.steps is None and (perturb is None or not self.splittable):
-            try:
-                return self.actor.get_dist(batch.copy())
-            except (*CALL_ERRORS, KeyError) as error:
-                raise explained_module_error(error, self.actor, batch) from error
-        params = self.distribution_parameters(batch)
-        if perturb is not None:
-            params = perturb(params)
-        return self.from_parameters(params)
-
-    def from_parameters(self, params: Mapping) -> D.Distribution:
-        """``head.get_dist(params)``; a TanhNormal head's without a host sync, an
-        IndependentNormal head's without its constructors' Python (eager calls: compiled code
-        traces TorchRL's constructor, whose checks dynamo skips)."""
-        if self._builder is None or torch.compiler.is_dynamo_compiling():  # one frame, not two
-            return self.head.get_dist(params)
-        return self._builder(params)
-
-    def sample_with_log_prob(
-        self, batch, low=None, high=None, repeats: int = 1
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action ``[*B, D]`` and its log-prob ``[*B]`` (summed over the heads
-        of a composite distribution); with ``repeats``, ``repeats`` actions per state in a row
-        along the last batch dim (``[*B[:-1], B[-1] * repeats, D]``). ``low``, ``high``: the
-        loss's copies of :attr:`bounds` on its device (needed when the actor :attr:`squashes`)."""
-        if self.squashes:  # the actor runs once per state, its parameters are repeated
-            return self._squashed_sample(self.distribution_parameters(batch), low, high, repeats)
-        if repeats > 1:
-            batch = repeated_inputs(batch, self.actor, repeats)
-        return reparameterised_sample(self(batch), batch.batch_size)
-
-    def sample_with_distribution(self, batch: TensorDictBase, low=None, high=None):
-        """:meth:`sample_with_log_prob`'s action and log-prob, and the distribution drawn from
-        (the actor run once)."""
-        if self.squashes:
-            params = self.distribution_parameters(batch)
-            action, log_prob = self._squashed_sample(params, low, high)
-            return action, log_prob, self.from_parameters(params)
-        distribution = self(batch)
-        return (*reparameterised_sample(distribution, batch.batch_size), distribution)
-
-    def paired_sample_with_log_prob(
-        self, batch: TensorDictBase, other: TensorDictBase, low=None, high=None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and log-probs at ``batch``'s states and at ``other``'s, stacked along a
-        leading ``[2]`` dim, in one draw: the actor on the stacked inputs, or, when it
-        :attr:`squashes`, on each batch (``other`` without gradient) with the parameters stacked
-        before the draw: the same numbers, without a backward through ``other``."""
-        if not self.squashes:
-            return self.sample_with_log_prob(stacked_inputs([batch, other], self.actor))
-        now = self.distribution_parameters(batch)
-        with torch.no_grad():
-            following = self.distribution_parameters(other)
-        params = {key: torch.stack([now[key], following[key]]) for key in now}
-        return self._squashed_sample(params, low, high)
-
-    def _squashed_sample(self, params: Mapping, low, high, repeats: int = 1):
-        keys = self.parameter_keys
-        loc, scale = params[keys["loc"]], params[keys["scale"]]
-        if repeats > 1:
-            loc, scale = (x.repeat_interleave(repeats, dim=loc.ndim - 2) for x in (loc, scale))
-        low, high = (-1.0, 1.0) if self.unit_box else (low, high)  # the unit box: tanh(u)
-        return rlf.tanh_normal_sample_and_log_prob(loc, scale, low, high)
-
-    def stored(self, batch: TensorDictBase) -> D.Distribution:
-        """The distribution whose parameters the batch stores (e.g. ``loc``/``scale``)."""
-        params, missing = {}, []
-        for key in self._head_in_keys:  # each entry read once (a loop: no comprehension frame)
-            value = params[key] = entry(batch, key)
-            missing += [key] if value is None else []
-        if missing:
-            raise KeyError(
-                f"the batch does not hold the distribution parameters {missing} of the policy "
-                "that collected it; store them at collection time (a TorchRL ProbabilisticActor "
-                "writes them into the rollout TensorDict)."
-            )
-        return self.from_parameters(params) if self.splittable else self.head.get_dist(batch)
 
 
 def reparameterised_sample(distribution, batch_size: torch.Size):
@@ -443,56 +295,6 @@ def sum_heads(values, batch_shape: torch.Size) -> torch.Tensor:
     if not is_tensor_collection(values):
         return values.reshape(*batch_shape, -1).sum(-1)
     return sum(v.reshape(*batch_shape, -1).sum(-1) for v in values.values(True, True))
-
-
-def _is_composite(head: ProbabilisticTensorDictModule) -> bool:
-    """Whether ``head`` builds a ``CompositeDistribution`` (its parameters are nested
-    TensorDicts: the generic ``get_dist`` path reads them)."""
-    cls = getattr(head.distribution_class, "func", head.distribution_class)
-    return isinstance(cls, type) and issubclass(cls, CompositeDistribution)
-
-
-def _is_plain_tanh_normal(head: ProbabilisticTensorDictModule) -> bool:
-    """Whether ``head`` builds TorchRL's ``TanhNormal`` from ``loc`` and ``scale`` over one event
-    dim with an unsquashed location: :func:`rlloss.functional.tanh_normal_sample_and_log_prob`'s
-    distribution."""
-    kwargs = dict(head.distribution_kwargs)
-    return (
-        head.distribution_class is TanhNormal
-        and not kwargs.get("tanh_loc", False)
-        and kwargs.get("event_dims", 1) == 1
-        and {_last(key) for key in head.dist_keys} == {"loc", "scale"}
-    )
-
-
-def _distribution_bounds(head: ProbabilisticTensorDictModule | None) -> tuple | None:
-    """``(low, high)`` of the distribution ``head`` builds when its class takes them as keywords
-    (TorchRL's ``TanhNormal``, ``TruncatedNormal``, ``TanhDelta``): the head's
-    ``distribution_kwargs``, else the class's defaults; ``None`` for any other."""
-    if head is None or _is_composite(head):
-        return None
-    cls = head.distribution_class
-    kwargs = {**getattr(cls, "keywords", {}), **head.distribution_kwargs}  # a partial's too
-    try:
-        parameters = inspect.signature(getattr(cls, "func", cls)).parameters
-    except (TypeError, ValueError):  # no signature to read
-        return None
-    if "low" not in parameters or "high" not in parameters:
-        return None
-    bounds = tuple(kwargs.get(name, parameters[name].default) for name in ("low", "high"))
-    return None if inspect.Parameter.empty in bounds else bounds
-
-
-def _last(key: NestedKey) -> str:
-    return key[-1] if isinstance(key, tuple) else key
-
-
-def _distribution_head(actor) -> ProbabilisticTensorDictModule | None:
-    """The last ``ProbabilisticTensorDictModule`` of ``actor`` (whose ``get_dist`` is standard)."""
-    heads = [m for m in actor.modules() if isinstance(m, ProbabilisticTensorDictModule)]
-    if not heads or type(heads[-1]).get_dist is not ProbabilisticTensorDictModule.get_dist:
-        return None
-    return heads[-1]
 
 
 def parameter_device(module: torch.nn.Module) -> torch.device:

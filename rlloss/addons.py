@@ -39,8 +39,9 @@ from rlloss._checks import (
     check_choice,
     check_network,
 )
+from rlloss._distribution_calls import DistributionCall
 from rlloss._ensembles import frozen_copy
-from rlloss._networks import DistributionCall, NetworkCall, action_log_prob
+from rlloss._networks import NetworkCall, action_log_prob
 
 ADDON_PREFIX = "addon_"
 BC_MODES = ("auto", "log_likelihood", "squared_error")

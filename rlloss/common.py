@@ -29,7 +29,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 
-from rlloss import _compat
+from rlloss import _compat, _fast
 from rlloss._checks import (
     CoefficientOwner,
     MissingKeyError,
@@ -168,19 +168,19 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         key, path = resolved
         if not path:  # not a valid key: tensordict's error names it
             return tensordict.get(next_key(key, nested), None)
-        return _compat.get_path(tensordict, path)
+        return _fast.get_path(tensordict, path)
 
     def _write(self, tensordict: TensorDictBase, name: str, value: torch.Tensor) -> None:
         """``tensordict.set(tensor_keys.<name>, value)`` for a ``value`` computed from the batch's
         own entries (so of its batch shape and device)."""
         key = getattr(self._tensor_keys, name)
         path = (key,) if type(key) is str else _compat.unravel_key(key)  # a str: the common case
-        _compat.set_computed(tensordict, path, value)
+        _fast.set_computed(tensordict, path, value)
 
     def _mask_paths(self) -> tuple:
         if not self._reads_loss_mask:
             return ()
-        key = self._loss_mask_key  # TorchRL's property's value, without its frame per call
+        key = self._loss_mask_key  # TorchRL's property's value
         if isinstance(key, str) and key == "auto":
             return _AUTO_MASK_PATHS
         return () if key is None else (_compat.unravel_key(key),)
@@ -192,7 +192,7 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
         (``_reads_loss_mask = False``) masks nothing whatever the key."""
         masks = []
         for path in self._mask_paths():
-            mask = _compat.get_path(tensordict, path)
+            mask = _fast.get_path(tensordict, path)
             if mask is not None:
                 mask = batch_mask(type(self).__name__, path, mask, tensordict.batch_size)
                 masks.append(mask.unsqueeze(-1))

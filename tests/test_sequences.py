@@ -21,7 +21,8 @@ from torchrl.modules import (
 )
 
 import rlloss
-from rlloss._networks import DistributionCall, NetworkCall
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall
 from tests import reference as ref
 
 OBS, HIDDEN, ACTIONS = 3, 8, 2

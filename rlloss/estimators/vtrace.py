@@ -11,7 +11,8 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import check_in_range
-from rlloss._networks import DistributionCall, action_log_prob, as_list, stored_log_prob
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import action_log_prob, as_list, stored_log_prob
 from rlloss.estimators.base import ValueEstimator
 from rlloss.estimators.value_norm import ValueNormalizer
 

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._call_errors import CALL_ERRORS, explained
 from rlloss._checks import Coefficient
@@ -146,7 +146,7 @@ class RNDLoss(SupervisedLoss):
         error = self._error(self._observation(tensordict))
         fraction = self.update_fraction
         if fraction >= 1.0:
-            return _compat.output_tensordict(
+            return _fast.output_tensordict(
                 {"loss_predictor": self._reduce_valid(error, tensordict)}
             )
         selected = torch.rand(error.shape, device=error.device) < fraction
@@ -154,7 +154,7 @@ class RNDLoss(SupervisedLoss):
             loss = self._reduce_valid(torch.where(selected, error, 0.0), tensordict)
         else:
             loss = self._reduce_valid(error, tensordict, selected, "update_fraction mask")
-        return _compat.output_tensordict({"loss_predictor": loss})
+        return _fast.output_tensordict({"loss_predictor": loss})
 
     @torch.no_grad()
     def intrinsic_reward(self, tensordict: TensorDictBase) -> torch.Tensor:

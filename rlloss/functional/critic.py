@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss._checks import check_same_shape
 from rlloss.functional.reduce import reduce
 
@@ -28,7 +28,7 @@ def distance(
     """
     check_same_shape(prediction=prediction, target=target)
     if kind == "l2":  # F.mse_loss's operation without its broadcast (the shapes are equal)
-        return _compat.mse_loss(prediction, target, reduction)
+        return _fast.mse_loss(prediction, target, reduction)
     if kind == "l1":
         return F.l1_loss(prediction, target, reduction=reduction)
     if kind == "smooth_l1":
@@ -116,7 +116,7 @@ def td_error(value: torch.Tensor, target: torch.Tensor, kind: str = "squared") -
     """
     check_same_shape(value=value, target=target)
     if kind == "squared":  # the l2 distance's one operation: the same numbers as the square
-        squared = _compat.mse_loss(value.detach(), target, "none")
+        squared = _fast.mse_loss(value.detach(), target, "none")
         return squared.detach() if squared.requires_grad else squared  # a target with gradient
     return _error_size(value.detach() - target, kind)
 

@@ -303,7 +303,7 @@ def categorical_projection(
     lower_index = lower.long()  # at most K - 1: the position is clamped to [0, K - 1]
     upper_index = (lower_index + 1).clamp(max=num_atoms - 1)
     projected = probs.new_zeros(*probs.shape[:-1], num_atoms)
-    lower_share = torch.rsub(upper_share, 1)  # 1 - share without Tensor.__rsub__'s Python frame
+    lower_share = torch.rsub(upper_share, 1)  # 1 - share
     projected = projected.scatter_add(-1, lower_index, probs * lower_share)
     return projected.scatter_add(-1, upper_index, probs * upper_share)
 

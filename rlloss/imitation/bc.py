@@ -12,10 +12,11 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _compat
+from rlloss import _compat, _fast
 from rlloss import functional as rlf
 from rlloss._checks import checks_enabled
-from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.imitation.base import SupervisedLoss, check_target, zero_padded
 
@@ -138,7 +139,7 @@ class BCLoss(SupervisedLoss):
         else:
             loss = self._elementwise_loss(tensordict, expert, kind)
             loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
-        return _compat.output_tensordict({"loss_bc": loss})
+        return _fast.output_tensordict({"loss_bc": loss})
 
     def _kind(self, expert: torch.Tensor):
         """The error to take: ``loss_function``, else the cross-entropy for integer actions,

@@ -14,10 +14,11 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules.distributions.utils import rsample_and_log_prob
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_in_range
-from rlloss._networks import DistributionCall, NetworkCall, log_prob_of
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.critic import DISTANCES
 from rlloss.imitation.base import SupervisedLoss, check_target
@@ -133,7 +134,7 @@ class DTLoss(_SequenceModelLoss):
         loss = self._reduce_formula(
             rlf.distance, tensordict, prediction, target, self.loss_function
         )
-        return _compat.output_tensordict({"loss": loss})
+        return _fast.output_tensordict({"loss": loss})
 
 
 class OnlineDTLoss(_SequenceModelLoss):
@@ -321,7 +322,7 @@ class OnlineDTLoss(_SequenceModelLoss):
         out = {key: self._reduce_valid(value, tensordict) for key, value in out.items()}
         out["entropy"] = self._valid_mean(entropy.detach(), tensordict)  # TorchRL's: padding too
         out["alpha"] = alpha
-        return _compat.output_tensordict(out)
+        return _fast.output_tensordict(out)
 
     def _unreduced(self, out: dict, batch: TensorDictBase, alpha, entropy) -> TensorDictBase:
         """The per-element losses in a TensorDict of the batch's size (TorchRL's output)."""

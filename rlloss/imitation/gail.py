@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 from torch import nn
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import NetworkCall
@@ -166,10 +166,10 @@ class GAILLoss(SupervisedLoss):
         expert, policy = self._discriminate(observation, action).chunk(2, dim=0)
         if not self.use_grad_penalty:
             loss = self._reduce_formula(rlf.discriminator_cross_entropy, tensordict, expert, policy)
-            return _compat.output_tensordict({"loss": loss})
+            return _fast.output_tensordict({"loss": loss})
         gp_loss = self._gradient_penalty(pairs)
         loss = rlf.discriminator_cross_entropy(expert, policy) + gp_loss
-        return _compat.output_tensordict(
+        return _fast.output_tensordict(
             {"gp_loss": gp_loss.detach(), "loss": self._reduce_valid(loss, tensordict)}
         )
 

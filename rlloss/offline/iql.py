@@ -17,11 +17,12 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_network
+from rlloss._distribution_calls import DistributionCall
 from rlloss._ensembles import ensemble_architecture
-from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, network_inputs
+from rlloss._networks import NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import (
@@ -254,7 +255,7 @@ class IQLLoss(TDTargetLoss):
         out.update(self._addon_entries(info))
         entropy = -self._valid_mean(info["log_prob"], tensordict)
         if self.reduction != "none":
-            return _compat.output_tensordict({**out, "entropy": entropy})
+            return _fast.output_tensordict({**out, "entropy": entropy})
         out = TensorDict(out, batch_size=tensordict.batch_size)  # per-sample losses
         if self.scalar_output_mode == "non_tensor":
             out.set_non_tensor("entropy", entropy)

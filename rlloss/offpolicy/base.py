@@ -216,9 +216,8 @@ class TDTargetLoss(LossModule):
                 type(self).__name__, self.tensor_keys.terminated, self.tensor_keys.done
             )
             flag = "done"
-        # Per-agent values only (one dim more than [*B, 1]) take the agents' copies: the test
-        # is made once here, not in a call of _per_agent for each entry (the common one-value
-        # case then reads its two entries without two frames and two batch_dims lookups).
+        # Per-agent values only (one dim more than [*B, 1]) take the agents' copies (the test
+        # made once here, not in _per_agent for each entry).
         if next_value.ndim == tensordict.batch_dims + 2:
             reward = self._per_agent(tensordict, "reward", next_value, reward)
             terminated = self._per_agent(tensordict, flag, next_value, terminated)

@@ -13,7 +13,8 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_in_range
-from rlloss._networks import DistributionCall, network_inputs
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
 from rlloss.offpolicy.mpo import MaximumAPosteriori

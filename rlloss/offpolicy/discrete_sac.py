@@ -19,9 +19,9 @@ from rlloss._checks import (
     check_in_range,
     check_network,
 )
+from rlloss._distribution_calls import DistributionCall
 from rlloss._ensembles import ensemble_architecture
 from rlloss._networks import (
-    DistributionCall,
     entry,
     network_inputs,
 )

@@ -18,7 +18,7 @@ from torch import nn
 from torchrl.data import TensorSpec
 from torchrl.modules import QValueActor
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_atoms, check_choice, check_network, check_support
 from rlloss._networks import NetworkCall, entry
@@ -107,12 +107,8 @@ class QLearningLoss(TDTargetLoss):
         return action_values, rlf.chosen_action_value(action_values, self._get(batch, "action"))
 
     def _next_value(self, next_batch: TensorDictBase) -> torch.Tensor:
-        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient
-        (recording switched off and back as ``torch.no_grad()`` does, see
-        ``_compat.set_grad_mode``)."""
-        enabled = torch.is_grad_enabled()
-        _compat.set_grad_mode(False)
-        try:
+        """``V'(s')``: greedy (or double-Q) value of the next state, without gradient."""
+        with torch.no_grad():
             key = self._tensor_keys.action_value
             if not self.delay_value:
                 return rlf.greedy_value(self._value_call(next_batch)[key])
@@ -120,8 +116,6 @@ class QLearningLoss(TDTargetLoss):
             if not self.double_dqn:
                 return rlf.greedy_value(target)
             return rlf.double_q_value(self._value_call(next_batch)[key], target)
-        finally:
-            _compat.set_grad_mode(enabled)
 
 
 class DQNLoss(QLearningLoss):
@@ -204,7 +198,7 @@ class DQNLoss(QLearningLoss):
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
         loss = self._critic_loss(value, target, batch, mask)
-        return _compat.output_tensordict({"loss": loss})
+        return _fast.output_tensordict({"loss": loss})
 
 
 class DDQNLoss(DQNLoss):
@@ -417,4 +411,4 @@ class DistributionalDQNLoss(QLearningLoss):
         target = self._target_distribution(batch, support)
         cross_entropy = -(target * log_probs).sum(-1, keepdim=True)
         self._write_priority(tensordict, cross_entropy.detach())
-        return _compat.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})
+        return _fast.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})

@@ -26,10 +26,11 @@ from torch import nn
 from torchrl.data import Bounded, Composite, TensorSpec
 from torchrl.modules import IndependentNormal, TanhNormal
 
-from rlloss import _compat
+from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_in_range, check_network
-from rlloss._networks import DistributionCall, NetworkCall
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.functional.mpo import MIN_LOG_DUAL
@@ -170,7 +171,7 @@ class MaximumAPosteriori(TDTargetLoss):
         loss_qvalue, info_qvalue = self.loss_qvalue(batch)
         loss_actor, info = self.loss_actor(batch)
         self._write_priority(tensordict, info_qvalue["td_error"])
-        return _compat.output_tensordict(
+        return _fast.output_tensordict(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
         )
 

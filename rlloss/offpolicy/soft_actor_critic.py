@@ -23,11 +23,9 @@ from rlloss._checks import (
     check_choice,
     check_network,
 )
+from rlloss._distribution_calls import DistributionCall
 from rlloss._ensembles import ensemble_architecture
-from rlloss._networks import (
-    DistributionCall,
-    entry,
-)
+from rlloss._networks import entry
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import TDTargetLoss

@@ -18,7 +18,7 @@ from torch import distributions as D
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import _compat, _distributions
+from rlloss import _compat, _distributions, _fast
 from rlloss import functional as rlf
 from rlloss._call_errors import missing_output_error
 from rlloss._checks import (
@@ -27,9 +27,9 @@ from rlloss._checks import (
     check_choice,
     next_key,
 )
+from rlloss._distribution_calls import DistributionCall
 from rlloss._keywords import NOT_GIVEN, NotGiven, given_networks
 from rlloss._networks import (
-    DistributionCall,
     NetworkCall,
     action_log_prob,
     as_list,
@@ -512,4 +512,4 @@ class OnPolicyLoss(LossModule):
             loss, info = self.loss_critic(batch, mask)
             out[self._critic_loss_key] = as_scalar_output(loss, self.reduction)
             out.update(info)
-        return _compat.output_tensordict(out)
+        return _fast.output_tensordict(out)

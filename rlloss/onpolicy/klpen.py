@@ -21,7 +21,6 @@ from rlloss._checks import Coefficient
 from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import sum_heads
 from rlloss.estimators.value_norm import ValueNormalizer
-from rlloss.onpolicy.constants import KLAdaptationConstants
 from rlloss.onpolicy.ppo import PPOLoss, SurrogateInputs
 from rlloss.training.distributed import all_mean
 
@@ -198,7 +197,6 @@ class KLPENPPOLoss(PPOLoss):
         self.adaptive_beta = adaptive_beta
         self.beta_min, self.beta_max = beta_min, beta_max
         self._beta_init = float(beta)
-        self._kl_constants = KLAdaptationConstants()
 
     def _check_collecting_policy(self) -> None:
         """KLPEN rebuilds the collecting policy from the parameters the batch stores: the actor
@@ -259,11 +257,11 @@ class KLPENPPOLoss(PPOLoss):
 
     def _adapt_beta(self, kl: torch.Tensor) -> torch.Tensor:
         """:meth:`update_beta` of a 0-d tensor of beta's dtype and device, without gradient
-        (``kl`` is detached and beta a buffer: no ``no_grad`` frame on each forward)."""
+        (``kl`` is detached and beta a buffer: no ``no_grad`` needed)."""
         if self.beta.requires_grad and torch.is_grad_enabled():  # a parameter: no graph either
             with torch.no_grad():
                 return self._adapt_beta(kl)
         kl = all_mean(kl, self.process_group)
         beta, bounds = self.beta, (self.beta_min, self.beta_max)
-        up, down, thresholds = self._kl_constants(beta, self.dtarg, self.increment, self.decrement)
-        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds, thresholds))
+        up, down = self.increment, self.decrement
+        return beta.copy_(rlf.adaptive_kl_beta(beta, kl, self.dtarg, up, down, *bounds))

@@ -26,7 +26,6 @@ from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list, stored_log_prob, sum_heads
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.onpolicy.base import OnPolicyLoss, as_scalar_output
-from rlloss.onpolicy.constants import LogClipBounds
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -392,7 +391,6 @@ class ClipPPOLoss(PPOLoss):
         )
         self._register_clip_epsilon(clip_epsilon, asymmetric)
         self._register_coefficients(self.entropy_coeff.device, dual_clip=dual_clip)
-        self._clip_bounds = LogClipBounds()
 
     def _register_clip_epsilon(self, clip_epsilon, asymmetric: bool) -> None:
         """The clip buffers: ``clip_epsilon``, or ``clip_epsilon_low`` and ``clip_epsilon_high``
@@ -413,11 +411,10 @@ class ClipPPOLoss(PPOLoss):
         self._register_coefficients(device, clip_epsilon_low=low, clip_epsilon_high=high)
 
     def _log_clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers (kept between forwards
-        while the buffers are unchanged, :class:`~rlloss.onpolicy.constants.LogClipBounds`)."""
+        """``log(1 - eps_low), log(1 + eps_high)`` from the clip buffers."""
         if self._asymmetric_clip:
-            return self._clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
-        return self._clip_bounds(self.clip_epsilon, self.clip_epsilon)
+            return rlf.clip_bounds(self.clip_epsilon_low, self.clip_epsilon_high)
+        return rlf.clip_bounds(self.clip_epsilon, self.clip_epsilon)
 
     def _surrogate(self, inputs: SurrogateInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped (and dual-clipped) surrogate, ``[*B, 1]``, and its diagnostics."""

@@ -1,8 +1,8 @@
 """Target-network updaters: TorchRL's ``SoftUpdate`` and ``HardUpdate``, with one fused call.
 
 TorchRL's updaters walk the loss's target and source TensorDicts and update them entry by entry
-on every ``step()``: 150-350 microseconds per step for a SAC, TD3 or DQN loss on a CPU, often
-more than the rest of a small-batch update's overhead. These subclasses keep TorchRL's
+on every ``step()``, often more than the rest of a small-batch update's overhead on a CPU
+(``docs/guides/performance.md``). These subclasses keep TorchRL's
 construction, ``init_()``, checks and counters, and do the update in one fused multi-tensor
 ``lerp_`` (``copy_`` for the hard update) over tensor lists gathered once. They accept any
 TorchRL-style loss (rlloss's or TorchRL's); for rlloss losses the lists are gathered again after

@@ -19,7 +19,8 @@ from torchrl.objectives.utils import hold_out_net
 
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
-from rlloss._networks import DistributionCall, NetworkCall
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall
 from rlloss.common import accepts_tensor_arguments
 from rlloss.world_models.imagination import ImaginationLoss, ReturnPercentiles, trailing_like
 

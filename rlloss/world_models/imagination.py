@@ -20,7 +20,8 @@ from torchrl.objectives.utils import ValueEstimators, hold_out_net
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, CoefficientOwner, next_key
-from rlloss._networks import DistributionCall, NetworkCall, _plan, _run
+from rlloss._distribution_calls import DistributionCall
+from rlloss._networks import NetworkCall, _plan, _run
 from rlloss.common import LossModule
 
 if TYPE_CHECKING:
