@@ -25,6 +25,7 @@ from rlloss._networks import DistributionCall, NetworkCall, entry, log_prob_of, 
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import (
+    ACTION_SPACE_SETTINGS,
     ACTION_SPACES,
     TDTargetLoss,
 )
@@ -296,6 +297,8 @@ class DiscreteIQLLoss(IQLLoss):
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
+
+    _choices = {**IQLLoss._choices, "action_space": ACTION_SPACE_SETTINGS}  # on assignment
 
     def __init__(
         self,

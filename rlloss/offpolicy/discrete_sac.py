@@ -22,7 +22,7 @@ from rlloss._networks import (
     network_inputs,
 )
 from rlloss.addons import ActorOutput
-from rlloss.offpolicy.base import ACTION_SPACES
+from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES
 from rlloss.offpolicy.soft_actor_critic import _SoftActorCritic
 
 
@@ -89,6 +89,8 @@ class DiscreteSACLoss(_SoftActorCritic):
         action: NestedKey = "action"  # the action taken: index or one-hot
         action_value: NestedKey = "action_value"  # Q(s, .) written by the Q networks
         log_prob: NestedKey = "log_prob"  # kept for TorchRL's key names (not read)
+
+    _choices = {**_SoftActorCritic._choices, "action_space": ACTION_SPACE_SETTINGS}  # assignment
 
     def __init__(
         self,

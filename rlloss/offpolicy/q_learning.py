@@ -20,7 +20,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_network
 from rlloss._networks import NetworkCall, entry
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES, TDTargetLoss
 
 
 class QLearningLoss(TDTargetLoss):
@@ -30,6 +30,8 @@ class QLearningLoss(TDTargetLoss):
     greedy or double-Q) and the regression on ``r + gamma^n (1 - terminated) V'(s')``. The
     keywords are documented in :class:`rlloss.DQNLoss`.
     """
+
+    _choices = {**TDTargetLoss._choices, "action_space": ACTION_SPACE_SETTINGS}  # on assignment
 
     @dataclasses.dataclass
     class _AcceptedKeys(TDTargetLoss._AcceptedKeys):
