@@ -5,7 +5,7 @@ losses (V1's actor, model and value losses, V3's three and their composition) an
 WorldModelLoss. rlloss's class and TorchRL's, on copies of the same networks in float64, trained
 side by side with Adam on identical batches, end with the same parameters within 1e-8: 200 steps,
 100 for the LLM losses and the imagination-based actor losses, 50 for the composed DreamerV3Loss
-(their steps are 20 to 40 times as slow; the constants below), DreamerV3Loss in float32 within
+(slow steps: the figures by the constants below), DreamerV3Loss in float32 within
 1e-5 (TorchRL's RSSM computes in float32 whatever the dtype: ``dreamer_v3_composed``).
 
 Each loss is wrapped in :class:`Objective`, whose output is a dict with one ``"loss"`` entry:
@@ -47,12 +47,13 @@ LLM_LOSS_FIELDS = (
 )
 
 
-# A step of the tiny Qwen2 (forward and backward through two transformer layers, TorchRL's
-# wrapper's tokenisation and masks) costs about 30 times a step of the MLP losses: 100 steps.
+# Fewer steps where a step is slow. Measured on the project's 2-core machine under a load of
+# about 30, both libraries' trajectories together: a tiny-Qwen2 step (forward and backward
+# through two transformer layers and TorchRL's wrapper's tokenisation and masks) 100 to 450 ms,
+# so 100 steps are 20 to 45 s; an imagined rollout (a TorchRL environment step per time step)
+# 100 to 170 ms, 100 steps; the composed DreamerV3Loss (world-model rollout, imagination, two
+# value losses) about 300 ms, 50 steps (30 s).
 LLM_OPTIONS = {"steps": 100}
-# An imagined rollout (horizon 4, a TorchRL environment step per time step) costs about 20 times
-# an MLP loss's step: 100 steps; the composed DreamerV3Loss (a world-model rollout, imagination,
-# two value losses) about 40 times: 50 steps.
 IMAGINATION_STEPS = 100
 COMPOSED_STEPS = 50
 
