@@ -128,6 +128,10 @@ class Coefficient:
     as TorchRL's do); a tensor replaces it and ``None`` leaves a plain ``None`` attribute
     (``nn.Module``'s rules). A parameter may hold the name instead (SAC's ``log_alpha``).
     Otherwise the attribute is a plain number, an ``int`` with ``integer``, else a ``float``.
+
+    ``at_most`` / ``at_least``: the name of the attribute this one must not exceed / fall below
+    (a pair of bounds, KLPEN's ``beta_min <= beta_max``), checked on every assignment once both
+    are set (:func:`check_bounds_order`; ``None`` is unbounded).
     """
 
     def __init__(
@@ -140,7 +144,10 @@ class Coefficient:
         integer=False,
         finite=False,
         buffer=False,
+        at_most: str | None = None,
+        at_least: str | None = None,
     ) -> None:
+        self.order = (at_most, at_least)
         self.range = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
         self.range.update(integer=integer, finite=finite)
         self.checked = low is not None or high is not None or integer or finite
@@ -184,9 +191,21 @@ class Coefficient:
             return parameters[name]
         raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
 
+    def check_order(self, module, value) -> None:
+        """Refuse ``value`` on the wrong side of its partner bound (``at_most``/``at_least``),
+        once the partner is set."""
+        at_most, at_least = self.order
+        if at_most is not None:
+            check_bounds_order(self.name, value, at_most, getattr(module, at_most, None), self.name)
+        if at_least is not None:
+            check_bounds_order(
+                at_least, getattr(module, at_least, None), self.name, value, self.name
+            )
+
     def __set__(self, module, value) -> None:
         if _readable_number(value):
             self.check(value)
+            self.check_order(module, value)
         name = self.name
         buffers = module.__dict__.get("_buffers", {})  # none on a plain object (an updater)
         current = buffers.get(name)
@@ -254,7 +273,39 @@ def _readable_number(value) -> bool:
 def check_choice(name: str, value, choices) -> None:
     """Raise ``ValueError`` naming ``name`` and the accepted values if ``value`` is not one."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
+        also = getattr(choices, "also", "")
+        raise ValueError(f"{name} must be one of {tuple(choices)}{also}, got {value!r}.")
+
+
+class ChoicesOr(tuple):
+    """String choices (a ``_choices`` entry) that also admit the values of other types that
+    ``admits`` accepts (a callable loss function, a spec, ``None``); ``also`` says which, in
+    :func:`check_choice`'s message. A string outside the choices is refused."""
+
+    def __new__(cls, choices, admits, also: str):
+        made = super().__new__(cls, choices)
+        made.admits, made.also = admits, also
+        return made
+
+    def __contains__(self, value) -> bool:
+        if isinstance(value, str):
+            return tuple.__contains__(self, value)
+        return bool(self.admits(value))
+
+
+def check_bounds_order(low_name: str, low, high_name: str, high, assigned: str) -> None:
+    """Refuse a lower bound above its upper bound (either ``None``: unbounded), naming the
+    attribute just ``assigned`` (one of the two names), both values and the fix."""
+    if low is None or high is None or not _readable_number(low) or not _readable_number(high):
+        return
+    if float(low) > float(high):
+        other = high_name if assigned == low_name else low_name
+        value = low if assigned == low_name else high
+        raise ValueError(
+            f"{assigned} must be {'<=' if assigned == low_name else '>='} {other} "
+            f"({high if assigned == low_name else low}), got {value}: assign {other} first "
+            f"when moving both bounds."
+        )
 
 
 def check_same_shape(**tensors: torch.Tensor) -> None:

@@ -26,6 +26,8 @@ import rlloss.estimators.shifted as _shifted
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
+    Coefficient,
+    CoefficientOwner,
     MissingKeyError,
     check_in_range,
     missing_key_message,
@@ -50,7 +52,7 @@ DEFAULT_LMBDA = 0.95  # TorchRL's default lambda of TD(lambda) and GAE
 _REMOVED_KEYS = ("advantage_key", "value_target_key", "value_key")
 
 
-class ValueEstimator(TensorDictModuleBase):
+class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
     """Base of the value estimators: key handling, value-network calls, writing the outputs.
 
     Subclasses implement :meth:`estimate` (tensors in, ``(advantage, value_target)`` out).
@@ -72,6 +74,8 @@ class ValueEstimator(TensorDictModuleBase):
     (values read from the batch are taken as they are, in return units), writes those values,
     and, in training mode, merges the value targets it computes into the normaliser's moments.
     """
+
+    gamma = Coefficient(low=0.0, high=1.0)  # checked on assignment as at construction
 
     @dataclasses.dataclass
     class _AcceptedKeys:

@@ -9,7 +9,7 @@ from torch import nn
 
 from rlloss import functional as rlf
 from rlloss._agent_dims import broadcast_to_agents
-from rlloss._checks import MissingKeyError, check_in_range, missing_key_message
+from rlloss._checks import Coefficient, MissingKeyError, check_in_range, missing_key_message
 from rlloss.estimators.base import ValueEstimator
 from rlloss.estimators.value_norm import ValueNormalizer
 from rlloss.functional.returns import masked_standardize
@@ -61,6 +61,8 @@ class GAE(ValueEstimator):
         >>> batch = estimator(batch)
         >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
+
+    lmbda = Coefficient(low=0.0, high=1.0)  # checked on assignment as at construction
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, check_in_range
 from rlloss.estimators.base import ValueEstimator
 from rlloss.estimators.value_norm import ValueNormalizer
 
@@ -126,6 +126,8 @@ class TDLambdaEstimator(ValueEstimator):
         >>> batch = estimator(batch)
         >>> print(batch["advantage"].shape, batch["value_target"].shape)  # [4, 16, 1] each
     """
+
+    lmbda = Coefficient(low=0.0, high=1.0)  # checked on assignment as at construction
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, CoefficientOwner, check_in_range
 from rlloss.training.distributed import check_process_group
 from rlloss.training.moments import (
     MOMENT_BUFFERS,
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 
-class ValueNormalizer(nn.Module):
+class ValueNormalizer(CoefficientOwner, nn.Module):
     """Running standardisation of value targets: the critic learns in normalised units (skrl's
     ``value_preprocessor=RunningStandardScaler`` for PPO).
 
@@ -99,6 +99,10 @@ class ValueNormalizer(nn.Module):
         >>> for minibatch in rollout.reshape(-1).split(16):
         ...     out = loss(minibatch)  # critic regressed onto the normalised value targets
     """
+
+    # checked on assignment as at construction (None: no clipping)
+    eps = Coefficient(low=0.0)
+    clip_threshold = Coefficient(low=0.0, low_open=True)
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlloss import functional as rlf
-from rlloss._checks import check_in_range
+from rlloss._checks import Coefficient, check_in_range
 from rlloss._distribution_calls import DistributionCall
 from rlloss._networks import action_log_prob, as_list, stored_log_prob
 from rlloss.estimators.base import ValueEstimator
@@ -78,6 +78,10 @@ class VTrace(ValueEstimator):
     @dataclasses.dataclass
     class _AcceptedKeys(ValueEstimator._AcceptedKeys):
         action: NestedKey = "action"  # the action taken, scored by the current policy, [*B, T, *A]
+
+    # checked on assignment as at construction
+    rho_thresh = Coefficient(low=0.0, low_open=True)
+    c_thresh = Coefficient(low=0.0, low_open=True)
 
     def __init__(
         self,

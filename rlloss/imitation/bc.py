@@ -14,7 +14,7 @@ from torch import nn
 
 from rlloss import _compat, _fast
 from rlloss import functional as rlf
-from rlloss._checks import checks_enabled
+from rlloss._checks import ChoicesOr, checks_enabled
 from rlloss._distribution_calls import DistributionCall
 from rlloss._networks import NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
@@ -95,6 +95,14 @@ class BCLoss(SupervisedLoss):
         pad_mask: NestedKey | None = None  # True where padded, [*B, H] of a chunk [*B, H, D]
 
     out_keys = ["loss_bc"]
+    _choices = {  # checked on assignment as at construction
+        **SupervisedLoss._choices,
+        "loss_function": ChoicesOr(
+            LOSS_FUNCTIONS,
+            lambda value: value is None or callable(value),
+            ", a callable f(prediction, target), or None",
+        ),
+    }
 
     def __init__(
         self,

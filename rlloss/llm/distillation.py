@@ -145,6 +145,8 @@ class DistillationLoss(ChatHistoryLoss):
 
         teacher_log_prob: NestedKey = ("next", "teacher_log_probs", "full")  # [*B, T]
 
+    _choices = {**ChatHistoryLoss._choices, "kl_direction": KL_DIRECTIONS}  # and on assignment
+
     def __init__(
         self,
         actor_network: torch.nn.Module,

@@ -20,6 +20,7 @@ from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice
 from rlloss.common import LossModule, accepts_tensor_arguments
 from rlloss.llm.base import (
+    MASKING_STRATEGIES,
     check_masking_strategy,
     per_rank_count,
     per_token,
@@ -150,6 +151,11 @@ class GRPOLoss(LossModule):
         sample_log_prob: NestedKey = ("log_probs", "full")  # at sampling, [*B, T]
         ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")  # reference, [*B, T]
 
+    _choices = {  # checked on assignment as at construction
+        **LossModule._choices,
+        "aggregation": AGGREGATIONS,
+        "masking_strategy": MASKING_STRATEGIES,
+    }
     clip_epsilon_low = Coefficient(low=0.0, high=1.0, low_open=True, high_open=True, buffer=True)
     clip_epsilon_high = Coefficient(low=0.0, low_open=True, buffer=True)
     entropy_coeff = Coefficient(low=0.0)

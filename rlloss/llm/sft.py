@@ -143,6 +143,7 @@ class SFTLoss(ChatHistoryLoss):
         ref_log_prob: NestedKey = ("next", "ref_log_probs", "full")  # with kl_to_ref_coeff, [*B, T]
 
     beta = Coefficient(low=0.0, low_open=True)  # MinorSFT: beta > 0
+    _choices = {**ChatHistoryLoss._choices, "loss_function": LOSS_FUNCTIONS}  # and on assignment
     kl_to_ref_coeff = Coefficient(low=0.0)
 
     def __init__(

@@ -26,6 +26,7 @@ from rlloss._networks import NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
 from rlloss.offpolicy.base import (
+    ACTION_SPACE_SETTINGS,
     ACTION_SPACES,
     TDTargetLoss,
 )
@@ -308,6 +309,8 @@ class DiscreteIQLLoss(IQLLoss):
         >>> out = loss(batch)
         >>> (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
     """
+
+    _choices = {**IQLLoss._choices, "action_space": ACTION_SPACE_SETTINGS}  # on assignment
 
     def __init__(
         self,

@@ -22,12 +22,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import TensorSpec
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._agent_dims import broadcast_to_agents
 from rlloss._checks import (
+    ChoicesOr,
     Coefficient,
     check_choice,
     check_entry_shape,
@@ -54,6 +56,13 @@ PRIORITY_WEIGHTINGS = ("mean", "normalized")
 READ_FROM_BATCH = object()
 _ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
+# the attribute, checked on assignment as the constructor checks the keyword: one of those, a
+# spec, None (read from the network), or TorchRL's own spelling of the multi-one-hot space
+ACTION_SPACE_SETTINGS = ChoicesOr(
+    (*ACTION_SPACES, "mult_one_hot"),
+    lambda value: value is None or isinstance(value, TensorSpec),
+    ", a TensorSpec, or None",
+)
 
 
 class TDTargetLoss(LossModule):

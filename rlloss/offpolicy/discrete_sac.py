@@ -27,7 +27,7 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES, TDTargetLoss
 from rlloss.offpolicy.temperature import (
     OUT_KEYS,
     SCALAR_OUTPUT_MODES,
@@ -116,7 +116,11 @@ class DiscreteSACLoss(TDTargetLoss):
 
     out_keys = OUT_KEYS
     _actor_loss_key = "loss_actor"
-    _choices = {**TDTargetLoss._choices, "scalar_output_mode": SCALAR_OUTPUT_MODES}
+    _choices = {
+        **TDTargetLoss._choices,
+        "scalar_output_mode": SCALAR_OUTPUT_MODES,
+        "action_space": ACTION_SPACE_SETTINGS,  # checked on assignment too
+    }
     # ``exp(log_alpha)``: a parameter, or a buffer with ``fixed_alpha``; bounds on it, None:
     # unbounded; the temperature loss's target
     log_alpha = Coefficient(buffer=True)

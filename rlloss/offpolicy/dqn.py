@@ -23,7 +23,7 @@ from rlloss import functional as rlf
 from rlloss._checks import check_atoms, check_choice, check_network, check_support
 from rlloss._networks import NetworkCall, entry
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES, TDTargetLoss
 
 
 class QLearningLoss(TDTargetLoss):
@@ -46,6 +46,7 @@ class QLearningLoss(TDTargetLoss):
         action: NestedKey = "action"  # the action taken: index [*B] or one-hot [*B, A]
 
     out_keys = ["loss"]
+    _choices = {**TDTargetLoss._choices, "action_space": ACTION_SPACE_SETTINGS}  # on assignment
 
     def __init__(
         self,

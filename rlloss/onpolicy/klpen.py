@@ -101,8 +101,8 @@ class KLPENPPOLoss(PPOLoss):
     increment = Coefficient(low=1.0)
     decrement = Coefficient(low=0.0, high=1.0, low_open=True)
     samples_mc_kl = Coefficient(low=1, integer=True)
-    beta_min = Coefficient(low=0.0)  # None: unbounded; checked on assignment too
-    beta_max = Coefficient(low=0.0)
+    beta_min = Coefficient(low=0.0, at_most="beta_max")  # None: unbounded; checked on assignment
+    beta_max = Coefficient(low=0.0, at_least="beta_min")  # too, beta_min <= beta_max included
     _surrogate_keys = ("kl", "beta")
 
     def __init__(

@@ -17,6 +17,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from rlloss._checks import (
     Coefficient,
+    check_bounds_order,
     check_in_range,
     check_is_dict,
     check_state_entries,
@@ -214,6 +215,25 @@ class KLAdaptiveLR(LRScheduler):
         self.last_kl: float | torch.Tensor | None = None
         self.num_nonfinite = torch.zeros((), dtype=torch.int64)
         super().__init__(optimizer, last_epoch)
+
+    # the constructor's ranges, checked on assignment too (min_lr <= max_lr included); plain
+    # attributes, as LRScheduler.state_dict / load_state_dict read and write them
+    _RANGES = {
+        "kl_threshold": {"low": 0.0, "high": math.inf, "low_open": True, "high_open": True},
+        "min_lr": {"low": 0.0},
+        "max_lr": {"low": 0.0},
+        "kl_factor": {"low": 1.0, "high": math.inf, "low_open": True, "high_open": True},
+        "lr_factor": {"low": 1.0, "high": math.inf, "low_open": True, "high_open": True},
+    }
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in self._RANGES:
+            check_in_range(name, value, **self._RANGES[name])
+            if name == "min_lr":
+                check_bounds_order("min_lr", value, "max_lr", getattr(self, "max_lr", None), name)
+            if name == "max_lr":
+                check_bounds_order("min_lr", getattr(self, "min_lr", None), "max_lr", value, name)
+        super().__setattr__(name, value)
 
     @property
     def target_kl(self) -> float:

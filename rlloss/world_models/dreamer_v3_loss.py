@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss._checks import Coefficient, next_key
+from rlloss._checks import Coefficient, _readable_number, next_key
 from rlloss.common import LossModule, accepts_tensor_arguments
 
 
@@ -203,6 +203,11 @@ class DreamerV3Loss(LossModule):
         )
         self.model_loss, self.actor_loss, self.value_loss = model_loss, actor_loss, value_loss
 
+    def __setattr__(self, name: str, value) -> None:
+        if name == "replay_value_loss_weight":  # the constructor's rule, on assignment too
+            check_replay_output(value, getattr(self, "model_loss", None))
+        super().__setattr__(name, value)
+
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         pass
 
@@ -249,6 +254,7 @@ class DreamerV3Loss(LossModule):
         value_losses, _ = self.value_loss(imagined.detach())
         replay_value = imagined.get("lambda_target").new_zeros(())
         if self.replay_value_loss_weight:
+            check_replay_output(self.replay_value_loss_weight, self.model_loss)  # no tensor read
             replay_value = self._replay_value(sample, posterior, imagined)
         result = model_losses.apply(torch.squeeze)
         result.update(actor_losses).update(value_losses)
@@ -257,3 +263,18 @@ class DreamerV3Loss(LossModule):
         context = posterior.get("next").select(self.tensor_keys.state, self.tensor_keys.belief)
         result.set(self.tensor_keys.replay_context, context.detach())
         return result
+
+
+def check_replay_output(weight, model_loss) -> None:
+    """A positive ``replay_value_loss_weight`` needs the model loss's output with its graph
+    (``detach_output=False``): refused otherwise, naming both settings and the fix. Python
+    settings only (a device tensor weight is not read)."""
+    if model_loss is None or not model_loss.detach_output or not _readable_number(weight):
+        return
+    if float(weight) > 0:
+        raise ValueError(
+            f"replay_value_loss_weight must be 0 while model_loss.detach_output is True, got "
+            f"{float(weight)}: replay-value learning needs the world model's output with its "
+            "graph; build the DreamerV3ModelLoss with detach_output=False (or set "
+            "loss.model_loss.detach_output = False), or set replay_value_loss_weight = 0."
+        )
