@@ -1,45 +1,119 @@
 """Instructions per update step, counted by valgrind's callgrind: a load-independent overhead
-measure for shared or noisy machines (the method: :mod:`benchmarks.profiling`).
+measure for shared or noisy machines (instructions are not time, but in the overhead-bound
+small-batch regime, where Python and dispatch dominate, they track it closely).
 
     python benchmarks/instructions.py --cases ClipPPOLoss DQNLoss --batch-size 64
     python benchmarks/instructions.py --hand-written  # -> results/instructions-hand-written.json
     python benchmarks/instructions.py --dumped --cases MAPPOLoss QMixerLoss --batch-size 64 \
         --methods plain rlloss torchrl --work /tmp/cg --out benchmarks/results/instructions-multiagent.json
 
-Each process runs ~50x slower under callgrind (a couple of minutes per process, mostly the
-import of torch). Needs ``valgrind`` on the PATH. Writes JSON next to the overhead results.
-
-``--hand-written``: the cases of the hand-written comparison (``benchmarks.cases.HAND_WRITTEN``)
-with every rlloss and hand-written method, in two callgrind processes (the small-batch cases, and
-the custom-critic ones at fewer steps), each dumping its counters around each method's steps
-(``benchmarks/callgrind/run.sh``): one start-up for all, none of it counted. ``--dumped``: the
-same for any ``--cases`` and ``--methods`` at one batch size, merged into ``--out`` beside the
-entries it already holds (run it once per batch size).
+Without ``--dumped``, each method runs ``--steps-low`` and ``--steps-high`` steps in two
+processes under callgrind; the difference over the extra steps cancels start-up, imports and
+set-up. ``--dumped``: any ``--cases`` and ``--methods`` at one batch size in one callgrind
+process (``benchmarks/callgrind/run.sh``) that dumps its counters around each method's steps
+(none of the start-up counted), merged into ``--out`` beside the entries it already holds.
+``--hand-written``: the same for the cases of the hand-written comparison
+(``benchmarks.cases.HAND_WRITTEN``) in two processes (small batches; the custom-critic cases at
+fewer steps). Each process runs ~50x slower under callgrind; needs ``valgrind`` on the PATH.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # the working tree's rlloss
 
-from benchmarks.cases import HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
+from benchmarks.cases import CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
+from benchmarks.cases.ensembles import with_critics  # noqa: E402
 from benchmarks.harness import LEVELS, RATIOS  # noqa: E402
-from benchmarks.profiling import (  # noqa: E402
-    dumped_instructions,
-    instructions_per_step,
-    read_dumped_instructions,
-)
 from benchmarks.records import machine_info  # noqa: E402
 
 # steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
 HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)
+HERE = Path(__file__).resolve().parent
+RUNNER = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from benchmarks.cases import CASES
+from benchmarks.cases.ensembles import with_critics
+from benchmarks.harness import level_steps
+torch.set_num_threads(1)
+critics = {critics!r}
+build = CASES[{case!r}] if critics is None else with_critics({case!r}, critics)
+setup = build({batch_size}, 0)
+method = setup.factories[{method!r}](next(iter(setup.batches.values())))
+step = level_steps(method, compiled=False)[{level!r}]
+for _ in range({steps}):
+    step()
+"""
+
+
+def instructions(
+    case: str, method: str, batch_size: int, steps: int, level: str, critics: int | None = None
+) -> int:
+    """Total instructions of a process that runs ``steps`` steps (start-up included)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script, out = Path(tmp) / "run.py", Path(tmp) / "callgrind.out"
+        fields = {"case": case, "method": method, "batch_size": batch_size, "steps": steps}
+        script.write_text(
+            RUNNER.format(root=str(REPO_ROOT), level=level, critics=critics, **fields)
+        )
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        subprocess.run(
+            [*command, sys.executable, str(script)],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        return int(re.search(r"^summary: (\d+)", out.read_text(), re.M).group(1))
+
+
+def instructions_per_step(args: argparse.Namespace, case: str) -> dict[str, dict[str, float]]:
+    """Per method of ``case`` the instructions of one step (two processes, ``--steps-low`` and
+    ``--steps-high`` steps), and each one's ratio to plain's (to the first method's without
+    plain)."""
+    build = CASES[case] if args.critics is None else with_critics(case, args.critics)
+    available = build(args.batch_size, 0).factories
+    per_step = {}
+    for method in [m for m in args.methods if m in available]:
+        low, high = (
+            instructions(case, method, args.batch_size, steps, args.level, args.critics)
+            for steps in (args.steps_low, args.steps_high)
+        )
+        per_step[method] = (high - low) / (args.steps_high - args.steps_low)
+        print(f"{case} B={args.batch_size} {method}: {per_step[method] / 1e6:.3f} M instr/step")
+    base = "plain" if "plain" in per_step else next(iter(per_step))  # e.g. plain-min
+    ratios = {f"{m}/{base}": per_step[m] / per_step[base] for m in per_step if m != base}
+    print(f"{case} ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()), flush=True)
+    return {"instructions_per_step": per_step, "ratios": ratios}
+
+
+def dumped_instructions(
+    entries: list[tuple[str, int]], methods: list[str], steps: int, warmup: int, out: Path
+) -> subprocess.Popen:
+    """Start one process under callgrind (``callgrind/run.sh``) that runs ``steps`` steps of each
+    method of each ``(case, batch size)`` of ``entries`` and dumps the counters around them."""
+    env = {
+        **os.environ,
+        "ROOT": str(REPO_ROOT),
+        "CASES": " ".join(f"{case}:{batch_size}" for case, batch_size in entries),
+        "METHODS": " ".join(methods),
+        "N": str(steps),
+        "WARMUP": str(warmup),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = ["bash", str(HERE / "callgrind" / "run.sh"), str(out)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
 
 
 def counted(run, work: Path, steps: int) -> dict[str, dict]:
@@ -47,8 +121,13 @@ def counted(run, work: Path, steps: int) -> dict[str, dict]:
     their ratios (``harness.RATIOS``), keyed ``"<case>, B=<batch>"``."""
     if run.wait():
         raise RuntimeError(f"callgrind run failed: see {work}/valgrind.log")
+    found: dict[tuple[str, int], dict[str, float]] = {}
+    for line in (work / "counts.tsv").read_text().split("\n"):
+        if line.strip():
+            case, batch_size, method, per_step = line.split("\t")
+            found.setdefault((case, int(batch_size)), {})[method] = float(per_step)
     results = {}
-    for (case, size), counts in read_dumped_instructions(work).items():
+    for (case, size), counts in found.items():
         ratios = {
             f"{num}/{den}": counts[num] / counts[den]
             for num, den in RATIOS
@@ -150,30 +229,10 @@ def main() -> None:
         run = dumped_instructions(entries, args.methods, args.steps, args.warmup, args.work)
         merge_into(args.out, counted(run, args.work, args.steps))
         return
-    results = {
-        case: instructions_per_step(
-            case,
-            args.methods,
-            args.batch_size,
-            args.level,
-            args.steps_low,
-            args.steps_high,
-            args.critics,
-        )
-        for case in args.cases
-    }
+    results = {case: instructions_per_step(args, case) for case in args.cases}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "batch_size": args.batch_size,
-                "level": args.level,
-                "critics": args.critics,
-                "cases": results,
-            },
-            indent=2,
-        )
-    )
+    fields = {"batch_size": args.batch_size, "level": args.level, "critics": args.critics}
+    args.out.write_text(json.dumps({**fields, "cases": results}, indent=2))
     print(f"wrote {args.out}")
 
 
