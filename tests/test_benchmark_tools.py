@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks.overhead import parse_args, with_growth
-from benchmarks.pages import MISSES, render
+from benchmarks.report import MISSES, render
 
 
 def test_ensemble_scaling_runs_each_loss_at_its_numbers_of_critics():
