@@ -1,8 +1,18 @@
 """Learning benchmark: the tutorials over several seeds, with rlloss and with TorchRL's losses.
 
-Every task of ``benchmarks/learning_tasks.py`` is run as a subprocess per library and seed, then
-summarized into one JSON and one figure per task (what is run, where its outputs go, how they
-are summarized: :mod:`benchmarks.learning_runs`).
+Every task of ``TASKS`` (a tutorial, its extra arguments, a frame budget, a target on the final
+return and a published reference) runs as one subprocess per library and seed::
+
+    python tutorials/<script> --seed K --total-frames F --device D --out <run dir> [extra args]
+
+``rlloss`` runs the tutorial as it is; ``torchrl`` the same script with its ``from rlloss import``
+lines importing the same names from TorchRL (``benchmarks/torchrl_swap.py``; a task whose names
+TorchRL lacks is ``n/a``, a failed swap is recorded, not an error). Each run dir
+``<results dir>/<task>/<library>/seed<K>/`` keeps ``returns.csv``, ``stdout.txt``,
+``stderr.txt`` and ``run.json``; the summary (``--out``, ``benchmarks/results/learning.json``)
+holds per task and library the per-seed returns and wall times and whether ``final_return >=
+target`` held on at least 2 seeds, with one figure per task beside it (``learning_<task>.png``:
+per library the mean and min-max over seeds of the running mean of 10 episode returns).
 
 Run from the repository root::
 
@@ -10,39 +20,355 @@ Run from the repository root::
     python benchmarks/learning.py --smoke                  # a minute: tiny budgets, 1 seed
     python benchmarks/learning.py --tasks sac_pendulum --seeds 0 1 2 3 4 --jobs 2
     python benchmarks/learning.py --total-frames-scale 0.05 --results-dir /tmp/learning
-    python benchmarks/learning.py --summarize-only
+    python benchmarks/learning.py --summarize-only         # rebuild from the run dirs on disk
     python benchmarks/learning.py --rnd-runs /tmp/rndq --out docs/figures/ppo_rnd_sparse.png
     python benchmarks/learning.py --rnd-runs /tmp/rnd2 --rnd-title "Deep Sea 20" \
         --out docs/figures/ppo_rnd_deepsea.png
 
 ``--rnd-runs``: the figure and per-seed table of ``tutorials/ppo_rnd_sparse.py`` (PPO alone
-beside PPO + RND, with rlloss and with TorchRL's classes) from its runs' output folders,
-``<library>-<rnd|no-rnd>-<seed>`` (each with the tutorial's ``returns.csv``), each beside its
-standard output ``<folder>.log``.
+beside PPO + RND, both libraries) from its runs' folders ``<library>-<rnd|no-rnd>-<seed>`` (each
+with the tutorial's ``returns.csv``, beside its standard output ``<folder>.log``). Subprocesses
+get ``OMP_NUM_THREADS=1`` unless set; the exit status is 1 when an rlloss run failed;
+``--smoke`` writes under the temporary directory unless ``--results-dir`` / ``--out`` are given.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import learning_runs  # noqa: E402
-from benchmarks.learning_curves import RND_MODES, draw_rnd_figure, rnd_summary  # noqa: E402
-from benchmarks.learning_tasks import TASKS  # noqa: E402
+from benchmarks.learning_summary import (  # noqa: E402
+    MIN_SEEDS_MET,
+    RND_MODES,
+    draw_rnd_figure,
+    fmt,
+    json_ready,
+    last_error_line,
+    print_summary,
+    read_returns,
+    rnd_summary,
+    run_dir_of,
+    run_machine,
+    summarize_run,
+    summarize_task,
+)
 from benchmarks.records import machine_info  # noqa: E402
+from benchmarks.torchrl_swap import swap_to_torchrl  # noqa: E402
 
+TUTORIALS_DIR = REPO_ROOT / "tutorials"
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "learning"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "learning.json"
 SMOKE_TASKS = ("ppo_cartpole", "td3_pendulum")
+SMOKE_FRAMES = 2048
+LIBRARIES = ("rlloss", "torchrl")
 
 
+# The tasks
+@dataclass(frozen=True)
+class Task:
+    """One tutorial run: its script, extra arguments, frame budget, target and reference;
+    ``prepare``: a tutorial command (script and arguments, run from the repository root) that
+    must have run once before the task's runs, skipped when the path ``prepared`` exists (the
+    offline tasks' dataset)."""
+
+    script: str
+    extra_args: tuple[str, ...]
+    total_frames: int
+    target: float
+    reference: str
+    prepare: tuple[str, ...] = ()
+    prepared: str | None = None
+
+
+RL_ZOO = "rl-baselines3-zoo"  # benchmark.md: one training run each, deterministic evaluation
+CARTPOLE, PENDULUM = 475.0, -200.0  # the targets on the final return
+ZOO_PPO = f"{RL_ZOO} PPO: 500.0 +- 0.0 at 100k"
+ZOO_A2C = f"{RL_ZOO} A2C: 500.0 +- 0.0 at 500k"
+ZOO_DQN = f"{RL_ZOO} DQN: 500.0 +- 0.0 at 50k"
+ZOO_SAC = f"{RL_ZOO} SAC: -157.0 +- 88.7 at 20k"
+# The offline tasks learn from one dataset (tutorials/offline_dataset.py, seed 0: SAC after
+# 3,000 steps, 50,000 transitions, mean return -839.2 +- 110.1); their target is to beat its
+# mean (and behaviour cloning, the bc_offline task, on the same data).
+OFFLINE_DIR = "runs/pendulum_offline"
+OFFLINE_DATASET_MEAN = -839.2
+OFFLINE = {
+    "prepare": ("offline_dataset.py", "--seed", "0", "--out", OFFLINE_DIR),
+    "prepared": f"{OFFLINE_DIR}/dataset",
+}
+OFFLINE_REFERENCE = (
+    "the dataset's mean return -839.2 +- 110.1; behaviour cloning (bc_offline) -797.6, -812.0, "
+    "-851.8 on seeds 0-2 (benchmarks/results/offline.json)"
+)
+TASKS: dict[str, Task] = {
+    "ppo_cartpole": Task("ppo_cartpole.py", (), 100_000, CARTPOLE, ZOO_PPO),
+    "klpen_cartpole": Task(
+        "klpen_cartpole.py",
+        (),
+        150_000,
+        CARTPOLE,
+        f"none for KLPEN; {RL_ZOO} clipped PPO: 500.0 +- 0.0 at 100k",
+    ),
+    "torchrl_pipeline": Task("torchrl_pipeline.py", (), 100_000, CARTPOLE, ZOO_PPO),
+    "recurrent_ppo_cartpole": Task(
+        "recurrent_ppo_cartpole.py",
+        (),
+        150_000,
+        CARTPOLE,
+        "not looked up for RecurrentPPO on "
+        "CartPoleNoVel-v1 (rl-baselines3-zoo's ppo_lstm.yml trains it for 100k)",
+    ),
+    "recurrent_ppo_cartpole_no_rnn": Task(
+        "recurrent_ppo_cartpole.py",
+        ("--no-rnn",),
+        150_000,
+        CARTPOLE,
+        "the feed-forward baseline of recurrent_ppo_cartpole: not expected to reach the target",
+    ),
+    "rpo_pendulum": Task(
+        "rpo_pendulum.py",
+        (),
+        300_000,
+        -250.0,
+        f"none for RPO; {RL_ZOO} PPO: -172.2 +- 104.2 at 100k",
+    ),
+    "a2c_cartpole": Task("a2c_cartpole.py", (), 500_000, CARTPOLE, ZOO_A2C),
+    "reinforce_cartpole": Task(
+        "reinforce_cartpole.py", (), 500_000, CARTPOLE, f"none for REINFORCE; {ZOO_A2C}"
+    ),
+    "dqn_cartpole": Task("dqn_cartpole.py", (), 50_000, CARTPOLE, ZOO_DQN),
+    "c51_cartpole": Task("c51_cartpole.py", (), 50_000, CARTPOLE, f"none for C51; {ZOO_DQN}"),
+    "sac_pendulum": Task("sac_pendulum.py", (), 20_000, PENDULUM, ZOO_SAC),
+    "redq_pendulum": Task("redq_pendulum.py", (), 20_000, PENDULUM, f"none for REDQ; {ZOO_SAC}"),
+    "tqc_pendulum": Task(
+        "tqc_pendulum.py", (), 20_000, PENDULUM, f"not looked up for TQC; {ZOO_SAC}"
+    ),
+    "crossq_pendulum": Task(
+        "crossq_pendulum.py", (), 20_000, PENDULUM, f"none for CrossQ; {ZOO_SAC}"
+    ),
+    "td3_pendulum": Task(
+        "td3_pendulum.py", (), 20_000, PENDULUM, f"{RL_ZOO} TD3: -151.9 +- 90.2 at 20k"
+    ),
+    "ddpg_pendulum": Task(
+        "td3_pendulum.py", ("--ddpg",), 20_000, PENDULUM, f"{RL_ZOO} DDPG: -152.1 +- 94.3 at 20k"
+    ),
+    "mpo_pendulum": Task(
+        "mpo_pendulum.py", (), 30_000, PENDULUM, "none found for MPO on Pendulum-v1"
+    ),
+    "mpo_cartpole": Task(
+        "mpo_cartpole.py", (), 100_000, CARTPOLE, "none found for categorical MPO on CartPole-v1"
+    ),
+    **{
+        name: Task(
+            f"{name}.py",
+            ("--dataset", OFFLINE["prepared"]),
+            20_000,  # gradient steps: an offline learner collects no frames
+            OFFLINE_DATASET_MEAN,
+            OFFLINE_REFERENCE,
+            **OFFLINE,
+        )
+        for name in ("iql_offline", "cql_offline", "td3bc_offline", "bc_offline")
+    },
+}
+
+
+# The runs
+def torchrl_swap(task: Task) -> dict[str, Any]:
+    """The TorchRL swap of a task's tutorial (see ``swap_to_torchrl``)."""
+    return swap_to_torchrl((TUTORIALS_DIR / task.script).read_text())
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (task, library, seed) subprocess."""
+
+    task: str
+    library: str
+    seed: int
+    total_frames: int
+    device: str
+    run_dir: Path
+    script: Path
+
+
+def plan_runs(cfg: argparse.Namespace, swaps: dict[str, dict]) -> list[Run]:
+    """Every run of the selected tasks, libraries and seeds; writes each swapped script."""
+    runs = []
+    for name in cfg.tasks:
+        task = TASKS[name]
+        frames = scaled_frames(task, cfg)
+        for library in cfg.libraries:
+            if library == "torchrl" and not swaps[name]["ok"]:
+                continue
+            for seed in cfg.seeds:
+                run_dir = run_dir_of(cfg.results_dir, name, library, seed)
+                script = TUTORIALS_DIR / task.script
+                if library == "torchrl":
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    script = run_dir / f"torchrl_{task.script}"
+                    script.write_text(swaps[name]["source"])
+                runs.append(Run(name, library, seed, frames, cfg.device, run_dir, script))
+    return runs
+
+
+def prepare_tasks(names: list[str]) -> None:
+    """Run each task's ``prepare`` command once (the offline tasks' dataset), unless the path
+    it writes (``prepared``) already exists; stop with its error if it fails."""
+    done = set()
+    for name in names:
+        task = TASKS[name]
+        if not task.prepare or task.prepare in done:
+            continue
+        done.add(task.prepare)
+        if (REPO_ROOT / task.prepared).exists():
+            continue
+        command = [sys.executable, str(TUTORIALS_DIR / task.prepare[0]), *task.prepare[1:]]
+        shown = " ".join(display_path(part) for part in command)
+        print(f"{name}: preparing ({shown})", flush=True)
+        proc = subprocess.run(
+            command, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True
+        )
+        if proc.returncode != 0 or not (REPO_ROOT / task.prepared).exists():
+            why = last_error_line(proc.stderr) or f"it did not write {task.prepared}"
+            raise SystemExit(f"{name}: the preparation `{shown}` failed: {why}")
+
+
+def scaled_frames(task: Task, cfg: argparse.Namespace) -> int:
+    """The task's budget times ``--total-frames-scale`` (``SMOKE_FRAMES`` with ``--smoke``)."""
+    if cfg.smoke:
+        return SMOKE_FRAMES
+    return max(1, round(task.total_frames * cfg.total_frames_scale))
+
+
+def run_command(run: Run) -> list[str]:
+    """The tutorial's command line for one run."""
+    args = ["--seed", run.seed, "--total-frames", run.total_frames, "--device", run.device]
+    args += ["--out", run.run_dir]
+    return [sys.executable, str(run.script), *map(str, args), *TASKS[run.task].extra_args]
+
+
+def child_env() -> dict[str, str]:
+    """The subprocess environment: the tutorials dir (for ``_helpers``) and the working tree's
+    ``rlloss`` first on the path, one thread each, and a quiet progress bar."""
+    env = dict(os.environ)
+    path = [str(TUTORIALS_DIR), str(REPO_ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(
+        path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TQDM_MININTERVAL", "10")
+    return env
+
+
+def execute(run: Run, machine: dict[str, Any]) -> dict[str, Any]:
+    """Run one tutorial, keep its outputs in the run dir, write ``run.json`` and return it."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run.run_dir.iterdir():  # a previous run's outputs must not pass for this one's
+        if stale.is_file() and stale != run.script:
+            stale.unlink()
+    command = run_command(run)
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    with open(run.run_dir / "stdout.txt", "w") as out, open(run.run_dir / "stderr.txt", "w") as err:
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=child_env(), stdout=out, stderr=err)
+    record = {
+        "task": run.task,
+        "library": run.library,
+        "seed": run.seed,
+        "total_frames": run.total_frames,
+        "device": run.device,
+        "command": [display_path(part) for part in command],
+        "returncode": proc.returncode,
+        "wall_s": round(time.perf_counter() - start, 1),
+        # the 1-minute load average before and after: wall times compare only at equal loads
+        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "machine": machine,
+    }
+    (run.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def display_path(part: str) -> str:
+    """A command-line part with the repository root made relative and the interpreter as
+    ``python``."""
+    if part == sys.executable:
+        return "python"
+    return part.replace(str(REPO_ROOT) + os.sep, "")
+
+
+def execute_all(runs: list[Run], jobs: int, machine: dict[str, Any]) -> None:
+    """Run everything, ``jobs`` subprocesses at a time, printing one line per finished run."""
+    finished = itertools.count(1)  # next() on it is atomic: safe from the worker threads
+
+    def one(run: Run) -> None:
+        record = execute(run, machine)
+        summary = summarize_run(run.run_dir)
+        done = next(finished)
+        result = (
+            f"final_return={fmt(summary['final_return'])}"
+            if summary["status"] == "ok"
+            else f"{summary['status']}: {summary.get('error')}"
+        )
+        print(
+            f"[{done}/{len(runs)}] {run.task} {run.library} seed{run.seed}: {result} "
+            f"({record['wall_s']:.0f} s)",
+            flush=True,
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, runs))
+
+
+def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str, Any]:
+    """Summarize the run dirs of the selected tasks into ``cfg.out`` and the figures."""
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    tasks = {}
+    for name in cfg.tasks:
+        entry = summarize_task(name, TASKS[name], cfg, torchrl_swap(TASKS[name]), cfg.out.parent)
+        if entry["libraries"]:
+            tasks[name] = entry
+    # A failed TorchRL swap is a finding, recorded in the JSON; only rlloss runs must finish.
+    ok = all(t["libraries"].get("rlloss", {}).get("status", "ok") == "ok" for t in tasks.values())
+    config = {k: v for k, v in vars(cfg).items() if k != "out"}
+    config["results_dir"] = display_path(str(cfg.results_dir))
+    config["subprocess_env"] = {k: child_env()[k] for k in ("OMP_NUM_THREADS", "TQDM_MININTERVAL")}
+    result = {
+        "machine": machine,
+        "command": " ".join(["python", *(display_path(a) for a in sys.argv)]),
+        "config": config,
+        "references": "rl-baselines3-zoo: its benchmark.md (one training run per algorithm and env, "
+        "mean and std of the return of the deterministic policy over its evaluation "
+        "episodes, training budget as stated)",
+        "method": (
+            f"each tutorial run as a subprocess per seed; final_return is the tutorial's "
+            f"(evaluation mean where it evaluates, else mean of the last 10 training "
+            f"episodes); a target is met when final_return >= target on at least "
+            f"{MIN_SEEDS_MET} seeds; torchrl = the same script with its 'from rlloss import' "
+            f"lines importing the same names from TorchRL; wall times compare only between "
+            f"runs made at the same machine load (the 1-minute load average before and after "
+            f"each run is recorded where known)"
+        ),
+        "ok": ok,
+        "tasks": tasks,
+    }
+    cfg.out.write_text(json.dumps(json_ready(result), indent=2) + "\n")
+    return result
+
+
+# The command line
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -59,8 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--libraries",
         nargs="+",
-        choices=learning_runs.LIBRARIES,
-        default=list(learning_runs.LIBRARIES),
+        choices=LIBRARIES,
+        default=list(LIBRARIES),
     )
     p.add_argument(
         "--total-frames-scale",
@@ -92,7 +418,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help=f"{learning_runs.SMOKE_FRAMES} frames, seed 0, tasks {' '.join(SMOKE_TASKS)} (unless given)",
+        help=f"{SMOKE_FRAMES} frames, seed 0, tasks {' '.join(SMOKE_TASKS)} (unless given)",
     )
     cfg = p.parse_args(argv)
     if cfg.rnd_runs is not None and cfg.out is None:
@@ -124,10 +450,10 @@ def everything_on_disk(cfg: argparse.Namespace) -> argparse.Namespace:
 def rnd_figure(cfg: argparse.Namespace) -> int:
     """``--rnd-runs``: print one row per run of ``ppo_rnd_sparse.py`` and draw the figure."""
     runs = {}
-    for library, mode, seed in itertools.product(learning_runs.LIBRARIES, RND_MODES, cfg.seeds):
+    for library, mode, seed in itertools.product(LIBRARIES, RND_MODES, cfg.seeds):
         run = cfg.rnd_runs / f"{library}-{mode}-{seed}"
         if (run / "returns.csv").exists():
-            runs[library, mode, seed] = learning_runs.read_returns(run / "returns.csv")
+            runs[library, mode, seed] = read_returns(run / "returns.csv")
             summary = rnd_summary(runs[library, mode, seed], run.with_suffix(".log"))
             print(f"{library:8s} {RND_MODES[mode]:10s} seed {seed}: {summary}")
     draw_rnd_figure(runs, cfg.out, cfg.rnd_title)
@@ -139,19 +465,19 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     if cfg.rnd_runs is not None:
         return rnd_figure(cfg)
-    shown = learning_runs.display_path
+    shown = display_path
     if cfg.summarize_only:
-        machine = learning_runs.run_machine(cfg.results_dir, cfg.tasks) or machine_info()
+        machine = run_machine(cfg.results_dir, cfg.tasks) or machine_info()
     else:
         machine = machine_info()
-        swaps = {name: learning_runs.torchrl_swap(TASKS[name]) for name in cfg.tasks}
-        learning_runs.prepare_tasks(cfg.tasks)
-        runs = learning_runs.plan_runs(cfg, swaps)
+        swaps = {name: torchrl_swap(TASKS[name]) for name in cfg.tasks}
+        prepare_tasks(cfg.tasks)
+        runs = plan_runs(cfg, swaps)
         print(f"{len(runs)} runs, {cfg.jobs} at a time, into {shown(str(cfg.results_dir))}")
-        learning_runs.execute_all(runs, cfg.jobs, machine)
+        execute_all(runs, cfg.jobs, machine)
         cfg = everything_on_disk(cfg)  # the summary keeps the tasks and seeds not run now
-    result = learning_runs.write_summary(cfg, machine)
-    learning_runs.print_summary(result)
+    result = write_summary(cfg, machine)
+    print_summary(result)
     print(f"wrote {shown(str(cfg.out))}")
     return 0 if result["ok"] else 1
 

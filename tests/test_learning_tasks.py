@@ -6,16 +6,15 @@ import argparse
 
 import pytest
 
-from benchmarks import learning_runs
-from benchmarks.learning import everything_on_disk
-from benchmarks.learning_tasks import OFFLINE, TASKS, Task
+from benchmarks import learning
+from benchmarks.learning import OFFLINE, TASKS, Task, everything_on_disk
 
 
 def test_every_task_names_an_existing_tutorial_and_preparation():
     for name, task in TASKS.items():
-        assert (learning_runs.TUTORIALS_DIR / task.script).is_file(), name
+        assert (learning.TUTORIALS_DIR / task.script).is_file(), name
         if task.prepare:
-            assert (learning_runs.TUTORIALS_DIR / task.prepare[0]).is_file(), name
+            assert (learning.TUTORIALS_DIR / task.prepare[0]).is_file(), name
             assert task.prepared is not None, name
     offline = [name for name, task in TASKS.items() if task.prepare == OFFLINE["prepare"]]
     assert sorted(offline) == ["bc_offline", "cql_offline", "iql_offline", "td3bc_offline"]
@@ -34,11 +33,11 @@ def test_preparation_runs_once_and_is_skipped_when_its_output_exists(tmp_path, m
     task = Task(
         "ppo_cartpole.py", (), 10, 0.0, "", prepare=(str(script), "--seed", "0"), prepared=str(made)
     )
-    monkeypatch.setitem(learning_runs.TASKS, "a", task)
-    monkeypatch.setitem(learning_runs.TASKS, "b", task)  # shares the preparation
-    learning_runs.prepare_tasks(["a", "b"])
+    monkeypatch.setitem(learning.TASKS, "a", task)
+    monkeypatch.setitem(learning.TASKS, "b", task)  # shares the preparation
+    learning.prepare_tasks(["a", "b"])
     assert made.is_dir() and log.read_text() == "--seed 0\n"
-    learning_runs.prepare_tasks(["a"])  # already there: not run again
+    learning.prepare_tasks(["a"])  # already there: not run again
     assert log.read_text() == "--seed 0\n"
 
 
@@ -54,9 +53,9 @@ def test_a_failed_preparation_stops_with_its_error(tmp_path, monkeypatch):
         prepare=(str(script),),
         prepared=str(tmp_path / "dataset"),
     )
-    monkeypatch.setitem(learning_runs.TASKS, "a", task)
+    monkeypatch.setitem(learning.TASKS, "a", task)
     with pytest.raises(SystemExit, match="a: the preparation .*RuntimeError: no environment"):
-        learning_runs.prepare_tasks(["a"])
+        learning.prepare_tasks(["a"])
 
 
 def test_the_summary_after_a_run_keeps_every_task_and_seed_on_disk(tmp_path):
