@@ -6,53 +6,11 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
     python benchmarks/compile_report.py --smoke            # 2 cases, 3 fresh batches
     python benchmarks/compile_report.py --cases SACLoss TD3Loss --out my.json
 
-For every case (one loss configuration) and for the ``rlloss`` loss and, where the case has one,
-the ``torchrl.objectives`` loss (side by side), on one batch of size 64:
-
-* **graphs / breaks**: ``torch._dynamo.explain(method.loss)()``: how many graphs dynamo cuts the
-  loss into, how many graph breaks, and why (one short line per break, with the source line).
-* **fullgraph**: whether ``torch.compile(method.loss, fullgraph=True)`` compiles and runs; if
-  not, the error (class and first line) is recorded and the rest of the row is measured with
-  ``fullgraph=False``.
-* **recompiles**: the compiled loss is run on ``--fresh-batches`` (20) new batches of the same
-  structure, and the number of new compilations is counted. A fresh batch is what the case
-  builder makes with another seed: new tensor objects with new values and the same keys, shapes
-  and dtypes. The loss of a TorchRL-API method reads its batch when called (``loss_module(batch)``
-  on the TensorDict bound at construction), so that TensorDict is emptied and refilled with the
-  fresh batch's tensors before each call; emptying it also drops what the previous call wrote
-  into it (``td_error``, actor outputs), as a new replay sample would. The row records how many
-  distinct loss values the fresh batches gave, so a refill that did not reach the loss shows.
-* **cold / warm**: seconds of the first training step (forward, then backward: the backward
-  graph compiles at the first backward) of the compiled loss.
-
-How recompiles are counted
---------------------------
-The loss is compiled with a backend that counts its calls and hands each graph to inductor
-(``compile_fx``). Dynamo calls the backend once per graph it captures, so after the first step
-every further call is a recompilation (or a graph on a path not taken before). The count belongs
-to this compiled object alone, unlike the process-wide ``counters["stats"]["unique_graphs"]``, and
-does not depend on logging settings. ``recompile_limit`` is raised above the number of fresh
-batches for the measurement, so that dynamo keeps compiling (and counting) instead of silently
-falling back to eager after 8 recompiles. The guard failures dynamo gives as reasons
-(``torch._dynamo.utils.guard_failures``) are recorded with the count.
-
-What cold and warm mean
------------------------
-Each row runs inside ``torch._inductor.utils.fresh_cache()``: a new, empty inductor cache
-directory (FX graph cache, AOTAutograd cache, compiled kernels) and cleared in-memory caches.
-
-* ``cold_s``: the first step after ``torch._dynamo.reset()`` in that empty cache: dynamo
-  tracing, AOTAutograd, inductor code generation and C++ compilation of every kernel. It fills
-  the cache directory.
-* ``warm_s``: the first step after ``torch._dynamo.reset()`` and a clear of inductor's in-memory
-  caches, with the cache directory the cold step filled: dynamo traces again, and the FX graph /
-  AOTAutograd caches hand back compiled code from disk. This is what a second run of the same
-  training script pays (minus process start-up).
-
-Inductor's one-time initialisation (imports, compiler detection), paid by whichever graph a
-process compiles first, is paid by a tiny function before the first row and reported as
-``inductor_init_s``, so that it is in no row's cold time. Timings are wall-clock seconds on a
-CPU shared with whatever else runs; the load average is in the ``machine`` block.
+Per case and library (rlloss, and TorchRL where it has the loss), on one batch of 64: the graphs
+and graph breaks ``torch._dynamo.explain`` finds, whether ``fullgraph=True`` compiles and runs,
+the recompilations over ``--fresh-batches`` new batches of the same structure, and the cold and
+warm first training step (``METHOD``; in full, BENCHMARKS.md's "Method" section). The exit
+status is 1 when an rlloss row is off the compile contract (:func:`meets_contract`).
 """
 
 from __future__ import annotations
@@ -86,7 +44,17 @@ from torch._inductor.compile_fx import compile_fx  # noqa: E402
 from benchmarks.cases import CASES  # noqa: E402
 from benchmarks.records import machine_info, text_table  # noqa: E402
 
-METHOD = __doc__.split("\n\n", 3)[3]  # what each figure means, recorded in the JSON
+METHOD = (  # what each figure means, recorded in the JSON
+    "graphs / breaks: torch._dynamo.explain(loss)(); fullgraph: torch.compile(loss, "
+    "fullgraph=True) compiles and runs (else the error, and the rest without it); recompiles: "
+    "graphs a counting inductor backend receives while the compiled loss runs on fresh batches "
+    "(the case built with other seeds, refilled into the TensorDict the loss reads), the "
+    "recompile limit raised above their number, dynamo's guard failures as the reasons; cold_s: "
+    "the first step (forward + backward) after torch._dynamo.reset() in an empty inductor cache "
+    "(torch._inductor.utils.fresh_cache); warm_s: the first step after a reset and "
+    "torch._inductor.utils.clear_caches() with that cache directory filled; inductor's one-time "
+    "initialisation paid by a tiny function first (inductor_init_s)"
+)
 FRESH_BATCHES = 20
 SMOKE_CASES = ("DQNLoss", "SACLoss")
 SMOKE_FRESH_BATCHES = 3
@@ -259,7 +227,7 @@ def compile_row(
 ) -> dict:
     """Cold first step, recompiles over ``fresh`` and warm first step of ``library``'s loss
     compiled with ``fullgraph``, in an empty inductor cache directory made under
-    ``cache_root`` (see the module docstring)."""
+    ``cache_root`` (``METHOD``)."""
     bound = setup.batches[batch_name]
     original = bound.copy()  # the same tensors: a clone() could change strides (views of a
     # wider tensor become contiguous), and a stride change is a new graph
@@ -389,10 +357,7 @@ def table_cells(row: dict) -> list[str]:
     def seconds(key: str) -> str:
         return f"{row[key]:.1f}" if key in row else "-"
 
-    if "recompiles" in row:
-        recompiles = f"{row['recompiles']}/{row['fresh_batches']}"
-    else:
-        recompiles = "-"
+    recompiles = f"{row['recompiles']}/{row['fresh_batches']}" if "recompiles" in row else "-"
     reasons = row.get("break_reasons") or [row.get("explain_error", "")]
     return [
         row["case"],
@@ -410,17 +375,8 @@ def table_cells(row: dict) -> list[str]:
 def print_table(rows: list[dict]) -> None:
     """The report as a Markdown table, then the full text of every error, break and
     recompilation reason."""
-    header = [
-        "case",
-        "library",
-        "graphs",
-        "breaks",
-        "fullgraph",
-        "recompiles",
-        "cold s",
-        "warm s",
-        "first break reason",
-    ]
+    header = ["case", "library", "graphs", "breaks", "fullgraph", "recompiles", "cold s"]
+    header += ["warm s", "first break reason"]
     print("\n".join(text_table(header, [table_cells(row) for row in rows])))
     for row in rows:
         notes = [row.get(k) for k in ("explain_error", "fullgraph_error", "compile_error")]

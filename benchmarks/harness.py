@@ -1,59 +1,11 @@
 """The overhead harness: one case's methods gated against each other, then timed interleaved.
 
-What is measured
-----------------
-For every *case* (one loss configuration, e.g. ``ClipPPOLoss``; see :mod:`benchmarks.cases`) and
-every batch size, four implementations of the same math are run on the same networks:
-
-* ``plain``   -- the same outputs written by hand: straight tensors, no TensorDict; the
-  losses plus the diagnostics both libraries return with them (clip fraction, ESS,
-  ratios, approximate KL, entropy, explained variance). It calls the very same
-  ``nn.Sequential`` modules and the actor's own distribution class. This is the floor:
-  what the math costs with zero framework overhead, and the baseline of the targets.
-* ``plain-min`` -- the same without the diagnostics (the losses only), for reference.
-* ``rlloss``  -- the rlloss loss module (TorchRL's keyword API and output keys).
-* ``rlloss-min`` -- the same with ``diagnostics=False`` (the losses only), the counterpart of
-  ``plain-min``, for the cases whose loss has diagnostics to skip.
-* ``torchrl`` -- the ``torchrl.objectives`` loss module (the reference).
-* ``hand``    -- the step as a user writes it in one file, CleanRL-style: formula log-probs, no
-  distribution objects, no TensorDict, the critic the user's own module, and the diagnostics
-  rlloss returns (:mod:`benchmarks.cases.handwritten`); ``hand-min`` without the diagnostics.
-  Eager only; only for the cases that have one (the PPO family, DQN, and the off-policy losses
-  with a custom critic).
-
-One timed *step* is what an optimisation step costs minus the optimizer itself:
-``zero_grad`` (grads set to ``None``) + forward + ``total.backward()``, where
-``total`` is the sum of the loss terms. Each method gets its own deep copy of the
-networks (identical weights), and all methods read the same batch.
-
-Method
-------
-* CPU only, ``torch.set_num_threads(1)``; the garbage collector is disabled inside
-  timed blocks (as :mod:`timeit` does) and run between them (not in ``--smoke`` runs, which
-  check the gate and the code paths), over what the steps made only: what exists when the
-  timing starts is frozen out of it (``gc.freeze``; a full collection costs ~0.16 s).
-* Equality gate, before any timing: every method must reproduce the TorchRL total
-  loss and the gradient of every network parameter to ``--rtol`` (relative; the
-  gradient check uses ``||g - g_ref|| <= rtol * ||g_ref||`` per tensor; the total's,
-  ``|l - l_ref| <= rtol * sum_i |t_i|`` over the reference's loss terms ``t_i``, the scale
-  of a sum's rounding error: a total whose terms nearly cancel is not held to its own
-  tiny magnitude, which one summation order or another misses on some CPUs). It runs
-  on the timed batch and on gate-only variants (for PPO: an off-policy batch whose
-  stored log-probs are shifted so that the clipping branch is active). A method that
-  fails is reported as FAILED, is not timed, and the script exits with status 1.
-* Warm-up: ``--warmup`` steps per method. Then ``--repeats`` rounds; in round ``r``
-  the methods run in an order rotated by ``r`` (interleaving spreads machine-load
-  drift evenly over the methods), each for ``--inner`` consecutive steps timed with
-  :func:`time.perf_counter` (with ``--clock cpu``: :func:`time.process_time`, the CPU time the
-  process spent, which a machine shared with other work inflates far less than the wall clock);
-  one sample = block time / inner. ``--inner 0`` (the
-  default) picks, per case and batch size, the count that makes the slowest method's
-  block last about ``--block-ms``.
-* Reported: per method the median of the samples with its interquartile range
-  (p25-p75) and min; ratios are medians (and IQR) of the *paired* per-round ratios,
-  which cancel most of the load drift between rounds, (the pages add the ratio of the two
-  methods' fastest tenths of blocks: on a machine shared with other work, where load only
-  ever adds time, the least inflated figure).
+A case (:mod:`benchmarks.cases`) builds its batches and one factory per method (``plain``,
+``rlloss``, ``rlloss-min``, ``torchrl``, ``hand``, ``hand-min``); :func:`run_case` gates every
+method against the case's reference (the total loss and every gated gradient, on every batch),
+then times each level (``forward``, ``backward``, ``update``) in rotated interleaved rounds and
+records the medians and the paired per-round ratios. The method in full: BENCHMARKS.md's
+"Method" section (``benchmarks/page.md``).
 """
 
 from __future__ import annotations
@@ -72,15 +24,13 @@ from typing import Any
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("plain", "plain-min", "rlloss", "rlloss-min", "torchrl", "hand", "hand-min")
+METHODS = ("plain", "rlloss", "rlloss-min", "torchrl", "hand", "hand-min")
 # not compiled: the diagnostics-off variants, and the hand-written steps (an eager anchor)
-EAGER_ONLY = ("plain-min", "rlloss-min", "hand", "hand-min")
+EAGER_ONLY = ("rlloss-min", "hand", "hand-min")
 LEVELS = ("forward", "backward", "update")  # "update" last: it changes the weights
 MODES = ("eager", "compiled")
 RATIOS = (
     ("rlloss", "plain"),
-    ("rlloss", "plain-min"),
-    ("rlloss-min", "plain-min"),
     ("torchrl", "rlloss"),
     ("torchrl", "plain"),
     ("rlloss", "hand"),

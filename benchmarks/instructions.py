@@ -92,7 +92,7 @@ def instructions_per_step(args: argparse.Namespace, case: str) -> dict[str, dict
         )
         per_step[method] = (high - low) / (args.steps_high - args.steps_low)
         print(f"{case} B={args.batch_size} {method}: {per_step[method] / 1e6:.3f} M instr/step")
-    base = "plain" if "plain" in per_step else next(iter(per_step))  # e.g. plain-min
+    base = "plain" if "plain" in per_step else next(iter(per_step))
     ratios = {f"{m}/{base}": per_step[m] / per_step[base] for m in per_step if m != base}
     print(f"{case} ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()), flush=True)
     return {"instructions_per_step": per_step, "ratios": ratios}

@@ -197,7 +197,6 @@ def hand_row(cases: tuple[str, ...], batch_size: int) -> Callable[[dict], bool]:
 TARGETS = (
     ("rlloss/plain", 1.10, True, eager(small=True)),
     ("rlloss/plain", 1.02, True, eager(small=False)),
-    ("rlloss-min/plain-min", 1.10, True, eager(small=True)),
     ("torchrl/rlloss", 1.5, False, eager()),
     ("rlloss/plain", 1.05, True, lambda r: r["mode"] == "compiled"),
     ("rlloss-min/hand-min", 1.15, True, hand_row(HAND_PPO, 64)),  # diagnostics off

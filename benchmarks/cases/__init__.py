@@ -2,7 +2,7 @@
 
 A case is a function ``build(batch_size, seed) -> CaseSetup`` (see
 :class:`benchmarks.harness.CaseSetup`): it builds the template networks, the batch(es) and one
-method factory per implementation (``plain``, ``plain-min``, ``rlloss``, ``torchrl``). Each
+method factory per implementation (``plain``, ``rlloss``, ``torchrl``...). Each
 family module holds its cases' builders beside the hand-written plain-torch baseline they time
 against, and exports ``CASES`` (name -> builder) and ``BATCH_SIZES`` (its small, overhead-bound
 and large, compute-bound batch sizes).

@@ -104,12 +104,12 @@ def kl_mean(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return value.mean()
 
 
-def plain_grpo_loss(model: TinyTokenModel, batch, diagnostics: bool) -> Callable:
+def plain_grpo_loss(model: TinyTokenModel, batch) -> Callable:
     """GRPO's step written by hand on tensors (arXiv:2402.03300, eq. 3, with DAPO's token
     mean): the token log-ratio to the sampling policy over the response tokens, the clipped
     surrogate ``min(r A, clip(r, 1 - eps, 1 + eps) A)`` averaged over those tokens, and ``coeff``
     times the k3 estimate of ``KL(pi || pi_ref)`` averaged over every padded position (as both
-    libraries do); with ``diagnostics``, the clip fraction, the approximate KL and the ESS."""
+    libraries do), and the clip fraction, the approximate KL and the ESS."""
     tokens = batch["tokens", "full"]
     mask = response_mask(batch["masks", "all_attention_mask"], batch["tokens", "prompt"].shape[-1])
     old, ref = batch["log_probs", "full"], batch["next", "ref_log_probs", "full"]
@@ -125,15 +125,15 @@ def plain_grpo_loss(model: TinyTokenModel, batch, diagnostics: bool) -> Callable
         loss_objective = -torch.where(mask, surrogate, 0.0).sum() / count
         diff = torch.where(mask, ref - log_prob, 0.0)
         loss_kl = coeff * kl_mean(mask, diff.exp() - 1 - diff)
-        if diagnostics:  # computed as the libraries report them, then dropped
-            with torch.no_grad():
-                lr = log_ratio.detach()
-                weight = torch.where(mask, lr.exp(), 0.0)
-                _ = [
-                    ((lr.abs() > eps) & mask).sum() / count,  # clip fraction
-                    -torch.where(mask, lr, 0.0).sum() / count,  # kl_approx
-                    weight.sum().square() / weight.square().sum() / count,  # ESS
-                ]
+        # computed as the libraries report them, then dropped
+        with torch.no_grad():
+            lr = log_ratio.detach()
+            weight = torch.where(mask, lr.exp(), 0.0)
+            _ = [
+                ((lr.abs() > eps) & mask).sum() / count,  # clip fraction
+                -torch.where(mask, lr, 0.0).sum() / count,  # kl_approx
+                weight.sum().square() / weight.square().sum() / count,  # ESS
+            ]
         return loss_objective + loss_kl
 
     return loss
@@ -154,22 +154,14 @@ def build_grpo(batch_size: int, seed: int) -> CaseSetup:
 
         return make
 
-    def plain_factory(diagnostics: bool) -> Callable:
-        def make(batch) -> Method:
-            m = copy.deepcopy(model)
-            return Method(
-                loss=plain_grpo_loss(m, batch, diagnostics),
-                params=prefixed("model", m),
-                trainable=tuple(m.parameters()),
-            )
-
-        return make
+    def plain(batch) -> Method:
+        m = copy.deepcopy(model)
+        return Method(plain_grpo_loss(m, batch), prefixed("model", m), tuple(m.parameters()))
 
     return CaseSetup(
         batches=batches,
         factories={
-            "plain": plain_factory(True),
-            "plain-min": plain_factory(False),
+            "plain": plain,
             "rlloss": module_factory(lambda: rlloss_attr("GRPOLoss")),
             "torchrl": module_factory(lambda: torchrl.objectives.llm.GRPOLoss),
         },

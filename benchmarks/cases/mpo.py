@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -111,10 +109,10 @@ def normal_kl(loc_p, scale_p, loc_q, scale_q) -> torch.Tensor:
     return 0.5 * (ratio + ((loc_p - loc_q) / scale_q) ** 2 - 1 - ratio.log())
 
 
-def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnostics: bool) -> Method:
+def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool) -> Method:
     """MPO / categorical MPO written by hand (Acme's loss terms, rlloss's call order): target
     copies of the actor and the critic, the duals ``nn.Parameter``s; the diagnostics rlloss
-    returns (``diagnostics``) are computed and dropped."""
+    returns are computed and dropped."""
     actor_net, critic, duals = nets["actor_net"], nets["critic"], nets["duals"]
     target_actor, target_critic = frozen_copies([actor_net, critic])
     obs, action, next_obs = batch["observation"], batch["action"], batch["next", "observation"]
@@ -139,8 +137,7 @@ def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnostic
             next_value = target_samples(next_obs)[3].mean(0).unsqueeze(-1)
             target = reward + gamma * not_terminated * next_value
         value = critic(torch.cat([obs, action.clamp(LOW, HIGH)], -1))
-        if diagnostics:
-            td_error = (value - target).detach().abs().squeeze(-1)  # noqa: F841 - the priority
+        td_error = (value - target).detach().abs().squeeze(-1)  # noqa: F841 - the priority
         return F.mse_loss(value, target)
 
     def continuous_loss() -> torch.Tensor:
@@ -169,18 +166,18 @@ def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnostic
             (alpha_mean * (kw["epsilon_mean"] - kl_mean.detach())).sum(-1)
             + (alpha_stddev * (kw["epsilon_stddev"] - kl_stddev.detach())).sum(-1)
         ).mean()
-        if diagnostics:  # computed as rlloss does, then dropped
-            with torch.no_grad():
-                outputs = [
-                    eta,
-                    alpha_mean.mean(),
-                    alpha_stddev.mean(),
-                    kl_mean.sum(-1).mean(),
-                    kl_stddev.sum(-1).mean(),
-                    (weights * torch.log(num_samples * weights + 1e-8)).sum(0).mean(),  # kl_q
-                    q.mean(),
-                ]
-                del outputs
+        # computed as rlloss does, then dropped
+        with torch.no_grad():
+            outputs = [
+                eta,
+                alpha_mean.mean(),
+                alpha_stddev.mean(),
+                kl_mean.sum(-1).mean(),
+                kl_stddev.sum(-1).mean(),
+                (weights * torch.log(num_samples * weights + 1e-8)).sum(0).mean(),  # kl_q
+                q.mean(),
+            ]
+            del outputs
         return actor_loss + critic_loss + temperature_loss + alpha_loss
 
     def discrete_critic_loss() -> torch.Tensor:
@@ -190,8 +187,7 @@ def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnostic
             next_value = (next_p * target_critic(next_obs)).sum(-1, keepdim=True)
             target = reward + gamma * not_terminated * next_value
         value = critic(obs).gather(-1, action.unsqueeze(-1))
-        if diagnostics:
-            td_error = (value - target).detach().abs().squeeze(-1)  # noqa: F841 - the priority
+        td_error = (value - target).detach().abs().squeeze(-1)  # noqa: F841 - the priority
         return F.mse_loss(value, target)
 
     def discrete_loss() -> torch.Tensor:
@@ -208,11 +204,11 @@ def plain_mpo_method(nets: dict, batch, params: dict, discrete: bool, diagnostic
         kl = (target_log_p.exp() * (target_log_p - log_p)).sum(-1)
         actor_loss = (-(log_weights.exp() * log_p).sum(-1) + alpha.detach() * kl).mean()
         alpha_loss = (alpha * (kw["epsilon_policy"] - kl.detach())).mean()
-        if diagnostics:  # computed as rlloss does, then dropped
-            with torch.no_grad():
-                kl_q = (log_weights.exp() * (log_weights - target_log_p)).sum(-1)
-                outputs = [eta, alpha, kl.mean(), kl_q.mean(), q.mean()]
-                del outputs
+        # computed as rlloss does, then dropped
+        with torch.no_grad():
+            kl_q = (log_weights.exp() * (log_weights - target_log_p)).sum(-1)
+            outputs = [eta, alpha, kl.mean(), kl_q.mean(), q.mean()]
+            del outputs
         return actor_loss + critic_loss + temperature_loss.mean() + alpha_loss
 
     return Method(
@@ -271,22 +267,14 @@ def build(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetup:
         duals = {n: getattr(loss, n) for n in mpo_duals(discrete)}
         return loss_module_method(loss, batch, named(nets, duals), LOSS_KEYS)
 
-    def plain_factory(diagnostics: bool) -> Callable[[Any], Method]:
-        def make(batch) -> Method:
-            nets = copy.deepcopy(template)
-            nets["duals"] = mpo_duals(discrete)
-            params = named(nets, nets["duals"])
-            return plain_mpo_method(nets, batch, params, discrete, diagnostics)
-
-        return make
+    def plain(batch) -> Method:
+        nets = copy.deepcopy(template)
+        nets["duals"] = mpo_duals(discrete)
+        return plain_mpo_method(nets, batch, named(nets, nets["duals"]), discrete)
 
     return CaseSetup(
         batches={"replay": batch},
-        factories={
-            "plain": plain_factory(True),
-            "plain-min": plain_factory(False),
-            "rlloss": rlloss_method,
-        },
+        factories={"plain": plain, "rlloss": rlloss_method},
         reference="plain",  # TorchRL has no MPO
         description=(
             f"{described(name, kwargs)}; "

@@ -123,7 +123,7 @@ def ppo_diagnostics(
         ]
 
 
-def plain_mappo_loss(nets: dict, batch, keys: tuple, diagnostics: bool) -> Callable:
+def plain_mappo_loss(nets: dict, batch, keys: tuple) -> Callable:
     """Multi-agent clipped PPO written by hand on tensors: each agent's advantage standardised
     over the batch (the agent dim excluded, as TorchRL's ``normalize_advantage_exclude_dims=
     (-2,)``), the clipped surrogate on per-agent ratios, the entropy bonus and a smooth-L1
@@ -151,8 +151,7 @@ def plain_mappo_loss(nets: dict, batch, keys: tuple, diagnostics: bool) -> Calla
         loss_entropy = -ent_coeff * entropy.mean()
         value = critic_net(obs)  # [B, n_agents, 1]
         loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
-        if diagnostics:  # computed as the libraries do, then dropped
-            ppo_diagnostics(log_ratio, entropy, value, value_target, bounds)
+        ppo_diagnostics(log_ratio, entropy, value, value_target, bounds)  # then dropped
         return loss_objective + loss_critic + loss_entropy
 
     return loss
@@ -201,21 +200,16 @@ def build_ppo(name: str, batch_size: int, seed: int) -> CaseSetup:
 
         return make
 
-    def plain_factory(diagnostics: bool) -> Callable[[Any], Method]:
-        def make(batch) -> Method:
-            m = copy.deepcopy(nets)
-            trainable = (*m["actor_net"].parameters(), *m["critic_net"].parameters())
-            loss = plain_mappo_loss(m, batch, keys, diagnostics)
-            return Method(loss=loss, params=named(m), trainable=trainable)
-
-        return make
+    def plain(batch) -> Method:
+        m = copy.deepcopy(nets)
+        trainable = (*m["actor_net"].parameters(), *m["critic_net"].parameters())
+        return Method(plain_mappo_loss(m, batch, keys), named(m), trainable)
 
     critic_text = "centralised" if PPO_CENTRALIZED[name] else "per-agent"
     return CaseSetup(
         batches=batch_by_name,
         factories={
-            "plain": plain_factory(True),
-            "plain-min": plain_factory(False),
+            "plain": plain,
             "rlloss": module_factory(lambda: rlloss_attr(name)),
             "rlloss-min": module_factory(lambda: rlloss_attr(name), diagnostics=False),
             "torchrl": module_factory(lambda: getattr(torchrl.objectives, name)),

@@ -89,9 +89,9 @@ def networks(seed: int) -> dict[str, nn.Module]:
     return {"actor": actor, "critic": critic, "actor_net": actor_net, "critic_net": critic_net}
 
 
-def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool) -> Callable:
+def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple) -> Callable:
     """The PPO-family loss ``name`` written by hand on tensors: what a user would write, with
-    (``diagnostics``) or without the diagnostics the libraries return alongside the losses."""
+    the diagnostics the libraries return alongside the losses."""
     kwargs = {**COMMON, **VARIANTS[name]}
     entropy_bonus, has_ratio = name != "ReinforceLoss", name not in POLICY_GRADIENT
     actor_net, critic_net = nets["actor_net"], nets["critic_net"]
@@ -120,9 +120,8 @@ def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool)
             if not entropy_bonus:
                 return loss_actor + loss_critic
             entropy = dist.entropy()
-            if diagnostics:
-                with torch.no_grad():
-                    entropy.mean()
+            with torch.no_grad():
+                entropy.mean()  # the diagnostic
             return loss_actor + loss_critic - ent_coeff * entropy.mean()
         log_ratio = (dist.log_prob(action) - logp_old).unsqueeze(-1)
         ratio = log_ratio.exp()
@@ -147,26 +146,25 @@ def plain_ppo_loss(name: str, nets: dict, batch, keys: tuple, diagnostics: bool)
         loss_entropy = -ent_coeff * entropy.mean()
         value = critic_net(obs)
         loss_critic = critic_coeff * F.smooth_l1_loss(value_target, value)
-        if diagnostics:  # computed as the libraries do, then dropped
-            with torch.no_grad():
-                lr = log_ratio.detach()
-                outputs = [
-                    (-lr).mean(),  # kl_approx
-                    (torch.expm1(lr) - lr).mean(),  # kl_k3
-                    entropy.mean(),
-                    1
-                    - (value_target - value).var(correction=0)
-                    / (value_target.var(correction=0) + 1e-7),  # explained_variance
+        with torch.no_grad():  # the diagnostics, computed as the libraries do, then dropped
+            lr = log_ratio.detach()
+            outputs = [
+                (-lr).mean(),  # kl_approx
+                (torch.expm1(lr) - lr).mean(),  # kl_k3
+                entropy.mean(),
+                1
+                - (value_target - value).var(correction=0)
+                / (value_target.var(correction=0) + 1e-7),  # explained_variance
+            ]
+            if clip:
+                weight = (lr - lr.max()).exp()
+                outputs += [
+                    ((lr < lo) | (lr > hi)).float().mean(),  # clip_fraction
+                    weight.sum().square() / (weight.square().sum() * len(lr)),  # ESS
+                    ratio.max(),
+                    ratio.mean(),
                 ]
-                if clip:
-                    weight = (lr - lr.max()).exp()
-                    outputs += [
-                        ((lr < lo) | (lr > hi)).float().mean(),  # clip_fraction
-                        weight.sum().square() / (weight.square().sum() * len(lr)),  # ESS
-                        ratio.max(),
-                        ratio.mean(),
-                    ]
-                del outputs
+            del outputs
         return loss_objective + loss_critic + loss_entropy
 
     return loss
@@ -229,15 +227,14 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
 
         return make
 
-    def plain(m, batch, diagnostics):
-        return plain_ppo_loss(name, m, batch, keys, diagnostics)
+    def plain(m, batch, _):
+        return plain_ppo_loss(name, m, batch, keys)
 
     def hand(m, batch, diagnostics):
         return hand_ppo_loss(name, m, batch, keys, {**COMMON, **VARIANTS[name]}, diagnostics)
 
     factories = {
         "plain": step_factory(plain, True),
-        "plain-min": step_factory(plain, False),
         "rlloss": module_factory(lambda: rlloss_attr(name)),
         "rlloss-min": module_factory(lambda: rlloss_attr(name), diagnostics=False),
     }
