@@ -58,7 +58,7 @@ from benchmarks.cases.common import (  # noqa: E402
     policy_net,
     q_module,
     q_net,
-    replay_batch,
+    random_replay,
 )
 from benchmarks.cases.sac import actor_of  # noqa: E402
 from benchmarks.per_sampler import time_methods  # noqa: E402
@@ -101,16 +101,6 @@ def sac_loss(library, seed: int) -> nn.Module:
     return library.SACLoss(actor, critics, num_qvalue_nets=2, target_entropy=-float(ACT_DIM))
 
 
-def transitions(size: int, discrete: bool, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    if discrete:
-        index = torch.randint(0, DQN_ACTIONS, (size,), generator=g)
-        action = nn.functional.one_hot(index, DQN_ACTIONS)
-        return replay_batch(torch.randn(size, DQN_OBS, generator=g), action, g)
-    action = torch.rand(size, ACT_DIM, generator=g) * 2 - 1
-    return replay_batch(torch.randn(size, OBS_DIM, generator=g), action, g)
-
-
 CASES = {"DQN+PER": (dqn_loss, True), "TD3": (td3_loss, False), "SAC": (sac_loss, False)}
 # TD3 and SAC's replay: TorchRL's sampler draws on the host; rlloss's on the storage's device
 UNIFORM_SAMPLERS = {"torchrl": RandomSampler, "rlloss": rlloss.data.RandomSampler}
@@ -145,7 +135,11 @@ def make_update(
         batch_size=a.batch_size,
         priority_key="td_error",
     )
-    buffer.extend(transitions(a.buffer_size, prioritized, a.seed).to(device))
+    if prioritized:
+        data = random_replay(a.buffer_size, a.seed, DQN_ACTIONS, True, obs_dim=DQN_OBS)
+    else:
+        data = random_replay(a.buffer_size, a.seed)
+    buffer.extend(data.to(device))
     if device.type == "cuda":  # capturable: the step counter and the learning rate on the GPU
         lr = torch.tensor(LR, device=device)
         optimizer = torch.optim.Adam(loss.parameters(), lr=lr, foreach=True, capturable=True)

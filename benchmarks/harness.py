@@ -64,7 +64,7 @@ def use_device(name: str) -> None:
 # What a case is
 # --------------------------------------------------------------------------- #
 class MethodUnavailable(Exception):
-    """Raised by a method factory when that implementation cannot be built (e.g. not written yet)."""
+    """Raised by a method factory when its implementation cannot be built (not written yet)."""
 
 
 @dataclass

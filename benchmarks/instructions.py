@@ -5,7 +5,8 @@ small-batch regime, where Python and dispatch dominate, they track it closely).
     python benchmarks/instructions.py --cases ClipPPOLoss DQNLoss --batch-size 64
     python benchmarks/instructions.py --hand-written  # -> results/instructions-hand-written.json
     python benchmarks/instructions.py --dumped --cases MAPPOLoss QMixerLoss --batch-size 64 \
-        --methods plain rlloss torchrl --work /tmp/cg --out benchmarks/results/instructions-multiagent.json
+        --methods plain rlloss torchrl --work /tmp/cg \
+        --out benchmarks/results/instructions-multiagent.json
 
 Without ``--dumped``, each method runs ``--steps-low`` and ``--steps-high`` steps in two
 processes under callgrind; the difference over the extra steps cancels start-up, imports and

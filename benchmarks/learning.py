@@ -349,8 +349,8 @@ def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str,
         "machine": machine,
         "command": " ".join(["python", *(display_path(a) for a in sys.argv)]),
         "config": config,
-        "references": "rl-baselines3-zoo: its benchmark.md (one training run per algorithm and env, "
-        "mean and std of the return of the deterministic policy over its evaluation "
+        "references": "rl-baselines3-zoo: its benchmark.md (one training run per algorithm and "
+        "env, mean and std of the return of the deterministic policy over its evaluation "
         "episodes, training budget as stated)",
         "method": (
             f"each tutorial run as a subprocess per seed; final_return is the tutorial's "
@@ -400,7 +400,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--results-dir",
         type=Path,
         default=None,
-        help="run dirs <results-dir>/<task>/<library>/seed<k>/ (default benchmarks/results/learning)",
+        help="run dirs <results-dir>/<task>/<library>/seed<k>/ (default "
+        "benchmarks/results/learning)",
     )
     p.add_argument(
         "--out",
@@ -465,7 +466,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     if cfg.rnd_runs is not None:
         return rnd_figure(cfg)
-    shown = display_path
     if cfg.summarize_only:
         machine = run_machine(cfg.results_dir, cfg.tasks) or machine_info()
     else:
@@ -473,12 +473,12 @@ def main(argv: list[str] | None = None) -> int:
         swaps = {name: torchrl_swap(TASKS[name]) for name in cfg.tasks}
         prepare_tasks(cfg.tasks)
         runs = plan_runs(cfg, swaps)
-        print(f"{len(runs)} runs, {cfg.jobs} at a time, into {shown(str(cfg.results_dir))}")
+        print(f"{len(runs)} runs, {cfg.jobs} at a time, into {display_path(str(cfg.results_dir))}")
         execute_all(runs, cfg.jobs, machine)
         cfg = everything_on_disk(cfg)  # the summary keeps the tasks and seeds not run now
     result = write_summary(cfg, machine)
     print_summary(result)
-    print(f"wrote {shown(str(cfg.out))}")
+    print(f"wrote {display_path(str(cfg.out))}")
     return 0 if result["ok"] else 1
 
 

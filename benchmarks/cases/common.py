@@ -180,6 +180,24 @@ def replay_batch(
     ).to(harness.DEVICE)
 
 
+def random_replay(
+    batch_size: int,
+    seed: int,
+    act_dim: int = ACT_DIM,
+    discrete: bool = False,
+    scale: float = 1.0,
+    obs_dim: int = OBS_DIM,
+) -> TensorDict:
+    """A random replay sample drawn from generator seed ``seed``: one-hot actions (``discrete``)
+    or uniform on ``[-scale, scale]``, then the observations, then :func:`replay_batch`'s."""
+    g = torch.Generator().manual_seed(seed)
+    if discrete:
+        action = F.one_hot(torch.randint(0, act_dim, (batch_size,), generator=g), act_dim)
+    else:
+        action = scale * (torch.rand(batch_size, act_dim, generator=g) * 2 - 1)
+    return replay_batch(torch.randn(batch_size, obs_dim, generator=g), action, g)
+
+
 def mlp(in_features: int, out_features: int) -> MLP:
     """An off-policy case's network: ``HIDDEN`` relu layers."""
     return MLP(in_features=in_features, out_features=out_features, num_cells=list(HIDDEN))

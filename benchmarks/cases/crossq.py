@@ -21,7 +21,7 @@ from benchmarks.cases.common import (
     on_device,
     policy_net,
     q_module,
-    replay_batch,
+    random_replay,
     tanh_normal_sample,
 )
 from benchmarks.cases.sac import actor_of, soft_actor_critic_factories
@@ -137,9 +137,7 @@ def build(batch_size: int, seed: int) -> CaseSetup:
     torch.manual_seed(seed)
     actor_net = policy_net(False, ACT_DIM)
     critics = [CrossQCritic() for _ in range(NUM_CRITICS)]
-    g = torch.Generator().manual_seed(seed + 1)
-    action = torch.rand(batch_size, ACT_DIM, generator=g) * 2 - 1
-    batch = replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
+    batch = random_replay(batch_size, seed + 1)
     on_device(actor_net, *critics)
     return CaseSetup(
         batches={"replay": batch},

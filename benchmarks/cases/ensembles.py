@@ -26,7 +26,7 @@ from benchmarks.cases.common import (
     on_device,
     policy_net,
     q_module,
-    replay_batch,
+    random_replay,
     tanh_normal_sample,
 )
 from benchmarks.cases.handwritten import hand_redq_loss, hand_tqc_loss
@@ -158,9 +158,7 @@ def build_ensemble(
     actor_net = policy_net(False, ACT_DIM)
     critic = CustomCritic if custom else mlp
     critics = [critic(OBS_DIM + ACT_DIM, outputs) for _ in range(num_critics)]
-    g = torch.Generator().manual_seed(seed + 1)
-    action = torch.rand(batch_size, ACT_DIM, generator=g) * 2 - 1
-    batch = replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
+    batch = random_replay(batch_size, seed + 1)
     on_device(actor_net, *critics)
     template = {"actor_net": actor_net, "critics": critics}
     kwargs = {"num_qvalue_nets": num_critics, **options, "target_entropy": -float(ACT_DIM)}

@@ -31,7 +31,7 @@ from benchmarks.cases.common import (
     prefixed,
     q_module,
     q_net,
-    replay_batch,
+    random_replay,
     soft_update_of,
     tanh_normal_sample,
 )
@@ -128,7 +128,7 @@ def build_iql(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetu
         "critics": [q_net(discrete, act_dim) for _ in range(2)],
         "value_net": mlp(OBS_DIM, 1),
     }
-    batch = offline_batch(discrete, act_dim, batch_size, seed)
+    batch = random_replay(batch_size, seed + 1, act_dim, discrete, scale=0.99)  # dataset actions
     on_device(template["actor_net"], *template["critics"], template["value_net"])
 
     def gated(nets: dict) -> dict[str, torch.Tensor]:
@@ -159,17 +159,6 @@ def build_iql(name: str, discrete: bool, batch_size: int, seed: int) -> CaseSetu
             f"{'actions' if discrete else 'action dim'} {act_dim}, target critics"
         ),
     )
-
-
-def offline_batch(discrete: bool, act_dim: int, batch_size: int, seed: int):
-    """A replay batch of one-hot or continuous (in (-1, 1)) dataset actions, seeded."""
-    g = torch.Generator().manual_seed(seed + 1)
-    if discrete:
-        index = torch.randint(0, act_dim, (batch_size,), generator=g)
-        action = nn.functional.one_hot(index, act_dim)
-    else:
-        action = torch.rand(batch_size, act_dim, generator=g) * 1.98 - 0.99
-    return replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
 
 
 # --------------------------------------------------------------------------- #
@@ -255,7 +244,7 @@ def build_cql(batch_size: int, seed: int) -> CaseSetup:
     torch.manual_seed(seed)
     template = {"actor_net": policy_net(False, ACT_DIM), "critics": [mlp(OBS_DIM + ACT_DIM, 1)]}
     template["critics"].append(mlp(OBS_DIM + ACT_DIM, 1))
-    batch = offline_batch(False, ACT_DIM, batch_size, seed)
+    batch = random_replay(batch_size, seed + 1, scale=0.99)
     batch["next", "observation"] = batch["observation"].clone()  # s' = s, see CQL
     on_device(template["actor_net"], *template["critics"])
 

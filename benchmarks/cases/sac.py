@@ -30,7 +30,7 @@ from benchmarks.cases.common import (
     policy_net,
     q_module,
     q_net,
-    replay_batch,
+    random_replay,
     soft_update_of,
     tanh_normal_sample,
 )
@@ -213,13 +213,7 @@ def build(name: str, discrete: bool, batch_size: int, seed: int, custom: bool = 
     act_dim = DISCRETE_ACTIONS if discrete else ACT_DIM
     actor_net = policy_net(discrete, act_dim)
     critics = [q_net(discrete, act_dim, custom) for _ in range(2)]
-    g = torch.Generator().manual_seed(seed + 1)
-    if discrete:
-        index = torch.randint(0, act_dim, (batch_size,), generator=g)
-        action = nn.functional.one_hot(index, act_dim)
-    else:
-        action = torch.rand(batch_size, act_dim, generator=g) * 2 - 1
-    batch = replay_batch(torch.randn(batch_size, OBS_DIM, generator=g), action, g)
+    batch = random_replay(batch_size, seed + 1, act_dim, discrete)
     on_device(actor_net, *critics)
     template = {"actor_net": actor_net, "critics": critics}
 
