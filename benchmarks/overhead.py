@@ -99,7 +99,8 @@ def growth_table(rows: list[dict]) -> list[str]:
     return ["", "Growth with the number of critics:", *records.text_table(header, body, True)]
 
 
-def parse_args(argv: list[str] | None = None) -> Config:
+def parser() -> argparse.ArgumentParser:
+    """The command line's options (``parse_args`` applies the presets and checks them)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument(
@@ -186,7 +187,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     p.add_argument("--profile", action="store_true", help="where the time goes (see above)")
     p.add_argument("--steps", type=int, default=500, help="--profile: steps per profiled block")
-    a = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """The run's configuration: the options, with the presets of ``--profile``,
+    ``--ensemble-scaling``, ``--smoke`` and ``--hand-written`` applied."""
+    a = parser().parse_args(argv)
     if a.profile:
         a.modes = a.modes if a.modes != list(MODES) else ["eager"]
         a.levels = a.levels if a.levels != list(LEVELS) else ["forward", "backward"]
