@@ -29,7 +29,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from torchrl.data import PrioritizedSampler as TorchRLPrioritizedSampler  # noqa: E402
 
+from benchmarks.records import machine_info  # noqa: E402
 from rlloss.data import PrioritizedSampler  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "per_sampler.json"
@@ -185,11 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "benchmarks/per_sampler.py",
         "command": " ".join(["python", "benchmarks/per_sampler.py", *(argv or sys.argv[1:])]),
         "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
+            **machine_info(),
             "load_average_1_5_15_min_at_end": [round(x, 2) for x in os.getloadavg()],
         },
         "calibration_add_256_us": add_us,
