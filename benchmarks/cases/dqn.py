@@ -19,8 +19,8 @@ from benchmarks.cases.common import (
     loss_module_method,
     on_device,
     prefixed,
-    replay_batch,
-    rlloss_attr,
+    random_replay,
+    rlloss_module,
     soft_update_of,
 )
 from benchmarks.harness import CaseSetup, Method
@@ -119,12 +119,8 @@ def network_and_batch(out_features: int, batch_size: int, seed: int):
         num_cells=list(HIDDEN),
         activation_class=nn.ReLU,
     )
-    g = torch.Generator().manual_seed(seed + 1)
-    action = torch.randint(0, ACTIONS, (batch_size,), generator=g)
-    observation = torch.randn(batch_size, OBS_DIM, generator=g)
-    batch = replay_batch(observation, nn.functional.one_hot(action, ACTIONS), g)
     on_device(net)
-    return net, batch
+    return net, random_replay(batch_size, seed + 1, ACTIONS, True, obs_dim=OBS_DIM)
 
 
 def plain_method(net: nn.Module, plain_loss: Callable) -> Callable:
@@ -144,30 +140,63 @@ def plain_method(net: nn.Module, plain_loss: Callable) -> Callable:
     return plain
 
 
-def build_c51(batch_size: int, seed: int) -> CaseSetup:
-    """``DistributionalDQNLoss`` at ``batch_size``."""
-    net, batch = network_and_batch(ATOMS * ACTIONS, batch_size, seed)
+def library_methods(
+    net: nn.Module,
+    actor_of: Callable,
+    make_loss: Callable,
+    keys: tuple = ("loss",),
+    torchrl_fresh: bool = False,
+) -> dict[str, Callable]:
+    """rlloss's and TorchRL's factories: a copy of ``net`` made an actor by ``actor_of``, the
+    loss ``make_loss(library, actor)`` summed over ``keys``. ``torchrl_fresh``: TorchRL's loss
+    writes its predictions, graph and all, into the batch in place (the next call's backward
+    would go through them), so each of its calls reads a fresh shallow copy of the batch."""
 
-    def module_factory(cls: Callable) -> Callable:
+    def factory(library) -> Callable:
         def make(batch) -> Method:
             module = copy.deepcopy(net)
-            actor = DistributionalQValueActor(
-                nn.Sequential(module, nn.Unflatten(-1, (ATOMS, ACTIONS))),
-                in_keys=["observation"],
-                support=torch.linspace(V_MIN, V_MAX, ATOMS),
-                action_space="one-hot",
-            )
-            loss = cls()(actor, gamma=GAMMA)
-            return loss_module_method(loss, batch, prefixed("q", module), ("loss",))
+            loss = make_loss(library, actor_of(module))
+            fresh = torchrl_fresh and library is torchrl.objectives
+            return loss_module_method(loss, batch, prefixed("q", module), keys, fresh_batch=fresh)
 
         return make
 
+    return {"rlloss": factory(rlloss_module()), "torchrl": factory(torchrl.objectives)}
+
+
+def q_actor(module: nn.Module) -> QValueActor:
+    """The greedy one-hot actor over the Q network."""
+    return QValueActor(module, in_keys=["observation"], action_space="one-hot")
+
+
+def c51_actor(module: nn.Module) -> DistributionalQValueActor:
+    """The distributional actor over the network's ``ATOMS x ACTIONS`` outputs."""
+    return DistributionalQValueActor(
+        nn.Sequential(module, nn.Unflatten(-1, (ATOMS, ACTIONS))),
+        in_keys=["observation"],
+        support=torch.linspace(V_MIN, V_MAX, ATOMS),
+        action_space="one-hot",
+    )
+
+
+def library_loss(name: str, library, actor: nn.Module, **kwargs) -> nn.Module:
+    """``library``'s loss ``name`` on ``actor``: given ``gamma`` (rlloss's losses, TorchRL's C51),
+    or TorchRL's with the one-hot action space and a value estimator of ``gamma``."""
+    if library is not torchrl.objectives or name == "DistributionalDQNLoss":
+        return getattr(library, name)(actor, gamma=GAMMA, **kwargs)
+    loss = getattr(library, name)(actor, action_space="one-hot", **kwargs)
+    loss.make_value_estimator(gamma=GAMMA)
+    return loss
+
+
+def build_c51(batch_size: int, seed: int) -> CaseSetup:
+    """``DistributionalDQNLoss`` at ``batch_size``."""
+    net, batch = network_and_batch(ATOMS * ACTIONS, batch_size, seed)
     return CaseSetup(
         batches={"replay": batch},
         factories={
             "plain": plain_method(net, plain_c51_loss),
-            "rlloss": module_factory(lambda: rlloss_attr("DistributionalDQNLoss")),
-            "torchrl": module_factory(lambda: torchrl.objectives.DistributionalDQNLoss),
+            **library_methods(net, c51_actor, partial(library_loss, "DistributionalDQNLoss")),
         },
         description=(
             f"DistributionalDQNLoss(gamma={GAMMA}), {ATOMS} atoms on [{V_MIN}, {V_MAX}]; "
@@ -180,32 +209,12 @@ def build_c51(batch_size: int, seed: int) -> CaseSetup:
 def build_discrete_cql(batch_size: int, seed: int) -> CaseSetup:
     """``DiscreteCQLLoss`` at ``batch_size``."""
     net, batch = network_and_batch(ACTIONS, batch_size, seed)
-
-    def module_factory(make_loss: Callable[[nn.Module], nn.Module], fresh: bool) -> Callable:
-        def make(batch) -> Method:
-            module = copy.deepcopy(net)
-            actor = QValueActor(module, in_keys=["observation"], action_space="one-hot")
-            loss = make_loss(actor)
-            q = prefixed("q", module)
-            return loss_module_method(loss, batch, q, CQL_KEYS, fresh_batch=fresh)
-
-        return make
-
-    def torchrl_loss(actor):
-        loss = torchrl.objectives.DiscreteCQLLoss(actor, action_space="one-hot")
-        loss.make_value_estimator(gamma=GAMMA)
-        return loss
-
+    make_loss = partial(library_loss, "DiscreteCQLLoss")
     return CaseSetup(
         batches={"replay": batch},
         factories={
             "plain": plain_method(net, plain_discrete_cql_loss),
-            "rlloss": module_factory(
-                lambda actor: rlloss_attr("DiscreteCQLLoss")(actor, gamma=GAMMA), False
-            ),
-            # TorchRL writes its predictions, graph and all, into the batch in place (the next
-            # call's backward would go through them): it reads a fresh shallow copy each call
-            "torchrl": module_factory(torchrl_loss, True),
+            **library_methods(net, q_actor, make_loss, CQL_KEYS, torchrl_fresh=True),
         },
         description=(
             f"DiscreteCQLLoss(loss_function='l2', gamma={GAMMA}), loss_qvalue + loss_cql"
@@ -220,30 +229,14 @@ def build(name: str, batch_size: int, seed: int) -> CaseSetup:
     """The case ``name`` of the family at ``batch_size``."""
     net, batch = network_and_batch(ACTIONS, batch_size, seed)
     kwargs = VARIANTS[name]
-
-    def module_factory(make_loss: Callable[[nn.Module], nn.Module]) -> Callable:
-        def make(batch) -> Method:
-            module = copy.deepcopy(net)
-            actor = QValueActor(module, in_keys=["observation"], action_space="one-hot")
-            return loss_module_method(make_loss(actor), batch, prefixed("q", module), ("loss",))
-
-        return make
-
-    def torchrl_loss(actor):
-        loss = torchrl.objectives.DQNLoss(actor, action_space="one-hot", **kwargs)
-        loss.make_value_estimator(gamma=GAMMA)
-        return loss
-
+    make_loss = partial(library_loss, "DQNLoss", **kwargs)
     return CaseSetup(
         batches={"replay": batch},
         factories={
             "plain": plain_method(net, partial(plain_dqn_loss, **kwargs)),
             "hand": plain_method(net, partial(plain_dqn_loss, **kwargs)),
             "hand-min": plain_method(net, partial(plain_dqn_loss, **kwargs, diagnostics=False)),
-            "rlloss": module_factory(
-                lambda actor: rlloss_attr("DQNLoss")(actor, gamma=GAMMA, **kwargs)
-            ),
-            "torchrl": module_factory(torchrl_loss),
+            **library_methods(net, q_actor, make_loss),
         },
         description=(
             f"DQNLoss(double_dqn={kwargs['double_dqn']}, loss_function='l2', gamma={GAMMA})"
