@@ -8,11 +8,11 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _compat, _fast
+from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import ChoicesOr, checks_enabled
 from rlloss._distribution_calls import DistributionCall
@@ -147,7 +147,7 @@ class BCLoss(SupervisedLoss):
         else:
             loss = self._elementwise_loss(tensordict, expert, kind)
             loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
-        return _fast.output_tensordict({"loss_bc": loss})
+        return TensorDict({"loss_bc": loss}, batch_size=[])
 
     def _kind(self, expert: torch.Tensor):
         """The error to take: ``loss_function``, else the cross-entropy for integer actions,

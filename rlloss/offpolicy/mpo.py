@@ -26,7 +26,6 @@ from torch import nn
 from torchrl.data import Bounded, Composite, TensorSpec
 from torchrl.modules import IndependentNormal, TanhNormal
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_in_range, check_network
 from rlloss._distribution_calls import DistributionCall
@@ -171,8 +170,8 @@ class MaximumAPosteriori(TDTargetLoss):
         loss_qvalue, info_qvalue = self.loss_qvalue(batch)
         loss_actor, info = self.loss_actor(batch)
         self._write_priority(tensordict, info_qvalue["td_error"])
-        return _fast.output_tensordict(
-            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}
+        return TensorDict(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info}, batch_size=[]
         )
 
 
