@@ -14,7 +14,8 @@ from torch import nn
 
 from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import ChoicesOr, checks_enabled
+from rlloss._checks import ChoicesOr
+from rlloss._data_checks import checks_enabled
 from rlloss._distribution_calls import DistributionCall
 from rlloss._networks import NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
