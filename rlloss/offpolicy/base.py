@@ -21,7 +21,6 @@ import dataclasses
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.utils import NestedKey
-from torch import nn
 from torchrl.data import TensorSpec
 from torchrl.objectives.utils import ValueEstimators
 
@@ -40,9 +39,13 @@ from rlloss._checks import (
 from rlloss._ensembles import (
     Ensemble,
     FrozenCopy,
+    ensemble_members,
     parameter_path,
-    reinitialised,
+    redraw_members,
     shared_parameters,
+    stacked_members,
+    tie_members,
+    untie_members,
 )
 from rlloss._keywords import torchrl_keywords
 from rlloss.common import LossModule, fill_padding
@@ -433,25 +436,11 @@ class TDTargetLoss(LossModule):
         ``compare_against``), so the members always use its current values and the ensemble's
         losses send them no gradient (``separate_losses=True``).
         """
-        modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+        given = len(networks) if isinstance(networks, (list, tuple)) else 1
         # as TorchRL's: the members of a list are never compared with the other network
-        tied = None if tied_to is None or len(modules) > 1 else getattr(self, tied_to)
-        if len(modules) == 1:
-            modules += [reinitialised(modules[0]) for _ in range(size - 1)]
-        if len(modules) != size:
-            raise ValueError(
-                f"{type(self).__name__}: got {len(modules)} {name} modules for "
-                f"num_qvalue_nets={size}; pass one module or a list of num_qvalue_nets modules."
-            )
-        parameter_names = {n for n, _ in modules[0].named_parameters()}
-        stacked = TensorDict.from_modules(*modules).flatten_keys(".")
-        stacked = TensorDict(
-            {
-                k: nn.Parameter(v.detach().clone()) if k in parameter_names else v.detach().clone()
-                for k, v in stacked.items()
-            },
-            batch_size=[size],
-        ).unflatten_keys(".")
+        tied = None if tied_to is None or given > 1 else getattr(self, tied_to)
+        modules = ensemble_members(type(self).__name__, name, networks, size)
+        stacked = stacked_members(modules)
         ensemble = Ensemble(modules[0], until)
         if tied is not None:
             self._ties[name] = (tied_to, shared_parameters(modules[0], tied))
@@ -486,10 +475,7 @@ class TDTargetLoss(LossModule):
         super().reset_parameters_recursive()
         children = dict(self.named_children())
         for name, ensemble in self._ensembles:
-            stacked = children[f"{name}_params"]
-            for member in range(stacked.batch_size[0]):
-                fresh = TensorDict.from_module(reinitialised(ensemble.template))
-                stacked[member].update_(fresh)
+            redraw_members(children[f"{name}_params"], ensemble.template)
         for name in [*(n for n, _ in self._targets), *(n for n, _ in self._ensembles)]:
             target = children.get(f"target_{name}_params")
             if target is not None:
@@ -512,13 +498,8 @@ class TDTargetLoss(LossModule):
         for name, view in self._detached_views:
             view.use({k: p.detach() for k, p in getattr(self, name).named_parameters()})
         for name, (owner, shared) in self._ties.items():
-            stacked, parameters = (
-                children[f"{name}_params"],
-                dict(children[owner].named_parameters()),
-            )
-            for key, owner_key in shared.items():
-                parameter = parameters[owner_key].detach()
-                stacked.set(parameter_path(key), parameter.expand(len(stacked), *parameter.shape))
+            parameters = dict(children[owner].named_parameters())
+            tie_members(children[f"{name}_params"], parameters, shared)
         for name, ensemble in self._ensembles:
             ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
 
@@ -529,9 +510,7 @@ class TDTargetLoss(LossModule):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         children = dict(self.named_children())
         for name, (_, shared) in self._ties.items():  # writable copies while loading
-            stacked = children[f"{name}_params"]
-            for key in shared:
-                stacked.set(parameter_path(key), stacked.get(parameter_path(key)).clone())
+            untie_members(children[f"{name}_params"], shared)
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         finally:
