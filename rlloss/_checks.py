@@ -1,10 +1,10 @@
 """Keys, errors and argument checks: the leaf every rlloss module may import.
 
-The opt-in scan of batches for non-finite values (``set_checks``) is in
-:mod:`rlloss._data_checks`, the checks of a state dict being loaded in
-:mod:`rlloss._state_checks`. This module imports nothing from rlloss (a test holds it to that),
-so no import loop can pass through it. The checks compare Python numbers and shapes only: they never synchronise host and
-device, and under ``torch.compile`` they run once, at trace time.
+This module imports nothing from rlloss (a test holds it to that), so no import loop can pass
+through it. The checks compare Python numbers and shapes only: they never synchronise host and
+device, and under ``torch.compile`` they run once, at trace time. The opt-in scan of batches for
+non-finite values (``set_checks``, which syncs) is in :mod:`rlloss._data_checks`, the checks of
+a state dict being loaded in :mod:`rlloss._state_checks`.
 """
 
 from __future__ import annotations
