@@ -53,11 +53,12 @@ from rlloss.onpolicy.advantage import (
 from rlloss.onpolicy.entropy import entropy_coefficients, head_entropies, weighted_entropy
 from rlloss.onpolicy.networks import (
     critic_coefficient,
-    critic_outputs,
     critic_params_detached_from_actor,
     declared_actor_keys,
+    lacks_any,
     missing_old_value_error,
     proximal_policy,
+    with_actor_features,
 )
 from rlloss.training.distributed import check_process_group
 
@@ -409,10 +410,16 @@ class OnPolicyLoss(LossModule):
         return -reduced, {"entropy": entropy.detach(), "composite_entropy": reported}
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
-        """``V(s)`` (:func:`~rlloss.onpolicy.networks.critic_outputs`)."""
-        networks = (self.critic_network, self.actor_network)
         params = self._critic_params_without_shared
-        outputs = critic_outputs(self._critic_call, batch, networks, params, self.separate_losses)
+        if self.separate_losses:
+            batch = batch.detach()
+        if lacks_any(batch, self._critic_call.in_keys):  # a critic head on the actor's trunk
+            batch = with_actor_features(batch, self.actor_network, self.separate_losses)
+        if params is None:
+            outputs = self._critic_call(batch)
+        else:
+            with params.to_module(self.critic_network):
+                outputs = self._critic_call(batch)
         value = outputs.get(self._tensor_keys.value, None)
         if value is None:  # a critic writing another key: named, with the set_keys call
             key, written = self.tensor_keys.value, self.critic_network.out_keys

@@ -1,8 +1,7 @@
 """What the on-policy losses (:class:`rlloss.onpolicy.OnPolicyLoss`) need of their networks: the
 critic's coefficient, the keys the actor declares, the critic's parameters cut from the actor's
-under ``separate_losses``, the actor trunk's features a critic head reads, the critic's call on
-a batch with both, the error for a missing old value (value clipping), and PPO-EWMA's frozen
-copy of the actor.
+under ``separate_losses``, the actor trunk's features a critic head reads, the error for a
+missing old value (value clipping), and PPO-EWMA's frozen copy of the actor.
 """
 
 from __future__ import annotations
@@ -78,25 +77,6 @@ def with_actor_features(
     with torch.set_grad_enabled(torch.is_grad_enabled() and not detach):
         actor_network.get_dist(batch)  # writes the trunk's outputs, samples nothing
     return batch
-
-
-def critic_outputs(
-    call, batch: TensorDictBase, networks: tuple[nn.Module, nn.Module], params, detach: bool
-):
-    """The outputs of the critic's ``call`` on ``batch`` (``networks``: the critic and the
-    actor): with ``detach`` (``separate_losses``) on a detached batch; with the actor trunk's
-    features added when the critic is a head on it (:func:`with_actor_features`); with
-    ``params`` (:func:`critic_params_detached_from_actor`) in place of the critic's own
-    parameters when given."""
-    critic_network, actor_network = networks
-    if detach:
-        batch = batch.detach()
-    if lacks_any(batch, call.in_keys):  # a critic head on the actor's trunk
-        batch = with_actor_features(batch, actor_network, detach)
-    if params is None:
-        return call(batch)
-    with params.to_module(critic_network):
-        return call(batch)
 
 
 def missing_old_value_error(
