@@ -50,14 +50,13 @@ from rlloss._ensembles import (
 from rlloss._keywords import torchrl_keywords
 from rlloss.common import LossModule, fill_padding
 from rlloss.estimators.base import DEFAULT_GAMMA
-from rlloss.estimators.registry import build_value_estimator
+from rlloss.estimators.registry import build_target_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
 # The default of a padding mask argument: not read yet, so read from the batch (None, the
 # other possible value, means "read: nothing is padded").
 READ_FROM_BATCH = object()
-_ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 # the attribute, checked on assignment as the constructor checks the keyword: one of those, a
 # spec, None (read from the network), or TorchRL's own spelling of the multi-one-hot space
@@ -161,20 +160,9 @@ class TDTargetLoss(LossModule):
         ``GAE``, ``VTrace`` and ``MAGAE`` need a state-value baseline and on-policy data:
         ``NotImplementedError``, as in TorchRL.
         """
-        value_type = self.default_value_estimator if value_type is None else value_type
-        if value_type in _ON_POLICY_ESTIMATORS:
-            raise NotImplementedError(
-                f"{type(self).__name__} builds targets from replayed transitions; "
-                f"{value_type!r} is not supported: use ValueEstimators.TD0, TD1 or TDLambda."
-            )
-        estimator, value_type = build_value_estimator(
-            self, value_type, {"gamma": self.gamma, **hyperparams}
+        estimator, value_type = build_target_estimator(
+            self, value_type, {"gamma": self.gamma, **hyperparams}, self._one_step_targets_only
         )
-        if self._one_step_targets_only and getattr(estimator, "lmbda", None) is not None:
-            raise NotImplementedError(
-                f"{type(self).__name__} supports only one-step targets (ValueEstimators.TD0, "
-                f"n-step through steps_to_next_obs), got {value_type!r}."
-            )
         _compat.store_value_estimator(self, estimator)
         self.value_type = value_type
         self.gamma = estimator.gamma
