@@ -5,7 +5,8 @@ and outputs), built on a small functional core (:mod:`rlloss.functional`).
 """
 
 from rlloss import data, functional, llm, world_models
-from rlloss._checks import MissingKeyError, set_checks
+from rlloss._checks import MissingKeyError
+from rlloss._data_checks import set_checks
 from rlloss.addons import ActorOutput, AttractionKL, BehaviorCloning, PolicyLossAddon
 from rlloss.common import LossModule
 from rlloss.estimators import (

@@ -9,7 +9,7 @@ import functools
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection, make_tensordict
 
 from rlloss import _compat
-from rlloss._checks import check_finite, checks_enabled
+from rlloss._data_checks import check_finite, checks_enabled
 
 
 def accepts_tensor_arguments(forward):

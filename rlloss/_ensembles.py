@@ -9,7 +9,7 @@ import copy
 from collections.abc import Mapping
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
@@ -135,6 +135,58 @@ def reinitialised(module: nn.Module) -> nn.Module:
         if hasattr(submodule, "reset_parameters"):
             submodule.reset_parameters()
     return module
+
+
+def ensemble_members(owner: str, name: str, networks, size: int) -> list[nn.Module]:
+    """The ``size`` members of the ensemble ``name`` from ``networks``: one module and ``size -
+    1`` re-initialised copies of it (so that they differ), or a list of ``size`` modules (their
+    weights kept); another count raises, naming the counts and the fix."""
+    modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+    if len(modules) == 1:
+        modules += [reinitialised(modules[0]) for _ in range(size - 1)]
+    if len(modules) != size:
+        raise ValueError(
+            f"{owner}: got {len(modules)} {name} modules for "
+            f"num_qvalue_nets={size}; pass one module or a list of num_qvalue_nets modules."
+        )
+    return modules
+
+
+def stacked_members(modules: list[nn.Module]) -> TensorDict:
+    """The members' tensors stacked along a leading dim (``[len(modules), ...]``), copied: their
+    parameters as ``nn.Parameter`` (trained), their buffers as plain tensors."""
+    parameter_names = {n for n, _ in modules[0].named_parameters()}
+    stacked = TensorDict.from_modules(*modules).flatten_keys(".")
+    return TensorDict(
+        {
+            k: nn.Parameter(v.detach().clone()) if k in parameter_names else v.detach().clone()
+            for k, v in stacked.items()
+        },
+        batch_size=[len(modules)],
+    ).unflatten_keys(".")
+
+
+def redraw_members(stacked: TensorDictBase, template: nn.Module) -> None:
+    """Write into each member of ``stacked`` (``[size, ...]``) a fresh draw of ``template``'s
+    initialisation (:func:`reinitialised`), in place."""
+    for member in range(stacked.batch_size[0]):
+        stacked[member].update_(TensorDict.from_module(reinitialised(template)))
+
+
+def tie_members(stacked: TensorDictBase, parameters: Mapping, shared: Mapping[str, str]) -> None:
+    """Point the entries ``shared`` of ``stacked`` (``{stacked key: name in parameters}``) at
+    detached expansions of those ``parameters`` (layers the members share with another network,
+    e.g. the actor's): the members always use its current values, and send it no gradient."""
+    for key, owner_key in shared.items():
+        parameter = parameters[owner_key].detach()
+        stacked.set(parameter_path(key), parameter.expand(len(stacked), *parameter.shape))
+
+
+def untie_members(stacked: TensorDictBase, shared: Mapping[str, str]) -> None:
+    """Replace the tied entries ``shared`` of ``stacked`` by writable copies (before loading a
+    state dict into them; :func:`tie_members` points them back)."""
+    for key in shared:
+        stacked.set(parameter_path(key), stacked.get(parameter_path(key)).clone())
 
 
 class FrozenCopy(NetworkCall):

@@ -6,7 +6,7 @@ upstream release. Why each one exists, with its measured gain at batch 64, is in
 ``docs/guides/performance.md``; a path that gains under 1% of a step is not kept.
 
 The paths reach into private names of tensordict, torchrl and torch (as :mod:`rlloss._compat`
-does for compatibility): the TensorDict's entries' dict, ``_new_unsafe``, ``_set_str``,
+does for compatibility): the TensorDict's entries' dict, ``_get_tuple``, ``_set_str``,
 ``torch._C`` calls, the distributions' ``_batch_shape``, modules' ``_parameters`` tables. This
 module imports nothing from rlloss but :mod:`rlloss._compat`.
 """
@@ -25,24 +25,6 @@ from torchrl.modules import IndependentNormal, TanhNormal
 from rlloss import _compat
 
 # ----------------------------------------------------------------------------- TensorDicts
-
-
-def output_tensordict(entries: dict[str, torch.Tensor]) -> TensorDict:
-    """A TensorDict of batch size ``[]`` holding ``entries`` as they are.
-
-    Replaces ``TensorDict(entries, batch_size=[])``, which validates every entry (device, batch
-    size, nesting) of tensors a loss just computed and that are valid by construction.
-    """
-    return TensorDict._new_unsafe(entries, batch_size=torch.Size([]))
-
-
-def output_tensorclass(cls, entries: dict[str, torch.Tensor]):
-    """An instance of the tensorclass ``cls`` holding ``entries``.
-
-    Replaces ``cls(**entries, batch_size=[])``, whose constructor checks every field:
-    ``cls._from_tensordict`` wraps :func:`output_tensordict` as it is.
-    """
-    return cls._from_tensordict(output_tensordict(entries))
 
 
 def get_path(tensordict: TensorDictBase, path: tuple[str, ...], default=None):

@@ -38,11 +38,11 @@ from rlloss._checks import (
     missing_key_message,
     next_key,
     remap_keys,
-    state_dict_mismatch,
 )
 from rlloss._dispatch import (  # re-exported: each loss's forward is decorated with it
     accepts_tensor_arguments as accepts_tensor_arguments,
 )
+from rlloss._state_checks import state_dict_mismatch
 from rlloss.addons import ActorOutput, check_policy_addons
 from rlloss.estimators.registry import build_value_estimator
 from rlloss.functional.reduce import REDUCTIONS

@@ -17,23 +17,6 @@ from rlloss import _fast
 from tests.nets import make_critic
 
 
-def test_output_tensordict_holds_the_entries_as_given():
-    loss, entropy = torch.tensor(1.5), torch.tensor(0.25)
-    out = _fast.output_tensordict({"loss": loss, "entropy": entropy})
-    assert type(out) is TensorDict and out.batch_size == torch.Size([])
-    assert out["loss"] is loss and out["entropy"] is entropy
-    assert set(out.keys()) == {"loss", "entropy"}
-
-
-def test_output_tensorclass_wraps_the_entries_in_the_given_tensorclass():
-    from torchrl.objectives.llm.grpo import GRPOLossOutput
-
-    loss = torch.tensor(0.5)
-    out = _fast.output_tensorclass(GRPOLossOutput, {"loss_objective": loss})
-    assert type(out) is GRPOLossOutput and out.batch_size == torch.Size([])
-    assert out.loss_objective is loss and out.clip_fraction is None
-
-
 def test_get_path_reads_nested_entries_and_defaults():
     value = torch.randn(4, 1)
     batch = TensorDict({"next": {"reward": value}}, [4])

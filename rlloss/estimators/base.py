@@ -6,7 +6,9 @@ calls ``value_network`` on the batch and on ``batch["next"]`` when one is given 
 ``state_value`` and ``("next", "state_value")`` as TorchRL does), and writes ``advantage`` and
 ``value_target``. ``("next", "terminated")`` stops bootstrapping and ``("next", "done")`` cuts
 traces; a batch without ``terminated`` is read with ``done`` in its place, as TorchRL does, with a
-warning (truncated steps are then not bootstrapped).
+warning (truncated steps are then not bootstrapped). The value network's calls shared by every
+estimator (values already in the batch, recurrent inputs at ``s'``, the value read back, other
+weights swapped in) are in :mod:`rlloss.estimators.value_calls`.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import dataclasses
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase, set_skip_existing, skip_existing
+from tensordict.nn import TensorDictModuleBase, set_skip_existing
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives.utils import hold_out_net
 
 import rlloss.estimators.options as _options
 import rlloss.estimators.shifted as _shifted
+import rlloss.estimators.value_calls as _calls
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._checks import (
@@ -202,7 +205,9 @@ class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
         batch, now and under ``"next"``, are used without calling the network.
         """
         key = self.tensor_keys.value
-        if self._value_call is not None and self._skips(tensordict, key):
+        if self._value_call is not None and _calls.uses_existing_values(
+            tensordict, key, self.skip_existing
+        ):
             params = target_params = None
             call = False
         else:
@@ -212,34 +217,23 @@ class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
         if params is not None or target_params is not None:
             params = None if params is None else params.detach()
             target_params = params if target_params is None else target_params
-            with _weights(self.value_network, params):
+            with _calls.weights(self.value_network, params):
                 tensordict.set(key, self._chunked_value(tensordict))
             next_tensordict = tensordict.get("next")
-            with _weights(self.value_network, target_params):
-                next_value = self._chunked_value(self._next_inputs(tensordict))
+            next_inputs = _calls.next_inputs(tensordict, self._recurrent_modules)
+            with _calls.weights(self.value_network, target_params):
+                next_value = self._chunked_value(next_inputs)
                 next_tensordict.set(key, next_value.detach())
         elif call:
             held_out = self.differentiable and torch.is_grad_enabled()
             with hold_out_net(self.value_network) if held_out else contextlib.nullcontext():
                 tensordict.set(key, self._chunked_value(tensordict))
                 next_tensordict = tensordict.get("next")
-                next_value = self._chunked_value(self._next_inputs(tensordict))
+                next_inputs = _calls.next_inputs(tensordict, self._recurrent_modules)
+                next_value = self._chunked_value(next_inputs)
                 next_tensordict.set(key, next_value.detach() if held_out else next_value)
         value = self._read(tensordict, "value")
         return value, self._read(tensordict, "value", nested=True), None
-
-    def _skips(self, tensordict: TensorDictBase, key: NestedKey) -> bool:
-        """Whether ``skip_existing`` applies: on, and the values present now and under
-        ``"next"``."""
-        skip = skip_existing() if self.skip_existing is None else self.skip_existing
-        if not skip:
-            return False
-        next_tensordict = tensordict.get("next", None)
-        return (
-            tensordict.get(key, None) is not None
-            and next_tensordict is not None
-            and next_tensordict.get(key, None) is not None
-        )
 
     def _shifted_values(self, tensordict, params, target_params, time_dim: int, call: bool):
         """TorchRL's ``shifted=True``: ``V(s)`` and ``V(s')`` of every kept step from one
@@ -265,7 +259,7 @@ class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
         held_out = params is None and self.differentiable and torch.is_grad_enabled()
         params = None if params is None else params.detach()
         hold = hold_out_net(self.value_network) if held_out else contextlib.nullcontext()
-        with hold, _weights(self.value_network, params):
+        with hold, _calls.weights(self.value_network, params):
             values = self._chunked_value(inputs)
         value = _shifted.gather_steps(values, root_slot, time_dim)
         next_value = _shifted.gather_steps(values, root_slot + 1, time_dim)
@@ -274,31 +268,6 @@ class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
         tensordict.set(key, value)
         tensordict.get("next").set(key, next_value)
         return value, next_value, valid
-
-    def _next_inputs(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """The value network's inputs at ``s'``: ``tensordict["next"]``; for a recurrent value
-        network (TorchRL's ``LSTMModule`` / ``GRUModule``) in recurrent mode, a shallow copy whose
-        ``is_init`` also marks the steps where the root's ``is_init`` does.
-
-        In recurrent mode the module runs along ``("next", ...)`` from the state stored at the
-        first step and restarts from the stored state where ``is_init`` is set; the successor of a
-        trajectory's first step is where the ``"next"`` sequence of a new trajectory starts (its
-        stored state is the one after that first step), so it must restart there too (TorchRL
-        merges the markers the same way). In sequential mode each step starts from its own stored
-        state, zeroed where ``is_init`` is set, so the ``"next"`` markers are left as they are.
-        """
-        next_tensordict = tensordict.get("next")
-        markers = [m.in_keys[-1] for m in self._recurrent_modules if m.recurrent_mode]
-        if not markers:
-            return next_tensordict
-        next_tensordict = next_tensordict.copy()
-        for key in dict.fromkeys(markers):
-            root = tensordict.get(key, None)
-            if root is None:  # the network's own call names the missing entry
-                continue
-            following = next_tensordict.get(key, None)
-            next_tensordict.set(key, root if following is None else following | root)
-        return next_tensordict
 
     def _groups(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The group ids under ``group_key`` (``None`` without one); a missing entry raises a
@@ -359,40 +328,21 @@ class ValueEstimator(CoefficientOwner, TensorDictModuleBase):
     def _chunked_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``V`` on the batch, the value network called once per chunk (``num_chunks`` /
         ``value_chunk_size``: bounded memory on long rollouts)."""
-        dims = tensordict.batch_dims
+        dims, owner, key = tensordict.batch_dims, type(self).__name__, self.tensor_keys.value
         if self.num_chunks is None and self.value_chunk_size is None:  # one call, no split
             if not -dims <= self.value_chunk_dim < dims:
-                _options.chunk_dim(type(self).__name__, self.value_chunk_dim, dims)  # raises
-            value = self._network_value(self._value_call(tensordict))
+                _options.chunk_dim(owner, self.value_chunk_dim, dims)  # raises
+            outputs = self._value_call(tensordict)
+            value = _calls.network_value(outputs, key, owner, self.value_network)
         else:
-            chunks = self._split_value_net_input(tensordict)
-            values = [self._network_value(self._value_call(chunk)) for chunk in chunks]
+            values = [
+                _calls.network_value(self._value_call(chunk), key, owner, self.value_network)
+                for chunk in self._split_value_net_input(tensordict)
+            ]
             value = torch.cat(values, self.value_chunk_dim % dims)
         if self.value_normalizer is None:
             return value
         return self.value_normalizer.denormalize(value)  # the critic's units -> return units
-
-    def _network_value(self, outputs) -> torch.Tensor:
-        """The value network's ``tensor_keys.value`` output among its ``outputs``; a network
-        that writes it elsewhere raises a ``MissingKeyError`` naming the network, what it wrote
-        and the ``set_keys`` call."""
-        key = self.tensor_keys.value
-        value = outputs.get(key, None)
-        if value is not None:
-            return value
-        owner = type(self).__name__
-        network = type(self.value_network).__name__
-        written = getattr(self.value_network, "out_keys", None)
-        if isinstance(outputs, TensorDictBase):
-            outputs = outputs.keys(include_nested=True, leaves_only=True)
-        present = sorted(str(k) for k in outputs)
-        raise MissingKeyError(
-            f"{owner}: the value network {network} (out_keys {written}) wrote no entry "
-            f"{key!r} (tensor_keys.value). Entries present after its call: {present}. If it "
-            f"writes the value under another key, remap it with "
-            f"estimator.set_keys(value=<its key>) (through a loss: "
-            "loss.set_keys(value=<its key>), which the loss's estimator follows)."
-        )
 
     def value_estimate(
         self,
@@ -508,8 +458,3 @@ def _update_mask(tensordict: TensorDictBase, valid: torch.Tensor | None):
     if valid is None or padding is None:
         return padding if valid is None else valid
     return padding & valid
-
-
-def _weights(network: nn.Module, params):
-    """Call ``network`` with ``params`` in place of its weights (nothing when ``None``)."""
-    return contextlib.nullcontext() if params is None else params.to_module(network)

@@ -1,5 +1,6 @@
-"""TorchRL's ``ValueEstimators`` members mapped to rlloss's estimators, and the builder behind
-every loss's ``make_value_estimator``."""
+"""TorchRL's ``ValueEstimators`` members mapped to rlloss's estimators, the builder behind
+every loss's ``make_value_estimator``, and the one behind the off-policy losses' (which build
+their targets from replayed transitions)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ ESTIMATORS = {
     ValueEstimators.MAGAE: MultiAgentGAE,
     ValueEstimators.VTrace: VTrace,
 }
+# the estimators that need a state-value baseline and on-policy data
+ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 DEFAULT_VALUE_HYPERPARAMS = {
     ValueEstimators.TD0: {"gamma": DEFAULT_GAMMA},
     ValueEstimators.TD1: {"gamma": DEFAULT_GAMMA},
@@ -57,3 +60,24 @@ def build_value_estimator(loss: nn.Module, value_type, hyperparams: dict) -> tup
     name = loss._value_network_name
     value_network = getattr(loss, name) if name else None
     return ESTIMATORS[value_type](value_network=value_network, **hyperparams), value_type
+
+
+def build_target_estimator(loss: nn.Module, value_type, hyperparams: dict, one_step: bool):
+    """:func:`build_value_estimator` for an off-policy loss (``value_type`` ``None``: its
+    default): the on-policy estimators (GAE, V-trace, multi-agent GAE) raise TorchRL's
+    ``NotImplementedError``, and so do TD(1) / TD(lambda) when the loss takes ``one_step``
+    targets only."""
+    owner = type(loss).__name__
+    value_type = loss.default_value_estimator if value_type is None else value_type
+    if value_type in ON_POLICY_ESTIMATORS:
+        raise NotImplementedError(
+            f"{owner} builds targets from replayed transitions; "
+            f"{value_type!r} is not supported: use ValueEstimators.TD0, TD1 or TDLambda."
+        )
+    estimator, value_type = build_value_estimator(loss, value_type, hyperparams)
+    if one_step and getattr(estimator, "lmbda", None) is not None:
+        raise NotImplementedError(
+            f"{owner} supports only one-step targets (ValueEstimators.TD0, "
+            f"n-step through steps_to_next_obs), got {value_type!r}."
+        )
+    return estimator, value_type

@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._call_errors import CALL_ERRORS, explained
 from rlloss._checks import Coefficient
@@ -146,15 +145,15 @@ class RNDLoss(SupervisedLoss):
         error = self._error(self._observation(tensordict))
         fraction = self.update_fraction
         if fraction >= 1.0:
-            return _fast.output_tensordict(
-                {"loss_predictor": self._reduce_valid(error, tensordict)}
+            return TensorDict(
+                {"loss_predictor": self._reduce_valid(error, tensordict)}, batch_size=[]
             )
         selected = torch.rand(error.shape, device=error.device) < fraction
         if self.reduction == "none":  # TorchRL's: the unselected samples as zeros
             loss = self._reduce_valid(torch.where(selected, error, 0.0), tensordict)
         else:
             loss = self._reduce_valid(error, tensordict, selected, "update_fraction mask")
-        return _fast.output_tensordict({"loss_predictor": loss})
+        return TensorDict({"loss_predictor": loss}, batch_size=[])
 
     @torch.no_grad()
     def intrinsic_reward(self, tensordict: TensorDictBase) -> torch.Tensor:

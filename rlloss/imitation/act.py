@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data.vla import ACTION_CHUNK_KEY
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import NetworkCall
@@ -145,7 +144,7 @@ class ACTLoss(SupervisedLoss):
             "loss_reconstruction": reconstruction.detach(),
             "loss_kl": kl.detach(),
         }
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])
 
     def _valid_steps(self, tensordict: TensorDictBase, chunk: torch.Tensor):
         """``~pad_mask`` (``[*B, T]``) when the key is set and the batch holds it."""

@@ -8,13 +8,14 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _compat, _fast
+from rlloss import _compat
 from rlloss import functional as rlf
-from rlloss._checks import ChoicesOr, checks_enabled
+from rlloss._checks import ChoicesOr
+from rlloss._data_checks import checks_enabled
 from rlloss._distribution_calls import DistributionCall
 from rlloss._networks import NetworkCall, log_prob_of
 from rlloss.common import accepts_tensor_arguments
@@ -147,7 +148,7 @@ class BCLoss(SupervisedLoss):
         else:
             loss = self._elementwise_loss(tensordict, expert, kind)
             loss = self._reduce_valid(loss, tensordict, self._valid(pad, loss))
-        return _fast.output_tensordict({"loss_bc": loss})
+        return TensorDict({"loss_bc": loss}, batch_size=[])
 
     def _kind(self, expert: torch.Tensor):
         """The error to take: ``loss_function``, else the cross-entropy for integer actions,

@@ -14,7 +14,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules.distributions.utils import rsample_and_log_prob
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_in_range
 from rlloss._distribution_calls import DistributionCall
@@ -134,7 +133,7 @@ class DTLoss(_SequenceModelLoss):
         loss = self._reduce_formula(
             rlf.distance, tensordict, prediction, target, self.loss_function
         )
-        return _fast.output_tensordict({"loss": loss})
+        return TensorDict({"loss": loss}, batch_size=[])
 
 
 class OnlineDTLoss(_SequenceModelLoss):
@@ -322,7 +321,7 @@ class OnlineDTLoss(_SequenceModelLoss):
         out = {key: self._reduce_valid(value, tensordict) for key, value in out.items()}
         out["entropy"] = self._valid_mean(entropy.detach(), tensordict)  # TorchRL's: padding too
         out["alpha"] = alpha
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])
 
     def _unreduced(self, out: dict, batch: TensorDictBase, alpha, entropy) -> TensorDictBase:
         """The per-element losses in a TensorDict of the batch's size (TorchRL's output)."""

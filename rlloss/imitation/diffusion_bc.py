@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._networks import CALL_ERRORS
 from rlloss.common import accepts_tensor_arguments
@@ -105,7 +104,7 @@ class DiffusionBCLoss(SupervisedLoss):
         except CALL_ERRORS as error:
             raise _score_network_error(ddpm, action, observation, error) from error
         loss = self._reduce_formula(rlf.noise_prediction_error, tensordict, prediction, noise)
-        return _fast.output_tensordict({"loss_diffusion_bc": loss})
+        return TensorDict({"loss_diffusion_bc": loss}, batch_size=[])
 
 
 def _noised(action, schedule, step, noise) -> torch.Tensor:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 from torch import nn
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import NetworkCall
@@ -166,11 +165,12 @@ class GAILLoss(SupervisedLoss):
         expert, policy = self._discriminate(observation, action).chunk(2, dim=0)
         if not self.use_grad_penalty:
             loss = self._reduce_formula(rlf.discriminator_cross_entropy, tensordict, expert, policy)
-            return _fast.output_tensordict({"loss": loss})
+            return TensorDict({"loss": loss}, batch_size=[])
         gp_loss = self._gradient_penalty(pairs)
         loss = rlf.discriminator_cross_entropy(expert, policy) + gp_loss
-        return _fast.output_tensordict(
-            {"gp_loss": gp_loss.detach(), "loss": self._reduce_valid(loss, tensordict)}
+        return TensorDict(
+            {"gp_loss": gp_loss.detach(), "loss": self._reduce_valid(loss, tensordict)},
+            batch_size=[],
         )
 
     def _gradient_penalty(self, pairs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -15,7 +15,6 @@ import torch
 from tensordict import NestedKey, TensorDictBase
 from torchrl.objectives.llm import GRPOLossOutput, LLMLossOutput
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice
 from rlloss.common import LossModule, accepts_tensor_arguments
@@ -296,7 +295,7 @@ class GRPOLoss(LossModule):
             out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl_term(
                 tensordict, "sample_log_prob", log_prob, loss_mask, coeff, count
             )
-        return _fast.output_tensorclass(self.output_type, out)
+        return self.output_type(**out, batch_size=[])
 
     def _per_rank_count(self, num_items_in_batch):
         """The denominator of the loss terms (:func:`rlloss.llm.base.per_rank_count`), with

@@ -17,7 +17,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import QValueActor
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_choice, check_network
 from rlloss._keywords import torchrl_keywords
@@ -231,7 +230,7 @@ class QMixerLoss(QLearningLoss):
         value = self._mixed(batch, local_values)
         target = self._td_target(batch, self._next_team_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
-        return _fast.output_tensordict({"loss": self._critic_loss(value, target, batch)})
+        return TensorDict({"loss": self._critic_loss(value, target, batch)}, batch_size=[])
 
 
 def _as_q_network(network: nn.Module, action_space) -> nn.Module:

@@ -9,7 +9,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._networks import entry
 from rlloss.common import accepts_tensor_arguments
@@ -131,4 +130,4 @@ class DiscreteCQLLoss(QLearningLoss):
             "pred_value": self._valid_mean(action_values.detach(), tensordict),
             "target_value": self._valid_mean(target, tensordict),
         }
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])

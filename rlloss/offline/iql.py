@@ -17,7 +17,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_choice, check_network
 from rlloss._distribution_calls import DistributionCall
@@ -256,7 +255,7 @@ class IQLLoss(TDTargetLoss):
         out.update(self._addon_entries(info))
         entropy = -self._valid_mean(info["log_prob"], tensordict)
         if self.reduction != "none":
-            return _fast.output_tensordict({**out, "entropy": entropy})
+            return TensorDict({**out, "entropy": entropy}, batch_size=[])
         out = TensorDict(out, batch_size=tensordict.batch_size)  # per-sample losses
         if self.scalar_output_mode == "non_tensor":
             out.set_non_tensor("entropy", entropy)

@@ -21,7 +21,6 @@ import dataclasses
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.utils import NestedKey
-from torch import nn
 from torchrl.data import TensorSpec
 from torchrl.objectives.utils import ValueEstimators
 
@@ -40,21 +39,24 @@ from rlloss._checks import (
 from rlloss._ensembles import (
     Ensemble,
     FrozenCopy,
+    ensemble_members,
     parameter_path,
-    reinitialised,
+    redraw_members,
     shared_parameters,
+    stacked_members,
+    tie_members,
+    untie_members,
 )
 from rlloss._keywords import torchrl_keywords
 from rlloss.common import LossModule, fill_padding
 from rlloss.estimators.base import DEFAULT_GAMMA
-from rlloss.estimators.registry import build_value_estimator
+from rlloss.estimators.registry import build_target_estimator
 from rlloss.functional.critic import DISTANCES
 
 PRIORITY_WEIGHTINGS = ("mean", "normalized")
 # The default of a padding mask argument: not read yet, so read from the batch (None, the
 # other possible value, means "read: nothing is padded").
 READ_FROM_BATCH = object()
-_ON_POLICY_ESTIMATORS = (ValueEstimators.GAE, ValueEstimators.VTrace, ValueEstimators.MAGAE)
 ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
 # the attribute, checked on assignment as the constructor checks the keyword: one of those, a
 # spec, None (read from the network), or TorchRL's own spelling of the multi-one-hot space
@@ -158,20 +160,9 @@ class TDTargetLoss(LossModule):
         ``GAE``, ``VTrace`` and ``MAGAE`` need a state-value baseline and on-policy data:
         ``NotImplementedError``, as in TorchRL.
         """
-        value_type = self.default_value_estimator if value_type is None else value_type
-        if value_type in _ON_POLICY_ESTIMATORS:
-            raise NotImplementedError(
-                f"{type(self).__name__} builds targets from replayed transitions; "
-                f"{value_type!r} is not supported: use ValueEstimators.TD0, TD1 or TDLambda."
-            )
-        estimator, value_type = build_value_estimator(
-            self, value_type, {"gamma": self.gamma, **hyperparams}
+        estimator, value_type = build_target_estimator(
+            self, value_type, {"gamma": self.gamma, **hyperparams}, self._one_step_targets_only
         )
-        if self._one_step_targets_only and getattr(estimator, "lmbda", None) is not None:
-            raise NotImplementedError(
-                f"{type(self).__name__} supports only one-step targets (ValueEstimators.TD0, "
-                f"n-step through steps_to_next_obs), got {value_type!r}."
-            )
         _compat.store_value_estimator(self, estimator)
         self.value_type = value_type
         self.gamma = estimator.gamma
@@ -433,25 +424,11 @@ class TDTargetLoss(LossModule):
         ``compare_against``), so the members always use its current values and the ensemble's
         losses send them no gradient (``separate_losses=True``).
         """
-        modules = list(networks) if isinstance(networks, (list, tuple)) else [networks]
+        given = len(networks) if isinstance(networks, (list, tuple)) else 1
         # as TorchRL's: the members of a list are never compared with the other network
-        tied = None if tied_to is None or len(modules) > 1 else getattr(self, tied_to)
-        if len(modules) == 1:
-            modules += [reinitialised(modules[0]) for _ in range(size - 1)]
-        if len(modules) != size:
-            raise ValueError(
-                f"{type(self).__name__}: got {len(modules)} {name} modules for "
-                f"num_qvalue_nets={size}; pass one module or a list of num_qvalue_nets modules."
-            )
-        parameter_names = {n for n, _ in modules[0].named_parameters()}
-        stacked = TensorDict.from_modules(*modules).flatten_keys(".")
-        stacked = TensorDict(
-            {
-                k: nn.Parameter(v.detach().clone()) if k in parameter_names else v.detach().clone()
-                for k, v in stacked.items()
-            },
-            batch_size=[size],
-        ).unflatten_keys(".")
+        tied = None if tied_to is None or given > 1 else getattr(self, tied_to)
+        modules = ensemble_members(type(self).__name__, name, networks, size)
+        stacked = stacked_members(modules)
         ensemble = Ensemble(modules[0], until)
         if tied is not None:
             self._ties[name] = (tied_to, shared_parameters(modules[0], tied))
@@ -486,10 +463,7 @@ class TDTargetLoss(LossModule):
         super().reset_parameters_recursive()
         children = dict(self.named_children())
         for name, ensemble in self._ensembles:
-            stacked = children[f"{name}_params"]
-            for member in range(stacked.batch_size[0]):
-                fresh = TensorDict.from_module(reinitialised(ensemble.template))
-                stacked[member].update_(fresh)
+            redraw_members(children[f"{name}_params"], ensemble.template)
         for name in [*(n for n, _ in self._targets), *(n for n, _ in self._ensembles)]:
             target = children.get(f"target_{name}_params")
             if target is not None:
@@ -512,13 +486,8 @@ class TDTargetLoss(LossModule):
         for name, view in self._detached_views:
             view.use({k: p.detach() for k, p in getattr(self, name).named_parameters()})
         for name, (owner, shared) in self._ties.items():
-            stacked, parameters = (
-                children[f"{name}_params"],
-                dict(children[owner].named_parameters()),
-            )
-            for key, owner_key in shared.items():
-                parameter = parameters[owner_key].detach()
-                stacked.set(parameter_path(key), parameter.expand(len(stacked), *parameter.shape))
+            parameters = dict(children[owner].named_parameters())
+            tie_members(children[f"{name}_params"], parameters, shared)
         for name, ensemble in self._ensembles:
             ensemble.use(children[f"{name}_params"], children.get(f"target_{name}_params"))
 
@@ -529,9 +498,7 @@ class TDTargetLoss(LossModule):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         children = dict(self.named_children())
         for name, (_, shared) in self._ties.items():  # writable copies while loading
-            stacked = children[f"{name}_params"]
-            for key in shared:
-                stacked.set(parameter_path(key), stacked.get(parameter_path(key)).clone())
+            untie_members(children[f"{name}_params"], shared)
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         finally:

@@ -11,7 +11,6 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_network
 from rlloss._networks import NetworkCall, entry
@@ -205,6 +204,7 @@ class DDPGLoss(TDTargetLoss):
         loss_value, info = self.loss_value(batch)
         loss_actor, info_actor = self.loss_actor(batch)
         self._write_priority(tensordict, info["td_error"])
-        return _fast.output_tensordict(
-            {"loss_actor": loss_actor, "loss_value": loss_value, **info, **info_actor}
+        return TensorDict(
+            {"loss_actor": loss_actor, "loss_value": loss_value, **info, **info_actor},
+            batch_size=[],
         )

@@ -1,5 +1,5 @@
 """MPO for categorical policies: ``DiscreteMPOLoss`` (Abdolmaleki et al., arXiv:1806.06920 and
-arXiv:1812.02256), on the MPO base :class:`rlloss.offpolicy.mpo.MaximumAPosteriori` that it
+arXiv:1812.02256), on the MPO base :class:`rlloss.offpolicy.mpo_base.MaximumAPosteriori` that it
 shares with :class:`rlloss.MPOLoss`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rlloss._distribution_calls import DistributionCall
 from rlloss._networks import network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.offpolicy.base import TDTargetLoss
-from rlloss.offpolicy.mpo import MaximumAPosteriori
+from rlloss.offpolicy.mpo_base import MaximumAPosteriori
 
 
 class DiscreteMPOLoss(MaximumAPosteriori):

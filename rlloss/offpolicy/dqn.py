@@ -18,7 +18,6 @@ from torch import nn
 from torchrl.data import TensorSpec
 from torchrl.modules import QValueActor
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import check_atoms, check_choice, check_network, check_support
 from rlloss._networks import NetworkCall, entry
@@ -199,7 +198,7 @@ class DQNLoss(QLearningLoss):
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         self._write_priority(tensordict, rlf.td_error(value, target, "squared"))
         loss = self._critic_loss(value, target, batch, mask)
-        return _fast.output_tensordict({"loss": loss})
+        return TensorDict({"loss": loss}, batch_size=[])
 
 
 class DDQNLoss(DQNLoss):
@@ -412,4 +411,4 @@ class DistributionalDQNLoss(QLearningLoss):
         target = self._target_distribution(batch, support)
         cross_entropy = -(target * log_probs).sum(-1, keepdim=True)
         self._write_priority(tensordict, cross_entropy.detach())
-        return _fast.output_tensordict({"loss": self._reduce_replayed(cross_entropy, batch)})
+        return TensorDict({"loss": self._reduce_replayed(cross_entropy, batch)}, batch_size=[])

@@ -14,7 +14,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import TensorSpec
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient
 from rlloss._networks import (
@@ -331,8 +330,8 @@ class REDQLoss(ContinuousSoftActorCritic):
         }
         if self.reduction == "none" and self.scalar_output_mode == "non_tensor":
             scalars = {name: out.pop(name) for name in ("alpha", "entropy")}
-            result = _fast.output_tensordict(out)
+            result = TensorDict(out, batch_size=[])
             for name, value in scalars.items():
                 result.set_non_tensor(name, value)
             return result
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])

@@ -15,7 +15,6 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Bounded, Composite, TensorSpec
 
-from rlloss import _fast
 from rlloss import functional as rlf
 from rlloss._checks import Coefficient, check_network
 from rlloss._ensembles import ensemble_architecture
@@ -198,7 +197,7 @@ class TwinDelayedLoss(TDTargetLoss):
         )
         del info["td_error"]  # written as the priority, not an output
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, **info_actor, **info}
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])
 
 
 class TD3Loss(TwinDelayedLoss):

@@ -15,7 +15,6 @@ import math
 import torch
 from tensordict import TensorDict
 
-from rlloss import _fast
 from rlloss._checks import check_in_range
 
 OUT_KEYS = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
@@ -73,7 +72,7 @@ def soft_outputs(
     ``scalar_output_mode="non_tensor"``, else left out, as TorchRL)."""
     scalars = {"alpha": log_alpha.detach().exp(), "entropy": -log_prob.mean()}
     if reduction != "none":
-        return _fast.output_tensordict({**losses, **scalars})
+        return TensorDict({**losses, **scalars}, batch_size=[])
     out = TensorDict(losses, batch_size=batch_size)  # per-sample losses
     if scalar_output_mode == "non_tensor":
         for name, value in scalars.items():

@@ -18,7 +18,7 @@ from torch import distributions as D
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import _compat, _distributions, _fast
+from rlloss import _compat, _distributions
 from rlloss import functional as rlf
 from rlloss._call_errors import missing_output_error
 from rlloss._checks import (
@@ -512,4 +512,4 @@ class OnPolicyLoss(LossModule):
             loss, info = self.loss_critic(batch, mask)
             out[self._critic_loss_key] = as_scalar_output(loss, self.reduction)
             out.update(info)
-        return _fast.output_tensordict(out)
+        return TensorDict(out, batch_size=[])

@@ -19,8 +19,8 @@ from rlloss._checks import (
     check_choice,
     check_in_range,
     check_same_shape,
-    state_dict_mismatch,
 )
+from rlloss._state_checks import state_dict_mismatch
 from rlloss.functional import discounted_returns
 from rlloss.training.distributed import all_moments, check_process_group
 from rlloss.training.moments import (

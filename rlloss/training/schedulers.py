@@ -19,9 +19,8 @@ from rlloss._checks import (
     Coefficient,
     check_bounds_order,
     check_in_range,
-    check_is_dict,
-    check_state_entries,
 )
+from rlloss._state_checks import check_is_dict, check_state_entries
 from rlloss.training.distributed import all_mean, check_process_group
 
 if TYPE_CHECKING:

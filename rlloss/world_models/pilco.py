@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 from rlloss import functional as rlf
-from rlloss._checks import checks_enabled
+from rlloss._data_checks import checks_enabled
 from rlloss.common import LossModule, accepts_tensor_arguments
 
 
