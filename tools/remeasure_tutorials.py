@@ -251,7 +251,9 @@ def run_prerequisites(
     done = {}
     for prerequisite, future in futures.items():
         printed, wall_time = future.result()
-        print(f"prerequisite {prerequisite[0]} {' '.join(prerequisite[1])}: {wall_time:.0f} s")
+        result = "failed" if printed is None else f"final_return={printed.get('final_return')}"
+        command = " ".join((prerequisite[0], *prerequisite[1]))
+        print(f"prerequisite {command}: {result}, {wall_time:.0f} s")
         done[prerequisite] = None if printed is None else outs[prerequisite]
     return done
 
