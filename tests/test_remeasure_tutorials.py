@@ -63,3 +63,132 @@ def test_a_run_reports_the_last_printed_value_and_a_failure_as_nan(tmp_path):
     assert tool.run_one(script, (), 0, "final_return", tmp_path / "out") == 475.5
     script.write_text("raise SystemExit(3)\n")
     assert math.isnan(tool.run_one(script, (), 0, "final_return", tmp_path / "out"))
+
+
+def test_a_prerequisite_becomes_a_placeholder_and_is_written_back():
+    line = (
+        "[figures] rlloss, seeds 0 1, --total-frames 10 --dataset "
+        "<offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5"
+    )
+    (figures,) = tool.parse_figures("bc_offline", line)
+    assert figures.args == ("--total-frames", "10", "--dataset", "{0}/dataset")
+    assert figures.prerequisites == (
+        ("offline_dataset", ("--seed", "0", "--agent-frames", "5000")),
+    )
+    assert tool.written_args(figures) == (
+        "--total-frames 10 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ("--dataset <no_such_tutorial --seed 0>/dataset", "no_such_tutorial"),
+        ("--config {x}", "braces"),
+    ],
+)
+def test_a_bad_prerequisite_or_brace_is_refused(args, match):
+    with pytest.raises(ValueError, match=rf"bc_offline: .*{match}"):
+        tool.parse_figures("bc_offline", f"[figures] rlloss, seeds 0, {args}: final_return = 1.0")
+
+
+def test_the_documented_rounding_is_each_values_own():
+    (figures,) = tool.parse_figures(
+        "dpo", "[figures] rlloss, seeds 0 1 2, --x 1: final_return = 500 0.604 -0.29"
+    )
+    assert figures.decimals == {0: 0, 1: 3, 2: 2}
+
+
+class _Done:
+    """A finished run, as ``compare`` reads it from a future."""
+
+    def __init__(self, printed):
+        self.printed = printed
+
+    def result(self):
+        return self.printed, 12.0
+
+
+@pytest.mark.parametrize(
+    "documented, printed, agree",
+    [
+        ("500", "500.0", True),
+        ("500", "499.4", False),
+        ("0.604", "0.604", True),
+        ("0.604", "0.605", False),
+        ("0.59", "0.6", True),  # the script prints one decimal: the coarser rounding counts
+        ("0.59", "0.7", False),
+        ("4000", "none", False),
+        ("-13.5", None, False),  # the run printed no such line
+    ],
+)
+def test_a_value_agrees_within_the_coarser_of_both_roundings(documented, printed, agree, capsys):
+    (figures,) = tool.parse_figures("t", f"[figures] rlloss, seeds 3, --x 1: m = {documented}")
+    runs = {(figures, 3): _Done({} if printed is None else {"m": printed})}
+    assert tool.compare(figures, runs, tolerance=None) is agree
+    assert ("differs" in capsys.readouterr().out) is not agree
+    assert tool.compare(figures, runs, tolerance=100.0) is (printed not in (None, "none"))
+
+
+def test_a_run_reads_every_printed_name_its_first_word_and_brackets(tmp_path):
+    script = tmp_path / "fake.py"
+    script.write_text(
+        "print('first_eval_at_target=4000 (target -200, evaluated every 1000 steps)')\n"
+        "print('return_at_target[-144.1]=-403.5')\n"
+        "print('wall_time=12.5s')\n"
+        "print('frames=10 return=-3.0')\n"
+    )
+    printed, wall_time = tool.run_script(script, (), tmp_path / "out", seed=1)
+    assert printed["first_eval_at_target"] == "4000"
+    assert printed["return_at_target[-144.1]"] == "-403.5"
+    assert printed["wall_time"] == "12.5"
+    assert printed["frames"] == "10 return=-3.0".split()[0]
+    assert wall_time > 0
+
+
+def test_remeasure_runs_a_prerequisite_once_and_a_shared_run_once(tmp_path, monkeypatch, capsys):
+    tutorials = tmp_path / "tutorials"
+    tutorials.mkdir()
+    log = tmp_path / "runs.log"
+    (tutorials / "maker.py").write_text(
+        "import sys, pathlib\n"
+        f"open({str(log)!r}, 'a').write('maker\\n')\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+        "out.mkdir(parents=True)\n"
+        "(out / 'value').write_text(sys.argv[sys.argv.index('--value') + 1])\n"
+    )
+    (tutorials / "reader.py").write_text(
+        "import sys\n"
+        f"open({str(log)!r}, 'a').write('reader\\n')\n"
+        "seed = int(sys.argv[sys.argv.index('--seed') + 1])\n"
+        "value = float(open(sys.argv[sys.argv.index('--data') + 1]).read())\n"
+        "print(f'final_return={value + seed:.1f}')\n"
+        "print(f'train_return={-seed:.1f}')\n"
+    )
+    monkeypatch.setattr(tool, "TUTORIALS_DIR", tutorials)
+    doc = """
+        [figures] rlloss, seeds 0 1, --data <maker --value 5>/value: final_return = 5.0 6.0
+        [figures] rlloss, seeds 0 1, --data <maker --value 5>/value: train_return = 0.0 -2.0
+    """
+    figures = tool.parse_figures("reader", doc)
+    assert not tool.remeasure(figures, None, jobs=1, tolerance=None, work=tmp_path / "work")
+    out = capsys.readouterr().out
+    assert "final_return documented 6.0, measured 6.0" in out
+    assert "train_return documented -2.0, measured -1.0" in out and "differs" in out
+    assert (
+        "[figures] rlloss, seeds 0 1, --data <maker --value 5>/value: train_return = 0.0 -1.0"
+        in out
+    )
+    assert log.read_text().split() == ["maker", "reader", "reader"]  # 2 seeds, 2 metrics each
+
+
+def test_every_tutorial_line_parses_and_every_uncovered_result_is_named():
+    figures = tool.documented_figures()
+    covered = {fig.tutorial for fig in figures}
+    for fig in figures:
+        for script, _ in fig.prerequisites:
+            assert (tool.TUTORIALS_DIR / f"{script}.py").is_file()
+    docstring = tool.__doc__
+    for path in sorted(tool.TUTORIALS_DIR.glob("[!_]*.py")):
+        if path.stem not in covered and not path.stem.endswith("_mujoco"):
+            assert f"``{path.stem}``" in docstring, f"{path.stem}: no [figures] line, no reason"

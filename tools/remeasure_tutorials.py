@@ -8,10 +8,36 @@ lines marked ``[figures]``, one per library and setting::
 read as: ``python tutorials/<name>.py --seed S --total-frames 50000`` (rlloss's losses, or
 ``torchrl``: the script with its ``from rlloss import ...`` lines importing TorchRL's classes
 instead, ``benchmarks/torchrl_swap.py``, the learning benchmark's swap) prints
-``final_return=<value>`` as its result for seed S, for each seed listed, in order. The tool
-reruns every marked line's seeds (a subprocess each, one CPU thread, ``--jobs`` at a time) and
-reports, per seed, the documented and the measured value; it exits 1 if any differs by more than
-``--tolerance`` (the docstring's rounding, 0.05 by default) or a run fails.
+``final_return=<value>`` as its result for seed S, for each seed listed, in order. The metric is
+any ``name=value`` line the script prints (its last one; the value's first word, so
+``first_eval_at_target=4000 (target -200, ...)`` reads 4000), brackets included
+(``return_at_target[-144.1]``). Lines of one tutorial, library, arguments and seed share one
+run, so a second metric of the same run costs nothing. An argument ``<script args>`` is a
+prerequisite: ``python tutorials/<script>.py args --out DIR`` runs first, once per session of
+the tool (rlloss's script, the seed its own arguments give), and ``DIR`` takes its place, e.g.
+``--dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset`` (the dataset an offline
+tutorial reads). The tool reruns every marked line's seeds (a subprocess each, one CPU thread,
+``--jobs`` at a time) and reports, per seed, the documented and the measured value and the
+run's wall time; it exits 1 if any differs by more than the documented rounding (half a unit of
+the last digit written, or of the printed one where the script prints fewer: ``500`` allows
+0.5, ``0.604`` 0.0005), or ``--tolerance`` if given, or a run fails.
+
+Tutorials with results but no ``[figures]`` line, and why (``*_mujoco.py``: their results are
+``tools/mujoco_results.py``'s):
+
+- ``cql_offline``, ``iql_offline``, ``td3bc_offline``: measured on CUDA (an H100, torch 2.11);
+  a CPU rerun is another float32 trajectory, not a check of those figures;
+- ``bc_offline``, "medium" dataset: measured with the regression in plain torch, before the
+  script took ``BCLoss`` (its expert-dataset figures have lines);
+- ``ppo_ddp``: two processes under ``torchrun``, not a plain command of the script;
+- ``sac_pendulum``'s first figures (-108.5, -106.7, -160.3; training -178.8, -190.5, -196.2):
+  recorded before the periodic evaluation; its lines give the re-run's;
+- ``dt_offline``'s earlier version (returns-to-go scaled by 1/1000, expert dataset): not the
+  current script;
+- ``compile_and_cudagraphs``: throughput on an H100, not a per-seed result;
+- ``ppo_cartpole``, ``klpen_cartpole``, ``rpo_pendulum``, ``torchrl_pipeline``: no per-seed
+  figure in their docstrings (``ppo_ddp``'s table gives ``ppo_cartpole``'s 500.0 on seeds 0-2,
+  run by ``ppo_ddp --baseline`` under ``torchrun``).
 
 Not run in CI (a DQN line is ten CPU-minutes a seed). Run it whenever a loss's hot path changes
 (its forward's arithmetic or the order of its operations): the tutorials are training runs whose
@@ -45,6 +71,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,20 +84,58 @@ from benchmarks.torchrl_swap import swap_to_torchrl  # noqa: E402
 LIBRARIES = ("rlloss", "torchrl")
 FIGURES_LINE = re.compile(
     r"^\s*\[figures\]\s+(?P<library>\w+),\s+seeds\s+(?P<seeds>[\d ]+?),\s*(?P<args>.*?):\s+"
-    r"(?P<metric>\w+)\s*=\s*(?P<values>[-+\d. na]+?)\s*$"
+    r"(?P<metric>[\w\[\].-]+?)\s*=\s*(?P<values>[-+\d. na]+?)\s*$"
 )
+PREREQUISITE = re.compile(r"<(?P<tutorial>\w+)(?P<args>[^<>]*)>")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # keyed by identity
 class Figures:
-    """One ``[figures]`` line: the tutorial, the library, the command-line arguments, the
-    printed result's name and the documented value of each seed."""
+    """One ``[figures]`` line: the tutorial, the library, the command-line arguments (with a
+    ``{i}`` where the output directory of ``prerequisites[i]`` goes), the printed result's name,
+    the documented value of each seed and its number of decimals (the documented rounding)."""
 
     tutorial: str
     library: str
     args: tuple[str, ...]
     metric: str
     documented: dict[int, float]
+    decimals: dict[int, int]
+    prerequisites: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def written_args(fig: Figures) -> str:
+    """A line's arguments as its docstring writes them (each prerequisite as ``<script args>``)."""
+    runs = [f"<{' '.join((script, *args))}>" for script, args in fig.prerequisites]
+    return " ".join(fig.args).format(*runs)
+
+
+def decimals_of(value: str) -> int:
+    """The number of decimals a documented value is written with (``"-0.29"``: 2)."""
+    return len(value.split(".", 1)[1]) if "." in value else 0
+
+
+def split_prerequisites(
+    tutorial: str, line: str, args: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """A line's arguments with each ``<script args>`` (a tutorial run whose ``--out`` directory
+    the arguments name, e.g. the dataset an offline tutorial reads) replaced by ``{i}``, and those
+    runs as ``(script, args)``; a brace outside them, or a script that is not a tutorial, raises
+    ``ValueError`` naming the tutorial and the line."""
+    prerequisites = []
+
+    def placeholder(match: re.Match) -> str:
+        if not (TUTORIALS_DIR / f"{match['tutorial']}.py").is_file():
+            raise ValueError(
+                f"{tutorial}: [figures] prerequisite {match['tutorial']!r} is not a script of "
+                f"{TUTORIALS_DIR}: {line.strip()!r}"
+            )
+        prerequisites.append((match["tutorial"], tuple(match["args"].split())))
+        return f"{{{len(prerequisites) - 1}}}"
+
+    if "{" in args or "}" in args:
+        raise ValueError(f"{tutorial}: [figures] arguments may not hold braces: {line.strip()!r}")
+    return tuple(PREREQUISITE.sub(placeholder, args).split()), tuple(prerequisites)
 
 
 def parse_figures(tutorial: str, docstring: str) -> list[Figures]:
@@ -84,19 +149,22 @@ def parse_figures(tutorial: str, docstring: str) -> list[Figures]:
         if match is None:
             raise ValueError(f"{tutorial}: malformed [figures] line: {line.strip()!r}")
         seeds = [int(s) for s in match["seeds"].split()]
-        values = [float(v) for v in match["values"].split()]
+        values = match["values"].split()
         if match["library"] not in LIBRARIES or len(seeds) != len(values):
             raise ValueError(
                 f"{tutorial}: [figures] line needs a library of {LIBRARIES} and one value per "
                 f"seed ({len(seeds)} seeds, {len(values)} values): {line.strip()!r}"
             )
+        args, prerequisites = split_prerequisites(tutorial, line, match["args"])
         found.append(
             Figures(
                 tutorial,
                 match["library"],
-                tuple(match["args"].split()),
+                args,
                 match["metric"],
-                dict(zip(seeds, values, strict=True)),
+                dict(zip(seeds, map(float, values), strict=True)),
+                dict(zip(seeds, map(decimals_of, values), strict=True)),
+                prerequisites,
             )
         )
     return found
@@ -126,9 +194,12 @@ def script_for(tutorial: str, library: str, work: Path) -> Path:
     return swapped
 
 
-def run_one(script: Path, args: tuple[str, ...], seed: int, metric: str, out: Path) -> float:
-    """Run ``script --seed seed args --out out`` on one CPU thread; the last ``metric=`` value
-    it prints (NaN if the run fails or prints none)."""
+def run_script(
+    script: Path, args: tuple[str, ...], out: Path, seed: int | None = None
+) -> tuple[dict[str, str] | None, float]:
+    """Run ``script [--seed seed] args --out out`` on one CPU thread: the last value of each
+    ``name=value`` line it prints (the value's first word, a trailing ``s`` of seconds dropped;
+    None if the run fails) and the run's wall time in seconds."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -136,60 +207,118 @@ def run_one(script: Path, args: tuple[str, ...], seed: int, metric: str, out: Pa
         "MPLBACKEND": "Agg",
         "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), str(REPO_ROOT)]),
     }
-    command = [sys.executable, str(script), "--seed", str(seed), *args, "--out", str(out)]
+    seeded = () if seed is None else ("--seed", str(seed))
+    command = [sys.executable, str(script), *seeded, *args, "--out", str(out)]
+    start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    values = [
-        line.split("=", 1)[1]
-        for line in result.stdout.splitlines()
-        if line.startswith(f"{metric}=")
-    ]
-    if result.returncode != 0 or not values:
+    wall_time = time.perf_counter() - start
+    if result.returncode != 0:
         print(f"  failed: {' '.join(command)}\n{result.stderr[-2000:]}", file=sys.stderr)
+        return None, wall_time
+    printed = {}
+    for line in result.stdout.splitlines():
+        name, equals, value = line.partition("=")
+        if equals and value.split() and re.fullmatch(r"[\w\[\].-]+", name):
+            printed[name] = value.split()[0].rstrip("s")
+    return printed, wall_time
+
+
+def as_number(printed: str | None) -> float:
+    """A printed value as a float (NaN if missing or not a number, e.g. ``none``)."""
+    try:
+        return float(printed)
+    except (TypeError, ValueError):
         return math.nan
-    return float(values[-1].rstrip("s"))
+
+
+def run_one(script: Path, args: tuple[str, ...], seed: int, metric: str, out: Path) -> float:
+    """``run_script``'s last printed ``metric`` value for ``seed`` (NaN if the run fails or
+    prints none)."""
+    printed = run_script(script, args, out, seed)[0]
+    return as_number(None if printed is None else printed.get(metric))
+
+
+def run_prerequisites(
+    figures: list[Figures], pool: concurrent.futures.Executor, work: Path
+) -> dict[tuple[str, tuple[str, ...]], Path | None]:
+    """Run each distinct prerequisite of ``figures`` once (rlloss's script, the seed its own
+    arguments give): its output directory, or None if it failed."""
+    distinct = list(dict.fromkeys(p for fig in figures for p in fig.prerequisites))
+    outs = {p: work / f"prerequisite-{i}-{p[0]}" for i, p in enumerate(distinct)}
+    futures = {
+        p: pool.submit(run_script, TUTORIALS_DIR / f"{p[0]}.py", p[1], outs[p]) for p in distinct
+    }
+    done = {}
+    for prerequisite, future in futures.items():
+        printed, wall_time = future.result()
+        result = "failed" if printed is None else f"final_return={printed.get('final_return')}"
+        command = " ".join((prerequisite[0], *prerequisite[1]))
+        print(f"prerequisite {command}: {result}, {wall_time:.0f} s")
+        done[prerequisite] = None if printed is None else outs[prerequisite]
+    return done
 
 
 def remeasure(
-    figures: list[Figures], seeds: list[int] | None, jobs: int, tolerance: float, work: Path
+    figures: list[Figures],
+    seeds: list[int] | None,
+    jobs: int,
+    tolerance: float | None,
+    work: Path,
 ) -> bool:
-    """Rerun every documented seed (of ``seeds`` if given), print documented vs measured, and
-    the re-measured ``[figures]`` lines; True if all agree within ``tolerance``."""
-    planned = [
-        (fig, seed) for fig in figures for seed in fig.documented if seeds is None or seed in seeds
-    ]
+    """Rerun every documented seed (of ``seeds`` if given; one run per tutorial, library,
+    arguments and seed, whatever the number of metrics read from it), print documented vs
+    measured and each run's wall time, and the re-measured ``[figures]`` lines; True if all
+    agree within ``tolerance`` (default: half a unit of the documented value's last digit)."""
+    work.mkdir(parents=True, exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            (fig, seed): pool.submit(
-                run_one,
-                script_for(fig.tutorial, fig.library, work),
-                fig.args,
-                seed,
-                fig.metric,
-                work / f"{fig.tutorial}-{fig.library}-{seed}",
-            )
-            for fig, seed in planned
-        }
-        measured = {key: future.result() for key, future in futures.items()}
+        prerequisite_outs = run_prerequisites(figures, pool, work)
+        runs, by_line = {}, {}
+        for fig in figures:
+            outs = [prerequisite_outs[p] for p in fig.prerequisites]
+            if None in outs:
+                continue  # its prerequisite failed: its seeds are reported as not measured
+            args = tuple(arg.format(*outs) for arg in fig.args)
+            for seed in fig.documented:
+                if seeds is not None and seed not in seeds:
+                    continue
+                key = (fig.tutorial, fig.library, args, seed)
+                if key not in runs:
+                    out = work / f"{fig.tutorial}-{fig.library}-{len(runs)}-seed{seed}"
+                    script = script_for(fig.tutorial, fig.library, work)
+                    runs[key] = pool.submit(run_script, script, args, out, seed)
+                by_line[fig, seed] = runs[key]
+        agree = True
+        for fig in figures:
+            agree &= compare(fig, by_line, tolerance)
+    return agree
+
+
+def compare(fig: Figures, runs: dict, tolerance: float | None) -> bool:
+    """Print one line's documented and measured values, seed by seed, and its re-measured
+    ``[figures]`` line; True if every seed agrees within ``tolerance``."""
+    rows = []
+    for seed in fig.documented:
+        future = runs.get((fig, seed))
+        if future is not None:
+            printed, wall_time = future.result()
+            rows.append((seed, (printed or {}).get(fig.metric), wall_time))
     agree = True
-    for fig in figures:
-        rows = [
-            (seed, fig.documented[seed], measured[fig, seed])
-            for seed in fig.documented
-            if (fig, seed) in measured
-        ]
-        for seed, documented, value in rows:
-            same = abs(documented - value) <= tolerance
-            agree &= same
-            print(
-                f"{fig.tutorial} {fig.library} seed {seed}: {fig.metric} documented "
-                f"{documented:g}, measured {value:g}{'' if same else '  <-- differs'}"
-            )
-        if rows:
-            print(
-                f"    [figures] {fig.library}, seeds {' '.join(str(r[0]) for r in rows)}, "
-                f"{' '.join(fig.args)}: {fig.metric} = "
-                f"{' '.join(f'{r[2]:.1f}' for r in rows)}"
-            )
+    for seed, text, wall_time in rows:
+        documented, value = fig.documented[seed], as_number(text)
+        digits = min(fig.decimals[seed], decimals_of(text or ""))  # the coarser rounding
+        allowed = 0.5 * 10**-digits + 1e-9 if tolerance is None else tolerance
+        same = abs(documented - value) <= allowed
+        agree &= same
+        print(
+            f"{fig.tutorial} {fig.library} {written_args(fig)} seed {seed}: {fig.metric} "
+            f"documented {documented:.{fig.decimals[seed]}f}, measured {text or 'nothing'} "
+            f"({wall_time:.0f} s){'' if same else '  <-- differs'}"
+        )
+    if rows:
+        print(
+            f"    [figures] {fig.library}, seeds {' '.join(str(r[0]) for r in rows)}, "
+            f"{written_args(fig)}: {fig.metric} = {' '.join(r[1] or 'nan' for r in rows)}"
+        )
     return agree
 
 
@@ -201,7 +330,13 @@ def main(argv: list[str] | None = None) -> int:
         "--seeds", nargs="+", type=int, default=None, help="only these of the documented seeds"
     )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
-    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="largest difference allowed (default: half a unit of each documented value's last "
+        "digit, the docstring's rounding)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: temp)")
     parser.add_argument("--list", action="store_true", help="print the documented figures only")
     args = parser.parse_args(argv)
@@ -209,11 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list or not figures:
         for fig in figures:
             print(
-                f"{fig.tutorial} {fig.library} {' '.join(fig.args)}: {fig.metric} {fig.documented}"
+                f"{fig.tutorial} {fig.library} {written_args(fig)}: {fig.metric} {fig.documented}"
             )
         return 0 if figures else 1
     if args.work is not None:
-        args.work.mkdir(parents=True, exist_ok=True)
         return 0 if remeasure(figures, args.seeds, args.jobs, args.tolerance, args.work) else 1
     with tempfile.TemporaryDirectory() as work:
         return 0 if remeasure(figures, args.seeds, args.jobs, args.tolerance, Path(work)) else 1

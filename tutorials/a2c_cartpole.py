@@ -27,6 +27,14 @@ return passes 475 between 100k and 200k steps). With TorchRL's ``A2CLoss`` and `
 in: final_return 500, 500 and 500; training 500.0, 500.0 and 500.0. On seed 0 the two libraries give the same first 936
 episodes, then float rounding makes the runs drift apart.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500
+    [figures] rlloss, seeds 0 1 2, --total-frames 500000: train_return = 500.0 500.0 500.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500
+    [figures] torchrl, seeds 0 1 2, --total-frames 500000: train_return = 500.0 500.0 500.0
+
 Run:
     python tutorials/a2c_cartpole.py --seed 0 --total-frames 500000 --out runs/a2c_cartpole
 

@@ -26,6 +26,13 @@ evaluation) 500, 500 and 500; the last 10 training episodes (epsilon 0.04) 500.0
 with rlloss and with TorchRL's ``DistributionalDQNLoss`` swapped in: final_return 500, 500, 500
 for both (the per-update overhead of the two libraries is in the overhead benchmark).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 50000: final_return = 500 500 500
+    [figures] rlloss, seeds 0 1 2, --total-frames 50000: train_return = 500.0 419.7 469.6
+    [figures] torchrl, seeds 0 1 2, --total-frames 50000: final_return = 500 500 500
+
 Run:
     python tutorials/c51_cartpole.py --seed 0 --total-frames 50000 --out runs/c51_cartpole
 

@@ -63,6 +63,16 @@ Results (20,000 steps, one CPU thread; ``benchmarks/learning.py``, whose summary
 - TorchRL's, seed 2: final_return -159.0; first at or above -200 at 4,000 steps (-158.7; -234.0
   at 3,000); the last 10 training episodes -220.2.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.8 -107.7 -160.7
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 2000 3000 5000
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: train_return = -206.1 -200.2 -207.6
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -108.9 -108.6 -159.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 3000 3000 4000
+    [figures] torchrl, seeds 0 2, --total-frames 20000: train_return = -204.6 -220.2
+
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
 

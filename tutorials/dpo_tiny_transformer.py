@@ -64,6 +64,28 @@ Adam steps once with ``DPOLoss`` through TorchRL's wrapper and once with TRL 1.1
 within 1e-14 after the 5 steps (float64). The tutorial itself imports no TRL (its trainer
 modules need ``accelerate`` and ``datasets``).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: sft_preference_accuracy = 0.797 0.875 0.863
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: sft_reward = 0.199 0.263 0.205
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: sft_greedy_reward = 0.471 0.554 0.472
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: dpo_preference_accuracy = 0.988 1.000 0.957
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: final_return = 0.604 0.759 0.422
+    [figures] rlloss, seeds 0 1 2, --total-frames 6400: dpo_greedy_reward = 0.878 0.984 0.654
+    [figures] rlloss, seeds 0 1 2, --variant simpo --total-frames 6400: dpo_preference_accuracy = 0.996 0.996 1.000
+    [figures] rlloss, seeds 0 1 2, --variant simpo --total-frames 6400: final_return = 0.729 0.851 0.416
+    [figures] rlloss, seeds 0 1 2, --variant simpo --total-frames 6400: dpo_greedy_reward = 0.938 0.981 0.648
+    [figures] rlloss, seeds 0, --loss-type ipo --total-frames 6400: dpo_preference_accuracy = 1.000
+    [figures] rlloss, seeds 0, --loss-type ipo --total-frames 6400: final_return = 0.643
+    [figures] rlloss, seeds 0, --loss-type ipo --total-frames 6400: dpo_greedy_reward = 0.988
+    [figures] rlloss, seeds 0, --loss-type hinge --total-frames 6400: dpo_preference_accuracy = 1.000
+    [figures] rlloss, seeds 0, --loss-type hinge --total-frames 6400: final_return = 0.609
+    [figures] rlloss, seeds 0, --loss-type hinge --total-frames 6400: dpo_greedy_reward = 0.988
+    [figures] rlloss, seeds 0, --loss-type robust --total-frames 6400: dpo_preference_accuracy = 0.980
+    [figures] rlloss, seeds 0, --loss-type robust --total-frames 6400: final_return = 0.700
+    [figures] rlloss, seeds 0, --loss-type robust --total-frames 6400: dpo_greedy_reward = 0.816
+
 Run:
     pip install ".[llm,tutorials]"
     python tutorials/dpo_tiny_transformer.py --seed 0 --out runs/dpo_tiny

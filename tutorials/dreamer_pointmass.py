@@ -80,6 +80,15 @@ TorchRL's to about 3, its targets without a continuation model being the one-ste
 r + gamma v (docs/differences.md). rlloss's seed 0 is the last run of the tuning (the same
 script and defaults); the other five were run after it.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 2000: random_return = -111.0 -88.8 -116.3
+    [figures] rlloss, seeds 0 1 2, --total-frames 2000: final_return = -9.6 -8.7 -9.3
+    [figures] rlloss, seeds 0 1 2, --total-frames 2000: train_return = -15.5 -16.2 -13.5
+    [figures] torchrl, seeds 0 1 2, --total-frames 2000: final_return = -11.5 -22.1 -13.3
+    [figures] torchrl, seeds 0 1 2, --total-frames 2000: train_return = -22.6 -59.1 -33.8
+
 Run:
     python tutorials/dreamer_pointmass.py --seed 0 --total-frames 2000 --out runs/dreamer_pointmass
 

@@ -54,6 +54,20 @@ condition on. With 1/1000 on the mixed dataset, seed 0 reached -352.1, -354.9 an
 the three prompts: returns-to-go between -1.2 and 0 barely moved the transformer, which learnt
 one average policy. Figures in benchmarks/results/offline.json.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them (``<offline_dataset ...>``: the output directory of that run,
+made first):
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -934.9 -1035.1 -1160.3
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -909.2 -989.2 -1146.9
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -403.5 -492.6 -1166.7
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -934.9 -1035.1 -1160.3
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -909.2 -989.2 -1146.9
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -403.5 -492.6 -1166.7
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -1199.9
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -1148.8
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -920.3
+
 Run:
     python tutorials/offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000 \
         --out runs/pendulum_mixed  # once

@@ -53,6 +53,15 @@ already different), which training amplifies (one CPU thread, torch 2.13); figur
 benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
 figures).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them (``<offline_dataset ...>``: the output directory of that run,
+made first):
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 200000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -202.2 -112.4 -238.1
+    [figures] rlloss, seeds 0 1 2, --total-frames 200000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: train_return = -174.8 -190.1 -210.9
+    [figures] torchrl, seeds 0 1 2, --total-frames 200000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -549.8 -112.5 -236.4
+    [figures] torchrl, seeds 0 1 2, --total-frames 200000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: train_return = -302.5 -185.0 -206.9
+
 Run:
     python tutorials/offline_dataset.py --agent-frames 5000 --out runs/pendulum_expert  # once
     python tutorials/gail_pendulum.py --seed 0 --dataset runs/pendulum_expert/dataset

@@ -63,6 +63,20 @@ Swapping TorchRL in: the ``from rlloss import GRPOLoss, SFTLoss`` line below is 
 ``benchmarks/torchrl_swap.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
 or GSPO, so those variants stay rlloss's (``from rlloss.llm import ...``).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --variant grpo --total-frames 6144: sft_reward = 0.199 0.263 0.205
+    [figures] rlloss, seeds 0 1 2, --variant grpo --total-frames 6144: sft_greedy_reward = 0.471 0.554 0.472
+    [figures] rlloss, seeds 0 1 2, --variant grpo --total-frames 6144: final_return = 0.890 0.909 0.641
+    [figures] rlloss, seeds 0 1 2, --variant grpo --total-frames 6144: grpo_greedy_reward = 0.998 0.990 0.736
+    [figures] rlloss, seeds 0 1 2, --variant drgrpo --total-frames 6144: final_return = 0.894 0.818 0.624
+    [figures] rlloss, seeds 0 1 2, --variant drgrpo --total-frames 6144: grpo_greedy_reward = 0.990 0.938 0.747
+    [figures] rlloss, seeds 0 1 2, --variant gspo --total-frames 6144: final_return = 0.679 0.738 0.581
+    [figures] rlloss, seeds 0 1 2, --variant gspo --total-frames 6144: grpo_greedy_reward = 0.833 0.879 0.725
+    [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: final_return = 0.892 0.901 0.634
+    [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: grpo_greedy_reward = 0.998 0.991 0.738
+
 Run:
     pip install ".[llm,tutorials]"
     python tutorials/grpo_tiny_transformer.py --seed 0 --variant grpo --out runs/grpo_tiny

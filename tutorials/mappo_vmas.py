@@ -34,6 +34,14 @@ The first iteration is identical in both libraries; later ones drift by float ro
 IPPO, seeds 0, 1, 2: rlloss -0.36 -> 2.59 (2.4), -0.09 -> 2.94 (3.2), -0.49 -> 2.67 (2.6);
 TorchRL -0.36 -> 2.60 (2.4), -0.09 -> 2.98 (3.3), -0.49 -> 2.61 (2.6).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --algorithm mappo --total-frames 60000: final_return = 3.0 3.1 3.1
+    [figures] torchrl, seeds 0 1 2, --algorithm mappo --total-frames 60000: final_return = 3.0 2.5 3.0
+    [figures] rlloss, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.2 2.6
+    [figures] torchrl, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.3 2.6
+
 Run:
     python tutorials/mappo_vmas.py --seed 0 --algorithm mappo --out runs/mappo_vmas
 

@@ -30,6 +30,24 @@ Uniformly random actions: -45.2, -44.7, -44.2. With TorchRL's ``ExponentialQuadr
 swapped in (``benchmarks/torchrl_swap.py``): the same figures to the printed digits,
 all three seeds (one CPU thread).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: model_error = 0.0019 0.0023 0.0021
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: planned_expected_cost = 16.5 16.3 16.5
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: final_return = -13.5 -13.2 -13.2
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: final_distance = 0.035 0.028 0.033
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: open_loop_return = -16.5 -16.0 -16.1
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: open_loop_distance = 0.55 0.58 0.61
+    [figures] rlloss, seeds 0 1 2, --total-frames 500: random_return = -45.2 -44.7 -44.2
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: model_error = 0.0019 0.0023 0.0021
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: planned_expected_cost = 16.5 16.3 16.5
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: final_return = -13.5 -13.2 -13.2
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: final_distance = 0.035 0.028 0.033
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: open_loop_return = -16.5 -16.0 -16.1
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: open_loop_distance = 0.55 0.58 0.61
+    [figures] torchrl, seeds 0 1 2, --total-frames 500: random_return = -45.2 -44.7 -44.2
+
 Run:
     python tutorials/pilco_planning.py --seed 0 --total-frames 500 --out runs/pilco_planning
 

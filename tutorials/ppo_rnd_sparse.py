@@ -100,6 +100,18 @@ run (0 of 19,968 episodes each): the move cost taught it to go left, 0.3 to 8 "r
 episode at the end. The two libraries' runs part ways only during training. Figure:
 ``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/learning.py --rnd-title "Deep Sea 20"``).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --rnd --total-frames 300000: final_return = 0.3 1.0 0.8
+    [figures] torchrl, seeds 0 1 2, --rnd --total-frames 300000: final_return = 0.1 1.0 1.0
+    [figures] rlloss, seeds 0 1 2, --no-rnd --total-frames 300000: final_return = 0.0 1.0 0.3
+    [figures] torchrl, seeds 0 1 2, --no-rnd --total-frames 300000: final_return = 0.0 0.9 0.0
+    [figures] rlloss, seeds 0 1 2, --task deepsea --size 20 --rnd --total-frames 400000: final_return = 0.59 0.89 -0.01
+    [figures] torchrl, seeds 0 1 2, --task deepsea --size 20 --rnd --total-frames 400000: final_return = 0.09 0.69 0.39
+    [figures] rlloss, seeds 0 1 2, --task deepsea --size 20 --no-rnd --total-frames 400000: final_return = -0.00 -0.00 -0.00
+    [figures] torchrl, seeds 0 1 2, --task deepsea --size 20 --no-rnd --total-frames 400000: final_return = -0.00 -0.00 -0.00
+
 Run:
     python tutorials/ppo_rnd_sparse.py --seed 0 --out runs/ppo_rnd
     python tutorials/ppo_rnd_sparse.py --seed 0 --no-rnd --out runs/ppo_plain

@@ -31,6 +31,14 @@ same script importing TorchRL's ``QMixerLoss`` and ``SoftUpdate`` instead (the o
 both. QMIX reaches 8 after 500 updates on seed 0. This is the paper's outcome (QMIX finds the
 optimal joint policy, VDN does not).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --mixer qmix --total-frames 2000: final_return = 8.0 8.0 8.0
+    [figures] rlloss, seeds 0 1 2, --mixer vdn --total-frames 2000: final_return = 7.0 7.0 7.0
+    [figures] torchrl, seeds 0 1 2, --mixer qmix --total-frames 2000: final_return = 8.0 8.0 8.0
+    [figures] torchrl, seeds 0 1 2, --mixer vdn --total-frames 2000: final_return = 7.0 7.0 7.0
+
 It writes ``OUT/returns.csv`` (per evaluation: updates, greedy return) and ``OUT/curve.png``; the
 last printed line is ``final_return=<the greedy policy's return after training>``. A few seconds
 on one CPU thread.

@@ -42,6 +42,15 @@ TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
 -108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
 rlloss).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -111.7 -106.4 -158.8
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
+    [figures] rlloss, seeds 0, --total-frames 20000: train_return = -182.9
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -108.6 -106.2 -159.5
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
+
 Run:
     python tutorials/redq_pendulum.py --seed 0 --total-frames 20000 --out runs/redq_pendulum
 

@@ -42,6 +42,14 @@ and 500; training 406.0, 481.4 and 441.0. On seed 0 the two libraries give the s
 constant lr of 1e-3 ended at final_return 500, 472.6 and 500 (rlloss), seed 1 after training
 returns of about 480.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500
+    [figures] rlloss, seeds 0 1 2, --total-frames 500000: train_return = 430.1 455.1 457.8
+    [figures] torchrl, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500
+    [figures] torchrl, seeds 0 1 2, --total-frames 500000: train_return = 406.0 481.4 441.0
+
 Run:
     python tutorials/reinforce_cartpole.py --seed 0 --total-frames 500000 --out runs/reinforce
 

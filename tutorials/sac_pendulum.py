@@ -46,6 +46,12 @@ starts) scores -184, -192 and -222 on them. Re-run with the periodic evaluation
 (``benchmarks/learning.py``): final_return -112.3, -106.5 and -158.2; the evaluation first at or
 above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000).
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -112.3 -106.5 -158.2
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 5000 5000
+
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
 

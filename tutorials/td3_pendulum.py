@@ -52,6 +52,14 @@ lower: they start from the same states for every agent of a seed, and for these 
 states are hard ones (the hand-written controller of ``compose_losses.py`` scores -184, -192
 and -222 on them, SAC -194, -189, -194), and they carry the exploration noise.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.4 -110.2 -159.2
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: train_return = -202.7 -207.1 -206.8
+    [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: final_return = -112.2 -107.4 -160.6
+    [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: train_return = -202.1 -204.1 -195.9
+
 Run:
     python tutorials/td3_pendulum.py --seed 0 --total-frames 20000 --out runs/td3_pendulum
     python tutorials/td3_pendulum.py --seed 0 --ddpg --out runs/ddpg_pendulum

@@ -37,6 +37,16 @@ TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
 -109.9, -105.3, -159.0, first at or above -200 at 4,000 steps on all three (-128.0, -126.7,
 -169.6), the last 10 training episodes -179.2, -188.4, -201.7.
 
+The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+reruns them:
+
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -108.9 -108.9 -157.7
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: train_return = -177.8 -189.9 -194.1
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -109.9 -105.3 -159.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: train_return = -179.2 -188.4 -201.7
+
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
 
