@@ -149,7 +149,7 @@ TASKS: dict[str, Task] = {
     "reinforce_cartpole": Task(
         "reinforce_cartpole.py", (), 500_000, CARTPOLE, f"none for REINFORCE; {ZOO_A2C}"
     ),
-    "dqn_cartpole": Task("dqn_cartpole.py", (), 50_000, CARTPOLE, ZOO_DQN),
+    "dqn_cartpole": Task("dqn_cartpole.py", (), 100_000, CARTPOLE, ZOO_DQN),
     "c51_cartpole": Task("c51_cartpole.py", (), 50_000, CARTPOLE, f"none for C51; {ZOO_DQN}"),
     "sac_pendulum": Task("sac_pendulum.py", (), 20_000, PENDULUM, ZOO_SAC),
     "redq_pendulum": Task("redq_pendulum.py", (), 20_000, PENDULUM, f"none for REDQ; {ZOO_SAC}"),

@@ -39,12 +39,13 @@ Tutorials with results but no ``[figures]`` line, and why (``*_mujoco.py``: thei
   figure in their docstrings (``ppo_ddp``'s table gives ``ppo_cartpole``'s 500.0 on seeds 0-2,
   run by ``ppo_ddp --baseline`` under ``torchrun``).
 
-Not run in CI (a DQN line is ten CPU-minutes a seed). Run it whenever a loss's hot path changes
-(its forward's arithmetic or the order of its operations): the tutorials are training runs whose
-outcome can flip with float32 rounding, so a documented figure can stop holding without any
-change of maths (``tests/test_trajectories.py`` tells the two apart). Then either the figures
-still hold, or the docstring is re-measured (this tool's output gives the new line) and, if a
-result no longer meets its target, the tutorial's settings are made robust again.
+Not run in CI (a dqn_cartpole run takes 6 to 10 minutes a seed on the 2-core machine, a Pendulum
+one 3 to 16). Run it whenever a loss's hot path changes (its forward's arithmetic or the order of
+its operations): the tutorials are training runs whose outcome can flip with float32 rounding, so
+a documented figure can stop holding without any change of maths (``tests/test_trajectories.py``
+tells the two apart). Then either the figures still hold, or the docstring is re-measured (this
+tool's output gives the new line) and, if a result no longer meets its target, the tutorial's
+settings are made robust again.
 
 Robustness to rounding (issue 49): rerun a tutorial's lines under a perturbation that changes
 float32 rounding without changing the maths, e.g. on an AVX-512 machine
@@ -52,7 +53,7 @@ float32 rounding without changing the maths, e.g. on an AVX-512 machine
 (the environment reaches every run): the matrix products take AVX2 kernels, and 50 Adam steps of
 dqn_cartpole's MLP end with parameters that differ in their last bits, where
 ``OMP_NUM_THREADS=2`` leaves them bit-identical; dqn_cartpole, seed 0, 4,000 frames: final_return
-248.4 native, 250.9 perturbed (rlloss's DQNLoss).
+250.9 native, 248.4 perturbed (rlloss's DQNLoss, measured again 2026-11-29).
 
     python tools/remeasure_tutorials.py --list
     python tools/remeasure_tutorials.py --tutorials dqn_cartpole --jobs 2

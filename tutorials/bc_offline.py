@@ -19,6 +19,11 @@ made first):
     [figures] rlloss, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
     [figures] torchrl, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0: the prerequisite dataset's mean return
+-150.7 (documented -149.7), then final_return -124.8 with both libraries (documented -125.1).
+Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once
     python tutorials/bc_offline.py --seed 0 --dataset runs/pendulum_offline/dataset

@@ -73,6 +73,12 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 3000 3000 4000
     [figures] torchrl, seeds 0 2, --total-frames 20000: train_return = -204.6 -220.2
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0, rlloss: final_return -108.7,
+first_eval_at_target 3000, train_return -203.9; TorchRL's class: final_return -462.9
+(first_eval_at_target 3000, train_return -204.9): a run whose last evaluation fails, the
+rounding sensitivity issue 49 found in dqn_cartpole. Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/crossq_pendulum.py --seed 0 --total-frames 20000 --out runs/crossq_pendulum
 

@@ -89,6 +89,11 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --total-frames 2000: final_return = -11.5 -22.1 -13.3
     [figures] torchrl, seeds 0 1 2, --total-frames 2000: train_return = -22.6 -59.1 -33.8
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0, rlloss: final_return -10.9,
+train_return -16.6 (random_return -111.0 as documented); TorchRL's classes: final_return
+-14.9, train_return -24.1. Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/dreamer_pointmass.py --seed 0 --total-frames 2000 --out runs/dreamer_pointmass
 

@@ -77,6 +77,12 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: final_return = 0.892 0.901 0.634
     [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: grpo_greedy_reward = 0.998 0.991 0.738
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: the SFT figures hold; after GRPO,
+final_return (grpo_greedy_reward) on seeds 0, 1, 2: grpo 0.903 (0.999), 0.903 (0.998), 0.623
+(0.731); drgrpo 0.887 (0.988), 0.867 (0.970), 0.637 (0.737); gspo 0.685 (0.829), 0.761
+(0.901), 0.583 (0.730); TorchRL's GRPOLoss 0.903 (0.999), 0.893 (0.986), 0.630 (0.729).
+
 Run:
     pip install ".[llm,tutorials]"
     python tutorials/grpo_tiny_transformer.py --seed 0 --variant grpo --out runs/grpo_tiny

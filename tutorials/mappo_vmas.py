@@ -42,6 +42,10 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.2 2.6
     [figures] torchrl, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.3 2.6
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0: mappo 2.9 (rlloss) and 2.7 (TorchRL's
+classes); ippo 2.4 with both, as documented. Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/mappo_vmas.py --seed 0 --algorithm mappo --out runs/mappo_vmas
 

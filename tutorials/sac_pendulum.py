@@ -52,6 +52,10 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -112.3 -106.5 -158.2
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 5000 5000
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0: final_return -108.0 (first_eval_at_target
+4000, as documented). Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
 

@@ -60,6 +60,10 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: final_return = -112.2 -107.4 -160.6
     [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: train_return = -202.1 -204.1 -195.9
 
+Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+above do not all hold: seed 0: TD3 final_return -109.3, train_return
+-201.0; ``--ddpg`` final_return -112.4, train_return -194.0. Seeds 1 and 2 not re-measured.
+
 Run:
     python tutorials/td3_pendulum.py --seed 0 --total-frames 20000 --out runs/td3_pendulum
     python tutorials/td3_pendulum.py --seed 0 --ddpg --out runs/ddpg_pendulum
