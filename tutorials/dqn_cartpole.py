@@ -39,12 +39,13 @@ repository's 2-core CPU machine:
 The last network alone (``last_network_return``, the same 10 episodes): rlloss 500.0, 500.0,
 500.0, 93.9, 414.3; TorchRL 500.0, 500.0, 126.3, 500.0, 500.0 (where the last network fell
 short, the selected one is from 81,920 or 87,040 steps). Robustness to rounding: rerun with
-``MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`` (on this AVX-512 machine the matrix products then take AVX2 kernels:
-other float32 rounding, the same maths; a 4,000-frame run of seed 0 already parts), final_return
-on seeds 0-4: rlloss 500.0, 500.0, 464.3, 500.0, 500.0; TorchRL 500.0 on all five (last networks:
-rlloss 182.0, 500.0, 391.7, 167.4, 500.0; TorchRL 492.7, 500.0, 500.0, 500.0, 500.0). So 9 of 10
-perturbed runs reach 475; on rlloss's seed 2 the selected network scored 500 on its 5 selection
-episodes and 464.3 on the 10 evaluation ones (more selection episodes is the next setting to try).
+``MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`` (on this AVX-512 machine the matrix
+products then take AVX2 kernels: other float32 rounding, the same maths; a 4,000-frame run of seed
+0 already parts), final_return on seeds 0-4: rlloss 500.0, 500.0, 464.3, 500.0, 500.0; TorchRL
+500.0 on all five (last networks: rlloss 182.0, 500.0, 391.7, 167.4, 500.0; TorchRL 492.7, 500.0,
+500.0, 500.0, 500.0). So 9 of 10 perturbed runs reach 475; on rlloss's seed 2 the selected network
+scored 500 on its 5 selection episodes and 464.3 on the 10 evaluation ones (more selection episodes
+is the next setting to try).
 
 Why these settings (issue 49): with 50,000 steps and no selection (the settings before), the
 final network reached 500 on seeds 0-4 with both classes on this machine, but the issue's
