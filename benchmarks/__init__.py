@@ -6,16 +6,12 @@
   every result file, the JSON result.
 * :mod:`benchmarks.cases` -- the cases, one module per family of losses, each with the
   hand-written plain-torch baseline beside its builders; shared builders in ``cases/common.py``.
-* :mod:`benchmarks.profiling` -- where a step's time goes (cProfile), for ``overhead.py
-  --profile``.
-* :mod:`benchmarks.learning`, :mod:`benchmarks.learning_summary`, :mod:`benchmarks.torchrl_swap`
-  -- the tutorials over seeds, with rlloss and with the TorchRL loss swapped in, and their
-  figures.
 
 The scripts, run from the repository root as ``python benchmarks/<script>.py``, parse their
-arguments and call the package: ``overhead.py`` (``--ensemble-scaling`` and ``--profile``
-included), ``instructions.py`` (callgrind), ``compile_report.py``, ``learning.py``
-(``--rnd-runs`` included) and ``report.py`` (BENCHMARKS.md, its prose in ``page.md`` and its
-last section in ``misses.md``); ``compiled_update.py`` (``--device cuda`` on a GPU, with
-``gpu_checks.sh``) and ``per_sampler.py`` time whole updates and the prioritized sampler.
+arguments and call the package: ``overhead.py`` (``--ensemble-scaling`` included),
+``instructions.py`` (callgrind), ``compile_report.py`` and ``report.py`` (BENCHMARKS.md, its
+prose in ``page.md`` and its last section in ``misses.md``);
+``compiled_update.py`` (``--device cuda`` on a GPU, with ``gpu_checks.sh``) and
+``per_sampler.py`` time whole updates and the prioritized sampler. The learning table's runs are
+the tutorials' own: ``tools/tutorial_runs.py`` (``benchmarks/results/learning*``).
 """

@@ -315,8 +315,6 @@ class Config:
     clock: str = "wall"  # "cpu": the process's CPU time (CLOCKS)
     merge: bool = False  # keep the rows of --out that this run does not replace
     critics: dict[str, list[int]] | None = None  # ensemble case -> its numbers of critics
-    profile: bool = False  # where the time goes (cProfile, benchmarks/profiling.py), not timed
-    steps: int = 500  # --profile: steps per profiled block
 
 
 def available_methods(

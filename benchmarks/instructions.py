@@ -4,15 +4,14 @@ small-batch regime, where Python and dispatch dominate, they track it closely).
 
     python benchmarks/instructions.py --cases ClipPPOLoss DQNLoss --batch-size 64
     python benchmarks/instructions.py --hand-written  # -> results/instructions-hand-written.json
-    python benchmarks/instructions.py --dumped --cases MAPPOLoss QMixerLoss --batch-size 64 \
+    python benchmarks/instructions.py --cases MAPPOLoss QMixerLoss --batch-size 64 \
         --methods plain rlloss torchrl --work /tmp/cg \
         --out benchmarks/results/instructions-multiagent.json
 
-Without ``--dumped``, each method runs ``--steps-low`` and ``--steps-high`` steps in two
-processes under callgrind; the difference over the extra steps cancels start-up, imports and
-set-up. ``--dumped``: any ``--cases`` and ``--methods`` at one batch size in one callgrind
-process (``benchmarks/callgrind/run.sh``) that dumps its counters around each method's steps
-(none of the start-up counted), merged into ``--out`` beside the entries it already holds.
+Any ``--cases`` and ``--methods`` at one batch size run in one callgrind process
+(``benchmarks/callgrind/run.sh``) that dumps its counters around each method's ``--steps`` steps
+(after ``--warmup`` steps; none of the start-up, imports or set-up counted); the counts are
+merged into ``--out``, keyed ``"<case>, B=<batch>"``, beside the entries it already holds.
 ``--hand-written``: the same for the cases of the hand-written comparison
 (``benchmarks.cases.HAND_WRITTEN``) in two processes (small batches; the custom-critic cases at
 fewer steps). Each process runs ~50x slower under callgrind; needs ``valgrind`` on the PATH.
@@ -23,10 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,75 +32,25 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.cases import CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
-from benchmarks.cases.ensembles import with_critics  # noqa: E402
 from benchmarks.harness import LEVELS, RATIOS  # noqa: E402
 from benchmarks.records import machine_info  # noqa: E402
 
 # steps per method: the custom-critic cases at batch 256 cost ~100x a PPO step under callgrind
 HAND_STEPS = {"small": (30, 5), "custom-critic": (3, 2)}  # (steps, warm-up steps)
 HERE = Path(__file__).resolve().parent
-RUNNER = """
-import sys, torch
-sys.path.insert(0, {root!r})
-from benchmarks.cases import CASES
-from benchmarks.cases.ensembles import with_critics
-from benchmarks.harness import level_steps
-torch.set_num_threads(1)
-critics = {critics!r}
-build = CASES[{case!r}] if critics is None else with_critics({case!r}, critics)
-setup = build({batch_size}, 0)
-method = setup.factories[{method!r}](next(iter(setup.batches.values())))
-step = level_steps(method, compiled=False)[{level!r}]
-for _ in range({steps}):
-    step()
-"""
-
-
-def instructions(
-    case: str, method: str, batch_size: int, steps: int, level: str, critics: int | None = None
-) -> int:
-    """Total instructions of a process that runs ``steps`` steps (start-up included)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        script, out = Path(tmp) / "run.py", Path(tmp) / "callgrind.out"
-        fields = {"case": case, "method": method, "batch_size": batch_size, "steps": steps}
-        script.write_text(
-            RUNNER.format(root=str(REPO_ROOT), level=level, critics=critics, **fields)
-        )
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        subprocess.run(
-            [*command, sys.executable, str(script)],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        return int(re.search(r"^summary: (\d+)", out.read_text(), re.M).group(1))
-
-
-def instructions_per_step(args: argparse.Namespace, case: str) -> dict[str, dict[str, float]]:
-    """Per method of ``case`` the instructions of one step (two processes, ``--steps-low`` and
-    ``--steps-high`` steps), and each one's ratio to plain's (to the first method's without
-    plain)."""
-    build = CASES[case] if args.critics is None else with_critics(case, args.critics)
-    available = build(args.batch_size, 0).factories
-    per_step = {}
-    for method in [m for m in args.methods if m in available]:
-        low, high = (
-            instructions(case, method, args.batch_size, steps, args.level, args.critics)
-            for steps in (args.steps_low, args.steps_high)
-        )
-        per_step[method] = (high - low) / (args.steps_high - args.steps_low)
-        print(f"{case} B={args.batch_size} {method}: {per_step[method] / 1e6:.3f} M instr/step")
-    base = "plain" if "plain" in per_step else next(iter(per_step))
-    ratios = {f"{m}/{base}": per_step[m] / per_step[base] for m in per_step if m != base}
-    print(f"{case} ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()), flush=True)
-    return {"instructions_per_step": per_step, "ratios": ratios}
 
 
 def dumped_instructions(
-    entries: list[tuple[str, int]], methods: list[str], steps: int, warmup: int, out: Path
+    entries: list[tuple[str, int]],
+    methods: list[str],
+    steps: int,
+    warmup: int,
+    out: Path,
+    level: str = "backward",
 ) -> subprocess.Popen:
-    """Start one process under callgrind (``callgrind/run.sh``) that runs ``steps`` steps of each
-    method of each ``(case, batch size)`` of ``entries`` and dumps the counters around them."""
+    """Start one process under callgrind (``callgrind/run.sh``) that runs ``steps`` steps at
+    ``level`` of each method of each ``(case, batch size)`` of ``entries`` and dumps the counters
+    around them."""
     env = {
         **os.environ,
         "ROOT": str(REPO_ROOT),
@@ -111,6 +58,7 @@ def dumped_instructions(
         "METHODS": " ".join(methods),
         "N": str(steps),
         "WARMUP": str(warmup),
+        "LEVEL": level,
         "OMP_NUM_THREADS": "1",
     }
     command = ["bash", str(HERE / "callgrind" / "run.sh"), str(out)]
@@ -165,7 +113,7 @@ def hand_written_counts(work: Path, selected: list[str]) -> dict[str, dict]:
     return results
 
 
-def merge_into(out: Path, entries: dict[str, dict]) -> None:
+def merge_into(out: Path, entries: dict[str, dict], level: str = "backward") -> None:
     """Write ``entries`` into the keyed file ``out`` (``"<case>, B=<batch>"`` -> counts, each
     with its date and commit), keeping the entries of ``out`` they do not replace and the
     commands that made them."""
@@ -176,7 +124,7 @@ def merge_into(out: Path, entries: dict[str, dict]) -> None:
         machine["command"] = f"{previous['machine']['command']} && {machine['command']}"
     for key, entry in entries.items():
         cases[key] = {**entry, "date": machine["date"], "git": machine["git"]}
-    result = {"machine": machine, "level": "backward", "cases": cases}
+    result = {"machine": machine, "level": level, "cases": cases}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
@@ -184,15 +132,12 @@ def merge_into(out: Path, entries: dict[str, dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="+", default=["ClipPPOLoss"])
+    parser.add_argument(
+        "--cases", nargs="+", default=["ClipPPOLoss"], choices=CASES, metavar="CASE"
+    )
     parser.add_argument("--methods", nargs="+", default=["plain", "rlloss", "torchrl"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--level", default="backward", choices=LEVELS)
-    parser.add_argument("--steps-low", type=int, default=20)
-    parser.add_argument("--steps-high", type=int, default=120)
-    parser.add_argument(
-        "--critics", type=int, default=None, help="ensemble cases (REDQ, TQC): critics to use"
-    )
     parser.add_argument(
         "--hand-written", action="store_true", help="the hand-written comparison (see above)"
     )
@@ -203,16 +148,9 @@ def main() -> None:
         choices=list(HAND_STEPS),
         help="--hand-written: the groups of cases to count (the others' entries in --out kept)",
     )
-    parser.add_argument(
-        "--dumped",
-        action="store_true",
-        help="--cases and --methods at --batch-size in one callgrind process, counters dumped "
-        "around --steps steps of each after --warmup (callgrind/run.sh; backward level), merged "
-        "into --out keyed '<case>, B=<batch>'",
-    )
-    parser.add_argument("--steps", type=int, default=30, help="--dumped: steps per method")
-    parser.add_argument("--warmup", type=int, default=5, help="--dumped: warm-up steps")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/instructions-hand-written"))
+    parser.add_argument("--steps", type=int, default=30, help="counted steps per method")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps before them")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/instructions"))
     parser.add_argument(
         "--out",
         type=Path,
@@ -225,16 +163,9 @@ def main() -> None:
     if args.hand_written:
         merge_into(args.out, hand_written_counts(args.work, args.groups))
         return
-    if args.dumped:
-        entries = [(case, args.batch_size) for case in args.cases]
-        run = dumped_instructions(entries, args.methods, args.steps, args.warmup, args.work)
-        merge_into(args.out, counted(run, args.work, args.steps))
-        return
-    results = {case: instructions_per_step(args, case) for case in args.cases}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fields = {"batch_size": args.batch_size, "level": args.level, "critics": args.critics}
-    args.out.write_text(json.dumps({**fields, "cases": results}, indent=2))
-    print(f"wrote {args.out}")
+    entries = [(case, args.batch_size) for case in args.cases]
+    run = dumped_instructions(entries, args.methods, args.steps, args.warmup, args.work, args.level)
+    merge_into(args.out, counted(run, args.work, args.steps), args.level)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ Run from the repository root (the working tree's ``rlloss`` is imported)::
         --out benchmarks/results/overhead-multiagent.json  # added to that file's eager rows
     python benchmarks/overhead.py --ensemble-scaling --critics 2 4 10  # REDQ and TQC, 2 to 10
     python benchmarks/overhead.py --ensemble-scaling --custom-critic    # critics of one's own
-    python benchmarks/overhead.py --profile --cases DQNLoss ClipPPOLoss --batch-sizes 64
-    python benchmarks/overhead.py --profile --hand-written  # -> results/profile-hand-written.json
 
 ``--critics``: the ensemble cases (REDQ, TQC) at each of these numbers of critics; each row
 records ``num_critics`` and ``growth``, per method its time over that of the fewest critics.
@@ -24,17 +22,11 @@ records ``num_critics`` and ``growth``, per method its time over that of the few
 2/5/10 critics unless ``--critics`` is given, batch 256, the update level, eager, plain, rlloss
 and TorchRL; ``--custom-critic``: their custom-critic cases), written to
 ``benchmarks/results/ensemble-scaling[-custom-critic].json``.
-
-``--profile``: no timing; where an eager (or compiled) step's time goes, per method (plain and
-rlloss unless ``--methods`` says otherwise), the levels ``forward`` and ``backward`` unless
-``--levels`` is given (:mod:`benchmarks.profiling`), written to
-``benchmarks/results/profile[-hand-written].json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -43,7 +35,7 @@ if str(REPO_ROOT) not in sys.path:
     # benchmark the working tree, not whatever rlloss may be installed
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import harness, profiling, records  # noqa: E402
+from benchmarks import harness, records  # noqa: E402
 from benchmarks.cases import BATCH_SIZES, CASES, HAND_WRITTEN, HAND_WRITTEN_METHODS  # noqa: E402
 from benchmarks.cases.common import CUSTOM_SUFFIX  # noqa: E402
 from benchmarks.cases.ensembles import ENSEMBLES, with_critics  # noqa: E402
@@ -185,23 +177,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoke", action="store_true", help="tiny run (seconds) that still checks the gate"
     )
-    p.add_argument("--profile", action="store_true", help="where the time goes (see above)")
-    p.add_argument("--steps", type=int, default=500, help="--profile: steps per profiled block")
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
-    """The run's configuration: the options, with the presets of ``--profile``,
-    ``--ensemble-scaling``, ``--smoke`` and ``--hand-written`` applied."""
+    """The run's configuration: the options, with the presets of ``--ensemble-scaling``,
+    ``--smoke`` and ``--hand-written`` applied."""
     a = parser().parse_args(argv)
-    if a.profile:
-        a.modes = a.modes if a.modes != list(MODES) else ["eager"]
-        a.levels = a.levels if a.levels != list(LEVELS) else ["forward", "backward"]
-        a.methods = a.methods if a.methods != list(METHODS) else ["plain", "rlloss"]
-        a.small_only = True  # each case's small batch unless --batch-sizes
-        if a.out == DEFAULT_OUT:
-            suffix = "-hand-written" if a.hand_written else ""
-            a.out = DEFAULT_OUT.with_name(f"profile{suffix}.json")
     if a.ensemble_scaling:
         suffix = CUSTOM_SUFFIX if a.custom_critic else ""
         chosen = a.cases if a.cases != list(CASES) else list(ENSEMBLES)
@@ -242,41 +224,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
 
 
-def profile(cfg: Config) -> int:
-    """``--profile``: per case, batch size, mode, level and method, where one step's time goes;
-    the custom-critic cases of ``--hand-written`` (~20x a PPO step) at a tenth of the steps."""
-    rows = [
-        row
-        for case in cfg.cases
-        for batch_size in batch_sizes_of(case, cfg)
-        for mode in cfg.modes
-        for level in cfg.levels
-        for row in profiling.profile_rows(
-            case,
-            batch_size,
-            level,
-            mode,
-            list(cfg.methods),
-            max(20, cfg.steps // 10) if cfg.hand_written and CUSTOM_SUFFIX in case else cfg.steps,
-        )
-    ]
-    method = (
-        "self time per step under cProfile, summed by where each function lives (see "
-        "benchmarks/profiling.py); wall = best unprofiled block, per step; "
-        f"{' and '.join(cfg.modes)}, 1 CPU thread, {cfg.steps} steps per block"
-    )
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"machine": records.machine_info(), "method": method, "rows": rows}
-    cfg.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {cfg.out}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    if cfg.profile:
-        harness.single_thread()
-        return profile(cfg)
     if cfg.no_aot_cse:
         import torch._functorch.config
 

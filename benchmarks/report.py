@@ -7,10 +7,10 @@ explained, is ``benchmarks/misses.md`` (written by hand).
 
 Inputs, each optional (a missing file is a note, never an error): ``overhead*.json``
 (``overhead.py``: the timed ratios, held to ``TARGETS``; a file in the older format, rows
-without ``mode`` / ``level``, is skipped with a note), ``instructions*.json`` (``instructions.py
---dumped`` / ``--hand-written``: counts beside the timed ratios), ``compile*.json``
-(``compile_report.py``) and ``learning*.json`` (``learning.py``). The page summarises CPU rows;
-files with rows from another device are named in a note.
+without ``mode`` / ``level``, is skipped with a note), ``instructions*.json`` (``instructions.py``:
+counts beside the timed ratios), ``compile*.json``
+(``compile_report.py``) and ``learning*.json`` (``tools/tutorial_runs.py``). The page
+summarises CPU rows; files with rows from another device are named in a note.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The benchmark scripts' own logic: the ensemble sweep of ``benchmarks/overhead.py``, the
-BENCHMARKS.md generator (``benchmarks/report.py``) and the learning benchmark's RND figure."""
+BENCHMARKS.md generator (``benchmarks/report.py``)."""
 
 from __future__ import annotations
 
@@ -63,11 +63,3 @@ def test_report_summarises_the_compile_rows_and_ends_with_the_missed_targets(tmp
     misses = MISSES.read_text()
     assert text.endswith(misses) and misses.startswith("## Missed targets, explained\n")
     assert len(misses.splitlines()) <= 150  # the misses stay a summary (issue 48)
-
-
-def test_the_rnd_figure_needs_its_output_path(tmp_path, capsys):
-    from benchmarks.learning import parse_args as learning_args
-
-    with pytest.raises(SystemExit):
-        learning_args(["--rnd-runs", str(tmp_path)])
-    assert "give its path with --out FIGURE.png" in capsys.readouterr().err

@@ -1,8 +1,8 @@
 """Every tutorial runs end to end on a tiny budget and keeps its output contract: a CSV of
 episode returns, a PNG, and a last line ``final_return=...``. The compile tutorial trains
 nothing: it has its own contract (``updates_per_second=...``, compiled losses equal to eager).
-The policy-gradient tutorials also run with TorchRL's losses swapped in, as the learning
-benchmark runs them.
+The policy-gradient tutorials also run with TorchRL's losses swapped in, as
+``tools/tutorial_runs.py`` runs them.
 
 Each run is a subprocess of several seconds to a minute, so all but two are marked ``slow``
 (run by CI and by ``--runslow``): the default run keeps the README's PPO tutorial (on-policy)
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.torchrl_swap import swap_to_torchrl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from tutorial_process import swap_to_torchrl  # noqa: E402
 
 SLOW = pytest.mark.slow
 
@@ -32,7 +34,7 @@ OFFLINE = {"bc_offline", "cql_offline", "iql_offline", "td3bc_offline", "dt_offl
 IMITATION = {"gail_pendulum"}
 # The SAC-family tutorials also log periodic greedy evaluations.
 SAC_FAMILY = {"sac_pendulum", "redq_pendulum", "tqc_pendulum", "crossq_pendulum"}
-# Tutorials whose TorchRL swap (benchmarks/torchrl_swap.py) must play the very same episodes.
+# Tutorials whose TorchRL swap (tools/tutorial_process.py) must play the very same episodes.
 SWAP_IDENTICAL = ["a2c_cartpole", "reinforce_cartpole"]
 
 

@@ -20,14 +20,14 @@ orthogonal initialisation is not copied, the networks keep PyTorch's default). A
 most probable action (no sampling) plays 10 evaluation episodes from start states no training
 episode had, as the zoo's benchmark evaluates deterministically.
 
-Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks a2c_cartpole``, seeds
+Results (500,000 steps, one CPU thread, ``tools/tutorial_runs.py --tasks a2c_cartpole``, seeds
 0, 1, 2): final_return (deterministic evaluation)
 500, 500 and 500; the last 10 training episodes 500.0, 500.0 and 500.0 (the mean training
 return passes 475 between 100k and 200k steps). With TorchRL's ``A2CLoss`` and ``GAE`` swapped
 in: final_return 500, 500 and 500; training 500.0, 500.0 and 500.0. On seed 0 the two libraries give the same first 936
 episodes, then float rounding makes the runs drift apart.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500

@@ -12,14 +12,14 @@ Results on the "medium" dataset (20,000 gradient steps on the seed-0 dataset; se
 
 Results on the expert dataset (``offline_dataset.py --agent-frames 5000``, seed 0: mean return -149.7; 10,000 gradient steps, ``--total-frames 10000``; seeds 0, 1, 2; final_return over 10 episodes on unseen start states): rlloss -125.1, -109.5, -162.0; TorchRL's ``BCLoss`` swapped in: -125.1, -109.5, -162.0, the same to the digit. As a fraction of the expert, (R - R_random) / (R_expert - R_random) with R_random = -1204 (uniform random actions on the evaluation start states of seeds 0-2, 30 episodes) and R_expert = -149.7: 1.02, 1.04, 0.98 (the deterministic mean action does a little better than the stochastic expert that wrote the data). On the CPU (torch 2.13).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them (``<offline_dataset ...>``: the output directory of that run,
 made first):
 
     [figures] rlloss, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
     [figures] torchrl, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0: the prerequisite dataset's mean return
 -150.7 (documented -149.7), then final_return -124.8 with both libraries (documented -125.1).
 Seeds 1 and 2 not re-measured.

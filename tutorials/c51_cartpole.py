@@ -22,11 +22,11 @@ endless episode with gamma = 0.99 being 1 / (1 - gamma) = 100. After training, t
 
 Results (50,000 steps, one CPU thread each; seeds 0, 1, 2): final_return (greedy
 evaluation) 500, 500 and 500; the last 10 training episodes (epsilon 0.04) 500.0, 419.7 and
-469.6. The learning benchmark (``benchmarks/learning.py --tasks c51_cartpole``) ran this script
+469.6. The learning benchmark (``tools/tutorial_runs.py --tasks c51_cartpole``) ran this script
 with rlloss and with TorchRL's ``DistributionalDQNLoss`` swapped in: final_return 500, 500, 500
 for both (the per-update overhead of the two libraries is in the overhead benchmark).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 50000: final_return = 500 500 500

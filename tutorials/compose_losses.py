@@ -39,7 +39,7 @@ Results (20,000 steps, one CPU thread; seeds 0, 1, 2): the mean of
 as good as TD3 alone, which is as good as the teacher (about -150 over random starts; see
 ``td3_pendulum.py`` on why the last 10 episodes of these seeds score lower).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -199.6 -209.2 -210.8

@@ -42,7 +42,7 @@ Everything else is ``sac_pendulum.py``'s (squared-error critic loss, alpha learn
 normalisation layers and the optimiser settings. The training loop is ``sac_pendulum.py``'s
 without target networks and with the policy delay.
 
-Results (20,000 steps, one CPU thread; ``benchmarks/learning.py``, whose summary is
+Results (20,000 steps, one CPU thread; ``tools/tutorial_runs.py``, whose summary is
 ``benchmarks/results/learning.json``):
 
 - rlloss, seed 0: final_return (evaluation) -109.8; the evaluation first reaches -200 at 2,000
@@ -63,7 +63,7 @@ Results (20,000 steps, one CPU thread; ``benchmarks/learning.py``, whose summary
 - TorchRL's, seed 2: final_return -159.0; first at or above -200 at 4,000 steps (-158.7; -234.0
   at 3,000); the last 10 training episodes -220.2.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.8 -107.7 -160.7
@@ -73,7 +73,7 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 3000 3000 4000
     [figures] torchrl, seeds 0 2, --total-frames 20000: train_return = -204.6 -220.2
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0, rlloss: final_return -108.7,
 first_eval_at_target 3000, train_return -203.9; TorchRL's class: final_return -462.9
 (first_eval_at_target 3000, train_return -204.9): a run whose last evaluation fails, the

@@ -64,7 +64,7 @@ Adam steps once with ``DPOLoss`` through TorchRL's wrapper and once with TRL 1.1
 within 1e-14 after the 5 steps (float64). The tutorial itself imports no TRL (its trainer
 modules need ``accelerate`` and ``datasets``).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 6400: sft_preference_accuracy = 0.797 0.875 0.863

@@ -30,7 +30,7 @@ own evaluation is printed too (``last_network_return=``).
 
 Results (100,000 steps, the defaults; final_return: the selected network's mean return over the
 10 evaluation episodes), with rlloss's ``DQNLoss`` and with TorchRL's swapped in (the same loop,
-only the import changed: ``tools/remeasure_tutorials.py --tutorials dqn_cartpole``), on this
+only the import changed: ``tools/tutorial_runs.py --figures --tutorials dqn_cartpole``), on this
 repository's 2-core CPU machine:
 
     [figures] rlloss, seeds 0 1 2 3 4, --total-frames 100000: final_return = 500.0 500.0 500.0 500.0 500.0

@@ -64,7 +64,7 @@ states, the same ones for the random policy; seeds 0, 1, 2):
 - random policy: -111.0, -88.8, -116.3;
 - rlloss: final_return -9.6, -8.7, -9.3; the last 10 training episodes (sampled actions)
   -15.5, -16.2, -13.5;
-- TorchRL's classes swapped in (``benchmarks/torchrl_swap.py``, the same script, seeds and
+- TorchRL's classes swapped in (``tools/tutorial_runs.py``, the same script, seeds and
   budget): final_return -11.5, -22.1, -13.3; the last 10 training episodes -22.6, -59.1,
   -33.8.
 
@@ -80,7 +80,7 @@ TorchRL's to about 3, its targets without a continuation model being the one-ste
 r + gamma v (docs/differences.md). rlloss's seed 0 is the last run of the tuning (the same
 script and defaults); the other five were run after it.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 2000: random_return = -111.0 -88.8 -116.3
@@ -89,7 +89,7 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --total-frames 2000: final_return = -11.5 -22.1 -13.3
     [figures] torchrl, seeds 0 1 2, --total-frames 2000: train_return = -22.6 -59.1 -33.8
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0, rlloss: final_return -10.9,
 train_return -16.6 (random_return -111.0 as documented); TorchRL's classes: final_return
 -14.9, train_return -24.1. Seeds 1 and 2 not re-measured.

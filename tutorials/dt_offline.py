@@ -24,7 +24,7 @@ from the tokens up to s_t; at test time it is prompted with the return it should
 Results (1,000 gradient steps, the default; the mixed dataset of seed 0; the return reached,
 mean of 10 prompted episodes on start states the dataset never saw, the same ones for every
 prompt; the TorchRL rows are this script with ``DTLoss`` imported from ``torchrl.objectives``
-by ``benchmarks/torchrl_swap.py``, same seeds):
+by ``tools/tutorial_runs.py``, same seeds):
 
     prompt (target return)        -1221.8 (random)  -837.3 (medium)  -144.1 (expert)
     rlloss  seed 0              -934.9            -909.2           -403.5   (rises)
@@ -54,7 +54,7 @@ condition on. With 1/1000 on the mixed dataset, seed 0 reached -352.1, -354.9 an
 the three prompts: returns-to-go between -1.2 and 0 barely moved the transformer, which learnt
 one average policy. Figures in benchmarks/results/offline.json.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them (``<offline_dataset ...>``: the output directory of that run,
 made first):
 

@@ -53,7 +53,7 @@ already different), which training amplifies (one CPU thread, torch 2.13); figur
 benchmarks/results/offline.json ("imitation", with the seed-1 diagnosis and the first version's
 figures).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them (``<offline_dataset ...>``: the output directory of that run,
 made first):
 

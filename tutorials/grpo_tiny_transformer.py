@@ -60,10 +60,10 @@ the losses (the distribution's ``log_prob``, as TorchRL) gave identical curves o
 every seed. GSPOLoss, with the paper's narrow clip range, learns more slowly here than GRPOLoss.
 
 Swapping TorchRL in: the ``from rlloss import GRPOLoss, SFTLoss`` line below is the one
-``benchmarks/torchrl_swap.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
+``tools/tutorial_runs.py`` rewrites to ``torchrl.objectives.llm``; TorchRL has no Dr. GRPO
 or GSPO, so those variants stay rlloss's (``from rlloss.llm import ...``).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --variant grpo --total-frames 6144: sft_reward = 0.199 0.263 0.205
@@ -77,7 +77,7 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: final_return = 0.892 0.901 0.634
     [figures] torchrl, seeds 0 1 2, --variant grpo --total-frames 6144: grpo_greedy_reward = 0.998 0.991 0.738
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: the SFT figures hold; after GRPO,
 final_return (grpo_greedy_reward) on seeds 0, 1, 2: grpo 0.903 (0.999), 0.903 (0.998), 0.623
 (0.731); drgrpo 0.887 (0.988), 0.867 (0.970), 0.637 (0.737); gspo 0.685 (0.829), 0.761

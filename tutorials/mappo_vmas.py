@@ -29,12 +29,12 @@ Results, MAPPO, 60,000 frames, seeds 0, 1, 2; the mean episode return (over the 
 the 60 episodes of the first and of the last iteration, and ``final_return`` (last 10 episodes):
 with rlloss -0.29 -> 2.83 (3.0), -0.23 -> 2.89 (3.1), -0.55 -> 2.70 (3.1); with the same script
 importing TorchRL's ``MAPPOLoss`` and ``MultiAgentGAE`` instead (the one-import swap of
-``benchmarks/torchrl_swap.py``) -0.29 -> 2.81 (3.0), -0.23 -> 2.95 (2.5), -0.55 -> 2.81 (3.0).
+``tools/tutorial_runs.py``) -0.29 -> 2.81 (3.0), -0.23 -> 2.95 (2.5), -0.55 -> 2.81 (3.0).
 The first iteration is identical in both libraries; later ones drift by float rounding.
 IPPO, seeds 0, 1, 2: rlloss -0.36 -> 2.59 (2.4), -0.09 -> 2.94 (3.2), -0.49 -> 2.67 (2.6);
 TorchRL -0.36 -> 2.60 (2.4), -0.09 -> 2.98 (3.3), -0.49 -> 2.61 (2.6).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --algorithm mappo --total-frames 60000: final_return = 3.0 3.1 3.1
@@ -42,7 +42,7 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.2 2.6
     [figures] torchrl, seeds 0 1 2, --algorithm ippo --total-frames 60000: final_return = 2.4 3.3 2.6
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0: mappo 2.9 (rlloss) and 2.7 (TorchRL's
 classes); ippo 2.4 with both, as documented. Seeds 1 and 2 not re-measured.
 

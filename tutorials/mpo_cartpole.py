@@ -44,7 +44,7 @@ the KL bound on the M-step slows the policy's moves but does not stop that.
 CartPole episodes are truncated after 500 steps; a truncated transition keeps its bootstrap term
 (only ``terminated``, the pole falling, stops it).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 100000: final_return = 500 500 136

@@ -48,7 +48,7 @@ passes -200 after 15-17k steps.
 Pendulum episodes never terminate; they are truncated after 200 steps, and a truncated
 transition keeps its bootstrap term (only ``terminated`` enters the target).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 30000: final_return = -191.1 -121.6 -192.7

@@ -34,7 +34,7 @@ Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 tran
 episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
 483.4).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0, --agent-frames 3000 --total-frames 50000: final_return = -839.2

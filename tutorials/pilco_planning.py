@@ -27,10 +27,10 @@ steps) goes from 45.5, 45.3, 45.7 (no action) to 16.5, 16.3, 16.5 in 300 Adam st
 to the target 0.035, 0.028, 0.033. The open-loop plan: -16.5, -16.0, -16.1, final distance
 0.55, 0.58, 0.61 (the process noise on the velocity accumulates with nothing to correct it).
 Uniformly random actions: -45.2, -44.7, -44.2. With TorchRL's ``ExponentialQuadraticCost``
-swapped in (``benchmarks/torchrl_swap.py``): the same figures to the printed digits,
+swapped in (``tools/tutorial_runs.py``): the same figures to the printed digits,
 all three seeds (one CPU thread).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 500: model_error = 0.0019 0.0023 0.0021

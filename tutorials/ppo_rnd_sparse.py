@@ -37,7 +37,7 @@ Results (seeds 0, 1, 2, 300k env steps, 146 rollouts; final = mean return of the
 training episodes, i.e. the share of them that reached the flag; then the step of the first
 episode that reached it and the share of the last 100 episodes that did; the TorchRL rows are
 this script with ``from rlloss import`` swapped to TorchRL's ``GAE``, ``ClipPPOLoss`` and
-``RNDLoss`` by ``benchmarks/torchrl_swap.py``; one CPU thread):
+``RNDLoss`` by ``tools/tutorial_runs.py``; one CPU thread):
 
     PPO + RND, rlloss   seed 0: 0.3 (79k, 0.38)  seed 1: 1.0 (83k, 1.00)  seed 2: 0.8 (89k, 0.75)
     PPO + RND, TorchRL  seed 0: 0.1 (79k, 0.08)  seed 1: 1.0 (76k, 1.00)  seed 2: 1.0 (89k, 0.96)
@@ -61,7 +61,7 @@ settled on never pushing from 22k and 26k steps on and never reached the flag, t
 normalised push cost outweighing RND's normalised bonus. Neither variant was kept. The two
 libraries' runs (same seeds) part ways during training, not in kind. Figure of both curves,
 every seed, both libraries:
-``docs/figures/ppo_rnd_sparse.png`` (``benchmarks/learning.py --rnd-runs DIR --out FIGURE``).
+``docs/figures/ppo_rnd_sparse.png`` (``tools/tutorial_runs.py --rnd-runs DIR --out FIGURE``).
 
 Deep Sea (``--task deepsea --size N``), for the clean contrast: bsuite's hard-exploration chain
 (Osband et al., "Behaviour Suite for Reinforcement Learning", ICLR 2020; ``DeepSea`` below). An
@@ -98,9 +98,9 @@ share of the last 100 episodes is 0.00 to 0.99 (rlloss seed 2 had held 86 % arou
 then left the path, as RND's bonus keeps pulling elsewhere). PPO alone never reached it in any
 run (0 of 19,968 episodes each): the move cost taught it to go left, 0.3 to 8 "rights" per
 episode at the end. The two libraries' runs part ways only during training. Figure:
-``docs/figures/ppo_rnd_deepsea.png`` (``benchmarks/learning.py --rnd-title "Deep Sea 20"``).
+``docs/figures/ppo_rnd_deepsea.png`` (``tools/tutorial_runs.py --rnd-title "Deep Sea 20"``).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --rnd --total-frames 300000: final_return = 0.3 1.0 0.8

@@ -27,11 +27,11 @@ Run:
 
 Results (2,000 updates, the greedy policy's return; seeds 0, 1, 2), with rlloss and with the
 same script importing TorchRL's ``QMixerLoss`` and ``SoftUpdate`` instead (the one-import swap of
-``benchmarks/torchrl_swap.py``): QMIX 8.0, 8.0, 8.0 with both libraries; VDN 7.0, 7.0, 7.0 with
+``tools/tutorial_runs.py``): QMIX 8.0, 8.0, 8.0 with both libraries; VDN 7.0, 7.0, 7.0 with
 both. QMIX reaches 8 after 500 updates on seed 0. This is the paper's outcome (QMIX finds the
 optimal joint policy, VDN does not).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --mixer qmix --total-frames 2000: final_return = 8.0 8.0 8.0

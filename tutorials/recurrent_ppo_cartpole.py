@@ -28,7 +28,7 @@ Budget: 150k steps. Tuning on seed 0 at the zoo's 100k: 390.6 without the reward
 with it (a few failed episodes while the learning rate was still annealing); at 150k every
 episode of seed 0 from 80k steps on lasted 500 steps.
 
-Results (``benchmarks/learning.py``, one CPU thread, final return = mean of the last 10 training
+Results (``tools/tutorial_runs.py``, one CPU thread, final return = mean of the last 10 training
 episodes):
 
     LSTM      seed 0: 500.0, seed 1: 500.0, seed 2: 500.0;
@@ -41,7 +41,7 @@ instead: the baseline that memory beats. ``--rpo-alpha A`` asks for ``RPOLoss``:
 mean of a continuous action distribution and rlloss's ``RPOLoss`` supports only those (a
 ``loc``), so for CartPole's categorical policy it stops with the loss's explanation.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 150000: final_return = 500.0 500.0 500.0

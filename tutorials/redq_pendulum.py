@@ -36,13 +36,13 @@ with G gradient steps per environment step.
 
 Results (20,000 steps, one CPU thread): seed 0, final_return (evaluation) -111.7; the evaluation
 first reaches -200 at 4,000 steps (-128.2; -870.1 at 3,000); the last 10 training episodes
--182.9 (re-run through ``benchmarks/learning.py``: the same numbers). Seeds 1 and 2
-(``benchmarks/learning.py``): -106.4 and -158.8, both first at or above -200 at 4,000 steps.
-TorchRL's ``REDQLoss`` swapped in (``benchmarks/learning.py``):
+-182.9 (re-run through ``tools/tutorial_runs.py``: the same numbers). Seeds 1 and 2
+(``tools/tutorial_runs.py``): -106.4 and -158.8, both first at or above -200 at 4,000 steps.
+TorchRL's ``REDQLoss`` swapped in (``tools/tutorial_runs.py``):
 -108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
 rlloss).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -111.7 -106.4 -158.8

@@ -34,7 +34,7 @@ even at 500k the training return (sampled actions) has not reached the target: i
 the last 50k steps is 388, 460 and 417 on seeds 0, 1, 2 (57 to 65 over the first 50k, 346 to
 404 around 250k); only the deterministic policy scores 500. No smaller budget was tried.
 
-Results (500,000 steps, one CPU thread, ``benchmarks/learning.py --tasks reinforce_cartpole``,
+Results (500,000 steps, one CPU thread, ``tools/tutorial_runs.py --tasks reinforce_cartpole``,
 seeds 0, 1, 2): final_return (deterministic
 evaluation) 500, 500 and 500; the last 10 training episodes (sampled actions) 430.1, 455.1 and
 457.8. With TorchRL's ``ReinforceLoss`` and ``TD1Estimator`` swapped in: final_return 500, 500
@@ -42,7 +42,7 @@ and 500; training 406.0, 481.4 and 441.0. On seed 0 the two libraries give the s
 constant lr of 1e-3 ended at final_return 500, 472.6 and 500 (rlloss), seed 1 after training
 returns of about 480.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500

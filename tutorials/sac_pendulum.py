@@ -43,16 +43,16 @@ and -160.3 (rl-zoo: about -150); the last 10 training episodes -178.8, -190.5 an
 last 10 training episodes of a seed start from the same states whatever the agent (the resets depend on the seed alone), and for these seeds they are harder than average:
 the near-optimal hand-written controller of ``compose_losses.py`` (about -150 over random
 starts) scores -184, -192 and -222 on them. Re-run with the periodic evaluation
-(``benchmarks/learning.py``): final_return -112.3, -106.5 and -158.2; the evaluation first at or
+(``tools/tutorial_runs.py``): final_return -112.3, -106.5 and -158.2; the evaluation first at or
 above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5,000).
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -112.3 -106.5 -158.2
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 5000 5000
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0: final_return -108.0 (first_eval_at_target
 4000, as documented). Seeds 1 and 2 not re-measured.
 

@@ -52,7 +52,7 @@ lower: they start from the same states for every agent of a seed, and for these 
 states are hard ones (the hand-written controller of ``compose_losses.py`` scores -184, -192
 and -222 on them, SAC -194, -189, -194), and they carry the exploration noise.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.4 -110.2 -159.2
@@ -60,7 +60,7 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: final_return = -112.2 -107.4 -160.6
     [figures] rlloss, seeds 0 1 2, --ddpg --total-frames 20000: train_return = -202.1 -204.1 -195.9
 
-Re-measured on 2026-11-29 with ``tools/remeasure_tutorials.py`` (rlloss 116548a), the figures
+Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
 above do not all hold: seed 0: TD3 final_return -109.3, train_return
 -201.0; ``--ddpg`` final_return -112.4, train_return -194.0. Seeds 1 and 2 not re-measured.
 

@@ -28,7 +28,7 @@ rl-zoo Pendulum SAC settings: 2x256 MLPs, learning rate 1e-3, gamma 0.99, tau 0.
 learned from 1.0, 1,000 random steps first), so that the two differ only by the loss. The
 training loop is ``sac_pendulum.py``'s.
 
-Results (20,000 steps, ``benchmarks/learning.py``, one CPU thread): final_return (evaluation)
+Results (20,000 steps, ``tools/tutorial_runs.py``, one CPU thread): final_return (evaluation)
 -108.9, -108.9 and -157.7 on seeds 0, 1, 2 (seed 2's evaluation start states are the hard ones:
 SAC -160.3, REDQ -158.8 on them); the evaluation first at or above -200 at 4,000 steps on all
 three seeds (-180.2, -126.9, -169.4; -640.6, -656.8, -837.0 at 3,000), as SAC's first crossings
@@ -37,7 +37,7 @@ TorchRL's ``TQCLoss`` swapped in, seeds 0, 1, 2: final_return
 -109.9, -105.3, -159.0, first at or above -200 at 4,000 steps on all three (-128.0, -126.7,
 -169.6), the last 10 training episodes -179.2, -188.4, -201.7.
 
-The documented figures, one line per library and setting, as ``tools/remeasure_tutorials.py``
+The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -108.9 -108.9 -157.7

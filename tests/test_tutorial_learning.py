@@ -1,13 +1,17 @@
-"""The learning benchmark's task table and its preparation step (the offline tasks' dataset)."""
+"""The learning runs' task table and its preparation step (the offline tasks' dataset)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pytest
 
-from benchmarks import learning
-from benchmarks.learning import OFFLINE, TASKS, Task, everything_on_disk
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import tutorial_learning as learning  # noqa: E402
+from tutorial_learning import OFFLINE, TASKS, Task, everything_on_disk  # noqa: E402
 
 
 def test_every_task_names_an_existing_tutorial_and_preparation():

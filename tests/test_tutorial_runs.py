@@ -1,5 +1,5 @@
-"""tools/remeasure_tutorials.py: the ``[figures]`` lines it reads from the tutorials' docstrings
-(the reruns themselves are slow runs, not CI)."""
+"""tools/tutorial_runs.py: the ``[figures]`` lines it reads from the tutorials' docstrings (the
+reruns themselves are slow runs, not CI), one tutorial run read back, and its command line."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-import remeasure_tutorials as tool  # noqa: E402
+import tutorial_figures as tool  # noqa: E402
+import tutorial_runs  # noqa: E402
+from tutorial_process import Finished, printed_values, run_tutorial, script_for  # noqa: E402
 
 
 def test_a_figures_line_gives_the_library_arguments_metric_and_seeds():
@@ -50,11 +52,11 @@ def test_the_dqn_tutorial_documents_both_libraries_and_both_swap():
 
 
 def test_the_torchrl_script_imports_torchrls_loss(tmp_path):
-    script = tool.script_for("dqn_cartpole", "torchrl", tmp_path)
-    source = script.read_text()
+    path = tool.TUTORIALS_DIR / "dqn_cartpole.py"
+    source = script_for(path, "torchrl", tmp_path).read_text()
     assert "from torchrl.objectives import DQNLoss" in source
     assert "from rlloss import DQNLoss" not in source
-    assert tool.script_for("dqn_cartpole", "rlloss", tmp_path).name == "dqn_cartpole.py"
+    assert script_for(path, "rlloss", tmp_path) == path
 
 
 def test_a_run_reports_the_last_printed_value_and_a_failure_as_nan(tmp_path):
@@ -102,11 +104,11 @@ def test_the_documented_rounding_is_each_values_own():
 class _Done:
     """A finished run, as ``compare`` reads it from a future."""
 
-    def __init__(self, printed):
-        self.printed = printed
+    def __init__(self, stdout: str):
+        self.finished = Finished(["python", "t.py"], 0, 12.0, stdout)
 
-    def result(self):
-        return self.printed, 12.0
+    def result(self) -> Finished:
+        return self.finished
 
 
 @pytest.mark.parametrize(
@@ -124,7 +126,7 @@ class _Done:
 )
 def test_a_value_agrees_within_the_coarser_of_both_roundings(documented, printed, agree, capsys):
     (figures,) = tool.parse_figures("t", f"[figures] rlloss, seeds 3, --x 1: m = {documented}")
-    runs = {(figures, 3): _Done({} if printed is None else {"m": printed})}
+    runs = {(figures, 3): _Done("" if printed is None else f"m={printed}\n")}
     assert tool.compare(figures, runs, tolerance=None) is agree
     assert ("differs" in capsys.readouterr().out) is not agree
     assert tool.compare(figures, runs, tolerance=100.0) is (printed not in (None, "none"))
@@ -138,12 +140,17 @@ def test_a_run_reads_every_printed_name_its_first_word_and_brackets(tmp_path):
         "print('wall_time=12.5s')\n"
         "print('frames=10 return=-3.0')\n"
     )
-    printed, wall_time = tool.run_script(script, (), tmp_path / "out", seed=1)
+    finished = run_tutorial(script, (), tmp_path / "out", seed=1)
+    printed = finished.printed
     assert printed["first_eval_at_target"] == "4000"
     assert printed["return_at_target[-144.1]"] == "-403.5"
     assert printed["wall_time"] == "12.5"
     assert printed["frames"] == "10 return=-3.0".split()[0]
-    assert wall_time > 0
+    assert finished.wall_s > 0 and finished.command[-2:] == ["--out", str(tmp_path / "out")]
+    assert (tmp_path / "out" / "stdout.txt").read_text().startswith("first_eval_at_target=4000")
+    assert printed_values("final_return=1.0\nfinal_return=-2.5 (eval)\n") == {
+        "final_return": "-2.5"
+    }
 
 
 def test_remeasure_runs_a_prerequisite_once_and_a_shared_run_once(tmp_path, monkeypatch, capsys):
@@ -154,7 +161,7 @@ def test_remeasure_runs_a_prerequisite_once_and_a_shared_run_once(tmp_path, monk
         "import sys, pathlib\n"
         f"open({str(log)!r}, 'a').write('maker\\n')\n"
         "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
-        "out.mkdir(parents=True)\n"
+        "out.mkdir(parents=True, exist_ok=True)\n"  # the run dir holds stdout.txt already
         "(out / 'value').write_text(sys.argv[sys.argv.index('--value') + 1])\n"
     )
     (tutorials / "reader.py").write_text(
@@ -192,3 +199,19 @@ def test_every_tutorial_line_parses_and_every_uncovered_result_is_named():
     for path in sorted(tool.TUTORIALS_DIR.glob("[!_]*.py")):
         if path.stem not in covered and not path.stem.endswith("_mujoco"):
             assert f"``{path.stem}``" in docstring, f"{path.stem}: no [figures] line, no reason"
+
+
+def test_the_command_line_keeps_each_uses_options_apart(capsys):
+    listing = tutorial_runs.parse_args(["--list"])
+    assert listing.figures and listing.jobs == 2
+    learning = tutorial_runs.parse_args(["--smoke"])
+    assert not learning.figures and learning.seeds == [0] and learning.jobs == 1
+    assert learning.tasks == list(tutorial_runs.SMOKE_TASKS)
+    for argv, option in (
+        (["--figures", "--smoke"], "--smoke goes with the learning runs"),
+        (["--tutorials", "dqn_cartpole"], "--tutorials goes with --figures"),
+        (["--rnd-runs", "/tmp"], "give its path with --out FIGURE.png"),
+    ):
+        with pytest.raises(SystemExit):
+            tutorial_runs.parse_args(argv)
+        assert option in capsys.readouterr().err

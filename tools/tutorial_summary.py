@@ -1,4 +1,4 @@
-"""The learning benchmark's summary (``benchmarks/learning.py``): each run dir read back (its
+"""The learning runs' summary (``tools/tutorial_learning.py``): each run dir read back (its
 status, the returns the tutorial printed, wall time, the last error line of a failed run), per
 task and library the seeds on target, and the figures: per task the mean and min-max spread
 over seeds of the running mean of the last episode returns on a common frame grid, with its

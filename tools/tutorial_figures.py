@@ -1,4 +1,5 @@
-"""Rerun the tutorials' documented per-seed figures and compare them with their docstrings.
+"""The ``[figures]`` check of ``tools/tutorial_runs.py --figures``: rerun the tutorials'
+documented per-seed figures and compare them with their docstrings.
 
 A tutorial documents what it measured in its docstring; the figures this tool checks are the
 lines marked ``[figures]``, one per library and setting::
@@ -7,7 +8,7 @@ lines marked ``[figures]``, one per library and setting::
 
 read as: ``python tutorials/<name>.py --seed S --total-frames 50000`` (rlloss's losses, or
 ``torchrl``: the script with its ``from rlloss import ...`` lines importing TorchRL's classes
-instead, ``benchmarks/torchrl_swap.py``, the learning benchmark's swap) prints
+instead, ``tools/tutorial_process.py``'s swap, the learning runs' too) prints
 ``final_return=<value>`` as its result for seed S, for each seed listed, in order. The metric is
 any ``name=value`` line the script prints (its last one; the value's first word, so
 ``first_eval_at_target=4000 (target -200, ...)`` reads 4000), brackets included
@@ -49,40 +50,31 @@ settings are made robust again.
 
 Robustness to rounding (issue 49): rerun a tutorial's lines under a perturbation that changes
 float32 rounding without changing the maths, e.g. on an AVX-512 machine
-``MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 python tools/remeasure_tutorials.py ...``
+``MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 python tools/tutorial_runs.py --figures``
 (the environment reaches every run): the matrix products take AVX2 kernels, and 50 Adam steps of
 dqn_cartpole's MLP end with parameters that differ in their last bits, where
 ``OMP_NUM_THREADS=2`` leaves them bit-identical; dqn_cartpole, seed 0, 4,000 frames: final_return
 250.9 native, 248.4 perturbed (rlloss's DQNLoss, measured again 2026-11-29).
-
-    python tools/remeasure_tutorials.py --list
-    python tools/remeasure_tutorials.py --tutorials dqn_cartpole --jobs 2
-    python tools/remeasure_tutorials.py --tutorials dqn_cartpole --libraries torchrl --seeds 3
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import concurrent.futures
 import dataclasses
-import math
-import os
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TUTORIALS_DIR = REPO_ROOT / "tutorials"
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from tutorial_process import (
+    LIBRARIES,
+    TUTORIALS_DIR,
+    Finished,
+    as_number,
+    run_tutorial,
+    script_for,
+)
 
-from benchmarks.torchrl_swap import swap_to_torchrl  # noqa: E402
-
-LIBRARIES = ("rlloss", "torchrl")
 FIGURES_LINE = re.compile(
     r"^\s*\[figures\]\s+(?P<library>\w+),\s+seeds\s+(?P<seeds>[\d ]+?),\s*(?P<args>.*?):\s+"
     r"(?P<metric>[\w\[\].-]+?)\s*=\s*(?P<values>[-+\d. na]+?)\s*$"
@@ -181,62 +173,21 @@ def documented_figures(names: list[str] | None = None) -> list[Figures]:
     return figures
 
 
-def script_for(tutorial: str, library: str, work: Path) -> Path:
-    """The tutorial's script, or for ``torchrl`` its swapped copy (in the tutorials' directory's
-    place on the path, as the learning benchmark runs it)."""
-    path = TUTORIALS_DIR / f"{tutorial}.py"
-    if library == "rlloss":
-        return path
-    swap = swap_to_torchrl(path.read_text())
-    if not swap["ok"]:
-        raise ValueError(f"{tutorial}: no TorchRL swap: {swap['reason']}")
-    swapped = work / f"torchrl_{tutorial}.py"
-    swapped.write_text(swap["source"])
-    return swapped
-
-
-def run_script(
-    script: Path, args: tuple[str, ...], out: Path, seed: int | None = None
-) -> tuple[dict[str, str] | None, float]:
-    """Run ``script [--seed seed] args --out out`` on one CPU thread: the last value of each
-    ``name=value`` line it prints (the value's first word, a trailing ``s`` of seconds dropped;
-    None if the run fails) and the run's wall time in seconds."""
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-        "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), str(REPO_ROOT)]),
-    }
-    seeded = () if seed is None else ("--seed", str(seed))
-    command = [sys.executable, str(script), *seeded, *args, "--out", str(out)]
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall_time = time.perf_counter() - start
-    if result.returncode != 0:
-        print(f"  failed: {' '.join(command)}\n{result.stderr[-2000:]}", file=sys.stderr)
-        return None, wall_time
-    printed = {}
-    for line in result.stdout.splitlines():
-        name, equals, value = line.partition("=")
-        if equals and value.split() and re.fullmatch(r"[\w\[\].-]+", name):
-            printed[name] = value.split()[0].rstrip("s")
-    return printed, wall_time
-
-
-def as_number(printed: str | None) -> float:
-    """A printed value as a float (NaN if missing or not a number, e.g. ``none``)."""
-    try:
-        return float(printed)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def run_one(script: Path, args: tuple[str, ...], seed: int, metric: str, out: Path) -> float:
-    """``run_script``'s last printed ``metric`` value for ``seed`` (NaN if the run fails or
-    prints none)."""
-    printed = run_script(script, args, out, seed)[0]
-    return as_number(None if printed is None else printed.get(metric))
+    """The last printed ``metric`` value of one run for ``seed`` (NaN if the run fails or prints
+    none)."""
+    return as_number((run_and_report(script, args, out, seed).printed or {}).get(metric))
+
+
+def run_and_report(
+    script: Path, args: tuple[str, ...], out: Path, seed: int | None = None
+) -> Finished:
+    """``run_tutorial``, with a failed run's command and the end of its error output printed."""
+    finished = run_tutorial(script, args, out, seed)
+    if finished.returncode != 0:
+        stderr = (out / "stderr.txt").read_text(errors="replace")
+        print(f"  failed: {' '.join(finished.command)}\n{stderr[-2000:]}", file=sys.stderr)
+    return finished
 
 
 def run_prerequisites(
@@ -247,14 +198,15 @@ def run_prerequisites(
     distinct = list(dict.fromkeys(p for fig in figures for p in fig.prerequisites))
     outs = {p: work / f"prerequisite-{i}-{p[0]}" for i, p in enumerate(distinct)}
     futures = {
-        p: pool.submit(run_script, TUTORIALS_DIR / f"{p[0]}.py", p[1], outs[p]) for p in distinct
+        p: pool.submit(run_and_report, TUTORIALS_DIR / f"{p[0]}.py", p[1], outs[p])
+        for p in distinct
     }
     done = {}
     for prerequisite, future in futures.items():
-        printed, wall_time = future.result()
+        printed, wall_s = future.result().printed, future.result().wall_s
         result = "failed" if printed is None else f"final_return={printed.get('final_return')}"
         command = " ".join((prerequisite[0], *prerequisite[1]))
-        print(f"prerequisite {command}: {result}, {wall_time:.0f} s")
+        print(f"prerequisite {command}: {result}, {wall_s:.0f} s")
         done[prerequisite] = None if printed is None else outs[prerequisite]
     return done
 
@@ -285,8 +237,9 @@ def remeasure(
                 key = (fig.tutorial, fig.library, args, seed)
                 if key not in runs:
                     out = work / f"{fig.tutorial}-{fig.library}-{len(runs)}-seed{seed}"
-                    script = script_for(fig.tutorial, fig.library, work)
-                    runs[key] = pool.submit(run_script, script, args, out, seed)
+                    path = TUTORIALS_DIR / f"{fig.tutorial}.py"
+                    script = script_for(path, fig.library, work)
+                    runs[key] = pool.submit(run_and_report, script, args, out, seed)
                 by_line[fig, seed] = runs[key]
         agree = True
         for fig in figures:
@@ -301,8 +254,8 @@ def compare(fig: Figures, runs: dict, tolerance: float | None) -> bool:
     for seed in fig.documented:
         future = runs.get((fig, seed))
         if future is not None:
-            printed, wall_time = future.result()
-            rows.append((seed, (printed or {}).get(fig.metric), wall_time))
+            finished = future.result()
+            rows.append((seed, (finished.printed or {}).get(fig.metric), finished.wall_s))
     agree = True
     for seed, text, wall_time in rows:
         documented, value = fig.documented[seed], as_number(text)
@@ -323,36 +276,23 @@ def compare(fig: Figures, runs: dict, tolerance: float | None) -> bool:
     return agree
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tutorials", nargs="+", default=None, help="default: every tutorial")
-    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
-    parser.add_argument(
-        "--seeds", nargs="+", type=int, default=None, help="only these of the documented seeds"
-    )
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
-    parser.add_argument(
-        "--tolerance",
-        type=float,
-        default=None,
-        help="largest difference allowed (default: half a unit of each documented value's last "
-        "digit, the docstring's rounding)",
-    )
-    parser.add_argument("--work", type=Path, default=None, help="run directories (default: temp)")
-    parser.add_argument("--list", action="store_true", help="print the documented figures only")
-    args = parser.parse_args(argv)
-    figures = [f for f in documented_figures(args.tutorials) if f.library in args.libraries]
-    if args.list or not figures:
+def check_figures(
+    tutorials: list[str] | None,
+    libraries: list[str],
+    seeds: list[int] | None,
+    jobs: int,
+    tolerance: float | None,
+    work: Path,
+    list_only: bool = False,
+) -> int:
+    """``tools/tutorial_runs.py --figures``: the exit status of ``remeasure`` over the
+    documented lines of ``tutorials`` (all if None) and ``libraries``, 0 if all agree; with
+    ``list_only``, the lines printed instead of run; 1 where there is no line."""
+    figures = [f for f in documented_figures(tutorials) if f.library in libraries]
+    if list_only or not figures:
         for fig in figures:
             print(
                 f"{fig.tutorial} {fig.library} {written_args(fig)}: {fig.metric} {fig.documented}"
             )
         return 0 if figures else 1
-    if args.work is not None:
-        return 0 if remeasure(figures, args.seeds, args.jobs, args.tolerance, args.work) else 1
-    with tempfile.TemporaryDirectory() as work:
-        return 0 if remeasure(figures, args.seeds, args.jobs, args.tolerance, Path(work)) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 0 if remeasure(figures, seeds, jobs, tolerance, work) else 1

@@ -1,35 +1,21 @@
-"""Learning benchmark: the tutorials over several seeds, with rlloss and with TorchRL's losses.
+"""The learning runs of ``tools/tutorial_runs.py``: the tutorials over several seeds, with
+rlloss and with TorchRL's losses, summarised in ``benchmarks/results/learning.json`` and its
+figures.
 
 Every task of ``TASKS`` (a tutorial, its extra arguments, a frame budget, a target on the final
-return and a published reference) runs as one subprocess per library and seed::
+return and a published reference) runs as one subprocess per library and seed
+(``tools/tutorial_process.py``)::
 
     python tutorials/<script> --seed K --total-frames F --device D --out <run dir> [extra args]
 
 ``rlloss`` runs the tutorial as it is; ``torchrl`` the same script with its ``from rlloss import``
-lines importing the same names from TorchRL (``benchmarks/torchrl_swap.py``; a task whose names
-TorchRL lacks is ``n/a``, a failed swap is recorded, not an error). Each run dir
-``<results dir>/<task>/<library>/seed<K>/`` keeps ``returns.csv``, ``stdout.txt``,
-``stderr.txt`` and ``run.json``; the summary (``--out``, ``benchmarks/results/learning.json``)
-holds per task and library the per-seed returns and wall times and whether ``final_return >=
-target`` held on at least 2 seeds, with one figure per task beside it (``learning_<task>.png``:
-per library the mean and min-max over seeds of the running mean of 10 episode returns).
-
-Run from the repository root::
-
-    python benchmarks/learning.py                          # every task, 3 seeds, both libraries
-    python benchmarks/learning.py --smoke                  # a minute: tiny budgets, 1 seed
-    python benchmarks/learning.py --tasks sac_pendulum --seeds 0 1 2 3 4 --jobs 2
-    python benchmarks/learning.py --total-frames-scale 0.05 --results-dir /tmp/learning
-    python benchmarks/learning.py --summarize-only         # rebuild from the run dirs on disk
-    python benchmarks/learning.py --rnd-runs /tmp/rndq --out docs/figures/ppo_rnd_sparse.png
-    python benchmarks/learning.py --rnd-runs /tmp/rnd2 --rnd-title "Deep Sea 20" \
-        --out docs/figures/ppo_rnd_deepsea.png
-
-``--rnd-runs``: the figure and per-seed table of ``tutorials/ppo_rnd_sparse.py`` (PPO alone
-beside PPO + RND, both libraries) from its runs' folders ``<library>-<rnd|no-rnd>-<seed>`` (each
-with the tutorial's ``returns.csv``, beside its standard output ``<folder>.log``). Subprocesses
-get ``OMP_NUM_THREADS=1`` unless set; the exit status is 1 when an rlloss run failed;
-``--smoke`` writes under the temporary directory unless ``--results-dir`` / ``--out`` are given.
+lines importing the same names from TorchRL (a task whose names TorchRL lacks is ``n/a``, a
+failed swap is recorded, not an error). Each run dir ``<results dir>/<task>/<library>/seed<K>/``
+keeps ``returns.csv``, ``stdout.txt``, ``stderr.txt`` and ``run.json``; the summary
+(``benchmarks/results/learning.json`` by default) holds per task and library the per-seed
+returns and wall times and whether ``final_return >= target`` held on at least 2 seeds, with one
+figure per task beside it (``learning_<task>.png``: per library the mean and min-max over seeds
+of the running mean of 10 episode returns; ``tools/tutorial_summary.py``).
 """
 
 from __future__ import annotations
@@ -40,18 +26,22 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.learning_summary import (  # noqa: E402
+from tutorial_process import (
+    LIBRARIES,
+    REPO_ROOT,
+    TUTORIALS_DIR,
+    child_env,
+    display_path,
+    run_tutorial,
+    script_for,
+    swap_to_torchrl,
+)
+from tutorial_summary import (
     MIN_SEEDS_MET,
     RND_MODES,
     draw_rnd_figure,
@@ -62,19 +52,17 @@ from benchmarks.learning_summary import (  # noqa: E402
     read_returns,
     rnd_summary,
     run_dir_of,
-    run_machine,
     summarize_run,
     summarize_task,
 )
-from benchmarks.records import machine_info  # noqa: E402
-from benchmarks.torchrl_swap import swap_to_torchrl  # noqa: E402
 
-TUTORIALS_DIR = REPO_ROOT / "tutorials"
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "learning"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "learning.json"
 SMOKE_TASKS = ("ppo_cartpole", "td3_pendulum")
 SMOKE_FRAMES = 2048
-LIBRARIES = ("rlloss", "torchrl")
+# the options recorded in the summary's ``config``
+CONFIG_RECORDED = ("tasks", "seeds", "libraries", "total_frames_scale", "jobs", "device")
+CONFIG_RECORDED += ("results_dir", "summarize_only", "smoke")
 
 
 # The tasks
@@ -215,11 +203,7 @@ def plan_runs(cfg: argparse.Namespace, swaps: dict[str, dict]) -> list[Run]:
                 continue
             for seed in cfg.seeds:
                 run_dir = run_dir_of(cfg.results_dir, name, library, seed)
-                script = TUTORIALS_DIR / task.script
-                if library == "torchrl":
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    script = run_dir / f"torchrl_{task.script}"
-                    script.write_text(swaps[name]["source"])
+                script = script_for(TUTORIALS_DIR / task.script, library, run_dir)
                 runs.append(Run(name, library, seed, frames, cfg.device, run_dir, script))
     return runs
 
@@ -253,60 +237,31 @@ def scaled_frames(task: Task, cfg: argparse.Namespace) -> int:
     return max(1, round(task.total_frames * cfg.total_frames_scale))
 
 
-def run_command(run: Run) -> list[str]:
-    """The tutorial's command line for one run."""
-    args = ["--seed", run.seed, "--total-frames", run.total_frames, "--device", run.device]
-    args += ["--out", run.run_dir]
-    return [sys.executable, str(run.script), *map(str, args), *TASKS[run.task].extra_args]
-
-
-def child_env() -> dict[str, str]:
-    """The subprocess environment: the tutorials dir (for ``_helpers``) and the working tree's
-    ``rlloss`` first on the path, one thread each, and a quiet progress bar."""
-    env = dict(os.environ)
-    path = [str(TUTORIALS_DIR), str(REPO_ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join(
-        path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TQDM_MININTERVAL", "10")
-    return env
-
-
 def execute(run: Run, machine: dict[str, Any]) -> dict[str, Any]:
-    """Run one tutorial, keep its outputs in the run dir, write ``run.json`` and return it."""
+    """Run one tutorial into its run dir (a previous run's outputs removed first), write
+    ``run.json`` and return it."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     for stale in run.run_dir.iterdir():  # a previous run's outputs must not pass for this one's
         if stale.is_file() and stale != run.script:
             stale.unlink()
-    command = run_command(run)
+    args = ("--total-frames", run.total_frames, "--device", run.device, *TASKS[run.task].extra_args)
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    with open(run.run_dir / "stdout.txt", "w") as out, open(run.run_dir / "stderr.txt", "w") as err:
-        proc = subprocess.run(command, cwd=REPO_ROOT, env=child_env(), stdout=out, stderr=err)
+    finished = run_tutorial(run.script, args, run.run_dir, run.seed)
     record = {
         "task": run.task,
         "library": run.library,
         "seed": run.seed,
         "total_frames": run.total_frames,
         "device": run.device,
-        "command": [display_path(part) for part in command],
-        "returncode": proc.returncode,
-        "wall_s": round(time.perf_counter() - start, 1),
+        "command": [display_path(part) for part in finished.command],
+        "returncode": finished.returncode,
+        "wall_s": round(finished.wall_s, 1),
         # the 1-minute load average before and after: wall times compare only at equal loads
         "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "machine": machine,
     }
     (run.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
-
-
-def display_path(part: str) -> str:
-    """A command-line part with the repository root made relative and the interpreter as
-    ``python``."""
-    if part == sys.executable:
-        return "python"
-    return part.replace(str(REPO_ROOT) + os.sep, "")
 
 
 def execute_all(runs: list[Run], jobs: int, machine: dict[str, Any]) -> None:
@@ -342,7 +297,7 @@ def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str,
             tasks[name] = entry
     # A failed TorchRL swap is a finding, recorded in the JSON; only rlloss runs must finish.
     ok = all(t["libraries"].get("rlloss", {}).get("status", "ok") == "ok" for t in tasks.values())
-    config = {k: v for k, v in vars(cfg).items() if k != "out"}
+    config = {k: v for k, v in vars(cfg).items() if k in CONFIG_RECORDED}
     config["results_dir"] = display_path(str(cfg.results_dir))
     config["subprocess_env"] = {k: child_env()[k] for k in ("OMP_NUM_THREADS", "TQDM_MININTERVAL")}
     result = {
@@ -368,79 +323,6 @@ def write_summary(cfg: argparse.Namespace, machine: dict[str, Any]) -> dict[str,
     return result
 
 
-# The command line
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--tasks",
-        nargs="+",
-        choices=list(TASKS),
-        default=None,
-        metavar="TASK",
-        help=f"default: all (with --summarize-only: all found on disk); {', '.join(TASKS)}",
-    )
-    p.add_argument(
-        "--seeds", nargs="+", type=int, default=None, help="default 0 1 2 (0 with --smoke)"
-    )
-    p.add_argument(
-        "--libraries",
-        nargs="+",
-        choices=LIBRARIES,
-        default=list(LIBRARIES),
-    )
-    p.add_argument(
-        "--total-frames-scale",
-        type=float,
-        default=1.0,
-        help="multiplies every task's frame budget, e.g. 0.05 for a quick look",
-    )
-    p.add_argument("--jobs", type=int, default=1, help="parallel subprocesses")
-    p.add_argument("--device", default="cpu", help="passed to the tutorials")
-    p.add_argument(
-        "--results-dir",
-        type=Path,
-        default=None,
-        help="run dirs <results-dir>/<task>/<library>/seed<k>/ (default "
-        "benchmarks/results/learning)",
-    )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="summary JSON, the figures next to it (default benchmarks/results/learning.json)",
-    )
-    p.add_argument(
-        "--summarize-only",
-        action="store_true",
-        help="rebuild the JSON and figures from the run dirs on disk, run nothing",
-    )
-    p.add_argument("--rnd-runs", type=Path, help="ppo_rnd_sparse's runs: draw --out from them")
-    p.add_argument("--rnd-title", default="sparse MountainCar-v0", help="--rnd-runs' panels")
-    p.add_argument(
-        "--smoke",
-        action="store_true",
-        help=f"{SMOKE_FRAMES} frames, seed 0, tasks {' '.join(SMOKE_TASKS)} (unless given)",
-    )
-    cfg = p.parse_args(argv)
-    if cfg.rnd_runs is not None and cfg.out is None:
-        p.error("--rnd-runs draws a figure: give its path with --out FIGURE.png")
-    smoke_dir = Path(tempfile.gettempdir()) / "rlloss-learning-smoke"
-    if cfg.results_dir is None:
-        cfg.results_dir = smoke_dir if cfg.smoke else DEFAULT_RESULTS_DIR
-    if cfg.out is None:
-        cfg.out = smoke_dir / "learning.json" if cfg.smoke else DEFAULT_OUT
-    cfg.results_dir, cfg.out = cfg.results_dir.resolve(), cfg.out.resolve()
-    if cfg.tasks is None:
-        cfg.tasks = (
-            list(SMOKE_TASKS)
-            if cfg.smoke
-            else [t for t in TASKS if not cfg.summarize_only or (cfg.results_dir / t).is_dir()]
-        )
-    if cfg.seeds is None and not cfg.summarize_only:
-        cfg.seeds = [0] if cfg.smoke else [0, 1, 2]
-    return cfg
-
-
 def everything_on_disk(cfg: argparse.Namespace) -> argparse.Namespace:
     """``cfg`` summarising every task and seed found in the results dir (as ``--summarize-only``
     does), so that running some tasks or seeds does not drop the others from the summary."""
@@ -462,14 +344,10 @@ def rnd_figure(cfg: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    if cfg.rnd_runs is not None:
-        return rnd_figure(cfg)
-    if cfg.summarize_only:
-        machine = run_machine(cfg.results_dir, cfg.tasks) or machine_info()
-    else:
-        machine = machine_info()
+def learning_runs(cfg: argparse.Namespace, machine: dict[str, Any]) -> int:
+    """Run the selected tasks (none with ``--summarize-only``), summarise every task on disk
+    into ``cfg.out`` and its figures, print the summary; 1 if an rlloss run failed."""
+    if not cfg.summarize_only:
         swaps = {name: torchrl_swap(TASKS[name]) for name in cfg.tasks}
         prepare_tasks(cfg.tasks)
         runs = plan_runs(cfg, swaps)
@@ -480,7 +358,3 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(result)
     print(f"wrote {display_path(str(cfg.out))}")
     return 0 if result["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
