@@ -26,6 +26,7 @@ import functools
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.objectives import LossModule as TorchRLLossModule
 
@@ -142,6 +143,14 @@ class LossModule(CoefficientOwner, TorchRLLossModule, metaclass=_compat.LossMeta
             if hasattr(self.tensor_keys, own)
         }
         estimator.set_keys(**shared)
+
+    def _transition_keys(self, keys: list[NestedKey], next_keys: list[NestedKey]) -> list:
+        """``in_keys`` of a loss that learns from transitions (the on- and off-policy losses):
+        ``keys`` of the current step, ``next_keys`` under ``"next"``, and the reward and done /
+        termination flags under ``"next"``, without repeats."""
+        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
+        keys = [*keys, *(next_key(k) for k in [*next_keys, *flags])]
+        return list(dict.fromkeys(keys))
 
     def _get(self, tensordict: TensorDictBase, name: str, *, nested: bool = False) -> torch.Tensor:
         """The entry ``tensor_keys.<name>`` of ``tensordict`` (of ``tensordict["next"]`` when

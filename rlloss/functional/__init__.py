@@ -11,6 +11,7 @@ from rlloss.functional.critic import (
     ensemble_td_error,
     expectile_loss,
     reduced_distance,
+    regression_diagnostics,
     td_error,
 )
 from rlloss.functional.distributions import (
@@ -227,6 +228,7 @@ __all__ = [
     "discrete_soft_value",
     "distance",
     "reduced_distance",
+    "regression_diagnostics",
     "distribution_entropy",
     "double_q_value",
     "expected_action_value",

@@ -1,5 +1,5 @@
-"""Critic losses: elementwise distances, PPO's clipped value loss, and the TD errors that
-prioritized replay uses as priorities."""
+"""Critic losses: elementwise distances, PPO's clipped value loss, the TD errors that
+prioritized replay uses as priorities, and the regression's reported diagnostics."""
 
 from __future__ import annotations
 
@@ -142,6 +142,14 @@ def ensemble_td_error(
             f"{tuple(values.shape[1:])}."
         )
     return _error_size(values.detach() - target, kind).amax(0)
+
+
+def regression_diagnostics(values: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A critic regression's diagnostics as TorchRL reports them: ``pred_value``, the
+    predictions detached with their last dim dropped (``[*B]`` from ``[*B, 1]``, or ``[E, *B]``
+    from an ensemble's ``[E, *B, 1]``), and ``target_value``, the targets ``[*B, 1]`` as
+    ``[*B]`` (built without gradient)."""
+    return {"pred_value": values.detach().squeeze(-1), "target_value": target.squeeze(-1)}
 
 
 def _error_size(difference: torch.Tensor, kind: str) -> torch.Tensor:

@@ -22,8 +22,8 @@ from rlloss._checks import check_choice, check_network
 from rlloss._keywords import torchrl_keywords
 from rlloss._networks import NetworkCall, entry, network_inputs
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACES, TDTargetLoss
-from rlloss.offpolicy.dqn import QLearningLoss
+from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.dqn import ACTION_SPACES, QLearningLoss
 
 
 class QMixerLoss(QLearningLoss):

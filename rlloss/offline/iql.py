@@ -24,11 +24,8 @@ from rlloss._ensembles import ensemble_architecture
 from rlloss._networks import NetworkCall, entry, log_prob_of, network_inputs
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import (
-    ACTION_SPACE_SETTINGS,
-    ACTION_SPACES,
-    TDTargetLoss,
-)
+from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.dqn import ACTION_SPACE_SETTINGS, ACTION_SPACES
 
 
 class IQLLoss(TDTargetLoss):

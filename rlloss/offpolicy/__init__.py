@@ -4,16 +4,12 @@ discrete SAC, REDQ, CrossQ, TQC) and MPO, on the shared base
 prioritized-replay weights, the ``td_error`` write, critic regression)."""
 
 from rlloss._ensembles import ensemble_architecture
-from rlloss.offpolicy.base import (
-    ACTION_SPACES,
-    PRIORITY_WEIGHTINGS,
-    TDTargetLoss,
-)
+from rlloss.offpolicy.base import PRIORITY_WEIGHTINGS, TDTargetLoss
 from rlloss.offpolicy.crossq import CrossQLoss
 from rlloss.offpolicy.ddpg import DDPGLoss
 from rlloss.offpolicy.discrete_mpo import DiscreteMPOLoss
 from rlloss.offpolicy.discrete_sac import DiscreteSACLoss
-from rlloss.offpolicy.dqn import DDQNLoss, DistributionalDQNLoss, DQNLoss
+from rlloss.offpolicy.dqn import ACTION_SPACES, DDQNLoss, DistributionalDQNLoss, DQNLoss
 from rlloss.offpolicy.mpo import MPOLoss
 from rlloss.offpolicy.redq import REDQLoss
 from rlloss.offpolicy.sac import SACLoss

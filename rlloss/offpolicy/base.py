@@ -21,14 +21,12 @@ import dataclasses
 import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.utils import NestedKey
-from torchrl.data import TensorSpec
 from torchrl.objectives.utils import ValueEstimators
 
 from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._agent_dims import broadcast_to_agents
 from rlloss._checks import (
-    ChoicesOr,
     Coefficient,
     check_choice,
     check_entry_shape,
@@ -57,14 +55,6 @@ PRIORITY_WEIGHTINGS = ("mean", "normalized")
 # The default of a padding mask argument: not read yet, so read from the batch (None, the
 # other possible value, means "read: nothing is padded").
 READ_FROM_BATCH = object()
-ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
-# the attribute, checked on assignment as the constructor checks the keyword: one of those, a
-# spec, None (read from the network), or TorchRL's own spelling of the multi-one-hot space
-ACTION_SPACE_SETTINGS = ChoicesOr(
-    (*ACTION_SPACES, "mult_one_hot"),
-    lambda value: value is None or isinstance(value, TensorSpec),
-    ", a TensorSpec, or None",
-)
 
 
 class TDTargetLoss(LossModule):
@@ -169,13 +159,6 @@ class TDTargetLoss(LossModule):
         self._lmbda = getattr(estimator, "lmbda", None)
         self._forward_value_estimator_keys()
         return self
-
-    def _transition_keys(self, keys: list[NestedKey], next_keys: list[NestedKey]) -> list:
-        """``in_keys``: ``keys`` of the current step, ``next_keys`` under ``"next"``, and the
-        reward and done / termination flags under ``"next"``, without repeats."""
-        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
-        keys = [*keys, *(next_key(k) for k in [*next_keys, *flags])]
-        return list(dict.fromkeys(keys))
 
     # ----------------------------------------------------------------------------- targets
     def _td_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
@@ -340,12 +323,6 @@ class TDTargetLoss(LossModule):
         if dim is None:
             return total.sum() / mask.sum().clamp_min(1)
         return total.sum(dim) / mask.sum(dim).clamp_min(1)
-
-    @staticmethod
-    def _regression_diagnostics(values: torch.Tensor, target: torch.Tensor) -> dict:
-        """``pred_value`` (``[*B]``, or ``[E, *B]`` for an ensemble) and ``target_value``
-        (``[*B]``), detached, as TorchRL reports them."""
-        return {"pred_value": values.detach().squeeze(-1), "target_value": target.squeeze(-1)}
 
     def _write_priority(self, tensordict: TensorDictBase, td_error: torch.Tensor) -> None:
         """Write the per-sample TD error into the caller's batch, for

@@ -191,7 +191,7 @@ class DDPGLoss(TDTargetLoss):
         loss = self._critic_loss(value, target, tensordict)
         info = {
             "td_error": rlf.td_error(value, target, "squared").squeeze(-1),
-            **self._regression_diagnostics(value, target),
+            **rlf.regression_diagnostics(value, target),
         }
         info["pred_value_max"] = info["pred_value"].max()
         info["target_value_max"] = info["target_value"].max()

@@ -27,7 +27,8 @@ from rlloss._networks import (
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
+from rlloss.offpolicy.dqn import ACTION_SPACE_SETTINGS, ACTION_SPACES
 from rlloss.offpolicy.temperature import (
     OUT_KEYS,
     SCALAR_OUTPUT_MODES,
@@ -308,6 +309,6 @@ class DiscreteSACLoss(TDTargetLoss):
         )
         info = {
             "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
-            **self._regression_diagnostics(values, target),
+            **rlf.regression_diagnostics(values, target),
         }
         return self._ensemble_critic_loss(values, target, tensordict), info

@@ -19,10 +19,21 @@ from torchrl.data import TensorSpec
 from torchrl.modules import QValueActor
 
 from rlloss import functional as rlf
-from rlloss._checks import check_atoms, check_choice, check_network, check_support
+from rlloss._checks import ChoicesOr, check_atoms, check_choice, check_network, check_support
 from rlloss._networks import NetworkCall, entry
 from rlloss.common import accepts_tensor_arguments
-from rlloss.offpolicy.base import ACTION_SPACE_SETTINGS, ACTION_SPACES, TDTargetLoss
+from rlloss.offpolicy.base import TDTargetLoss
+
+# TorchRL's ``action_space`` keyword of the discrete-action losses (the Q-learning ones here,
+# discrete SAC, discrete IQL): the action's dtype decides the encoding either way
+ACTION_SPACES = ("one-hot", "categorical", "one_hot", "mult-one-hot", "binary")
+# the attribute, checked on assignment as the constructor checks the keyword: one of those, a
+# spec, None (read from the network), or TorchRL's own spelling of the multi-one-hot space
+ACTION_SPACE_SETTINGS = ChoicesOr(
+    (*ACTION_SPACES, "mult_one_hot"),
+    lambda value: value is None or isinstance(value, TensorSpec),
+    ", a TensorSpec, or None",
+)
 
 
 class QLearningLoss(TDTargetLoss):

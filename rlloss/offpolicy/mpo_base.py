@@ -144,7 +144,7 @@ class MaximumAPosteriori(TDTargetLoss):
         ``pred_value`` (``[*B]``, detached)."""
         info = {
             "td_error": rlf.td_error(value, target, "absolute").squeeze(-1),
-            **self._regression_diagnostics(value, target),
+            **rlf.regression_diagnostics(value, target),
         }
         return self._critic_loss(value, target, tensordict), info
 

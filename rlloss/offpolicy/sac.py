@@ -249,6 +249,6 @@ class SACLoss(ContinuousSoftActorCritic):
         loss = rlf.distance(own, target, self.loss_function)
         info = {
             "td_error": (own - target).pow(2).reshape(size),
-            **self._regression_diagnostics(own, target),
+            **rlf.regression_diagnostics(own, target),
         }
         return self._reduce_replayed(loss, tensordict), info

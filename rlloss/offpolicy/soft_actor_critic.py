@@ -214,7 +214,7 @@ class ContinuousSoftActorCritic(TDTargetLoss):
         ``[*B]`` and the values ``[num_qvalue_nets, *B]`` (detached)."""
         info = {
             "td_error": rlf.ensemble_td_error(values, target, "absolute").squeeze(-1),
-            **self._regression_diagnostics(values, target),
+            **rlf.regression_diagnostics(values, target),
         }
         return self._ensemble_critic_loss(values, target, tensordict), info
 

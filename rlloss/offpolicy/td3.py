@@ -180,7 +180,7 @@ class TwinDelayedLoss(TDTargetLoss):
         info = {
             "td_error": rlf.td_error(values, target.expand_as(values), "squared").squeeze(-1),
             "next_state_value": next_value.squeeze(-1),
-            **self._regression_diagnostics(values, target),
+            **rlf.regression_diagnostics(values, target),
         }
         return self._ensemble_critic_loss(values, target, tensordict), info
 

@@ -18,15 +18,10 @@ from torch import distributions as D
 from torch import nn
 from torchrl.objectives.utils import ValueEstimators
 
-from rlloss import _compat, _distributions
+from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._call_errors import missing_output_error
-from rlloss._checks import (
-    Coefficient,
-    batch_mask,
-    check_choice,
-    next_key,
-)
+from rlloss._checks import Coefficient, batch_mask, check_choice
 from rlloss._distribution_calls import DistributionCall
 from rlloss._keywords import NOT_GIVEN, NotGiven, given_networks
 from rlloss._networks import (
@@ -35,7 +30,6 @@ from rlloss._networks import (
     as_list,
     log_prob_of,
     parameter_device,
-    sum_heads,
 )
 from rlloss.addons import ActorOutput
 from rlloss.common import LossModule, accepts_tensor_arguments, fill_padding
@@ -50,7 +44,8 @@ from rlloss.onpolicy.advantage import (
     norm_scaled_advantage,
     standardized_advantage,
 )
-from rlloss.onpolicy.entropy import entropy_coefficients, head_entropies, weighted_entropy
+from rlloss.onpolicy.critic import critic_regression
+from rlloss.onpolicy.entropy import entropy_bonus, entropy_coefficients
 from rlloss.onpolicy.networks import (
     critic_coefficient,
     critic_params_detached_from_actor,
@@ -295,9 +290,7 @@ class OnPolicyLoss(LossModule):
             keys += [*self.critic_network.in_keys, self.tensor_keys.value_target]
             keys += [self.tensor_keys.value] if self.clip_value is not None else []
             next_inputs += self.critic_network.in_keys
-        flags = [self.tensor_keys.reward, self.tensor_keys.done, self.tensor_keys.terminated]
-        keys += [next_key(key) for key in [*next_inputs, *flags]]
-        return list(dict.fromkeys(keys))
+        return self._transition_keys(keys, next_inputs)
 
     @property
     def out_keys(self) -> list[str]:
@@ -382,32 +375,18 @@ class OnPolicyLoss(LossModule):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-entropy_coeff * H[pi(.|s)]`` reduced (analytic where the distribution has a
         closed form, else ``samples_mc_entropy`` draws), and the mean entropy (detached); per
-        head for a composite distribution, summed to ``shape``."""
-        if isinstance(distribution, CompositeDistribution):
-            return self._composite_entropy_loss(distribution, mask, shape)
-        entropy = _distributions.entropy(distribution, self.samples_mc_entropy)  # [*B]
-        reduced = rlf.reduce(entropy, self.reduction, mask)
-        if not self.diagnostics:
-            return -(self.entropy_coeff * reduced), {}
-        mean = reduced if self.reduction == "mean" else rlf.reduce(entropy, "mean", mask)
-        return -(self.entropy_coeff * reduced), {"entropy": mean.detach()}
-
-    def _composite_entropy_loss(
-        self, distribution: CompositeDistribution, mask: torch.Tensor | None, shape=None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``-sum_h c_h H_h`` reduced, ``c_h`` from TorchRL's per-head map or ``entropy_coeff``,
-        and the entropies: their sum's mean, and per head as ``composite_entropy`` (with
-        ``shape``: TorchRL's PPO layout, ``[*shape, 1]``)."""
-        heads, summed_to = head_entropies(distribution, self.samples_mc_entropy, shape)
-        coeff, coeff_map = self.entropy_coeff, self._entropy_coeff_map
-        reduced = rlf.reduce(
-            weighted_entropy(heads, summed_to, coeff, coeff_map), self.reduction, mask
+        head for a composite distribution, summed to ``shape``
+        (:func:`~rlloss.onpolicy.entropy.entropy_bonus`)."""
+        return entropy_bonus(
+            distribution,
+            mask,
+            shape,
+            coeff=self.entropy_coeff,
+            coeff_map=self._entropy_coeff_map,
+            samples=self.samples_mc_entropy,
+            reduction=self.reduction,
+            diagnostics=self.diagnostics,
         )
-        if not self.diagnostics:
-            return -reduced, {}
-        entropy = rlf.reduce(sum_heads(heads, summed_to), "mean", mask)
-        reported = heads.detach().unsqueeze(-1) if shape is not None else heads.detach()
-        return -reduced, {"entropy": entropy.detach(), "composite_entropy": reported}
 
     def _critic_value(self, batch: TensorDictBase) -> torch.Tensor:
         params = self._critic_params_without_shared
@@ -441,28 +420,26 @@ class OnPolicyLoss(LossModule):
         """``critic_coeff * L(V(s), value_target)`` (value-clipped if asked, clamped to
         ``[0, vf_clip_param]`` if asked) reduced, with the clip fraction and explained
         variance; with a ``value_normalizer``, ``value_target`` and the old value are
-        normalised first (the critic's output is in normalised units)."""
+        normalised first (the critic's output is in normalised units). The arithmetic:
+        :func:`~rlloss.onpolicy.critic.critic_regression`."""
         target = self._get(batch, "value_target")
-        old_value = None if self.clip_value is None else self._old_value(batch)
+        clip_value = self.clip_value
+        old_value = None if clip_value is None else self._old_value(batch)
         value = self._critic_value(batch)
         target, value, old_value = self._critic_inputs(target, value, old_value, mask)
-        info = {}
-        if self.log_explained_variance and self.diagnostics:
-            info["explained_variance"] = rlf.explained_variance(value, target, mask, dim=0)
-        if old_value is None and self.vf_clip_param is None and mask is None:
-            loss = rlf.reduced_distance(value, target, self.loss_critic_type, self.reduction)
-            return self.critic_coeff * loss, info
-        if old_value is None:
-            loss = rlf.distance(value, target, self.loss_critic_type)
-        else:
-            loss, clipped = rlf.clipped_value_loss(
-                value, old_value, target, self.clip_value, self.loss_critic_type
-            )
-            if self.diagnostics:
-                info["value_clip_fraction"] = rlf.reduce(clipped, "mean", mask)
-        if self.vf_clip_param is not None:  # rl8's clamp of the per-element loss
-            loss = rlf.clamped_loss(loss, self.vf_clip_param)
-        return rlf.reduce(self.critic_coeff * loss, self.reduction, mask), info
+        return critic_regression(
+            value,
+            target,
+            old_value,
+            mask,
+            coeff=self.critic_coeff,
+            distance=self.loss_critic_type,
+            reduction=self.reduction,
+            clip_value=clip_value,
+            vf_clip_param=self.vf_clip_param,
+            explained_variance=self.log_explained_variance and self.diagnostics,
+            clip_fraction=self.diagnostics,
+        )
 
     def _critic_inputs(
         self,
