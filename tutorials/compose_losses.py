@@ -35,14 +35,16 @@ Results (20,000 steps, one CPU thread; seeds 0, 1, 2): the mean of
 10 consecutive episodes first reaches -200 after 3,600, 3,200 and 3,600 steps (plain TD3 from
 ``td3_pendulum.py``: 8,200, 7,600 and 7,400); final_return -199.6, -209.2, -210.8 (TD3: -193.8,
 -200.9, -202.0), the mean of the last 50 episodes -172.9, -157.3,
--166.4 (TD3: -164.6, -157.0, -170.2). The teacher speeds learning up; once w is 0 the agent is
+-166.4 (TD3: -164.6, -157.0, -170.2). Re-measured on 2026-11-29 with ``tools/tutorial_runs.py
+--figures``: final_return -202.6, -207.3, -211.7 (the line below; float32 rounding moved since
+the record above, whose other figures were not re-measured). The teacher speeds learning up; once w is 0 the agent is
 as good as TD3 alone, which is as good as the teacher (about -150 over random starts; see
 ``td3_pendulum.py`` on why the last 10 episodes of these seeds score lower).
 
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -199.6 -209.2 -210.8
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -202.6 -207.3 -211.7
 
 Run:
     python tutorials/compose_losses.py --seed 0 --total-frames 20000 --out runs/compose_losses
