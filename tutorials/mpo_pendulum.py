@@ -41,9 +41,11 @@ second and third plots show the duals and KLs during training. After training, t
 mean (clipped to the bounds, no sampling) plays 10 evaluation episodes from start states no
 training episode had.
 
-Results (30,000 steps, one CPU thread; seeds 0, 1, 2): final_return (evaluation) -191.1, -121.6
-and -192.7; the last 10 training episodes -143.0, -197.7 and -145.1. The 10-episode training mean first
-passes -200 after 15-17k steps.
+Results (30,000 steps, one CPU thread; seeds 0, 1, 2), re-measured on 2026-11-29 with
+``tools/tutorial_runs.py --figures``: final_return (evaluation) -168.2, -121.2 and -192.5; the
+last 10 training episodes -144.0, -198.9 and -132.7 (the earlier record: -191.1, -121.6, -192.7
+and -143.0, -197.7, -145.1; float32 rounding moved since). The 10-episode training mean first
+passed -200 after 15-17k steps in the earlier record (not re-measured).
 
 Pendulum episodes never terminate; they are truncated after 200 steps, and a truncated
 transition keeps its bootstrap term (only ``terminated`` enters the target).
@@ -51,8 +53,8 @@ transition keeps its bootstrap term (only ``terminated`` enters the target).
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 30000: final_return = -191.1 -121.6 -192.7
-    [figures] rlloss, seeds 0 1 2, --total-frames 30000: train_return = -143.0 -197.7 -145.1
+    [figures] rlloss, seeds 0 1 2, --total-frames 30000: final_return = -168.2 -121.2 -192.5
+    [figures] rlloss, seeds 0 1 2, --total-frames 30000: train_return = -144.0 -198.9 -132.7
 
 Run:
     python tutorials/mpo_pendulum.py --seed 0 --total-frames 30000 --out runs/mpo_pendulum
