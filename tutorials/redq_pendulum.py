@@ -34,20 +34,20 @@ tau 0.005, alpha learned from 1.0, 1,000 random steps first), so that the two di
 the loss, the critics' width and the UTD. The training loop is ``sac_pendulum.py``'s
 with G gradient steps per environment step.
 
-Results (20,000 steps, one CPU thread): seed 0, final_return (evaluation) -111.7; the evaluation
-first reaches -200 at 4,000 steps (-128.2; -870.1 at 3,000); the last 10 training episodes
--182.9 (re-run through ``tools/tutorial_runs.py``: the same numbers). Seeds 1 and 2
-(``tools/tutorial_runs.py``): -106.4 and -158.8, both first at or above -200 at 4,000 steps.
-TorchRL's ``REDQLoss`` swapped in (``tools/tutorial_runs.py``):
--108.6, -106.2 and -159.5, first at or above -200 at 4,000 steps on all three seeds (the same as
-rlloss).
+Results (20,000 steps, one CPU thread; seeds 0, 1, 2), re-measured on 2026-11-29 with
+``tools/tutorial_runs.py --figures``: final_return (evaluation) -109.1, -105.9 and -160.6, the
+evaluation first at or above -200 at 4,000 steps on all three seeds; the last 10 training
+episodes of seed 0 -178.7. (The earlier record: -111.7, -106.4, -158.8 and -182.9, the same
+crossing steps; float32 rounding moved since.) TorchRL's ``REDQLoss`` swapped in
+(``tools/tutorial_runs.py``), as recorded earlier: -108.6, -106.2 and -159.5, first at or above
+-200 at 4,000 steps on all three seeds (the same as rlloss).
 
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -111.7 -106.4 -158.8
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.1 -105.9 -160.6
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
-    [figures] rlloss, seeds 0, --total-frames 20000: train_return = -182.9
+    [figures] rlloss, seeds 0, --total-frames 20000: train_return = -178.7
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -108.6 -106.2 -159.5
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
 
