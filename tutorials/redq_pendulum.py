@@ -39,9 +39,8 @@ Results (20,000 steps, one CPU thread; seeds 0, 1, 2), re-measured on 2026-11-29
 evaluation first at or above -200 at 4,000 steps on all three seeds; the last 10 training
 episodes of seed 0 -178.7. (The earlier record: -111.7, -106.4, -158.8 and -182.9, the same
 crossing steps; float32 rounding moved since.) TorchRL's ``REDQLoss`` swapped in
-(``tools/tutorial_runs.py``): -109.1 and -106.0 on seeds 0 and 1, re-measured the same day (the
-earlier record: -108.6, -106.2), first at or above -200 at 4,000 steps; seed 2 as recorded
-earlier, not re-measured: -159.5, first at -200 at 4,000 steps.
+(``tools/tutorial_runs.py``), re-measured the same day: -109.1, -106.0 and -161.1 (the earlier
+record: -108.6, -106.2, -159.5), first at or above -200 at 4,000 steps on all three seeds.
 
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
@@ -49,8 +48,7 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -109.1 -105.9 -160.6
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
     [figures] rlloss, seeds 0, --total-frames 20000: train_return = -178.7
-    [figures] torchrl, seeds 0 1, --total-frames 20000: final_return = -109.1 -106.0
-    [figures] torchrl, seeds 2, --total-frames 20000: final_return = -159.5
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -109.1 -106.0 -161.1
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
 
 Run:
