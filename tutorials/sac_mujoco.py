@@ -11,19 +11,24 @@ those of CleanRL's ``sac_continuous_action.py``:
 - Adam: lr 1e-3 for the Q networks and the temperature, 3e-4 for the policy; gamma 0.99;
   target Q networks updated every step with tau 0.005;
 - the temperature tuned automatically (initial alpha 1, target entropy -dim(A));
-- delayed policy updates as CleanRL does them: every second step, two policy and temperature
-  updates (the Q networks are updated every step).
+- one Q, one policy and one temperature update per environment step, as many as CleanRL makes
+  (CleanRL: two policy and temperature updates every second step).
 
 Differences from CleanRL, on purpose: ``("next", "terminated")`` alone stops bootstrapping (a
-1,000-step time limit is not a termination; CleanRL agrees); the losses are rlloss's ``SACLoss``
+1,000-step time limit is not a termination; CleanRL agrees); each step is one forward of the loss
+and one backward of ``loss_qvalue + loss_actor + loss_alpha``, so the policy's loss uses the Q
+networks before that step's update (CleanRL computes it after, in a second forward, and groups
+the policy steps in pairs): half the forward passes, the same number of updates, TorchRL's SAC
+example's schedule. ``SACLoss`` detaches the Q networks in ``loss_actor`` and ``log pi`` in
+``loss_alpha``, so each loss reaches only its own parameters. The losses are rlloss's ``SACLoss``
 (TorchRL's conventions: ``loss_qvalue`` is the summed squared error of the two critics, and
 ``loss_alpha`` is ``-log(alpha) (log pi + target entropy)``, whose gradient differs from CleanRL's
 ``-alpha (log pi + target entropy)`` by the factor alpha).
 
 With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``. With
-``--compile`` each update is one compiled callable (``rlloss.compile_update``): the Q step with
-the target update, and the policy-and-temperature step; the maths is the same, only the rounding
-of the fused kernels differs.
+``--compile`` each update is one compiled callable (``rlloss.compile_update``: forward,
+backward, Adam step and target update); the maths is the same, only the rounding of the fused
+kernels differs.
 
 Run:
     python tutorials/sac_mujoco.py --env-id HalfCheetah-v5 --seed 0 --out runs/sac_halfcheetah
@@ -70,7 +75,6 @@ BUFFER_SIZE = 1_000_000
 BATCH_SIZE = 256
 GAMMA, TAU = 0.99, 0.005
 POLICY_LR, Q_LR = 3e-4, 1e-3  # the temperature uses Q_LR
-POLICY_FREQUENCY = 2  # every second step, POLICY_FREQUENCY policy and temperature updates
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 device, start_time = helpers.start(args)  # seeds torch, one CPU thread
@@ -119,39 +123,29 @@ loss_module = SACLoss(actor_network=actor, qvalue_network=qvalue, num_qvalue_net
                       target_entropy="auto").to(device)
 loss_module.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
 target_update = SoftUpdate(loss_module, tau=TAU)
-q_optimizer = torch.optim.Adam(loss_module.qvalue_network_params.flatten_keys().values(), lr=Q_LR)
-# The policy and the temperature step together (Adam is per parameter: one optimizer with two
-# learning rates is two optimizers).
-policy_optimizer = torch.optim.Adam([
+# One Adam over three parameter groups (Adam is per parameter: the same as three optimizers).
+optimizer = torch.optim.Adam([
+    {"params": list(loss_module.qvalue_network_params.flatten_keys().values()), "lr": Q_LR},
     {"params": list(loss_module.actor_network_params.flatten_keys().values()), "lr": POLICY_LR},
     {"params": [loss_module.log_alpha], "lr": Q_LR},
 ])
+LOSS_KEYS = ["loss_qvalue", "loss_actor", "loss_alpha"]
 
 
-def q_step(batch: TensorDict) -> None:
-    """One Adam step on loss_qvalue, then the soft target update."""
+def update(batch: TensorDict) -> None:
+    """One forward, one backward of the three losses, one Adam step, the soft target update."""
     losses = loss_module(batch)
-    q_optimizer.zero_grad()
-    losses["loss_qvalue"].backward()
-    q_optimizer.step()
+    optimizer.zero_grad()
+    sum(losses[key] for key in LOSS_KEYS).backward()
+    optimizer.step()
     target_update.step()
 
 
-def policy_step(batch: TensorDict) -> None:
-    """One Adam step on loss_actor + loss_alpha, with the Q networks as they are now."""
-    losses = loss_module(batch)
-    policy_optimizer.zero_grad()
-    (losses["loss_actor"] + losses["loss_alpha"]).backward()
-    policy_optimizer.step()
-
-
-if args.compile:  # the same two steps, each one compiled callable
+if args.compile:  # the same update as one compiled callable
     from rlloss import compile_update
 
-    q_step = compile_update(loss_module, q_optimizer, loss_keys=["loss_qvalue"],
+    update = compile_update(loss_module, optimizer, loss_keys=LOSS_KEYS,
                             target_updater=target_update)
-    policy_step = compile_update(loss_module, policy_optimizer,
-                                 loss_keys=["loss_actor", "loss_alpha"])
 
 buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
                                 batch_size=BATCH_SIZE)
@@ -195,14 +189,10 @@ for frames in range(1, args.total_frames + 1):
         next_obs, _ = env.reset()
     obs = next_obs
 
-    # ---- Update: Q networks every step; policy and temperature twice every second step ----
+    # ---- Update: the Q networks, the policy and the temperature, once per step ----
     if frames > args.learning_starts:
         update_start = time.process_time()  # CPU seconds: fair under load
-        batch = buffer.sample()
-        q_step(batch)
-        if frames % POLICY_FREQUENCY == 0:
-            for _ in range(POLICY_FREQUENCY):
-                policy_step(batch)  # with the Q networks just updated
+        update(buffer.sample())
         gradient_steps += 1
         update_seconds += time.process_time() - update_start
     evaluator.maybe(frames)
