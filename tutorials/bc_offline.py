@@ -16,13 +16,13 @@ The documented figures, one line per library and setting, as ``tools/tutorial_ru
 reruns them (``<offline_dataset ...>``: the output directory of that run,
 made first):
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
-    [figures] torchrl, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -125.1 -109.5 -162.0
+    [figures] rlloss, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -124.8 -109.5 -162.7
+    [figures] torchrl, seeds 0 1 2, --total-frames 10000 --dataset <offline_dataset --seed 0 --agent-frames 5000>/dataset: final_return = -124.8 -109.5 -162.7
 
-Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
-above do not all hold: seed 0: the prerequisite dataset's mean return
--150.7 (documented -149.7), then final_return -124.8 with both libraries (documented -125.1).
-Seeds 1 and 2 not re-measured.
+These lines were re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (seed 0 at
+rlloss 116548a, seeds 1 and 2 at 06e7bed): the prerequisite expert dataset's mean return is now
+-150.7 (the earlier record: -149.7), and the final returns -124.8, -109.5 and -162.7 with both
+libraries, the same to the digit (the earlier record above: -125.1, -109.5, -162.0).
 
 Run:
     python tutorials/offline_dataset.py --out runs/pendulum_offline   # once

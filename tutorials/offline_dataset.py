@@ -29,7 +29,8 @@ Results (seed 0, the dataset the offline tutorials use): 50,000 transitions, 250
 return -839.2 +- 110.1 (behaviour policy: SAC after 3,000 steps; 2,500 steps gave -1092, 3,500
 gave -197, so 3,000 is the "medium" one).
 Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean return
--149.7 +- 84.5 (torch 2.13).
+-149.7 +- 84.5 (torch 2.13); re-measured on 2026-11-29 (rlloss 116548a and 06e7bed, the same
+figure twice): -150.7 +- 85.4.
 Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 transitions, 300
 episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
 483.4).
@@ -38,7 +39,7 @@ The documented figures, one line per library and setting, as ``tools/tutorial_ru
 reruns them:
 
     [figures] rlloss, seeds 0, --agent-frames 3000 --total-frames 50000: final_return = -839.2
-    [figures] rlloss, seeds 0, --agent-frames 5000 --total-frames 50000: final_return = -149.7
+    [figures] rlloss, seeds 0, --agent-frames 5000 --total-frames 50000: final_return = -150.7
     [figures] rlloss, seeds 0, --agent-frames 0 3000 5000 --total-frames 60000: final_return = -734.4
 
 Run:
