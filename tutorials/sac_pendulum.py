@@ -49,12 +49,14 @@ above -200 at 4,000, 5,000 and 5,000 steps (seed 2: -208.5 at 4,000, -162.0 at 5
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -112.3 -106.5 -158.2
-    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 5000 5000
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -108.0 -107.4 -162.0
+    [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 5000
 
-Re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss 116548a), the figures
-above do not all hold: seed 0: final_return -108.0 (first_eval_at_target
-4000, as documented). Seeds 1 and 2 not re-measured.
+These lines were re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (seed 0 at
+rlloss 116548a, seeds 1 and 2 at 06e7bed); the figures in the prose above are the earlier record.
+The final returns are -108.0, -107.4 and -162.0 (were -112.3, -106.5 and -158.2), the evaluation
+first at or above -200 at 4,000, 4,000 and 5,000 steps (seed 1 a thousand steps earlier than
+before); the last 10 training episodes of seeds 1 and 2, -190.7 and -195.9.
 
 Run:
     python tutorials/sac_pendulum.py --seed 0 --total-frames 20000 --out runs/sac_pendulum
