@@ -6,7 +6,7 @@ from the tokens up to s_t; at test time it is prompted with the return it should
 
 1. the mixed dataset of ``offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000``
    (100 episodes each of uniform random actions, of SAC after 3,000 steps and of SAC after
-   5,000: mean returns -1221.8, -837.3 and -144.1 for seed 0) is cut back into its episodes
+   5,000: mean returns -1221.8, -860.9 and -145.4 for seed 0) is cut back into its episodes
    (10 environments stepped together, 200 steps each), with R_t = sum_{t' >= t} r_t' scaled by
    1/100 (Pendulum's returns are hundreds where the paper's are thousands, which it scales by
    1/1000: either way R_t is of order 1 to 10) and observations standardised;
@@ -24,27 +24,33 @@ from the tokens up to s_t; at test time it is prompted with the return it should
 Results (1,000 gradient steps, the default; the mixed dataset of seed 0; the return reached,
 mean of 10 prompted episodes on start states the dataset never saw, the same ones for every
 prompt; the TorchRL rows are this script with ``DTLoss`` imported from ``torchrl.objectives``
-by ``tools/tutorial_runs.py``, same seeds):
+by ``tools/tutorial_runs.py``, same seeds), re-measured on 2026-11-29 (rlloss 06e7bed):
 
-    prompt (target return)        -1221.8 (random)  -837.3 (medium)  -144.1 (expert)
-    rlloss  seed 0              -934.9            -909.2           -403.5   (rises)
-    rlloss  seed 1             -1035.1            -989.2           -492.6   (rises)
-    rlloss  seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
-    TorchRL seed 0              -934.9            -909.2           -403.5   (rises)
-    TorchRL seed 1             -1035.1            -989.2           -492.6   (rises)
-    TorchRL seed 2             -1160.3           -1146.9          -1166.7   (does not rise)
+    prompt (target return)        -1221.8 (random)  -860.9 (medium)  -145.4 (expert)
+    rlloss  seed 0              -860.1            -843.6           -481.5   (rises)
+    rlloss  seed 1             -1104.1           -1074.2           -586.0   (rises)
+    rlloss  seed 2             -1128.0           -1121.0          -1056.8   (barely rises)
+    TorchRL seed 0              -860.1            -843.6           -481.5   (rises)
+    TorchRL seed 1             -1104.1           -1074.2           -586.0   (rises)
+    TorchRL seed 2             -1128.0           -1121.0          -1056.8   (barely rises)
+
+The mixed dataset itself moved since the earlier record: its medium and expert policies (SAC
+agents trained with rlloss's ``SACLoss`` by ``offline_dataset.py``) now return -860.9 and -145.4
+(were -837.3 and -144.1), so the prompts, which are those returns, moved with them. The earlier
+record, on that dataset: -934.9, -909.2, -403.5 (seed 0), -1035.1, -989.2, -492.6 (seed 1),
+-1160.3, -1146.9, -1166.7 (seed 2), the same with either library.
 
 On seeds 0 and 1 the return reached rises with the prompt, with either library (the same
-returns to the digit): prompted with the expert's return it reaches -403.5 and -492.6, 0.76
-and 0.67 of the expert as (R - R_random) / (R_expert - R_random) with R_expert = -144.1 and
+returns to the digit): prompted with the expert's return it reaches -481.5 and -586.0, 0.68
+and 0.58 of the expert as (R - R_random) / (R_expert - R_random) with R_expert = -145.4 and
 R_random = -1204 (uniform random actions on the evaluation start states, 30 episodes);
-prompted with the medium or the random policy's return it stays near the bottom, -909 to
--1035 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
+prompted with the medium or the random policy's return it stays near the bottom, -844 to
+-1104 (the random prompt imitates the mean of uniform actions, about no torque, so it reaches
 more than -1221.8; the medium prompt only slightly more than the random one). On seed 2 the
-transformer has not learnt to swing the pendulum up in 1,000 steps (every prompt about -1150):
-no conditioning to see. Trained twice as long (``--total-frames 2000``, rlloss), seed 2
-reaches -1199.9, -1148.8 and -920.3 for the three prompts: rising, as on the other seeds
-(torch 2.13).
+transformer has barely learnt to swing the pendulum up in 1,000 steps (every prompt -1057 to
+-1128). Trained twice as long (``--total-frames 2000``, rlloss), seed 2 reaches -1168.1,
+-1111.4 and -866.5 for the three prompts: rising, as on the other seeds (the earlier record:
+-1199.9, -1148.8 and -920.3).
 
 Earlier version (returns-to-go scaled by 1/1000, trained on the expert dataset of
 ``--agent-frames 5000`` alone, mean return -149.7): -124.9, -109.8, -160.5 on seeds 0, 1, 2
@@ -58,15 +64,15 @@ The documented figures, one line per library and setting, as ``tools/tutorial_ru
 reruns them (``<offline_dataset ...>``: the output directory of that run,
 made first):
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -934.9 -1035.1 -1160.3
-    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -909.2 -989.2 -1146.9
-    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -403.5 -492.6 -1166.7
-    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -934.9 -1035.1 -1160.3
-    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -909.2 -989.2 -1146.9
-    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -403.5 -492.6 -1166.7
-    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -1199.9
-    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-837.3] = -1148.8
-    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-144.1] = -920.3
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -860.1 -1104.1 -1128.0
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-860.9] = -843.6 -1074.2 -1121.0
+    [figures] rlloss, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-145.4] = -481.5 -586.0 -1056.8
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -860.1 -1104.1 -1128.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-860.9] = -843.6 -1074.2 -1121.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 1000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-145.4] = -481.5 -586.0 -1056.8
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-1221.8] = -1168.1
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-860.9] = -1111.4
+    [figures] rlloss, seeds 2, --total-frames 2000 --dataset <offline_dataset --seed 0 --agent-frames 0 3000 5000 --total-frames 60000>/dataset: return_at_target[-145.4] = -866.5
 
 Run:
     python tutorials/offline_dataset.py --agent-frames 0 3000 5000 --total-frames 60000 \

@@ -33,14 +33,15 @@ Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean
 figure twice): -150.7 +- 85.4.
 Mixed (seed 0, ``--agent-frames 0 3000 5000 --total-frames 60000``): 60,000 transitions, 300
 episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all: -734.4 +-
-483.4).
+483.4); re-measured on 2026-11-29 (rlloss 06e7bed): random -1221.8, medium -860.9, expert -145.4
+(all: -742.7 +- 485.9), the SAC agents behind it having moved with float32 rounding.
 
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
     [figures] rlloss, seeds 0, --agent-frames 3000 --total-frames 50000: final_return = -839.2
     [figures] rlloss, seeds 0, --agent-frames 5000 --total-frames 50000: final_return = -150.7
-    [figures] rlloss, seeds 0, --agent-frames 0 3000 5000 --total-frames 60000: final_return = -734.4
+    [figures] rlloss, seeds 0, --agent-frames 0 3000 5000 --total-frames 60000: final_return = -742.7
 
 Run:
     python tutorials/offline_dataset.py --seed 0 --out runs/pendulum_offline
