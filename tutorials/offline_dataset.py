@@ -27,7 +27,8 @@ for uniform random actions; ``dataset.json`` gives each one's mean return under 
 
 Results (seed 0, the dataset the offline tutorials use): 50,000 transitions, 250 episodes, mean
 return -839.2 +- 110.1 (behaviour policy: SAC after 3,000 steps; 2,500 steps gave -1092, 3,500
-gave -197, so 3,000 is the "medium" one).
+gave -197, so 3,000 is the "medium" one); re-measured on 2026-11-29 (rlloss 6901cc9): -838.8 +-
+113.9.
 Expert (seed 0, ``--agent-frames 5000``): 50,000 transitions, 250 episodes, mean return
 -149.7 +- 84.5 (torch 2.13); re-measured on 2026-11-29 (rlloss 116548a and 06e7bed, the same
 figure twice): -150.7 +- 85.4.
@@ -39,7 +40,7 @@ episodes, 100 of each policy: random -1221.8, medium -837.3, expert -144.1 (all:
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0, --agent-frames 3000 --total-frames 50000: final_return = -839.2
+    [figures] rlloss, seeds 0, --agent-frames 3000 --total-frames 50000: final_return = -838.8
     [figures] rlloss, seeds 0, --agent-frames 5000 --total-frames 50000: final_return = -150.7
     [figures] rlloss, seeds 0, --agent-frames 0 3000 5000 --total-frames 60000: final_return = -742.7
 
