@@ -34,12 +34,15 @@ batch 256 and a rate of 3e-4 annealed linearly, the seeds ended at 436, 321 and 
 evaluation); with a rate of 1e-3 at 500, 146 and 500. Each training phase takes one gradient
 step per two environment steps.
 
-Results (100,000 steps, one CPU thread; seeds 0, 1, 2): final_return (greedy evaluation) 500, 500
-and 136; the last 10 training episodes 500, 500 and 137. The target of 475 is met on 2 seeds of 3. Seed 2 climbs to about 400 by 50k steps, oscillates, and collapses
-after 88k steps, with a learning rate already below 6% of its start. After the policy is nearly
-deterministic the temperature sits at its floor (with two actions KL(q || pi_target) cannot reach
-0.1), so the E-step is a greedy improvement on a Q-function that is still unstable, as in DQN;
-the KL bound on the M-step slows the policy's moves but does not stop that.
+Results (100,000 steps, one CPU thread; seeds 0, 1, 2), re-measured on 2026-11-29 (rlloss 06e7bed):
+final_return (greedy evaluation) 500, 500 and 184.7; the last 10 training episodes 500, 500 and
+182.0 (the earlier record: 500, 500 and 136; 500, 500 and 137). The target of 475 is met on 2 seeds
+of 3. Seed 2 reaches 500 at about 50k steps (training episodes), drops to about 200 by 66k, recovers
+to about 400 at 75k and falls again after 84k, to about 180, with a learning rate already below 6%
+of its start. After the policy is nearly deterministic the temperature sits at its floor (with two
+actions KL(q || pi_target) cannot reach 0.1), so the E-step is a greedy improvement on a Q-function
+that is still unstable, as in DQN; the KL bound on the M-step slows the policy's moves but does not
+stop that.
 
 CartPole episodes are truncated after 500 steps; a truncated transition keeps its bootstrap term
 (only ``terminated``, the pole falling, stops it).
@@ -47,8 +50,8 @@ CartPole episodes are truncated after 500 steps; a truncated transition keeps it
 The documented figures, one line per library and setting, as ``tools/tutorial_runs.py --figures``
 reruns them:
 
-    [figures] rlloss, seeds 0 1 2, --total-frames 100000: final_return = 500 500 136
-    [figures] rlloss, seeds 0 1 2, --total-frames 100000: train_return = 500 500 137
+    [figures] rlloss, seeds 0 1 2, --total-frames 100000: final_return = 500 500 184.7
+    [figures] rlloss, seeds 0 1 2, --total-frames 100000: train_return = 500 500 182.0
 
 Run:
     python tutorials/mpo_cartpole.py --seed 0 --total-frames 100000 --out runs/mpo_cartpole
