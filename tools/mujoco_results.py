@@ -34,6 +34,14 @@ CLEANRL = {
     ("SAC", "HalfCheetah"): 9634.89, ("SAC", "Hopper"): 2310.46,
     ("TD3", "HalfCheetah"): 9583.22, ("TD3", "Hopper"): 3134.61,
 }
+# CleanRL's mean training return over 3 seeds at 300k steps, read off its published learning
+# curves (docs/rl-algorithms/{sac,td3}/{HalfCheetah,Hopper}-v2.png, commit 714e786d, MuJoCo v2)
+# by pixel at full resolution, calibrated on the gridlines and step ticks: about +-50 for
+# HalfCheetah, +-15 for Hopper. No number at 300k is published for v4.
+CLEANRL_300K = {
+    ("SAC", "HalfCheetah"): 7935, ("SAC", "Hopper"): 2332,
+    ("TD3", "HalfCheetah"): 7007, ("TD3", "Hopper"): 1405,
+}
 
 
 def read_run(folder: Path) -> dict:
@@ -69,7 +77,11 @@ def draw(runs: list[dict]) -> list[Path]:
                     label=f"{run['losses']}{variant}, seed {run['seed']}")
         anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
         if anchor is not None:
-            ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL (v4, 3 seeds)")
+            ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL at 1M (v4, 3 seeds)")
+        early = CLEANRL_300K.get((algorithm, env_id.split("-")[0]))
+        if early is not None:
+            ax.axhline(early, color="black", linestyle=(0, (1, 3)),
+                       label="CleanRL at 300k (v2 curve, 3 seeds)")
         ax.set(xlabel="environment steps", ylabel="evaluation return (10 episodes)",
                title=f"{algorithm} on {env_id}")
         ax.legend()
@@ -102,7 +114,7 @@ def spread(values: list[float]) -> str:
 
 def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
     """Per task and library: the final evaluation and training returns over the seeds run, and
-    CleanRL's published return."""
+    CleanRL's published returns."""
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
         key = run["env_id"], run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
@@ -110,12 +122,14 @@ def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
     rows = []
     for (env_id, losses), group in sorted(groups.items()):
         anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
+        early = CLEANRL_300K.get((algorithm, env_id.split("-")[0]))
         seeds = ", ".join(str(run["seed"]) for run in sorted(group, key=lambda r: r["seed"]))
         train = [run["final_train_return"] for run in group if "final_train_return" in run]
         rows.append(f"| {env_id} | {losses} | {seeds} | "
                     f"{spread([run['final_eval_return'] for run in group])} | "
                     f"{spread(train) if train else '-'} | "
-                    f"{f'{anchor:.1f}' if anchor is not None else '-'} |")
+                    f"{f'{anchor:.1f}' if anchor is not None else '-'} |"
+                    + (f" {early:.0f} |" if early is not None else ""))
     return rows
 
 
@@ -126,8 +140,10 @@ def tables(runs: list[dict], algorithm: str) -> str:
     figures = sorted({r["env_id"].split("-")[0] for r in mine})
     lines = [f"![{algorithm} on {task}](figures/results_{algorithm.lower()}_{task.lower()}.png)"
              for task in figures]
+    early = any(key[0] == algorithm for key in CLEANRL_300K)
     lines += ["", "| task | losses | seeds | final eval return | final train return | "
-              "CleanRL (v4, 1M steps) |", "|---|---|---|---|---|---|"]
+              "CleanRL (v4, 1M steps) |" + (" CleanRL (v2 curve, 300k steps) |" if early else ""),
+              "|---|---|---|---|---|---|" + ("---|" if early else "")]
     lines += summary_rows(mine, algorithm)
     lines += ["", "| task | losses | seed | final eval return | best eval return | "
               "final train return | wall time (min) | CPU time (min) | updates / CPU s |",
@@ -142,7 +158,8 @@ def write_page(runs: list[dict]) -> None:
     for algorithm in ("PPO", "SAC", "TD3"):
         start, end = f"<!-- results:{algorithm} -->", f"<!-- /results:{algorithm} -->"
         pattern = re.compile(rf"({start}\n).*?({end})", re.S)
-        text = pattern.sub(lambda m: m.group(1) + tables(runs, algorithm) + "\n" + m.group(2), text)
+        block = tables(runs, algorithm)
+        text = pattern.sub(lambda m, block=block: m.group(1) + block + "\n" + m.group(2), text)
     PAGE.write_text(text)
 
 
