@@ -201,6 +201,22 @@ def on_policy(name: str, **kwargs):
     return ours, theirs, [batch], {"seeded": True}
 
 
+def masked_on_policy():
+    """ClipPPOLoss on a ``[B, T]`` rollout whose sequences are padded at the end and masked by
+    ``("collector", "mask")``, which both libraries read (as ``tutorials/recurrent_ppo_cartpole.py``
+    feeds it, l2 critic). Without advantage normalisation: TorchRL normalises over the padded
+    steps too, rlloss over the valid ones (docs/differences.md; ``test_ppo``'s
+    ``test_mask_reduces_over_valid_steps_only`` checks rlloss's against the valid rows alone)."""
+    ours, theirs, _ = test_ppo.pair("ClipPPOLoss", loss_critic_type="l2", entropy_coeff=0.0)
+    torch.manual_seed(5)
+    batch = test_ppo.rollout(test_ppo.make_actor(), batch_size=(4, 8))
+    mask = torch.ones(4, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[2, 2:] = False
+    batch["collector", "mask"] = mask
+    return ours, theirs, [batch], {"seeded": True}
+
+
 def multi_agent(name: str):
     """``test_mappo``'s per-agent networks (a centralised critic for MAPPO) on copies, one
     rollout with its per-agent advantages trained on for every step."""
@@ -255,6 +271,7 @@ CASES = {
     "DiscreteIQLLoss": lambda: iql(True),
     "PPOLoss": lambda: on_policy("PPOLoss"),
     "ClipPPOLoss": lambda: on_policy("ClipPPOLoss", clip_value=0.2),
+    "ClipPPOLoss-masked": masked_on_policy,
     # beta held constant: rlloss's gradient uses the beta it adapts in the forward, TorchRL's
     # the one before (docs/differences.md), so an adapting beta parts the trajectories
     "KLPENPPOLoss": lambda: on_policy("KLPENPPOLoss", increment=1.0, decrement=1.0),
