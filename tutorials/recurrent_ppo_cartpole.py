@@ -56,8 +56,10 @@ and two of its last 10 fall there. The sampled policy is stochastic, the learnin
 zero at the end, and a final return of the last 10 training episodes counts each such episode.
 ``--no-rnn`` still stays below 55 (the last 100 episodes' mean 47.5-49.9, none longer than 169
 steps). TorchRL has no ``chunk_sequences`` or ``RewardNormalizer``, so this tutorial has no
-TorchRL twin to tell rounding from a change of maths; ``ClipPPOLoss``'s trajectory test against
-TorchRL's (``tests/test_trajectories.py``) holds to 1e-8 in float64.
+TorchRL twin to tell rounding from a change of maths. ``ClipPPOLoss``'s trajectory tests against
+TorchRL's (``tests/test_trajectories.py``, float64, within 1e-8) cover this loop's padded and
+masked batches (``ClipPPOLoss-masked``) without the advantage normalisation, where TorchRL's
+statistics include the padding (``docs/differences.md``).
 
 Run:
     python tutorials/recurrent_ppo_cartpole.py --seed 0 --total-frames 150000 --out runs/rppo
