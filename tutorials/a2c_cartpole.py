@@ -35,6 +35,9 @@ reruns them:
     [figures] torchrl, seeds 0 1 2, --total-frames 500000: final_return = 500 500 500
     [figures] torchrl, seeds 0 1 2, --total-frames 500000: train_return = 500.0 500.0 500.0
 
+These lines were re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures`` (rlloss
+a996393): every figure holds, with both libraries.
+
 Run:
     python tutorials/a2c_cartpole.py --seed 0 --total-frames 500000 --out runs/a2c_cartpole
 
