@@ -31,11 +31,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from rlloss.training.distributed import all_mean, all_moments, all_sum, global_standardize
 from torch.nn.parallel import DistributedDataParallel
 
 import rlloss
 from rlloss import functional as rlf
+from rlloss.training.distributed import all_mean, all_moments, all_sum, global_standardize
 from tests import test_sac, test_td3
 from tests.nets import make_actor, make_critic, perturbed, rollout
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from rlloss.training.moments import merged_moments
-from rlloss.training.normalizers import RewardNormalizer
 
 from rlloss.functional import discounted_returns
+from rlloss.training.moments import merged_moments
+from rlloss.training.normalizers import RewardNormalizer
 
 EPS = 1e-8
 

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torchrl.data
-from rlloss.training.update import samples_on_device
 from tensordict import TensorDict
 from torch._dynamo.testing import CompileCounter
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 
 import rlloss
 from rlloss.data import PrioritizedSampler, RandomSampler
+from rlloss.training.update import samples_on_device
 
 # the 0.999 quantile of the chi-square distribution with 49 degrees of freedom
 CHI2_49_999 = 85.35

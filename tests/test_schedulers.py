@@ -11,6 +11,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
+
 from rlloss.training.piecewise import PiecewiseSchedule
 from rlloss.training.schedulers import (
     KLAdaptiveLR,
@@ -18,7 +20,6 @@ from rlloss.training.schedulers import (
     kl_adaptive_lr,
     kl_exceeds,
 )
-from torch import nn
 
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
 

@@ -21,7 +21,7 @@ WORDS = (
 ).split()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokenizer():
     import tokenizers
     import transformers
