@@ -43,16 +43,20 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -111.3 -104.5 -154.0
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: train_return = -194.0 -189.1 -191.6
-    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -109.9 -105.3 -159.0
+    [figures] torchrl, seeds 0, --total-frames 20000: final_return = -108.7
+    [figures] torchrl, seeds 1 2, --total-frames 20000: final_return = -105.3 -159.0
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
-    [figures] torchrl, seeds 0 1 2, --total-frames 20000: train_return = -179.2 -188.4 -201.7
+    [figures] torchrl, seeds 0, --total-frames 20000: train_return = -189.5
+    [figures] torchrl, seeds 1 2, --total-frames 20000: train_return = -188.4 -201.7
 
 rlloss's three seeds were re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures``
 (seeds 0 and 1 at rlloss 06e7bed, seed 2 at a996393): final_return -111.3, -104.5 and -154.0
 (the earlier record above: -108.9, -108.9, -157.7), the evaluation first at or above -200 at
 4,000 steps on all three as before (seed 2: -169.8), the last 10 training episodes -194.0,
--189.1 and -191.6. TorchRL's three seeds are the earlier record, not re-measured yet (a run
-takes about 25 minutes of one core here).
+-189.1 and -191.6. TorchRL's seed 0 was re-measured the same day (a996393): final_return
+-108.7 (earlier -109.9), first at or above -200 at 4,000 steps as before, the last 10 training
+episodes -189.5 (earlier -179.2). TorchRL's seeds 1 and 2 are the earlier record, not
+re-measured yet (an rlloss run takes about 25 minutes of one core here, TorchRL's over 45).
 
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
