@@ -44,6 +44,12 @@ CLEANRL_300K = {
 }
 
 
+def cleanrl_anchors(algorithm: str, env_id: str) -> tuple[float | None, float | None]:
+    """CleanRL's published returns for a task: at 1M steps (v4) and at 300k (v2 curve)."""
+    key = algorithm, env_id.split("-")[0]
+    return CLEANRL.get(key), CLEANRL_300K.get(key)
+
+
 def read_run(folder: Path) -> dict:
     """A run's summary with its evaluation curve (``[[frames, mean return], ...]``)."""
     summary = json.loads((folder / "summary.json").read_text())
@@ -75,10 +81,9 @@ def draw(runs: list[dict]) -> list[Path]:
             variant = f", {run['variant']}" if run.get("variant") else ""
             ax.plot(frames, returns, style if not variant else "-.",
                     label=f"{run['losses']}{variant}, seed {run['seed']}")
-        anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
+        anchor, early = cleanrl_anchors(algorithm, env_id)
         if anchor is not None:
             ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL at 1M (v4, 3 seeds)")
-        early = CLEANRL_300K.get((algorithm, env_id.split("-")[0]))
         if early is not None:
             ax.axhline(early, color="black", linestyle=(0, (1, 3)),
                        label="CleanRL at 300k (v2 curve, 3 seeds)")
@@ -121,8 +126,7 @@ def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
         groups.setdefault(key, []).append(run)
     rows = []
     for (env_id, losses), group in sorted(groups.items()):
-        anchor = CLEANRL.get((algorithm, env_id.split("-")[0]))
-        early = CLEANRL_300K.get((algorithm, env_id.split("-")[0]))
+        anchor, early = cleanrl_anchors(algorithm, env_id)
         seeds = ", ".join(str(run["seed"]) for run in sorted(group, key=lambda r: r["seed"]))
         train = [run["final_train_return"] for run in group if "final_train_return" in run]
         rows.append(f"| {env_id} | {losses} | {seeds} | "
