@@ -43,11 +43,9 @@ reruns them:
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: final_return = -111.3 -104.5 -154.0
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
     [figures] rlloss, seeds 0 1 2, --total-frames 20000: train_return = -194.0 -189.1 -191.6
-    [figures] torchrl, seeds 0, --total-frames 20000: final_return = -108.7
-    [figures] torchrl, seeds 1 2, --total-frames 20000: final_return = -105.3 -159.0
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: final_return = -108.7 -104.8 -157.4
     [figures] torchrl, seeds 0 1 2, --total-frames 20000: first_eval_at_target = 4000 4000 4000
-    [figures] torchrl, seeds 0, --total-frames 20000: train_return = -189.5
-    [figures] torchrl, seeds 1 2, --total-frames 20000: train_return = -188.4 -201.7
+    [figures] torchrl, seeds 0 1 2, --total-frames 20000: train_return = -189.5 -188.4 -193.6
 
 rlloss's three seeds were re-measured on 2026-11-29 with ``tools/tutorial_runs.py --figures``
 (seeds 0 and 1 at rlloss 06e7bed, seed 2 at a996393): final_return -111.3, -104.5 and -154.0
@@ -55,8 +53,11 @@ rlloss's three seeds were re-measured on 2026-11-29 with ``tools/tutorial_runs.p
 4,000 steps on all three as before (seed 2: -169.8), the last 10 training episodes -194.0,
 -189.1 and -191.6. TorchRL's seed 0 was re-measured the same day (a996393): final_return
 -108.7 (earlier -109.9), first at or above -200 at 4,000 steps as before, the last 10 training
-episodes -189.5 (earlier -179.2). TorchRL's seeds 1 and 2 are the earlier record, not
-re-measured yet (an rlloss run takes about 25 minutes of one core here, TorchRL's over 45).
+episodes -189.5 (earlier -179.2). TorchRL's seeds 1 and 2 were re-measured on 2026-11-29
+as well (d4563f3, whose code is a996393's): final_return -104.8 and -157.4 (earlier -105.3,
+-159.0), first at or above -200 at 4,000 steps on both as before (-126.7, -169.4), the last 10
+training episodes -188.4 and -193.6 (earlier -188.4, -201.7). An rlloss run takes about 25
+minutes of one core here; TorchRL's took 41-44 minutes while sharing the machine's two cores.
 
 Run:
     python tutorials/tqc_pendulum.py --seed 0 --total-frames 20000 --out runs/tqc_pendulum
