@@ -81,6 +81,50 @@ def evaluation_flags(parser: argparse.ArgumentParser, every: int | None = None,
                                  "(offline_dataset.py uses it)")
 
 
+def denormal_flag(parser: argparse.ArgumentParser) -> None:
+    """``--keep-denormals``: without it, ``flush_denormals(args)`` makes the CPU flush subnormal
+    floats to zero (see there)."""
+    parser.add_argument("--keep-denormals", action="store_true",
+                        help="keep subnormal floats (slow on CPU) instead of flushing them to zero")
+
+
+def flush_denormals(args: argparse.Namespace) -> None:
+    """Flush subnormal floats (|x| < 1.2e-38) to zero unless ``--keep-denormals``.
+
+    A ReLU unit that stops firing gets zero gradients; Adam's second moment of its weights then
+    decays by 0.999 a step and spends about 16k steps in the subnormal range, where every x86
+    arithmetic instruction on it is many times slower. Long off-policy runs collect such entries
+    and their updates slow down (``subnormal_share`` measures it); flushing changes no value
+    above 1.2e-38.
+    """
+    torch.set_flush_denormal(not args.keep_denormals)
+
+
+def subnormal_share(optimizers) -> float:
+    """The fraction of the floating-point optimiser state (Adam's moments) that is subnormal."""
+    subnormal, total = 0, 0
+    for optimizer in optimizers:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value) and value.is_floating_point() and value.dim() > 0:
+                    tiny = torch.finfo(value.dtype).tiny
+                    subnormal += int(((value != 0) & (value.abs() < tiny)).sum())
+                    total += value.numel()
+    return subnormal / total if total else 0.0
+
+
+class UpdateRate:
+    """Updates per CPU second of update time over the interval since the previous call."""
+
+    def __init__(self) -> None:
+        self.steps, self.seconds = 0, 0.0
+
+    def __call__(self, steps: int, seconds: float) -> float:
+        rate = (steps - self.steps) / (seconds - self.seconds) if seconds > self.seconds else 0.0
+        self.steps, self.seconds = steps, seconds
+        return rate
+
+
 def start(args: argparse.Namespace, one_thread: bool = True) -> tuple[torch.device, float]:
     """Seed torch with ``args.seed`` (network init, exploration, minibatch sampling), use one CPU
     thread unless ``one_thread`` is False (small MLPs: more threads only add synchronisation, and

@@ -63,6 +63,7 @@ parser.add_argument("--learning-starts", type=int, default=5_000,
 parser.add_argument("--compile", action="store_true",
                     help="run each update as one torch.compile'd callable (compile_update)")
 helpers.evaluation_flags(parser, every=10_000)
+helpers.denormal_flag(parser)
 args = parser.parse_args()
 
 if args.losses == "torchrl":
@@ -78,6 +79,7 @@ POLICY_LR, Q_LR = 3e-4, 1e-3  # the temperature uses Q_LR
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 device, start_time = helpers.start(args)  # seeds torch, one CPU thread
+helpers.flush_denormals(args)  # unless --keep-denormals: see tutorials/_helpers.py
 
 env = gym.wrappers.RecordEpisodeStatistics(gym.make(args.env_id))
 env.action_space.seed(args.seed)
@@ -169,6 +171,7 @@ def to_tensor(x, dtype=torch.float32) -> torch.Tensor:
 
 episodes = []  # (frames, episode return)
 gradient_steps, update_seconds = 0, 0.0
+update_rate = helpers.UpdateRate()
 obs, _ = env.reset(seed=args.seed)
 for frames in range(1, args.total_frames + 1):
     # ---- Act: uniformly at random first, then a sample of the tanh-Gaussian policy ----
@@ -201,8 +204,9 @@ for frames in range(1, args.total_frames + 1):
         recent = [episode_return for _, episode_return in episodes[-10:]]
         alpha = loss_module.log_alpha.exp().item()
         mean_recent = np.mean(recent) if recent else float("nan")
-        print(f"frames={frames} mean_return_last_10={mean_recent:.1f} alpha={alpha:.3f}",
-              flush=True)
+        print(f"frames={frames} mean_return_last_10={mean_recent:.1f} alpha={alpha:.3f} "
+              f"updates_per_cpu_s={update_rate(gradient_steps, update_seconds):.0f} "
+              f"subnormal_share={helpers.subnormal_share([optimizer]):.1e}", flush=True)
 env.close()
 
 # ---- Save the curves, evaluate the final policy (prints final_return=...), write the summary ----

@@ -51,6 +51,7 @@ parser.add_argument("--losses", choices=["rlloss", "torchrl"], default="rlloss",
 parser.add_argument("--learning-starts", type=int, default=25_000,
                     help="uniformly random actions and no update before this step")
 helpers.evaluation_flags(parser, every=10_000)
+helpers.denormal_flag(parser)
 args = parser.parse_args()
 
 if args.losses == "torchrl":
@@ -68,6 +69,7 @@ POLICY_NOISE, NOISE_CLIP = 0.2, 0.5  # target policy smoothing
 POLICY_FREQUENCY = 2  # the policy and the target networks are updated every second step
 
 device, start_time = helpers.start(args)  # seeds torch, one CPU thread
+helpers.flush_denormals(args)  # unless --keep-denormals: see tutorials/_helpers.py
 
 env = gym.wrappers.RecordEpisodeStatistics(gym.make(args.env_id))
 env.action_space.seed(args.seed)
@@ -131,6 +133,7 @@ def to_tensor(x, dtype=torch.float32) -> torch.Tensor:
 
 episodes = []  # (frames, episode return)
 gradient_steps, update_seconds = 0, 0.0
+update_rate = helpers.UpdateRate()
 obs, _ = env.reset(seed=args.seed)
 for frames in range(1, args.total_frames + 1):
     # ---- Act: uniformly at random first, then mu(s) + N(0, (0.1 scale)^2), clipped ----
@@ -173,7 +176,10 @@ for frames in range(1, args.total_frames + 1):
     if frames % 10_000 == 0:
         recent = [episode_return for _, episode_return in episodes[-10:]]
         mean_recent = np.mean(recent) if recent else float("nan")
-        print(f"frames={frames} mean_return_last_10={mean_recent:.1f}", flush=True)
+        print(f"frames={frames} mean_return_last_10={mean_recent:.1f} "
+              f"updates_per_cpu_s={update_rate(gradient_steps, update_seconds):.0f} "
+              f"subnormal_share={helpers.subnormal_share([q_optimizer, actor_optimizer]):.1e}",
+              flush=True)
 env.close()
 
 # ---- Save the curves, evaluate the final policy (prints final_return=...), write the summary ----
