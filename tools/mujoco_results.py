@@ -59,6 +59,7 @@ def read_run(folder: Path) -> dict:
     with open(folder / "returns.csv", newline="") as f:
         episodes = [float(ret) for _, ret in list(csv.reader(f))[1:]]
     summary["final_train_return"] = statistics.fmean(episodes[-TRAIN_EPISODES:])
+    summary.setdefault("subnormals", "kept")  # the tutorials flushed none before --keep-denormals
     return summary
 
 
@@ -107,7 +108,7 @@ def run_row(run: dict) -> str:
     train = f"{run['final_train_return']:.1f}" if "final_train_return" in run else "-"
     return (f"| {run['env_id']} | {losses} | {run['seed']} | {run['final_eval_return']:.1f} | "
             f"{best_return(run):.1f} | {train} | {run['wall_time_s'] / 60:.1f} | {cpu} | "
-            f"{rate:.0f} |")
+            f"{rate:.0f} | {run.get('subnormals', 'kept')} |")
 
 
 def spread(values: list[float]) -> str:
@@ -150,8 +151,9 @@ def tables(runs: list[dict], algorithm: str) -> str:
               "|---|---|---|---|---|---|" + ("---|" if early else "")]
     lines += summary_rows(mine, algorithm)
     lines += ["", "| task | losses | seed | final eval return | best eval return | "
-              "final train return | wall time (min) | CPU time (min) | updates / CPU s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "final train return | wall time (min) | CPU time (min) | updates / CPU s | "
+              "subnormals |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [run_row(run) for run in mine]
     return "\n".join(lines)
 

@@ -191,6 +191,7 @@ summary = {
     "frames": args.total_frames, "final_eval_return": float(np.mean(eval_returns)),
     "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
     "cpu_time_s": time.process_time(),
+    "subnormals": "kept" if args.keep_denormals else "flushed",
     "updates": gradient_steps,
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
 }
