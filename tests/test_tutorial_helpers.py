@@ -54,7 +54,8 @@ def test_zero_gradients_leave_adams_first_moment_stuck_subnormal(restore_flush):
 
 
 def test_flushing_makes_them_zero(restore_flush):
-    helpers.flush_denormals(argparse.Namespace(keep_denormals=False))
+    if not helpers.flush_denormals(argparse.Namespace(keep_denormals=False)):
+        pytest.skip("this CPU cannot flush subnormals (torch.set_flush_denormal)")
     exp_avg = next(iter(adam_after_zero_gradients(2_000).state.values()))["exp_avg"]
     assert torch.all(exp_avg[0] == 0)
     assert helpers.subnormal_share([adam_after_zero_gradients(2_000)]) == 0.0

@@ -88,7 +88,7 @@ def denormal_flag(parser: argparse.ArgumentParser) -> None:
                         help="keep subnormal floats (slow on CPU) instead of flushing them to zero")
 
 
-def flush_denormals(args: argparse.Namespace) -> None:
+def flush_denormals(args: argparse.Namespace) -> bool:
     """Flush subnormal floats (|x| < 1.2e-38) to zero unless ``--keep-denormals``.
 
     A ReLU unit that stops firing gets zero gradients; Adam's moments of its weights then decay
@@ -97,9 +97,10 @@ def flush_denormals(args: argparse.Namespace) -> None:
     on a subnormal is many times slower. Long off-policy runs collect such entries
     (``subnormal_share`` measures them: 11% of Adam's state in a SAC run at 100k steps), at a
     cost of a few percent of the update (``benchmarks/denormals.py``); flushing changes no value
-    above 1.2e-38.
+    above 1.2e-38. Returns False where the CPU cannot set the mode (not x86 with SSE3, nor
+    AArch64).
     """
-    torch.set_flush_denormal(not args.keep_denormals)
+    return torch.set_flush_denormal(not args.keep_denormals)
 
 
 def subnormal_share(optimizers) -> float:
