@@ -18,9 +18,10 @@ one: an upper bound. In a real run dead units are whole rows and columns; a ``pe
 a SAC run with 11% of Adam's state subnormal put Adam's kernels at 5.4% of its samples against
 4.2% at 5.8% subnormal (docs/results.md, "Update speed over a run").
 
-Method: CPU, one thread, garbage collector off while timing; per case ``--warmup`` untimed
-updates, then ``--repeats`` rounds of ``--inner`` updates, the cases interleaved within a round;
-reported: the median over rounds of the CPU time per update (``time.process_time``).
+Method: ``benchmarks/per_sampler.py``'s ``time_methods`` (CPU, one thread, garbage collector
+off while timing; per case ``--warmup`` untimed updates, then ``--repeats`` rounds of ``--inner``
+updates, the cases interleaved within a round); reported: the median over rounds of the CPU time
+per update (``time.process_time``).
 
 Run from the repository root::
 
@@ -31,11 +32,8 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -49,6 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # benchmark the working tree's rlloss
 
+from benchmarks.per_sampler import time_methods  # noqa: E402
 from benchmarks.records import machine_info  # noqa: E402
 from rlloss import SoftUpdate, TD3Loss  # noqa: E402
 
@@ -103,12 +102,13 @@ class TD3Update:
         self.target_update.step()
 
 
-def cpu_seconds_per_call(fn, flush: bool, inner: int) -> float:
-    torch.set_flush_denormal(flush)
-    start = time.process_time()
-    for _ in range(inner):
-        fn()
-    return (time.process_time() - start) / inner
+def with_flush(update: TD3Update, flush: bool):
+    """``update`` run with subnormals flushed or kept (the mode is per process: set on each call,
+    since the cases interleave)."""
+    def run() -> None:
+        torch.set_flush_denormal(flush)
+        update()
+    return run
 
 
 def main() -> None:
@@ -120,19 +120,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cases = {(share, flush): TD3Update(share) for share in args.shares for flush in (False, True)}
-    for (_, flush), update in cases.items():
-        cpu_seconds_per_call(update, flush, args.warmup)
-    rounds = {case: [] for case in cases}
-    gc.disable()
-    for _ in range(args.repeats):
-        for (share, flush), update in cases.items():
-            rounds[share, flush].append(cpu_seconds_per_call(update, flush, args.inner))
-    gc.enable()
+    methods = {(share, flush): with_flush(TD3Update(share), flush)
+               for share in args.shares for flush in (False, True)}
+    timings = time_methods(methods, args.warmup, args.repeats, args.inner)
     torch.set_flush_denormal(False)
     rows = []
     for share in args.shares:
-        kept, flushed = (statistics.median(rounds[share, flush]) * 1e3 for flush in (False, True))
+        kept, flushed = (timings[share, flush]["cpu_median_us"] / 1e3 for flush in (False, True))
         rows.append({"dead_share": share, "kept_ms": kept, "flushed_ms": flushed,
                      "kept_over_flushed": kept / flushed})
         print(f"dead share {share:.2f}: subnormals kept {kept:.2f} ms, flushed {flushed:.2f} ms "
