@@ -1,5 +1,6 @@
 """The MuJoCo tutorials' speed diagnostics (tutorials/_helpers.py): subnormal floats in Adam's
-state, flushing them, the per-interval update rate, and ``benchmarks/denormals.py``."""
+state, flushing them, the per-interval update rate, and ``benchmarks/denormals.py``; and the
+package versions a run records."""
 
 from __future__ import annotations
 
@@ -99,3 +100,10 @@ def test_denormals_benchmark_writes_its_rows(tmp_path, monkeypatch, restore_flus
     rows = json.loads(out.read_text())["rows"]
     assert [row["dead_share"] for row in rows] == [0.0, 0.5]
     assert all(row["kept_ms"] > 0 and row["flushed_ms"] > 0 for row in rows)
+
+
+def test_package_versions_are_the_installed_ones():
+    versions = helpers.package_versions()
+    assert versions["torch"] == torch.__version__, versions
+    assert versions["python"] == ".".join(map(str, sys.version_info[:3])), versions
+    assert all(isinstance(v, str) and v[0].isdigit() for v in versions.values()), versions

@@ -10,6 +10,7 @@ and the DQN tutorial (off-policy, replay buffer, evaluation)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -169,6 +170,9 @@ def test_mujoco_tutorial_with_torchrls_losses(stem, tmp_path):
     updates = summary.get("gradient_steps", summary.get("updates"))
     expected = 320 if stem == "ppo_mujoco" else 300
     assert updates == expected, summary
+    versions = summary["versions"]  # what the numbers depend on, recorded with them
+    assert versions["torchrl"] == importlib.metadata.version("torchrl"), versions
+    assert {"python", "torch", "tensordict", "gymnasium", "mujoco"} <= versions.keys(), versions
 
 
 @SLOW

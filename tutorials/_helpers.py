@@ -24,7 +24,9 @@ Plots and report
 
 import argparse
 import csv
+import platform
 import time
+from importlib import metadata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,19 @@ class UpdateRate:
         rate = (steps - self.steps) / (seconds - self.seconds) if seconds > self.seconds else 0.0
         self.steps, self.seconds = steps, seconds
         return rate
+
+
+def package_versions() -> dict[str, str]:
+    """Python's and the installed versions of what a run's numbers depend on (a tutorial's
+    ``summary.json`` records them: MuJoCo's physics and gymnasium's tasks change across
+    releases); a package not installed is left out."""
+    versions = {"python": platform.python_version()}
+    for package in ("torch", "tensordict", "torchrl", "gymnasium", "mujoco", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def start(args: argparse.Namespace, one_thread: bool = True) -> tuple[torch.device, float]:

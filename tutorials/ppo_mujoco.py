@@ -237,5 +237,6 @@ summary = {
     "variant": "time limit as termination" if args.time_limit_as_termination else "",
     "gradient_steps": gradient_steps,
     "gradient_steps_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
+    "versions": helpers.package_versions(),
 }
 (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

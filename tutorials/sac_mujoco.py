@@ -222,5 +222,6 @@ summary = {
     "variant": "compiled" if args.compile else "",
     "updates": gradient_steps,
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
+    "versions": helpers.package_versions(),
 }
 (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

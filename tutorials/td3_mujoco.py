@@ -194,5 +194,6 @@ summary = {
     "subnormals": "kept" if args.keep_denormals else "flushed",
     "updates": gradient_steps,
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
+    "versions": helpers.package_versions(),
 }
 (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
