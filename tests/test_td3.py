@@ -180,6 +180,10 @@ def test_single_module_ensemble_members_differ_and_lists_keep_weights():
     weights = loss.qvalue_network_params.flatten_keys(".")["module.0.weight"]
     torch.testing.assert_close(weights[0], critic.module[0].weight.detach())
     assert not torch.equal(weights[0], weights[1])
+    # member 1 is a fresh draw of nn.Linear's own initialisation, U(+-1/sqrt(fan_in)) (TorchRL
+    # redraws every member uniformly between each tensor's min and max: docs/differences.md)
+    bound = critic.module[0].in_features ** -0.5
+    assert weights[1].abs().max() <= bound and weights[1].std() > bound / 3
     critics = [qvalue(), qvalue(), qvalue()]
     loss = rlloss.TD3Loss(actor(), critics, num_qvalue_nets=3, bounds=(-1.0, 1.0))
     stacked = loss.qvalue_network_params.flatten_keys(".")["module.0.weight"]
