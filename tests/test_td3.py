@@ -231,6 +231,33 @@ def test_updaters_targets_and_state_dict():
     torch.testing.assert_close(other(batch.clone())["loss_qvalue"], expected["loss_qvalue"])
 
 
+
+def test_rllosss_soft_update_gives_torchrls_targets():
+    """The MuJoCo tutorials train with each library's own ``SoftUpdate`` (the trajectory tests
+    use TorchRL's for both): rlloss's moves every target (the actor's, each critic's) as
+    TorchRL's does, over several steps with the online weights changing between them."""
+    loss = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0))
+    twin = copy.deepcopy(loss)
+    ours, theirs = rlloss.SoftUpdate(loss, tau=0.005), SoftUpdate(twin, tau=0.005)
+    shift_targets(loss)
+    shift_targets(twin)  # the same shifts (seeded)
+    names = ("target_actor_network_params", "target_qvalue_network_params")
+    start = {name: getattr(loss, name).clone() for name in names}
+    for step in range(3):
+        torch.manual_seed(step)
+        with torch.no_grad():
+            for a, b in zip(loss.parameters(), twin.parameters(), strict=True):
+                a.add_(torch.randn_like(a))
+                b.copy_(a)
+        ours.step()
+        theirs.step()
+    for name in names:
+        mine, reference = getattr(loss, name), getattr(twin, name)
+        for key, value in mine.items(True, True):
+            assert not torch.equal(value, start[name][key]), (name, key)  # it moved
+            torch.testing.assert_close(value, reference[key], rtol=0, atol=0, msg=str(key))
+
+
 def test_compiles_as_one_graph_without_recompiling():
     torch._dynamo.reset()
     loss = rlloss.TD3Loss(actor(), qvalue(), bounds=(-1.0, 1.0), policy_noise=0.0)
