@@ -231,7 +231,6 @@ def test_updaters_targets_and_state_dict():
     torch.testing.assert_close(other(batch.clone())["loss_qvalue"], expected["loss_qvalue"])
 
 
-
 def test_rllosss_soft_update_gives_torchrls_targets():
     """The MuJoCo tutorials train with each library's own ``SoftUpdate`` (the trajectory tests
     use TorchRL's for both): rlloss's moves every target (the actor's, each critic's) as

@@ -26,8 +26,8 @@ import argparse
 import csv
 import platform
 import time
-from importlib import metadata
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
