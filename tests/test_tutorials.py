@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import subprocess
 import sys
@@ -45,15 +46,18 @@ def _caller_pythonpath() -> list[str]:
 
 def tutorial_env() -> dict[str, str]:
     """One thread, no display, torchrun's processes on the loopback, and on the path the
-    tutorials' helper module (_helpers.py) for scripts outside tutorials/, and a checkout's
-    rlloss where PYTHONPATH names one."""
-    return {
+    tutorials' helper module (_helpers.py) for scripts outside tutorials/, a checkout's
+    rlloss where PYTHONPATH names one, and the run's inductor cache where one is set."""
+    env = {
         "OMP_NUM_THREADS": "1",
         "PATH": "/usr/bin:/bin",
         "MPLBACKEND": "Agg",
         "GLOO_SOCKET_IFNAME": "lo",
         "PYTHONPATH": os.pathsep.join([str(TUTORIALS_DIR), *_caller_pythonpath()]),
     }
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    return env
 
 
 def run_tutorial(
@@ -176,6 +180,19 @@ def test_mujoco_tutorial_with_torchrls_losses(stem, tmp_path):
 
 
 @SLOW
+def test_sac_mujoco_compiled_update(tmp_path):
+    """``sac_mujoco.py --compile`` (the Results page's compiled twin) makes its updates through
+    ``compile_update`` and records the run as the compiled variant (about a minute: one cold
+    compile)."""
+    script = TUTORIALS_DIR / "sac_mujoco.py"
+    run_tutorial(script, tmp_path, "--compile", *SMOKE_ARGS["sac_mujoco"],
+                 frames=MUJOCO["sac_mujoco"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["variant"] == "compiled" and summary["updates"] == 300, summary
+    assert math.isfinite(summary["final_eval_return"]), summary
+
+
+@SLOW
 @pytest.mark.parametrize("stem", SWAP_IDENTICAL)
 def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     """The script with its ``from rlloss import`` line importing TorchRL's losses and estimator
@@ -260,9 +277,6 @@ def test_grpo_tutorial_swaps_to_torchrl(tmp_path):
 def test_compile_tutorial_smoke(tmp_path):
     """A compiled SAC update gives the eager losses and runs without recompiling (about 50 s
     with an empty inductor cache on a small CPU, 15 s with a warm one)."""
-    env = tutorial_env()
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     result = subprocess.run(
         [
             sys.executable,
@@ -279,7 +293,7 @@ def test_compile_tutorial_smoke(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env=env,
+        env=tutorial_env(),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last_line = result.stdout.strip().splitlines()[-1]
