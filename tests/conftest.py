@@ -1,4 +1,5 @@
-"""Shared test set-up: one seed per test, one inductor cache per run, and the ``slow`` marker.
+"""Shared test set-up: one seed per test, one inductor cache per run, the ``slow`` marker, and
+the ``float64_default`` fixture.
 
 Tests marked ``@pytest.mark.slow`` (end-to-end tutorial runs, multi-process ``torch.distributed``
 runs, statistical tests, compile tests beyond a representative few) are left out of the default
@@ -50,3 +51,13 @@ def pytest_report_header(config):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def float64_default():
+    """Networks, distributions' bounds and batches built in float64 (``.double()`` does not
+    reach a distribution's ``low``/``high`` kept as plain tensors, nor every loss's constants)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)

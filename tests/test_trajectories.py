@@ -326,16 +326,6 @@ CASES = {
 }
 
 
-@pytest.fixture
-def float64_default():
-    """Networks, distributions' bounds and batches built in float64 (``.double()`` does not
-    reach a distribution's ``low``/``high`` kept as plain tensors, nor every loss's constants)."""
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(default)
-
-
 # The default run keeps DQN's two cases (a few seconds); the others, about 5 s of CPU each, are
 # marked slow (CI runs them: ``--runslow``).
 DEFAULT_RUN = {"DQNLoss", "DQNLoss-double"}

@@ -306,14 +306,6 @@ FLOAT32 = {"float32": True, "tolerance": 1e-5}
 FLOAT32_CASES = {"DreamerV3Loss"}
 
 
-@pytest.fixture
-def float64_default():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(default)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_trajectory_matches_torchrl(name, float64_default):
