@@ -9,8 +9,10 @@ loss forward, backward of the summed losses, Adam step (``foreach=True``), prior
 with this torch) and a soft target update (each library's ``SoftUpdate``, tau 0.005). Cases:
 ``DQN+PER`` (double DQN, ``QValueActor`` over an MLP 8->256x256->4, one-hot actions), ``TD3``
 (MLP actor and 2 critics 256x256, obs 17, action 6, policy noise 0.2) and ``SAC`` (TanhNormal
-actor and 2 critics 256x256). Compiled: ``torch.compile`` (inductor, default mode) of the
-update's batch-in part; the first call's time (compilation included) is reported apart.
+actor and 2 critics 256x256), their networks tanh (TorchRL's ``MLP`` default) or, in the cases
+``TD3-relu`` and ``SAC-relu``, ReLU. Compiled: ``torch.compile`` (inductor, default mode) of the
+update's batch-in part; the first call's time (compilation included) is reported apart. On the
+CPU it also times writing a ReLU's backward mask (``x <= 0``, bool) eager and compiled.
 
 CPU: one thread, garbage collector off while timing, per method ``--warmup`` untimed updates,
 then ``--repeats`` interleaved rounds of ``--inner`` updates; median updates/s over rounds (wall)
@@ -31,6 +33,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import sys
@@ -87,21 +90,29 @@ def dqn_loss(library, seed: int) -> nn.Module:
     return library.DQNLoss(actor, action_space="one-hot", delay_value=True, double_dqn=True)
 
 
-def td3_loss(library, seed: int) -> nn.Module:
+def td3_loss(library, seed: int, activation: type[nn.Module] = nn.Tanh) -> nn.Module:
     torch.manual_seed(seed)
-    actor = Actor(nn.Sequential(mlp(OBS_DIM, ACT_DIM), nn.Tanh()), in_keys=["observation"])
-    critics = [q_module(q_net(False, ACT_DIM), False) for _ in range(2)]
+    actor = Actor(
+        nn.Sequential(mlp(OBS_DIM, ACT_DIM, activation), nn.Tanh()), in_keys=["observation"]
+    )
+    critics = [q_module(q_net(False, ACT_DIM, activation=activation), False) for _ in range(2)]
     return library.TD3Loss(actor, critics, bounds=(-1.0, 1.0), num_qvalue_nets=2)
 
 
-def sac_loss(library, seed: int) -> nn.Module:
+def sac_loss(library, seed: int, activation: type[nn.Module] = nn.Tanh) -> nn.Module:
     torch.manual_seed(seed)
-    actor = actor_of(policy_net(False, ACT_DIM), False)
-    critics = [q_module(q_net(False, ACT_DIM), False) for _ in range(2)]
+    actor = actor_of(policy_net(False, ACT_DIM, activation), False)
+    critics = [q_module(q_net(False, ACT_DIM, activation=activation), False) for _ in range(2)]
     return library.SACLoss(actor, critics, num_qvalue_nets=2, target_entropy=-float(ACT_DIM))
 
 
-CASES = {"DQN+PER": (dqn_loss, True), "TD3": (td3_loss, False), "SAC": (sac_loss, False)}
+CASES = {  # name: (the loss's builder, prioritized replay); "-relu": ReLU networks, not tanh
+    "DQN+PER": (dqn_loss, True),
+    "TD3": (td3_loss, False),
+    "SAC": (sac_loss, False),
+    "TD3-relu": (functools.partial(td3_loss, activation=nn.ReLU), False),
+    "SAC-relu": (functools.partial(sac_loss, activation=nn.ReLU), False),
+}
 # TD3 and SAC's replay: TorchRL's sampler draws on the host; rlloss's on the storage's device
 UNIFORM_SAMPLERS = {"torchrl": RandomSampler, "rlloss": rlloss.data.RandomSampler}
 
@@ -197,6 +208,33 @@ def cpu_rows(a: argparse.Namespace) -> list[dict]:
             )
         rows += [{"case": case, "method": n, "failed": why} for n, why in failures.items()]
     return rows
+
+
+MASK_SHAPE = (2, 256, 256)  # a stacked critic pair's hidden layer at batch 256
+
+
+def bool_mask_store(a: argparse.Namespace) -> dict:
+    """CPU microseconds to write ``x <= 0`` for an ``x`` of ``MASK_SHAPE``, eager and compiled, as
+    a bool tensor (the mask a ReLU's backward keeps: inductor saves it from the forward) and as
+    float. Where the compiled code writes bool masks more slowly than eager, the compiled update
+    of a ReLU network loses to eager (the ``-relu`` cases)."""
+    x = torch.randn(MASK_SHAPE, generator=torch.Generator().manual_seed(a.seed))
+
+    def as_bool(x: torch.Tensor) -> torch.Tensor:
+        return x <= 0
+
+    def as_float(x: torch.Tensor) -> torch.Tensor:
+        return (x <= 0).float()
+
+    methods = {}
+    for name, fn in (("bool", as_bool), ("float", as_float)):
+        compiled = torch.compile(fn, fullgraph=True)
+        methods[f"{name} eager"] = functools.partial(fn, x)
+        methods[f"{name} compiled"] = functools.partial(compiled, x)
+    timings = time_methods(methods, a.warmup, a.repeats, 10 * a.inner)
+    result = {name: round(t["cpu_median_us"], 1) for name, t in timings.items()}
+    print("x <= 0 on", MASK_SHAPE, "CPU us:", result)
+    return {"shape": list(MASK_SHAPE), "cpu_median_us": result}
 
 
 def per_second(run, a) -> dict:
@@ -417,6 +455,7 @@ def main(argv: list[str] | None = None) -> None:
         gpu_run(a, result)
         return
     result["rows"] = cpu_rows(a)
+    result["bool_mask_store"] = bool_mask_store(a)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {a.out}")

@@ -1,12 +1,18 @@
 """The benchmark scripts' own logic: the ensemble sweep of ``benchmarks/overhead.py``, the
-BENCHMARKS.md generator (``benchmarks/report.py``)."""
+BENCHMARKS.md generator (``benchmarks/report.py``), the cases and the bool-mask timing of
+``benchmarks/compiled_update.py``."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from torch import nn
+from torchrl.modules import MLP
 
+import rlloss
+from benchmarks.compiled_update import CASES, bool_mask_store
+from benchmarks.compiled_update import parse_args as update_args
 from benchmarks.overhead import parse_args, with_growth
 from benchmarks.report import MISSES, render
 
@@ -63,3 +69,32 @@ def test_report_summarises_the_compile_rows_and_ends_with_the_missed_targets(tmp
     misses = MISSES.read_text()
     assert text.endswith(misses) and misses.startswith("## Missed targets, explained\n")
     assert len(misses.splitlines()) <= 150  # the misses stay a summary (issue 48)
+
+
+def hidden_activations(network: nn.Module) -> list[type]:
+    """The activation layers inside the network's ``MLP``s (not a policy's tanh squashing)."""
+    return [
+        type(m)
+        for mlp in network.modules()
+        if isinstance(mlp, MLP)
+        for m in mlp
+        if isinstance(m, (nn.ReLU, nn.Tanh))
+    ]
+
+
+@pytest.mark.parametrize("case", ["SAC", "TD3"])
+@pytest.mark.parametrize("network", ["actor_network", "qvalue_network"])
+def test_update_cases_are_tanh_networks_and_their_relu_twins(case, network):
+    tanh, relu = (getattr(CASES[name][0](rlloss, 0), network) for name in (case, f"{case}-relu"))
+    assert hidden_activations(tanh) == [nn.Tanh, nn.Tanh]  # two hidden layers of 256
+    assert hidden_activations(relu) == [nn.ReLU, nn.ReLU]
+
+
+@pytest.mark.slow  # two small inductor compiles
+def test_bool_mask_store_times_each_form_eager_and_compiled():
+    a = update_args(["--repeats", "2", "--inner", "1", "--warmup", "1"])
+    timings = bool_mask_store(a)
+    assert timings["shape"] == [2, 256, 256]
+    methods = {"bool eager", "bool compiled", "float eager", "float compiled"}
+    assert set(timings["cpu_median_us"]) == methods
+    assert all(us > 0 for us in timings["cpu_median_us"].values())

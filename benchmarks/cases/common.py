@@ -198,16 +198,22 @@ def random_replay(
     return replay_batch(torch.randn(batch_size, obs_dim, generator=g), action, g)
 
 
-def mlp(in_features: int, out_features: int) -> MLP:
-    """An off-policy case's network: ``HIDDEN`` relu layers."""
-    return MLP(in_features=in_features, out_features=out_features, num_cells=list(HIDDEN))
+def mlp(in_features: int, out_features: int, activation: type[nn.Module] = nn.Tanh) -> MLP:
+    """An off-policy case's network: ``HIDDEN`` layers of ``activation`` (TorchRL's ``MLP``
+    default, tanh)."""
+    return MLP(
+        in_features=in_features,
+        out_features=out_features,
+        num_cells=list(HIDDEN),
+        activation_class=activation,
+    )
 
 
-def policy_net(discrete: bool, act_dim: int) -> nn.Module:
+def policy_net(discrete: bool, act_dim: int, activation: type[nn.Module] = nn.Tanh) -> nn.Module:
     """The actor's network: logits over ``act_dim`` actions, or a Gaussian's ``(loc, scale)``."""
     if discrete:
-        return mlp(OBS_DIM, act_dim)
-    return nn.Sequential(mlp(OBS_DIM, 2 * act_dim), NormalParamExtractor())
+        return mlp(OBS_DIM, act_dim, activation)
+    return nn.Sequential(mlp(OBS_DIM, 2 * act_dim, activation), NormalParamExtractor())
 
 
 class CustomCritic(nn.Module):
@@ -226,13 +232,16 @@ class CustomCritic(nn.Module):
         return self.layers(torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0])
 
 
-def q_net(discrete: bool, act_dim: int, custom: bool = False) -> nn.Module:
+def q_net(
+    discrete: bool, act_dim: int, custom: bool = False, activation: type[nn.Module] = nn.Tanh
+) -> nn.Module:
     """A critic's network: ``Q(s, .)`` over ``act_dim`` actions, or ``Q(s, a)``; a TorchRL
-    ``MLP``, or with ``custom`` a :class:`CustomCritic` of the same shape."""
+    ``MLP`` of ``activation`` layers, or with ``custom`` a :class:`CustomCritic` of the same
+    shape (relu)."""
     in_features, out_features = (OBS_DIM, act_dim) if discrete else (OBS_DIM + act_dim, 1)
     if custom:
         return CustomCritic(in_features, out_features)
-    return mlp(in_features, out_features)
+    return mlp(in_features, out_features, activation)
 
 
 CUSTOM_SUFFIX = "-custom-critic"  # the case name of a loss timed with CustomCritic critics
