@@ -28,7 +28,8 @@ example's schedule. ``SACLoss`` detaches the Q networks in ``loss_actor`` and ``
 With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``. With
 ``--compile`` each update is one compiled callable (``rlloss.compile_update``: forward,
 backward, Adam step and target update); the maths is the same, only the rounding of the fused
-kernels differs.
+kernels differs. On a CPU it is slower than eager for these ReLU networks (torch 2.13 writes
+their backward masks slowly: the guide "One compiled update", section "On the CPU").
 
 Run:
     python tutorials/sac_mujoco.py --env-id HalfCheetah-v5 --seed 0 --out runs/sac_halfcheetah
