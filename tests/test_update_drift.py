@@ -29,3 +29,16 @@ def test_a_rounding_nudge_makes_float32_updates_part(algo):
         "nudged", updates=20, algo=algo, transitions=500, every=20
     )
     assert 0 < critics < 1e-2, critics
+
+
+def test_both_libraries_draw_the_critics_from_one_law():
+    law = update_drift.init_law("td3", range(2))
+    keys = {key for _, _, key in law}
+    assert keys == {f"module.{layer}.{kind}" for layer in (0, 2, 4) for kind in ("weight", "bias")}
+    for key in keys - {"module.4.bias"}:  # a one-element tensor has no spread
+        spreads = [
+            law[(library, member, key)][0] for library in ("torchrl", "rlloss") for member in (0, 1)
+        ]
+        assert max(spreads) < 1.1 * min(spreads), (key, spreads)
+    # TorchRL redraws between a tensor's min and max: a one-element bias stays the same in both
+    assert law[("torchrl", 0, "module.4.bias")] == law[("torchrl", 1, "module.4.bias")]

@@ -249,6 +249,24 @@ def drift(
     return differences
 
 
+def init_law(algo: str, seeds: range, env_id: str = "Hopper-v5") -> dict:
+    """Per library, critic member and tensor of the critics as each library's loss draws them
+    from one network: the standard deviation and the largest |value|, averaged over ``seeds``."""
+    env = gym.make(env_id)
+    law = {}
+    for name, library in (("torchrl", torchrl.objectives), ("rlloss", rlloss)):
+        for seed in seeds:
+            torch.manual_seed(seed)
+            critics = BUILDERS[algo](library, env)[0].qvalue_network_params.flatten_keys()
+            for key, value in critics.items():
+                for member, tensor in enumerate(value):
+                    spread = tensor.std().item() if tensor.numel() > 1 else 0.0
+                    stats = (spread / len(seeds), tensor.abs().max().item() / len(seeds))
+                    total = law.setdefault((name, member, key), (0.0, 0.0))
+                    law[(name, member, key)] = (total[0] + stats[0], total[1] + stats[1])
+    return law
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", choices=list(BUILDERS), default="td3")
@@ -256,8 +274,17 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--updates", type=int, default=3000)
     parser.add_argument("--env-id", default="Hopper-v5")
+    parser.add_argument(
+        "--init-law",
+        action="store_true",
+        help="instead: the critics' initial draws of both libraries, seeds 0-4",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.init_law:
+        for (library, member, key), (spread, largest) in init_law(args.algo, range(5)).items():
+            print(f"{library:8} critic {member} {key:16}: std {spread:.4f}, largest {largest:.4f}")
+        return
     torch.set_default_dtype(getattr(torch, args.dtype))
     print(
         f"{args.algo}: {args.against} against TorchRL, {args.dtype}: largest |difference| of "
