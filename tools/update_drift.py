@@ -253,7 +253,7 @@ def init_law(algo: str, seeds: range, env_id: str = "Hopper-v5") -> dict:
     """Per library, critic member and tensor of the critics as each library's loss draws them
     from one network: the standard deviation and the largest |value|, averaged over ``seeds``."""
     env = gym.make(env_id)
-    law = {}
+    draws = {}  # (library, member, key): [(std, largest |value|) per seed]
     for name, library in (("torchrl", torchrl.objectives), ("rlloss", rlloss)):
         for seed in seeds:
             torch.manual_seed(seed)
@@ -261,10 +261,12 @@ def init_law(algo: str, seeds: range, env_id: str = "Hopper-v5") -> dict:
             for key, value in critics.items():
                 for member, tensor in enumerate(value):
                     spread = tensor.std().item() if tensor.numel() > 1 else 0.0
-                    stats = (spread / len(seeds), tensor.abs().max().item() / len(seeds))
-                    total = law.setdefault((name, member, key), (0.0, 0.0))
-                    law[(name, member, key)] = (total[0] + stats[0], total[1] + stats[1])
-    return law
+                    draws.setdefault((name, member, key), []).append(
+                        (spread, tensor.abs().max().item())
+                    )
+    return {
+        k: tuple(sum(column) / len(v) for column in zip(*v, strict=True)) for k, v in draws.items()
+    }
 
 
 def main() -> None:
