@@ -5,6 +5,7 @@ that seed until rounding parts them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,8 +50,7 @@ def parameters(module, names) -> dict:
 def test_a_module_built_through_it_starts_where_the_other_library_does(algo, own_name):
     class_name = f"{algo.upper()}Loss"
     own = getattr(swap_start.LIBRARIES[own_name], class_name)
-    (other_name,) = set(swap_start.LIBRARIES) - {own_name}
-    other = getattr(swap_start.LIBRARIES[other_name], class_name)
+    other = getattr(swap_start.LIBRARIES[swap_start.other_name(own_name)], class_name)
     names = update_drift.PARAMS[algo]
     reference, reference_state = built(other, algo)
     plain, plain_state = built(own, algo)
@@ -65,10 +65,11 @@ def test_a_module_built_through_it_starts_where_the_other_library_does(algo, own
     assert not all(torch.equal(expected[key], plain[key]) for key in expected)
 
 
-def test_the_losses_flag_is_read_as_argparse_would():
-    assert swap_start.losses_flag(["--seed", "1", "--losses", "torchrl"]) == "torchrl"
-    assert swap_start.losses_flag(["--losses=torchrl"]) == "torchrl"
-    assert swap_start.losses_flag(["--seed", "1"]) == "rlloss"
+def test_flags_are_read_as_argparse_would():
+    assert swap_start.flag(["--seed", "1", "--losses", "torchrl"], "--losses") == "torchrl"
+    assert swap_start.flag(["--losses=torchrl"], "--losses") == "torchrl"
+    assert swap_start.flag(["--seed", "1"], "--losses", "rlloss") == "rlloss"
+    assert swap_start.flag(["--seed", "1"], "--out") is None
 
 
 def episode_returns(out: Path) -> list[float]:
@@ -102,3 +103,5 @@ def test_rlloss_from_torchrls_start_retraces_torchrls_run(tmp_path):
     assert len(swapped) == len(torchrl_run) > 30
     assert swapped == pytest.approx(torchrl_run, rel=1e-3, abs=1e-3)
     assert plain != pytest.approx(torchrl_run, rel=1e-3, abs=1e-3)
+    summary = json.loads((tmp_path / "swapped" / "summary.json").read_text())
+    assert summary["losses"] == "rlloss" and summary["variant"] == "torchrl's start", summary

@@ -8,7 +8,8 @@ first builds the other library's loss module as that library's own run would (sa
 same random draws), copies its initial parameters (critics, policy, their targets, the
 temperature) into L's module and leaves torch's random stream where the other library's
 construction left it. The run is then the other library's run of that seed, with L's loss doing
-the updates, until float32 rounding makes the two part:
+the updates, until float32 rounding makes the two part. Its ``OUT/summary.json`` records
+``"variant": "<other library>'s start"`` (a row of its own on the Results page):
 
     python tools/swap_start.py tutorials/td3_mujoco.py --env-id Hopper-v5 --losses rlloss \\
         --seed 0 --out runs/td3_hopper_rlloss_from_torchrl_s0
@@ -19,6 +20,7 @@ Everything after the tutorial's path is the tutorial's own command line.
 from __future__ import annotations
 
 import copy
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -51,21 +53,25 @@ def from_start_of(own: type, other: type, names: tuple[str, ...]):
     return build
 
 
-def losses_flag(argv: list[str]) -> str:
-    """The tutorial's ``--losses`` value (its default: rlloss)."""
+def flag(argv: list[str], name: str, default: str | None = None) -> str | None:
+    """The value of ``--name`` in a tutorial's command line, as argparse reads it."""
     for i, arg in enumerate(argv):
-        if arg == "--losses":
+        if arg == name and i + 1 < len(argv):
             return argv[i + 1]
-        if arg.startswith("--losses="):
+        if arg.startswith(f"{name}="):
             return arg.split("=", 1)[1]
-    return "rlloss"
+    return default
+
+
+def other_name(own_name: str) -> str:
+    (other,) = set(LIBRARIES) - {own_name}
+    return other
 
 
 def patch(own_name: str) -> None:
     """Replaces ``SACLoss`` and ``TD3Loss`` in library ``own_name`` by stand-ins that start from
     the other library's draws."""
-    own = LIBRARIES[own_name]
-    (other,) = (library for name, library in LIBRARIES.items() if name != own_name)
+    own, other = LIBRARIES[own_name], LIBRARIES[other_name(own_name)]
     for class_name, algo in LOSSES.items():
         setattr(
             own,
@@ -78,10 +84,17 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
         sys.exit(__doc__)
     tutorial, tutorial_argv = Path(sys.argv[1]).resolve(), sys.argv[2:]
-    patch(losses_flag(tutorial_argv))
+    out, own_name = flag(tutorial_argv, "--out"), flag(tutorial_argv, "--losses", "rlloss")
+    if out is None:
+        sys.exit("swap_start.py: give the tutorial an --out folder (its summary is marked there)")
+    patch(own_name)
     sys.path.insert(0, str(tutorial.parent))  # the tutorial's `import _helpers`
     sys.argv = [str(tutorial), *tutorial_argv]
     runpy.run_path(str(tutorial), run_name="__main__")
+    summary_path = Path(out) / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["variant"] = f"{other_name(own_name)}'s start"
+    summary_path.write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
