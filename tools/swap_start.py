@@ -87,6 +87,8 @@ def main() -> None:
     out, own_name = flag(tutorial_argv, "--out"), flag(tutorial_argv, "--losses", "rlloss")
     if out is None:
         sys.exit("swap_start.py: give the tutorial an --out folder (its summary is marked there)")
+    if own_name not in LIBRARIES:
+        sys.exit(f"swap_start.py: --losses {own_name!r}: choose one of {sorted(LIBRARIES)}")
     patch(own_name)
     sys.path.insert(0, str(tutorial.parent))  # the tutorial's `import _helpers`
     sys.argv = [str(tutorial), *tutorial_argv]
