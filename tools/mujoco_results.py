@@ -62,6 +62,11 @@ def read_run(folder: Path) -> dict:
     return summary
 
 
+def label(run: dict) -> str:
+    """The run's library, with its variant in brackets (``rlloss (compiled)``)."""
+    return run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
+
+
 def run_key(run: dict) -> tuple:
     return run["algorithm"], run["env_id"], run["losses"], run.get("variant", ""), run["seed"]
 
@@ -78,9 +83,8 @@ def draw(runs: list[dict]) -> list[Path]:
             frames = [f for f, _ in run["evaluations"]] + [run["frames"]]
             returns = [r for _, r in run["evaluations"]] + [run["final_eval_return"]]
             style = "-" if run["losses"] == "rlloss" else "--"
-            variant = f", {run['variant']}" if run.get("variant") else ""
-            ax.plot(frames, returns, style if not variant else "-.",
-                    label=f"{run['losses']}{variant}, seed {run['seed']}")
+            ax.plot(frames, returns, "-." if run.get("variant") else style,
+                    label=f"{label(run)}, seed {run['seed']}")
         anchor, early = cleanrl_anchors(algorithm, env_id)
         if anchor is not None:
             ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL at 1M (v4, 3 seeds)")
@@ -101,13 +105,13 @@ def best_return(run: dict) -> float:
 
 
 def run_row(run: dict) -> str:
-    losses = run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
     rate = run.get("gradient_steps_per_s", run.get("updates_per_s"))
     cpu = f"{run['cpu_time_s'] / 60:.1f}" if "cpu_time_s" in run else "-"
     train = f"{run['final_train_return']:.1f}" if "final_train_return" in run else "-"
-    return (f"| {run['env_id']} | {losses} | {run['seed']} | {run['final_eval_return']:.1f} | "
-            f"{best_return(run):.1f} | {train} | {run['wall_time_s'] / 60:.1f} | {cpu} | "
-            f"{rate:.0f} | {run.get('subnormals', 'kept')} |")  # none flushed before the flag
+    subnormals = run.get("subnormals", "kept")  # none flushed before the flag
+    return (f"| {run['env_id']} | {label(run)} | {run['seed']} | "
+            f"{run['final_eval_return']:.1f} | {best_return(run):.1f} | {train} | "
+            f"{run['wall_time_s'] / 60:.1f} | {cpu} | {rate:.0f} | {subnormals} |")
 
 
 def spread(values: list[float]) -> str:
@@ -122,8 +126,7 @@ def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
     CleanRL's published returns."""
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        key = run["env_id"], run["losses"] + (f" ({run['variant']})" if run.get("variant") else "")
-        groups.setdefault(key, []).append(run)
+        groups.setdefault((run["env_id"], label(run)), []).append(run)
     rows = []
     for (env_id, losses), group in sorted(groups.items()):
         anchor, early = cleanrl_anchors(algorithm, env_id)
