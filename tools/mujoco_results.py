@@ -94,7 +94,7 @@ def draw(runs: list[dict]) -> list[Path]:
                        label="CleanRL at 300k (v2 curve, 3 seeds)")
         ax.set(xlabel="environment steps", ylabel="evaluation return (10 episodes)",
                title=f"{algorithm} on {env_id}")
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")  # beside the axes
         path = FIGURES / f"results_{algorithm.lower()}_{env_id.split('-')[0].lower()}.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
         written.append(path)
