@@ -83,9 +83,8 @@ def draw(runs: list[dict]) -> list[Path]:
                           key=run_key):
             frames = [f for f, _ in run["evaluations"]] + [run["frames"]]
             returns = [r for _, r in run["evaluations"]] + [run["final_eval_return"]]
-            style = "-" if run["losses"] == "rlloss" else "--"
-            ax.plot(frames, returns, "-." if run.get("variant") else style,
-                    label=f"{label(run)}, seed {run['seed']}")
+            style = "-." if run.get("variant") else "-" if run["losses"] == "rlloss" else "--"
+            ax.plot(frames, returns, style, label=f"{label(run)}, seed {run['seed']}")
         anchor, early = cleanrl_anchors(algorithm, env_id)
         if anchor is not None:
             ax.axhline(anchor, color="gray", linestyle=":", label="CleanRL at 1M (v4, 3 seeds)")
