@@ -190,6 +190,66 @@ def test_sac_matches_torchrl_exactly(kwargs):
     assert_same_outputs_and_gradients(ours, theirs, batch)
 
 
+def assert_same_terms(ours, theirs, batch, calls):
+    """Each ``(method, *args)`` of ``calls`` on both losses in turn (one random stream each,
+    from the same seed) gives the same loss and the same metadata."""
+    mine, reference = batch.clone(), batch.clone()
+    results = []
+    for loss, data in ((ours, mine), (theirs, reference)):
+        torch.manual_seed(0)
+        results.append([getattr(loss, name)(data) for name in calls])
+    for name, (loss, info), (ref_loss, ref_info) in zip(calls, *results, strict=True):
+        torch.testing.assert_close(loss, ref_loss, msg=name)
+        for key, value in ref_info.items():
+            torch.testing.assert_close(info[key], value, msg=f"{name}: {key}")
+    return results
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_sac_torchrl_per_term_methods_match_torchrl(version):
+    """TorchRL's public per-term methods (a loop that steps the critics, then the policy and
+    the temperature, calls these): same losses, metadata and temperature loss."""
+    kwargs = {"num_qvalue_nets": 2, "action_spec": Bounded(-1.0, 1.0, shape=(ACT,))}
+    calls = ["qvalue_v2_loss", "actor_loss"]
+    if version == 1:  # (TorchRL's qvalue_v2_loss on a v1 loss bootstraps from V: not compared)
+        kwargs["value_network"] = ValueOperator(
+            MLP(in_features=OBS, out_features=1), in_keys=["observation"]
+        )
+        calls = ["qvalue_v1_loss", "value_loss", "actor_loss"]
+    ours, theirs = loss_pair(SACLoss, actor(), [qvalue(), qvalue()], {**kwargs, "alpha_init": 0.4})
+    results = assert_same_terms(ours, theirs, transitions(), calls)
+    log_probs = [outputs[-1][1]["log_prob"] for outputs in results]
+    assert log_probs[0].shape == (B,)
+    alpha_losses = [loss.alpha_loss(lp) for loss, lp in zip((ours, theirs), log_probs)]
+    torch.testing.assert_close(*alpha_losses)  # elementwise, [B]: the caller reduces
+    alpha_losses[0].mean().backward()
+    expected = -(log_probs[0] + ours.target_entropy).mean()
+    torch.testing.assert_close(ours.log_alpha.grad, expected)
+
+
+def test_sac_v1_methods_on_a_v2_loss_name_what_is_missing():
+    loss = SACLoss(actor(), qvalue())
+    for method in ("qvalue_v1_loss", "value_loss", "loss_value"):
+        with pytest.raises(RuntimeError, match=f"SACLoss.{method} is SAC v1's.*value_network="):
+            getattr(loss, method)(transitions())
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_discrete_sac_torchrl_per_term_methods_match_torchrl(one_hot):
+    common = {"num_actions": NUM_ACTIONS, "action_space": "one-hot" if one_hot else "categorical"}
+    policy, critics = discrete_actor(one_hot), [discrete_qvalue(), discrete_qvalue()]
+    ours = DiscreteSACLoss(copy.deepcopy(policy), copy.deepcopy(critics), **common)
+    theirs = torchrl_objectives.DiscreteSACLoss(policy, critics, **common)
+    theirs.make_value_estimator(gamma=0.99)
+    shift_targets(ours), shift_targets(theirs)
+    results = assert_same_terms(
+        ours, theirs, discrete_transitions(one_hot), ["qvalue_loss", "actor_loss"]
+    )
+    log_probs = [outputs[1][1]["log_prob"] for outputs in results]
+    torch.testing.assert_close(ours.alpha_loss(log_probs[0]), theirs.alpha_loss(log_probs[1]))
+    assert ours.delay_actor is theirs.delay_actor is False
+
+
 def test_skip_done_states():
     """TorchRL's skip_done_states: at a done next state the next action and its log-prob are
     0, so the target is ``r + gamma (1 - terminated) min_i Q_i,target(s', 0)``."""

@@ -74,6 +74,8 @@ def test_matches_torchrl(kwargs):
         reference_out = getattr(theirs, name)(batch.clone())
         mine, reference_out = (x[0] if isinstance(x, tuple) else x for x in (mine, reference_out))
         torch.testing.assert_close(mine, reference_out, msg=name)
+    log_prob = torch.randn(B)  # alpha_loss: elementwise, as TorchRL's (the caller reduces)
+    torch.testing.assert_close(ours.alpha_loss(log_prob), theirs.alpha_loss(log_prob))
 
 
 class ConstantAtoms(nn.Module):

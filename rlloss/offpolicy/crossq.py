@@ -204,11 +204,6 @@ class CrossQLoss(ContinuousSoftActorCritic):
         critic_keys = [k for k in self._qvalue.in_keys if k != self._qvalue_action_key]
         return list(dict.fromkeys([*super().in_keys, *(next_key(k) for k in critic_keys)]))
 
-    @property
-    def target_entropy_buffer(self) -> torch.Tensor:
-        """TorchRL's name of ``target_entropy``."""
-        return self.target_entropy
-
     def _q_values(self, batch: TensorDictBase, action: torch.Tensor, **kwargs) -> torch.Tensor:
         """``[num_qvalue_nets, *B, 1]`` values of ``action`` at the batch's observations, the
         critics in eval mode (the actor's objective)."""
@@ -246,8 +241,6 @@ class CrossQLoss(ContinuousSoftActorCritic):
         """The critic loss and ``{"td_error": ...}`` (``[*B]``, detached)."""
         loss, info = self.loss_qvalue(tensordict)
         return loss, {"td_error": info["td_error"]}
-
-    actor_loss = ContinuousSoftActorCritic.loss_actor
 
     def alpha_loss(
         self, log_prob: torch.Tensor, tensordict: TensorDictBase | None = None

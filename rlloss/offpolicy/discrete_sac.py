@@ -280,6 +280,21 @@ class DiscreteSACLoss(TDTargetLoss):
         actor = ActorOutput(distribution=lambda: self._policy(tensordict, log_probs))
         return self._with_policy_addons(loss, tensordict, actor, {"log_prob": expected_log_prob})
 
+    # TorchRL's names for the terms stepped one at a time
+    def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's name of :meth:`loss_actor`."""
+        return self.loss_actor(tensordict)
+
+    def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's name of :meth:`loss_qvalue`."""
+        return self.loss_qvalue(tensordict)
+
+    def alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
+        """``-log_alpha (log_prob + target_entropy)`` elementwise, **not reduced** (as TorchRL's:
+        reduce it yourself); ``log_prob`` is :meth:`actor_loss`'s ``"log_prob"``
+        (``sum_a pi log pi``), detached here."""
+        return rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+
     def _policy(self, batch: TensorDictBase, log_probs: torch.Tensor):
         """The current policy's distribution, from its log-probabilities when the actor's head
         reads only logits, else by running the actor."""

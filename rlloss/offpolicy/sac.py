@@ -219,6 +219,7 @@ class SACLoss(ContinuousSoftActorCritic):
         """SAC v1's state-value loss ``L(V(s), min_i Q_i,target(s, a~) - alpha log pi(a~|s))``
         reduced, ``a~`` from the target policy (the current one without ``delay_actor``), no
         gradient through the target (arXiv:1801.01290, eq. 5)."""
+        self._require_value_network("loss_value")
         alpha = self._alpha()
         with torch.no_grad():
             action, log_prob = self._policy_sample(tensordict, self._target_actor_call)
@@ -229,6 +230,29 @@ class SACLoss(ContinuousSoftActorCritic):
         value = self._value_call(tensordict)[self.tensor_keys.value]
         loss = rlf.distance(value, target, self.loss_function)
         return self._reduce_replayed(loss, tensordict)
+
+    # TorchRL's names for the critic and state-value losses, whichever version forward runs
+    def qvalue_v2_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """SAC v2's critic loss (the soft Q target of :meth:`_soft_target`) and ``td_error``
+        ``[*B]``, with or without a state-value network, as TorchRL's."""
+        return ContinuousSoftActorCritic.loss_qvalue(self, tensordict)
+
+    def qvalue_v1_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """SAC v1's critic loss (:meth:`_qvalue_v1_loss`); needs ``value_network``."""
+        self._require_value_network("qvalue_v1_loss")
+        return self._qvalue_v1_loss(tensordict)
+
+    def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """:meth:`loss_value` and empty metadata (TorchRL's pair); needs ``value_network``."""
+        self._require_value_network("value_loss")
+        return self.loss_value(tensordict), {}
+
+    def _require_value_network(self, method: str) -> None:
+        if self.value_network is None:
+            raise RuntimeError(
+                f"SACLoss.{method} is SAC v1's loss of a state-value network, and this loss has "
+                f"none: pass value_network=... to SACLoss, or use qvalue_v2_loss (SAC v2)."
+            )
 
     def _qvalue_v1_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """SAC v1's critic loss, as TorchRL computes it: ``y = r + gamma^n (1 - terminated)

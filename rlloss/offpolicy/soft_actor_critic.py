@@ -294,6 +294,23 @@ class ContinuousSoftActorCritic(TDTargetLoss):
         actor = ActorOutput(action=action, distribution=lambda: self._actor_call(tensordict))
         return self._with_policy_addons(loss, tensordict, actor, {"log_prob": log_prob.detach()})
 
+    @property
+    def target_entropy_buffer(self) -> torch.Tensor:
+        """TorchRL's name of ``target_entropy``."""
+        return self.target_entropy
+
+    # TorchRL's SACLoss names for the terms stepped one at a time (e.g. CleanRL's schedule: the
+    # critics first, then the policy and the temperature on the updated critics)
+    def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's name of :meth:`loss_actor`."""
+        return self.loss_actor(tensordict)
+
+    def alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
+        """``-log_alpha (log_prob + target_entropy)`` elementwise, **not reduced** (as TorchRL's
+        ``alpha_loss``: reduce it yourself, e.g. ``.mean()``); ``log_prob`` is the ``"log_prob"``
+        of :meth:`actor_loss`'s metadata, and is detached here."""
+        return rlf.temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+
     def _fill_target_entropy(self, tensordict: TensorDictBase, action: torch.Tensor) -> None:
         """``target_entropy="auto"`` without a spec: ``-dim(A)`` from the batch's action shape,
         written while the buffer is still unset (NaN); in place, no Python state changes, so a
