@@ -193,6 +193,25 @@ def test_sac_mujoco_compiled_update(tmp_path):
 
 
 @SLOW
+@pytest.mark.parametrize("losses", ["rlloss", "torchrl"])
+def test_sac_mujoco_cleanrl_schedule(losses, tmp_path):
+    """``sac_mujoco.py --schedule cleanrl`` steps the critics once per update and the policy and
+    the temperature twice every second step, with either library's ``SACLoss``: 301 updates
+    (steps 301 to 601, 150 of them even) make 301 critic steps and 300 policy and temperature
+    steps, where the one-pass schedule makes 301 of each."""
+    script = TUTORIALS_DIR / "sac_mujoco.py"
+    expected = {"cleanrl": {"qvalue": 301, "actor": 300, "alpha": 300},
+                "one-pass": {"qvalue": 301, "actor": 301, "alpha": 301}}
+    for schedule, steps in expected.items():
+        out = tmp_path / schedule
+        run_tutorial(script, out, "--schedule", schedule, "--losses", losses,
+                     *SMOKE_ARGS["sac_mujoco"], frames=601)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["adam_steps"] == steps and summary["updates"] == 301, summary
+        assert summary["variant"] == ("cleanrl schedule" if schedule == "cleanrl" else "")
+
+
+@SLOW
 @pytest.mark.parametrize("stem", SWAP_IDENTICAL)
 def test_torchrl_swap_plays_the_same_episodes(stem, tmp_path):
     """The script with its ``from rlloss import`` line importing TorchRL's losses and estimator

@@ -25,6 +25,13 @@ example's schedule. ``SACLoss`` detaches the Q networks in ``loss_actor`` and ``
 ``loss_alpha`` is ``-log(alpha) (log pi + target entropy)``, whose gradient differs from CleanRL's
 ``-alpha (log pi + target entropy)`` by the factor alpha).
 
+``--schedule cleanrl`` runs CleanRL's own update instead, with the same networks and losses
+(TorchRL's per-term methods, which both libraries' ``SACLoss`` have): each step one critic step on
+``qvalue_v2_loss``, and every second step two policy steps on ``actor_loss``, each followed by a
+temperature step on CleanRL's loss ``-alpha (log pi + target entropy)`` with ``log pi`` of a fresh
+sample of the updated policy; three Adam optimizers, the same learning rates. It measures what the
+schedule alone changes.
+
 With ``--losses torchrl`` the very same loop uses TorchRL's ``SACLoss`` and ``SoftUpdate``. With
 ``--compile`` each update is one compiled callable (``rlloss.compile_update``: forward,
 backward, Adam step and target update); the maths is the same, only the rounding of the fused
@@ -63,9 +70,15 @@ parser.add_argument("--learning-starts", type=int, default=5_000,
                     help="uniformly random actions and no update before this step")
 parser.add_argument("--compile", action="store_true",
                     help="run each update as one torch.compile'd callable (compile_update)")
+parser.add_argument("--schedule", choices=["one-pass", "cleanrl"], default="one-pass",
+                    help="one forward and backward of the three losses per step, or CleanRL's "
+                         "update (critic step, then two policy and temperature steps every "
+                         "second step)")
 helpers.evaluation_flags(parser, every=10_000)
 helpers.denormal_flag(parser)
 args = parser.parse_args()
+if args.compile and args.schedule == "cleanrl":
+    parser.error("--compile compiles the one-pass update; run --schedule cleanrl without it")
 
 if args.losses == "torchrl":
     from torchrl.objectives import SACLoss, SoftUpdate
@@ -150,6 +163,35 @@ if args.compile:  # the same update as one compiled callable
     update = compile_update(loss_module, optimizer, loss_keys=LOSS_KEYS,
                             target_updater=target_update)
 
+# ---- --schedule cleanrl: CleanRL's update (sac_continuous_action.py), step by step ----
+POLICY_FREQUENCY = 2  # CleanRL's policy_frequency: two policy steps every second step
+TARGET_ENTROPY = -float(action_dim)
+q_optimizer, actor_optimizer, alpha_optimizer = (
+    torch.optim.Adam([group], lr=group["lr"]) for group in optimizer.param_groups)
+
+
+def cleanrl_update(batch: TensorDict, step: int) -> None:
+    """One critic step; on every second step, two steps of the policy, each followed by one of
+    the temperature on CleanRL's loss; then the soft target update."""
+    loss_qvalue, _ = loss_module.qvalue_v2_loss(batch)
+    q_optimizer.zero_grad()
+    loss_qvalue.backward()
+    q_optimizer.step()
+    if step % POLICY_FREQUENCY == 0:
+        for _ in range(POLICY_FREQUENCY):
+            loss_actor, _ = loss_module.actor_loss(batch)  # the critics just updated
+            actor_optimizer.zero_grad()
+            loss_actor.backward()
+            actor_optimizer.step()
+            with torch.no_grad():  # log pi of a fresh sample of the updated policy
+                log_prob = loss_module.actor_loss(batch)[1]["log_prob"]
+            loss_alpha = -(loss_module.log_alpha.exp() * (log_prob + TARGET_ENTROPY)).mean()
+            alpha_optimizer.zero_grad()
+            loss_alpha.backward()
+            alpha_optimizer.step()
+    target_update.step()
+
+
 buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER_SIZE, device=device),
                                 batch_size=BATCH_SIZE)
 
@@ -196,7 +238,10 @@ for frames in range(1, args.total_frames + 1):
     # ---- Update: the Q networks, the policy and the temperature, once per step ----
     if frames > args.learning_starts:
         update_start = time.process_time()  # CPU seconds: fair under load
-        update(buffer.sample())
+        if args.schedule == "cleanrl":
+            cleanrl_update(buffer.sample(), frames)
+        else:
+            update(buffer.sample())
         gradient_steps += 1
         update_seconds += time.process_time() - update_start
     evaluator.maybe(frames)
@@ -210,6 +255,15 @@ for frames in range(1, args.total_frames + 1):
               f"subnormal_share={helpers.subnormal_share([optimizer]):.1e}", flush=True)
 env.close()
 
+def adam_steps() -> dict:
+    """The Adam steps each parameter group has taken (the schedule, as run)."""
+    stepped = ((q_optimizer, actor_optimizer, alpha_optimizer) if args.schedule == "cleanrl"
+               else (optimizer,) * 3)
+    return {name: int(adam.state.get(group["params"][0], {}).get("step", 0))
+            for name, adam, group in zip(("qvalue", "actor", "alpha"), stepped,
+                                          optimizer.param_groups, strict=True)}
+
+
 # ---- Save the curves, evaluate the final policy (prints final_return=...), write the summary ----
 eval_returns = helpers.finish(args, start_time, episodes, f"SAC on {args.env_id} ({args.losses})",
                               evaluator=evaluator)
@@ -220,8 +274,10 @@ summary = {
     "best_eval_return": max(evaluations), "wall_time_s": time.perf_counter() - start_time,
     "cpu_time_s": time.process_time(),
     "subnormals": "kept" if args.keep_denormals else "flushed",
-    "variant": "compiled" if args.compile else "",
+    "variant": "compiled" if args.compile else
+               "cleanrl schedule" if args.schedule == "cleanrl" else "",
     "updates": gradient_steps,
+    "adam_steps": adam_steps(),
     "updates_per_s": gradient_steps / update_seconds if update_seconds else float("nan"),
     "versions": helpers.package_versions(),
 }
