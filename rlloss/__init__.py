@@ -4,6 +4,30 @@ Drop-in replacements for the losses of ``torchrl.objectives`` (same class names,
 and outputs), built on a small functional core (:mod:`rlloss.functional`).
 """
 
+# The rest of ``torchrl.objectives``' namespace (its enum of estimators, its updaters' base, its
+# helpers): TorchRL's own objects, importable from rlloss so that a script's one import line
+# ``from torchrl.objectives import SACLoss, SoftUpdate, ValueEstimators`` can become
+# ``from rlloss import ...`` whole. Not rlloss's API (not in ``__all__``, no API page).
+from torchrl.objectives import (  # noqa: F401
+    AUTO_LOSS_MASK_KEYS,
+    TargetNetUpdater,
+    ValueEstimators,
+    add_random_module,
+    categorical_kl_balanced,
+    categorical_kl_terms,
+    default_value_kwargs,
+    distance_loss,
+    group_optimizers,
+    hold_out_net,
+    hold_out_params,
+    next_state_value,
+    symexp,
+    symlog,
+    two_hot_cross_entropy,
+    two_hot_decode,
+    two_hot_encode,
+)
+
 from rlloss import data, functional, llm, world_models
 from rlloss._checks import MissingKeyError
 from rlloss._data_checks import set_checks

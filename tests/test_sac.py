@@ -220,7 +220,7 @@ def test_sac_torchrl_per_term_methods_match_torchrl(version):
     results = assert_same_terms(ours, theirs, transitions(), calls)
     log_probs = [outputs[-1][1]["log_prob"] for outputs in results]
     assert log_probs[0].shape == (B,)
-    alpha_losses = [loss.alpha_loss(lp) for loss, lp in zip((ours, theirs), log_probs)]
+    alpha_losses = [loss.alpha_loss(lp) for loss, lp in zip((ours, theirs), log_probs, strict=True)]
     torch.testing.assert_close(*alpha_losses)  # elementwise, [B]: the caller reduces
     alpha_losses[0].mean().backward()
     expected = -(log_probs[0] + ours.target_entropy).mean()

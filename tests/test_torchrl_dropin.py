@@ -310,3 +310,26 @@ def test_reset_parameters_recursive_redraws_every_network(name):
     stacked = [k for k in weights if k.startswith("qvalue_network_params")]
     for key in stacked:
         assert not torch.equal(after[key][0], after[key][1])
+
+
+def test_every_name_of_torchrl_objectives_imports_from_rlloss():
+    """A script's import line ``from torchrl.objectives import SACLoss, SoftUpdate,
+    ValueEstimators`` becomes ``from rlloss import ...`` whole: every public name of
+    ``torchrl.objectives`` but its submodules is in rlloss, the helpers as TorchRL's own
+    objects; the enum drives rlloss's estimators."""
+    names = [
+        name
+        for name in dir(torchrl_objectives)
+        if not name.startswith("_") and type(getattr(torchrl_objectives, name)).__name__ != "module"
+    ]
+    assert len(names) > 50 and sorted(n for n in names if not hasattr(rlloss, n)) == []
+    for name in ("ValueEstimators", "TargetNetUpdater", "hold_out_net", "group_optimizers"):
+        assert getattr(rlloss, name) is getattr(torchrl_objectives, name)
+        assert name not in rlloss.__all__  # TorchRL's, not rlloss's API
+    from rlloss import SACLoss, SoftUpdate, TargetNetUpdater, ValueEstimators
+
+    loss = SACLoss(test_sac.actor(), test_sac.qvalue(), action_spec=SAC_SPEC)
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5)
+    assert isinstance(SoftUpdate(loss, tau=0.1), TargetNetUpdater)
+    assert isinstance(loss.value_estimator, rlloss.TD0Estimator)
+    torch.testing.assert_close(torch.as_tensor(loss.value_estimator.gamma), torch.tensor(0.5))
