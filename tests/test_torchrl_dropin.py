@@ -315,14 +315,21 @@ def test_reset_parameters_recursive_redraws_every_network(name):
 def test_every_name_of_torchrl_objectives_imports_from_rlloss():
     """A script's import line ``from torchrl.objectives import SACLoss, SoftUpdate,
     ValueEstimators`` becomes ``from rlloss import ...`` whole: every public name of
-    ``torchrl.objectives`` but its submodules is in rlloss, the helpers as TorchRL's own
-    objects; the enum drives rlloss's estimators."""
-    names = [
-        name
-        for name in dir(torchrl_objectives)
-        if not name.startswith("_") and type(getattr(torchrl_objectives, name)).__name__ != "module"
-    ]
-    assert len(names) > 50 and sorted(n for n in names if not hasattr(rlloss, n)) == []
+    ``torchrl.objectives`` but its submodules is in rlloss (and of ``torchrl.objectives.llm`` in
+    ``rlloss.llm``, but ``RayMCAdvantage``: Differences from TorchRL), the helpers as TorchRL's
+    own objects; the enum drives rlloss's estimators."""
+    import torchrl.objectives.llm as torchrl_llm
+
+    for theirs, ours, absent in (
+        (torchrl_objectives, rlloss, []),
+        (torchrl_llm, rlloss.llm, ["RayMCAdvantage", "annotations"]),
+    ):
+        names = [
+            name
+            for name in dir(theirs)
+            if not name.startswith("_") and type(getattr(theirs, name)).__name__ != "module"
+        ]
+        assert len(names) > 15 and sorted(n for n in names if not hasattr(ours, n)) == absent
     for name in ("ValueEstimators", "TargetNetUpdater", "hold_out_net", "group_optimizers"):
         assert getattr(rlloss, name) is getattr(torchrl_objectives, name)
         assert name not in rlloss.__all__  # TorchRL's, not rlloss's API

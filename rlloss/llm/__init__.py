@@ -1,5 +1,17 @@
 """Language-model post-training losses, drop-ins for ``torchrl.objectives.llm``."""
 
+# The output classes the losses return and TorchRL's KL helper: TorchRL's own objects, importable
+# from here so that ``from torchrl.objectives.llm import ...`` lines swap whole (not in __all__)
+from torchrl.objectives.llm import (  # noqa: F401
+    CISPOLossOutput,
+    DAPOLossOutput,
+    DistillationLossOutput,
+    GRPOLossOutput,
+    LLMLossOutput,
+    SFTLossOutput,
+    k3_kl_token_estimate,
+)
+
 from rlloss.llm.advantage import MCAdvantage
 from rlloss.llm.distillation import DistillationLoss
 from rlloss.llm.dpo import DPOLoss
