@@ -86,3 +86,28 @@ def test_main_replaces_only_the_blocks_between_the_markers(tmp_path, monkeypatch
     assert "old" not in text and "| Hopper-v5 | rlloss | 0 | 1234.5 |" in text
     assert (tmp_path / "results_td3_hopper.png").stat().st_size > 0
     assert [run["seed"] for run in json.loads((tmp_path / "runs.json").read_text())] == [0]
+
+
+def test_a_cleanrl_run_shows_its_training_return_and_stays_off_the_figures(
+    tmp_path, monkeypatch
+):
+    """A run of CleanRL's own script (tools/cleanrl_reference.py): no evaluation, so its rows
+    read "-" there, its training return is summarised, and no figure draws it."""
+    folder = run_folder(tmp_path / "cleanrl", seed=2, final=0.0)
+    (folder / "eval_returns.csv").unlink()
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(losses="cleanrl", env_id="Hopper-v4", final_eval_return=None)
+    for key in ("best_eval_return", "subnormals", "updates", "updates_per_s"):
+        del summary[key]
+    (folder / "summary.json").write_text(json.dumps(summary))
+    run = mujoco_results.read_run(folder)
+    assert run["evaluations"] == [] and mujoco_results.best_return(run) is None
+    row = "| Hopper-v4 | cleanrl | 2 | - | - | 8.5 | 2.0 | 1.0 | - | - |"
+    assert mujoco_results.run_row(run) == row
+    plain = mujoco_results.read_run(run_folder(tmp_path / "plain", seed=0, final=10.0))
+    rows = mujoco_results.summary_rows([run, plain], "TD3")
+    assert rows[0] == "| Hopper-v4 | cleanrl | 2 | - | 8.5 | 3134.6 | 1405 |"
+    assert rows[1].startswith("| Hopper-v5 | rlloss | 0 | 10.0 | 6.5 |")
+    monkeypatch.setattr(mujoco_results, "FIGURES", tmp_path)
+    assert mujoco_results.draw([run]) == []
+    assert len(mujoco_results.draw([run, plain])) == 1

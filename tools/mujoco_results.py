@@ -1,7 +1,9 @@
 """Summarise the MuJoCo tutorials' runs for the Results page (docs/results.md).
 
-Each run folder (``--out`` of ``tutorials/{ppo,sac,td3}_mujoco.py``) holds ``summary.json`` and
-``eval_returns.csv``. This script keeps the summaries, with each run's evaluation curve, in one
+Each run folder (``--out`` of ``tutorials/{ppo,sac,td3}_mujoco.py``) holds ``summary.json``,
+``returns.csv`` and ``eval_returns.csv``; a run of CleanRL's own script
+(``tools/cleanrl_reference.py``, ``"losses": "cleanrl"``) has no evaluation: its rows show its
+training return only, and the figures leave it out. This script keeps the summaries, with each run's evaluation curve, in one
 file (``benchmarks/results/mujoco/runs.json``: the raw per-episode CSVs stay with the runs) and
 draws one figure per algorithm and task: rlloss's seeds as solid lines, TorchRL's dashed, a
 variant's (``summary["variant"]``: compiled, a swapped start) dash-dot, the published CleanRL
@@ -54,8 +56,10 @@ def cleanrl_anchors(algorithm: str, env_id: str) -> tuple[float | None, float | 
 def read_run(folder: Path) -> dict:
     """A run's summary with its evaluation curve (``[[frames, mean return], ...]``)."""
     summary = json.loads((folder / "summary.json").read_text())
-    with open(folder / "eval_returns.csv", newline="") as f:
-        rows = list(csv.reader(f))[1:]
+    rows = []
+    if (folder / "eval_returns.csv").exists():  # none from CleanRL's scripts
+        with open(folder / "eval_returns.csv", newline="") as f:
+            rows = list(csv.reader(f))[1:]
     summary["evaluations"] = [[int(frames), float(ret)] for frames, ret in rows]
     with open(folder / "returns.csv", newline="") as f:
         episodes = [float(ret) for _, ret in list(csv.reader(f))[1:]]
@@ -75,6 +79,7 @@ def run_key(run: dict) -> tuple:
 def draw(runs: list[dict]) -> list[Path]:
     """One figure per (algorithm, task)."""
     written = []
+    runs = [run for run in runs if evaluated(run)]
     for algorithm, env_id in sorted({(r["algorithm"], r["env_id"]) for r in runs}):
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
@@ -100,18 +105,29 @@ def draw(runs: list[dict]) -> list[Path]:
     return written
 
 
-def best_return(run: dict) -> float:
+def evaluated(run: dict) -> bool:
+    """Whether the run evaluated its final policy (CleanRL's scripts do not)."""
+    return run["final_eval_return"] is not None
+
+
+def best_return(run: dict) -> float | None:
+    if not evaluated(run):
+        return None
     return max([r for _, r in run["evaluations"]] + [run["final_eval_return"]])
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def run_row(run: dict) -> str:
     rate = run.get("gradient_steps_per_s", run.get("updates_per_s"))
-    cpu = f"{run['cpu_time_s'] / 60:.1f}" if "cpu_time_s" in run else "-"
-    train = f"{run['final_train_return']:.1f}" if "final_train_return" in run else "-"
-    subnormals = run.get("subnormals", "kept")  # none flushed before the flag
+    cpu = run["cpu_time_s"] / 60 if "cpu_time_s" in run else None
+    subnormals = run.get("subnormals", "kept" if evaluated(run) else "-")  # flag came later
     return (f"| {run['env_id']} | {label(run)} | {run['seed']} | "
-            f"{run['final_eval_return']:.1f} | {best_return(run):.1f} | {train} | "
-            f"{run['wall_time_s'] / 60:.1f} | {cpu} | {rate:.0f} | {subnormals} |")
+            f"{number(run['final_eval_return'])} | {number(best_return(run))} | "
+            f"{number(run.get('final_train_return'))} | {run['wall_time_s'] / 60:.1f} | "
+            f"{number(cpu)} | {number(rate, 0)} | {subnormals} |")
 
 
 def spread(values: list[float]) -> str:
@@ -132,8 +148,9 @@ def summary_rows(runs: list[dict], algorithm: str) -> list[str]:
         anchor, early = cleanrl_anchors(algorithm, env_id)
         seeds = ", ".join(str(run["seed"]) for run in sorted(group, key=lambda r: r["seed"]))
         train = [run["final_train_return"] for run in group if "final_train_return" in run]
+        finals = [run["final_eval_return"] for run in group if evaluated(run)]
         rows.append(f"| {env_id} | {losses} | {seeds} | "
-                    f"{spread([run['final_eval_return'] for run in group])} | "
+                    f"{spread(finals) if finals else '-'} | "
                     f"{spread(train) if train else '-'} | "
                     f"{f'{anchor:.1f}' if anchor is not None else '-'} |"
                     + (f" {early:.0f} |" if early is not None else ""))
