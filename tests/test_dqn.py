@@ -326,6 +326,15 @@ def test_discrete_cql_matches_torchrl(action_space):
     theirs_params = theirs.value_network_params.flatten_keys(".")
     for key, parameter in ours.value_network.named_parameters():
         torch.testing.assert_close(parameter.grad, theirs_params[key].grad, msg=key)
+    # TorchRL's value_loss: the critic's term alone, its diagnostics, td_error written
+    mine, reference = batch.clone(), batch.clone()
+    (loss, info), (ref_loss, ref_info) = ours.value_loss(mine), theirs.value_loss(reference)
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(loss, out_ours["loss_qvalue"])
+    assert info.keys() == ref_info.keys()
+    for key, value in ref_info.items():
+        torch.testing.assert_close(info[key], value, msg=key)
+    torch.testing.assert_close(mine["td_error"], reference["td_error"])
 
 
 def test_discrete_cql_bootstraps_from_the_target_network():

@@ -340,3 +340,15 @@ def test_every_name_of_torchrl_objectives_imports_from_rlloss():
     assert isinstance(SoftUpdate(loss, tau=0.1), TargetNetUpdater)
     assert isinstance(loss.value_estimator, rlloss.TD0Estimator)
     torch.testing.assert_close(torch.as_tensor(loss.value_estimator.gamma), torch.tensor(0.5))
+
+
+@pytest.mark.parametrize("kind", ["normal", "categorical", "one_hot"])
+def test_a2c_get_entropy_bonus_matches_torchrl(kind):
+    """TorchRL's ``A2CLoss.get_entropy_bonus(dist)``: the entropy ``[*B, 1]``, unscaled."""
+    actor, critic = make_actor(kind), make_critic()
+    ours = rlloss.A2CLoss(actor, critic, entropy_coeff=0.3)
+    theirs = torchrl_objectives.A2CLoss(actor, critic, entropy_coeff=0.3)
+    dist = actor.get_dist(rollout(actor, (4, 8)))
+    bonus = ours.get_entropy_bonus(dist)
+    assert bonus.shape == (4, 8, 1)
+    torch.testing.assert_close(bonus, theirs.get_entropy_bonus(dist))

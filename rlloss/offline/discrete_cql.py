@@ -114,20 +114,31 @@ class DiscreteCQLLoss(QLearningLoss):
         action_values, value = self._chosen_values(tensordict)
         return self._reduce_replayed(rlf.cql_penalty(action_values, value), tensordict), {}
 
-    @accepts_tensor_arguments
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
+    def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """TorchRL's method: ``loss_qvalue`` alone and the diagnostics ``td_error``,
+        ``pred_value``, ``target_value``; writes ``td_error`` into ``tensordict``."""
+        return self._value_loss(tensordict)[:2]
+
+    def _value_loss(self, tensordict: TensorDictBase):
+        """:meth:`value_loss`, and the valid batch with its action values ``[*B, A]`` and the
+        data actions' values ``[*B]`` (for the CQL penalty)."""
         batch = self._valid_batch(tensordict)
         action_values, value = self._chosen_values(batch)
         target = self._td_target(batch, self._next_value(entry(batch, "next")))
         td_error = rlf.td_error(value, target, "squared")
         self._write_priority(tensordict, td_error)
-        loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)
-        out = {
-            "loss_qvalue": 0.5 * self._critic_loss(value, target, batch),
-            "loss_cql": loss_cql,
+        info = {
             "td_error": self._valid_mean(td_error, tensordict, dim=0),
             "pred_value": self._valid_mean(action_values.detach(), tensordict),
             "target_value": self._valid_mean(target, tensordict),
         }
+        loss = 0.5 * self._critic_loss(value, target, batch)
+        return loss, info, batch, action_values, value
+
+    @accepts_tensor_arguments
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Both losses and the diagnostics; writes ``td_error`` into ``tensordict``."""
+        loss_qvalue, info, batch, action_values, value = self._value_loss(tensordict)
+        loss_cql = self._reduce_replayed(rlf.cql_penalty(action_values, value), batch)
+        out = {"loss_qvalue": loss_qvalue, "loss_cql": loss_cql, **info}
         return TensorDict(out, batch_size=[])
