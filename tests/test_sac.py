@@ -219,7 +219,8 @@ def test_sac_torchrl_per_term_methods_match_torchrl(version):
     ours, theirs = loss_pair(SACLoss, actor(), [qvalue(), qvalue()], {**kwargs, "alpha_init": 0.4})
     results = assert_same_terms(ours, theirs, transitions(), calls)
     log_probs = [outputs[-1][1]["log_prob"] for outputs in results]
-    assert log_probs[0].shape == (B,)
+    assert log_probs[0].shape == (B,) and ours.device == theirs.device == torch.device("cpu")
+    torch.testing.assert_close(ours.target_entropy_buffer, theirs.target_entropy_buffer)
     alpha_losses = [loss.alpha_loss(lp) for loss, lp in zip((ours, theirs), log_probs, strict=True)]
     torch.testing.assert_close(*alpha_losses)  # elementwise, [B]: the caller reduces
     alpha_losses[0].mean().backward()

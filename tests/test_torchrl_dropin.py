@@ -352,3 +352,17 @@ def test_a2c_get_entropy_bonus_matches_torchrl(kind):
     bonus = ours.get_entropy_bonus(dist)
     assert bonus.shape == (4, 8, 1)
     torch.testing.assert_close(bonus, theirs.get_entropy_bonus(dist))
+
+
+def test_iql_loss_value_diff_is_torchrls():
+    """TorchRL's static ``IQLLoss.loss_value_diff(diff, expectile=0.8)``: same values and
+    gradients, the default expectile included, on both IQL classes."""
+    diff = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0], requires_grad=True)
+    for name in ("IQLLoss", "DiscreteIQLLoss"):
+        ours, theirs = getattr(rlloss, name), getattr(torchrl_objectives, name)
+        for args in ((), (0.3,)):
+            mine = ours.loss_value_diff(diff, *args)
+            reference = theirs.loss_value_diff(diff, *args)
+            torch.testing.assert_close(mine, reference)
+            grads = [torch.autograd.grad(x.sum(), diff)[0] for x in (mine, reference)]
+            torch.testing.assert_close(*grads)

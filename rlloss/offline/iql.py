@@ -243,6 +243,12 @@ class IQLLoss(TDTargetLoss):
     value_loss = loss_value
     qvalue_loss = loss_qvalue
 
+    @staticmethod
+    def loss_value_diff(diff: torch.Tensor, expectile: float = 0.8) -> torch.Tensor:
+        """TorchRL's name of :func:`rlloss.functional.expectile_loss` (``diff``: target minus
+        prediction), with TorchRL's default ``expectile``; elementwise."""
+        return rlf.expectile_loss(diff, expectile)
+
     @accepts_tensor_arguments
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The three losses and ``entropy``; writes ``td_error`` into ``tensordict``."""

@@ -295,6 +295,11 @@ class ContinuousSoftActorCritic(TDTargetLoss):
         return self._with_policy_addons(loss, tensordict, actor, {"log_prob": log_prob.detach()})
 
     @property
+    def device(self) -> torch.device:
+        """TorchRL's attribute: the device of the loss's parameters (``log_alpha``'s)."""
+        return self.log_alpha.device
+
+    @property
     def target_entropy_buffer(self) -> torch.Tensor:
         """TorchRL's name of ``target_entropy``."""
         return self.target_entropy
