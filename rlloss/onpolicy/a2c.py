@@ -15,7 +15,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from rlloss import _compat, _distributions
+from rlloss import _compat
 from rlloss import functional as rlf
 from rlloss._keywords import NOT_GIVEN, NotGiven
 from rlloss._networks import as_list
@@ -189,12 +189,6 @@ class A2CLoss(_PolicyGradientLoss):
         keys += ["entropy"] if self.entropy_bonus and self.diagnostics else []
         keys += ["loss_entropy"] if self.entropy_bonus else []
         return keys
-
-    def get_entropy_bonus(self, dist: D.Distribution) -> torch.Tensor:
-        """TorchRL's method: the entropy of ``dist`` ``[*B, 1]`` (its closed form where it has
-        one, else the Monte-Carlo estimate over ``samples_mc_entropy`` draws), neither scaled
-        by ``entropy_coeff`` nor reduced."""
-        return _distributions.entropy(dist, self.samples_mc_entropy).unsqueeze(-1)
 
 
 class ReinforceLoss(_PolicyGradientLoss):

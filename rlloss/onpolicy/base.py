@@ -45,7 +45,7 @@ from rlloss.onpolicy.advantage import (
     standardized_advantage,
 )
 from rlloss.onpolicy.critic import critic_regression
-from rlloss.onpolicy.entropy import entropy_bonus, entropy_coefficients
+from rlloss.onpolicy.entropy import entropy_bonus, entropy_coefficients, policy_entropy
 from rlloss.onpolicy.networks import (
     critic_coefficient,
     critic_params_detached_from_actor,
@@ -369,6 +369,12 @@ class OnPolicyLoss(LossModule):
     def _distribution(self, batch: TensorDictBase) -> D.Distribution:
         """The current policy at the batch's observations."""
         return self._actor_call(batch)
+
+    def get_entropy_bonus(self, dist: D.Distribution) -> torch.Tensor:
+        """TorchRL's (``A2CLoss``'s) method: the entropy of ``dist`` ``[*B, 1]`` (its closed
+        form where it has one, else the Monte-Carlo estimate over ``samples_mc_entropy``
+        draws; summed over the heads of a composite one), neither scaled nor reduced."""
+        return policy_entropy(dist, self.samples_mc_entropy).unsqueeze(-1)
 
     def loss_entropy(
         self, distribution: D.Distribution, mask: torch.Tensor | None, shape=None

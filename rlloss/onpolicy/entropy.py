@@ -28,6 +28,14 @@ def entropy_coefficients(entropy_coeff: float | dict) -> tuple[float, dict | Non
     return 0.0, {_compat.unravel_key(k): float(c) for k, c in entropy_coeff.items()}
 
 
+def policy_entropy(distribution: D.Distribution, samples: int) -> torch.Tensor:
+    """The policy's entropy ``[*B]``: analytic where the distribution has a closed form, else
+    the Monte-Carlo estimate over ``samples`` draws; summed over the heads of a composite one."""
+    if isinstance(distribution, CompositeDistribution):
+        return sum_heads(*head_entropies(distribution, samples))
+    return _distributions.entropy(distribution, samples)
+
+
 def entropy_bonus(
     distribution: D.Distribution,
     mask: torch.Tensor | None,
@@ -55,7 +63,7 @@ def entropy_bonus(
             reduction=reduction,
             diagnostics=diagnostics,
         )
-    entropy = _distributions.entropy(distribution, samples)  # [*B]
+    entropy = policy_entropy(distribution, samples)  # [*B]
     reduced = rlf.reduce(entropy, reduction, mask)
     if not diagnostics:
         return -(coeff * reduced), {}
