@@ -152,7 +152,7 @@ class TQCLoss(ContinuousSoftActorCritic):
         )
         self._register_coefficients(top_quantiles_to_drop_per_net=drop)
 
-    # TorchRL's names for the critic loss and the target (``actor_loss``, ``alpha_loss``: the base's)
+    # TorchRL's names for the critic loss and the target (actor_loss, alpha_loss: the base's)
     def qvalue_v2_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """TorchRL's name of :meth:`loss_qvalue`."""
         return self.loss_qvalue(tensordict)
