@@ -5,10 +5,10 @@ Each run folder (``--out`` of ``tutorials/{ppo,sac,td3}_mujoco.py``) holds ``sum
 (``tools/cleanrl_reference.py``, ``"losses": "cleanrl"``) has no evaluation: its rows show its
 training return only, and the figures leave it out. This script keeps the summaries, with each
 run's evaluation curve, in one file (``benchmarks/results/mujoco/runs.json``: the raw per-episode
-CSVs stay with the runs) and draws one figure per algorithm and task: rlloss's seeds as solid lines, TorchRL's dashed, a
-variant's (``summary["variant"]``: compiled, a swapped start) dash-dot, the published CleanRL
-return as a horizontal line, and writes the tables of ``docs/results.md``
-(between its ``<!-- results:ALGO -->`` and ``<!-- /results:ALGO -->`` markers).
+CSVs stay with the runs) and draws one figure per algorithm and task: rlloss's seeds as solid
+lines, TorchRL's dashed, a variant's (``summary["variant"]``: compiled, a swapped start)
+dash-dot, the published CleanRL return as a horizontal line, and writes the tables of
+``docs/results.md`` (between its ``<!-- results:ALGO -->`` and ``<!-- /results:ALGO -->`` markers).
 
     python tools/mujoco_results.py RUN_DIR [RUN_DIR ...]   # add or replace these runs
     python tools/mujoco_results.py                          # redraw from runs.json
