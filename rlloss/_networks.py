@@ -222,11 +222,16 @@ class NetworkCall:
 
 def reparameterised_sample(distribution, batch_size: torch.Size):
     """A reparameterised action of ``distribution`` and its log-prob ``[*B]`` (summed over the
-    heads of a ``CompositeDistribution``, whose action is a TensorDict)."""
+    heads of a ``CompositeDistribution``, whose action is a TensorDict; the distribution's own
+    ``rsample_and_log_prob`` when it has one, as TorchRL calls it)."""
     if isinstance(distribution, CompositeDistribution):
         with set_composite_lp_aggregate(False):
             action = distribution.rsample()
             return action, sum_heads(distribution.log_prob(action), batch_size)
+    if hasattr(distribution, "rsample_and_log_prob"):
+        # TorchRL's protocol (its TanhNormal): the log-prob of the latent draw itself, not of
+        # the rounded action (a saturated tanh cannot be inverted exactly)
+        return distribution.rsample_and_log_prob()
     action = distribution.rsample()
     return action, _distributions.log_prob(distribution, action)
 
