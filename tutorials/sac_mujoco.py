@@ -168,6 +168,10 @@ POLICY_FREQUENCY = 2  # CleanRL's policy_frequency: two policy steps every secon
 TARGET_ENTROPY = -float(action_dim)
 q_optimizer, actor_optimizer, alpha_optimizer = (
     torch.optim.Adam([group], lr=group["lr"]) for group in optimizer.param_groups)
+# the optimizers that step: one per parameter group, or the one-pass update's one for all three
+stepped = ((q_optimizer, actor_optimizer, alpha_optimizer) if args.schedule == "cleanrl"
+           else (optimizer,) * 3)
+active_optimizers = list(dict.fromkeys(stepped))
 
 
 def cleanrl_update(batch: TensorDict, step: int) -> None:
@@ -252,13 +256,12 @@ for frames in range(1, args.total_frames + 1):
         mean_recent = np.mean(recent) if recent else float("nan")
         print(f"frames={frames} mean_return_last_10={mean_recent:.1f} alpha={alpha:.3f} "
               f"updates_per_cpu_s={update_rate(gradient_steps, update_seconds):.0f} "
-              f"subnormal_share={helpers.subnormal_share([optimizer]):.1e}", flush=True)
+              f"subnormal_share={helpers.subnormal_share(active_optimizers):.1e}", flush=True)
 env.close()
+
 
 def adam_steps() -> dict:
     """The Adam steps each parameter group has taken (the schedule, as run)."""
-    stepped = ((q_optimizer, actor_optimizer, alpha_optimizer) if args.schedule == "cleanrl"
-               else (optimizer,) * 3)
     return {name: int(adam.state.get(group["params"][0], {}).get("step", 0))
             for name, adam, group in zip(("qvalue", "actor", "alpha"), stepped,
                                           optimizer.param_groups, strict=True)}
