@@ -13,16 +13,23 @@ transitions with the same random draws (target smoothing, the policy's samples):
     python tools/update_drift.py --against nudged   # TorchRL against itself, its critics'
                                                     # weights moved by one float32 rounding step
     python tools/update_drift.py --algo sac         # the same for SAC
+    python tools/update_drift.py --from-state runs/sac_hopper_late/state.pt
+                                                    # from a tutorial run's end state
+                                                    # (tools/late_state.py), on its replay data
 
 It prints the largest parameter difference every 500 updates. When the maths are the same, the
 float64 differences stay at rounding level and the float32 differences grow as fast as a
 one-step nudge of TorchRL's own weights does: float32 training runs of the two libraries part
-the way two runs of one library with a different last bit do.
+the way two runs of one library with a different last bit do. ``--from-state`` makes the same
+comparison from late in a run (trained networks, Adam's moments, long episodes, truncations,
+saturated actions), where a fresh start on random-action data does not reach.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -101,10 +108,24 @@ def action_spec(env: gym.Env) -> Bounded:
     return Bounded(low=-bound, high=bound, shape=bound.shape)
 
 
+class ScaledTanhPolicy(nn.Module):
+    """The TD3 tutorial's policy network (the same parameter and buffer names):
+    mu(s) = scale * tanh(MLP(s)) + bias."""
+
+    def __init__(self, obs_dim: int, spec: Bounded) -> None:
+        super().__init__()
+        low, high = spec.space.low, spec.space.high
+        self.net = relu_mlp(obs_dim, low.numel())
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.scale * torch.tanh(self.net(observation)) + self.bias
+
+
 def td3_update(library, env: gym.Env) -> tuple:
     """The TD3 tutorial's loss, optimisers (critics, policy) and target update, from ``library``."""
-    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    policy = nn.Sequential(relu_mlp(obs_dim, action_dim), nn.Tanh())
+    policy = ScaledTanhPolicy(env.observation_space.shape[0], action_spec(env))
     loss = library.TD3Loss(
         actor_network=TensorDictModule(policy, in_keys=["observation"], out_keys=["action"]),
         qvalue_network=critic(env),
@@ -208,6 +229,97 @@ def step(update: tuple, batch: TensorDictBase, policy_step: bool) -> None:
         target_update.step()
 
 
+TRANSITION_KEYS = (
+    "observation",
+    "action",
+    "next.observation",
+    "next.reward",
+    "next.terminated",
+    "next.done",
+)
+
+
+def state_of(update: tuple, algo: str, env_id: str, transitions: TensorDictBase) -> dict:
+    """What ``--from-state`` starts from: the parameters and optimiser states of a tutorial's
+    ``update`` (its loss module, its optimisers in the builder's order), its task, and the
+    transitions to train on; plain tensors and dicts (``torch.load(weights_only=True)``)."""
+    return {
+        "algo": algo,
+        "env_id": env_id,
+        "parameters": {
+            name: {key: value.detach().clone() for key, value in tensors(update[0], name).items()}
+            for name in PARAMS[algo]
+        },
+        "optimisers": optimiser_states(update, algo),
+        "transitions": {
+            key: value.clone()
+            for key, value in transitions.flatten_keys(".").items()
+            if key in TRANSITION_KEYS
+        },
+    }
+
+
+def parameters_by_name(update: tuple, algo: str) -> dict:
+    """Each optimiser's parameters by their name in the loss module (``<table>.<key>``): the
+    two libraries may order a table's tensors differently."""
+    loss_module, optimisers, _ = update
+    names = {
+        id(value): f"{name}.{key}"
+        for name in PARAMS[algo]
+        for key, value in tensors(loss_module, name).items()
+    }
+    return [
+        {names[id(p)]: p for group in optimiser.param_groups for p in group["params"]}
+        for optimiser in optimisers
+    ]
+
+
+def optimiser_states(update: tuple, algo: str) -> list[dict]:
+    """Copies of each optimiser's per-parameter state (Adam's step and moments), by name."""
+    return [
+        {
+            name: copy.deepcopy(optimiser.state[p])
+            for name, p in named.items()
+            if p in optimiser.state
+        }
+        for optimiser, named in zip(update[1], parameters_by_name(update, algo), strict=True)
+    ]
+
+
+def set_optimiser_states(update: tuple, algo: str, states: list[dict]) -> None:
+    """Gives ``update``'s optimisers copies of ``states`` (``optimiser_states``), the moments
+    cast to each parameter's dtype."""
+    for optimiser, named, saved in zip(
+        update[1], parameters_by_name(update, algo), states, strict=True
+    ):
+        optimiser.state.clear()
+        for name, entry in saved.items():
+            p = named[name]
+            optimiser.state[p] = {
+                key: value.to(p.dtype).clone() if value.shape == p.shape else value.clone()
+                for key, value in entry.items()
+            }
+
+
+def load_state(update: tuple, state: dict) -> TensorDict:
+    """Gives ``update`` the parameters and optimiser states of ``state`` (cast to its dtype);
+    returns the state's transitions in the default dtype."""
+    with torch.no_grad():
+        for name, saved in state["parameters"].items():
+            mine = tensors(update[0], name)
+            for key, value in saved.items():
+                mine[key].copy_(value)
+    set_optimiser_states(update, state["algo"], state["optimisers"])
+    floats = torch.get_default_dtype()
+    return TensorDict(
+        {
+            key: value.to(floats) if value.is_floating_point() else value
+            for key, value in state["transitions"].items()
+        },
+        batch_size=[len(state["transitions"]["observation"])],
+    ).unflatten_keys(".")
+
+
 def drift(
     against: str,
     updates: int,
@@ -215,20 +327,30 @@ def drift(
     env_id: str = "Hopper-v5",
     transitions: int = 20_000,
     every: int = 500,
+    state: dict | None = None,
 ) -> list[tuple[int, float, float]]:
     """Train TorchRL's ``algo`` update and ``against`` (``"rlloss"``, or ``"nudged"``: TorchRL's
     with its critics' weights moved by one rounding step) from one start, in the default dtype;
-    every ``every`` updates, the largest |difference| of their critics' and policies' weights."""
+    every ``every`` updates, the largest |difference| of their critics' and policies' weights.
+    The start is a fresh draw, trained on ``transitions`` random-action transitions of
+    ``env_id``, or ``state`` (``state_of``: a tutorial's late parameters, Adam states and
+    replay data; it names the algorithm and the task)."""
+    if state is not None:
+        algo, env_id = state["algo"], state["env_id"]
     torch.manual_seed(0)
     env = gym.make(env_id)
     reference = BUILDERS[algo](torchrl.objectives, env)
     other = BUILDERS[algo](rlloss if against == "rlloss" else torchrl.objectives, env)
+    if state is None:
+        data = random_transitions(env_id, transitions, seed=0)
+    else:
+        data = load_state(reference, state)
     copy_parameters(reference[0], other[0], PARAMS[algo])
+    set_optimiser_states(other, algo, optimiser_states(reference, algo))
     if against == "nudged":
         with torch.no_grad():
             for weight in other[0].qvalue_network_params.flatten_keys().values():
                 weight.mul_(1 + torch.finfo(weight.dtype).eps * torch.randn_like(weight).sign())
-    data = random_transitions(env_id, transitions, seed=0)
     sampler = torch.Generator().manual_seed(1)
     differences = []
     for update in range(1, updates + 1):
@@ -275,7 +397,14 @@ def main() -> None:
     parser.add_argument("--against", choices=["rlloss", "nudged"], default="rlloss")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--updates", type=int, default=3000)
+    parser.add_argument("--every", type=int, default=500, help="print every this many updates")
     parser.add_argument("--env-id", default="Hopper-v5")
+    parser.add_argument(
+        "--from-state",
+        type=Path,
+        help="start from a tutorial's end state (tools/late_state.py's OUT/state.pt: its "
+        "parameters, Adam states and replay data; it sets --algo and --env-id)",
+    )
     parser.add_argument(
         "--init-law",
         action="store_true",
@@ -287,12 +416,18 @@ def main() -> None:
         for (library, member, key), (spread, largest) in init_law(args.algo, range(5)).items():
             print(f"{library:8} critic {member} {key:16}: std {spread:.4f}, largest {largest:.4f}")
         return
+    state = None if args.from_state is None else torch.load(args.from_state, weights_only=True)
+    algo = args.algo if state is None else state["algo"]
+    start = "a fresh start" if state is None else f"{args.from_state}"
     torch.set_default_dtype(getattr(torch, args.dtype))
     print(
-        f"{args.algo}: {args.against} against TorchRL, {args.dtype}: largest |difference| of "
-        "the parameters"
+        f"{algo}: {args.against} against TorchRL from {start}, {args.dtype}: largest "
+        "|difference| of the parameters"
     )
-    for update, critics, policies in drift(args.against, args.updates, args.algo, args.env_id):
+    differences = drift(
+        args.against, args.updates, algo, args.env_id, every=args.every, state=state
+    )
+    for update, critics, policies in differences:
         print(f"update {update}: critics {critics:.1e}, policies {policies:.1e}")
 
 
