@@ -198,10 +198,16 @@ def tensors(module: nn.Module, name: str) -> dict:
 
 def copy_parameters(source: nn.Module, target: nn.Module, names: tuple[str, ...]) -> None:
     """Every tensor ``names`` of ``source`` into ``target`` (the same keys)."""
+    copy_tensors({name: tensors(source, name) for name in names}, target)
+
+
+def copy_tensors(saved: dict, target: nn.Module) -> None:
+    """``saved`` (``{name: {key: tensor}}``) into ``target``'s tensors of the same names and
+    keys, cast to their dtype."""
     with torch.no_grad():
-        for name in names:
+        for name, values in saved.items():
             mine = tensors(target, name)
-            for key, value in tensors(source, name).items():
+            for key, value in values.items():
                 mine[key].copy_(value)
 
 
@@ -304,11 +310,7 @@ def set_optimiser_states(update: tuple, algo: str, states: list[dict]) -> None:
 def load_state(update: tuple, state: dict) -> TensorDict:
     """Gives ``update`` the parameters and optimiser states of ``state`` (cast to its dtype);
     returns the state's transitions in the default dtype."""
-    with torch.no_grad():
-        for name, saved in state["parameters"].items():
-            mine = tensors(update[0], name)
-            for key, value in saved.items():
-                mine[key].copy_(value)
+    copy_tensors(state["parameters"], update[0])
     set_optimiser_states(update, state["algo"], state["optimisers"])
     floats = torch.get_default_dtype()
     return TensorDict(
